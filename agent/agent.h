@@ -1,0 +1,43 @@
+/*
+ * nuksmd state shared by its modules.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSMD_AGENT_H
+#define NUKSMD_AGENT_H
+
+#include <sys/types.h>
+
+#include <glib.h>
+
+#include "clients.h"
+#include "nuksm-proto.h"
+
+typedef struct NuksmAgent {
+    GMainLoop *loop;
+
+    NuksmPolicyId policy;        /* placement policy in force */
+    uint32_t nr_nodes;           /* 1..NUKSM_MAX_NODES */
+
+    ClientRegistry clients;
+    uint32_t next_client_id;     /* handed out on HELLO, from 1 */
+
+    /* Merge engine statistics, as reported by GET_INFO. */
+    uint64_t pages_shared;       /* store pages in use */
+    uint64_t pages_sharing;      /* guest pages mapping them */
+    uint64_t store_pages[NUKSM_MAX_NODES];
+
+    /* Listening socket, owned by server.c. */
+    char *socket_path;
+    int listen_fd;
+    guint listen_watch;
+    guint accept_retry;          /* re-arms accepting after EMFILE */
+    dev_t socket_dev;            /* the socket file we bound, so that we */
+    ino_t socket_ino;            /* never unlink somebody else's */
+    void *rx_buf;                /* NUKSM_MSG_MAX bytes each */
+    void *tx_buf;
+} NuksmAgent;
+
+#endif /* NUKSMD_AGENT_H */

@@ -1,0 +1,103 @@
+/*
+ * nuksmd client registry.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <string.h>
+#include <unistd.h>
+
+#include "clients.h"
+
+NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
+                         int fd, pid_t pid, uid_t uid, gid_t gid)
+{
+    NuksmClient *client = g_new0(NuksmClient, 1);
+
+    client->agent = agent;
+    client->fd = fd;
+    client->pid = pid;
+    client->uid = uid;
+    client->gid = gid;
+    client->label = g_strdup_printf("client pid %ld", (long)pid);
+    g_queue_push_tail(&reg->list, client);
+    return client;
+}
+
+void clients_remove(ClientRegistry *reg, NuksmClient *client)
+{
+    g_queue_remove(&reg->list, client);
+    if (client->watch) {
+        g_source_remove(client->watch);
+    }
+    close(client->fd);
+    g_free(client->label);
+    g_free(client);
+}
+
+void clients_set_hello(NuksmClient *client, uint32_t id,
+                       const NuksmMsgHello *hello)
+{
+    client->hello_done = true;
+    client->id = id;
+    client->role = hello->role;
+    client->priority = hello->role == NUKSM_ROLE_VM ? hello->priority : 0;
+    memcpy(client->domain, hello->domain, sizeof(client->domain));
+    memcpy(client->vm_name, hello->vm_name, sizeof(client->vm_name));
+    memcpy(client->object_id, hello->object_id, sizeof(client->object_id));
+
+    g_free(client->label);
+    if (client->role == NUKSM_ROLE_VM && client->vm_name[0]) {
+        /* Names come from the client: escape them before they reach logs. */
+        g_autofree char *name = g_strescape(client->vm_name, NULL);
+
+        client->label = g_strdup_printf("client %u (pid %ld, vm '%s')",
+                                        id, (long)client->pid, name);
+    } else {
+        client->label = g_strdup_printf("client %u (pid %ld)",
+                                        id, (long)client->pid);
+    }
+}
+
+unsigned clients_count(const ClientRegistry *reg)
+{
+    return reg->list.length;
+}
+
+bool clients_is_vm(const NuksmClient *client)
+{
+    return !client->dead && client->hello_done &&
+           client->role == NUKSM_ROLE_VM;
+}
+
+unsigned clients_count_vms(const ClientRegistry *reg)
+{
+    unsigned n = 0;
+
+    for (GList *l = reg->list.head; l; l = l->next) {
+        n += clients_is_vm(l->data);
+    }
+    return n;
+}
+
+static gint compare_ids(gconstpointer a, gconstpointer b)
+{
+    const NuksmClient *ca = *(NuksmClient *const *)a;
+    const NuksmClient *cb = *(NuksmClient *const *)b;
+
+    return ca->id < cb->id ? -1 : ca->id > cb->id;
+}
+
+GPtrArray *clients_list_vms(const ClientRegistry *reg)
+{
+    GPtrArray *vms = g_ptr_array_new();
+
+    for (GList *l = reg->list.head; l; l = l->next) {
+        if (clients_is_vm(l->data)) {
+            g_ptr_array_add(vms, l->data);
+        }
+    }
+    g_ptr_array_sort(vms, compare_ids);
+    return vms;
+}

@@ -1,0 +1,71 @@
+/*
+ * nuksmd client registry: one NuksmClient per accepted connection.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSMD_CLIENTS_H
+#define NUKSMD_CLIENTS_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include <glib.h>
+
+#include "nuksm-proto.h"
+
+/* Connections beyond this are refused; keeps fds and LIST_VMS bounded. */
+#define CLIENTS_MAX 1024u
+
+struct NuksmAgent;
+
+typedef struct NuksmClient {
+    struct NuksmAgent *agent;
+    int fd;
+    guint watch;             /* g_unix_fd_add() source for fd */
+    pid_t pid;               /* SO_PEERCRED at connect time */
+    uid_t uid;
+    gid_t gid;
+    char *label;             /* "client 3 (pid 1234)", for logs */
+
+    /* Set once the client is disconnected; it is freed by the reaper. */
+    bool dead;
+
+    /* From HELLO */
+    bool hello_done;
+    uint32_t id;
+    NuksmClientRole role;
+    uint32_t priority;
+    char domain[NUKSM_NAME_LEN];
+    char vm_name[NUKSM_NAME_LEN];
+    char object_id[NUKSM_NAME_LEN];
+
+    uint64_t merged_pages;   /* guest pages mapped onto store pages */
+} NuksmClient;
+
+typedef struct ClientRegistry {
+    GQueue list;             /* NuksmClient *, in connection order */
+} ClientRegistry;
+
+/* Register a connection; the caller sets ->watch. */
+NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
+                         int fd, pid_t pid, uid_t uid, gid_t gid);
+
+/* Unregister @client, remove its watch, close its fd and free it. */
+void clients_remove(ClientRegistry *reg, NuksmClient *client);
+
+/* Record an accepted HELLO (already validated) and the assigned @id. */
+void clients_set_hello(NuksmClient *client, uint32_t id,
+                       const NuksmMsgHello *hello);
+
+unsigned clients_count(const ClientRegistry *reg);
+
+/* Live clients that completed HELLO as NUKSM_ROLE_VM. */
+bool clients_is_vm(const NuksmClient *client);
+unsigned clients_count_vms(const ClientRegistry *reg);
+
+/* The clients_is_vm() clients sorted by id; free with g_ptr_array_unref. */
+GPtrArray *clients_list_vms(const ClientRegistry *reg);
+
+#endif /* NUKSMD_CLIENTS_H */

@@ -1,0 +1,233 @@
+/*
+ * nuksmd configuration: command line and [nuksmd] key file.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+
+#include "config.h"
+#include "nuksm-config.h"
+
+#define CONFIG_GROUP "nuksmd"
+
+/*
+ * A setter validates one value and stores it; @origin ("--policy" or
+ * "FILE: policy") prefixes the message when the value is rejected.
+ */
+typedef bool (*SettingSetter)(NuksmdConfig *cfg, const char *origin,
+                              const char *value);
+
+static void G_GNUC_PRINTF(2, 3)
+usage_error(const char *origin, const char *fmt, ...)
+{
+    g_autofree char *text = NULL;
+    va_list ap;
+
+    va_start(ap, fmt);
+    text = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "nuksmd: %s: %s\n", origin, text);
+}
+
+static bool set_socket(NuksmdConfig *cfg, const char *origin,
+                       const char *value)
+{
+    size_t max = sizeof(((struct sockaddr_un *)NULL)->sun_path) - 1;
+
+    if (value[0] == '\0') {
+        usage_error(origin, "socket path must not be empty");
+        return false;
+    }
+    if (strlen(value) > max) {
+        usage_error(origin, "socket path too long (%zu bytes, max %zu)",
+                    strlen(value), max);
+        return false;
+    }
+    g_free(cfg->socket_path);
+    cfg->socket_path = g_strdup(value);
+    return true;
+}
+
+static bool set_policy(NuksmdConfig *cfg, const char *origin,
+                       const char *value)
+{
+    int policy = nuksm_policy_parse(value);
+
+    if (policy < 0) {
+        usage_error(origin, "unknown policy '%s' (allowed: %s)",
+                    value, nuksm_policy_names());
+        return false;
+    }
+    cfg->policy = policy;
+    return true;
+}
+
+static bool set_fake_numa(NuksmdConfig *cfg, const char *origin,
+                          const char *value)
+{
+    guint64 nodes;
+
+    if (!g_ascii_string_to_unsigned(value, 10, 1, NUKSM_MAX_NODES,
+                                    &nodes, NULL)) {
+        usage_error(origin, "invalid node count '%s' (allowed: 1..%u)",
+                    value, NUKSM_MAX_NODES);
+        return false;
+    }
+    cfg->fake_numa = nodes;
+    return true;
+}
+
+static bool set_log_level(NuksmdConfig *cfg, const char *origin,
+                          const char *value)
+{
+    if (!log_parse_level(value, &cfg->log_level)) {
+        usage_error(origin, "unknown log level '%s' (allowed: %s)",
+                    value, log_level_names());
+        return false;
+    }
+    return true;
+}
+
+/* Key file keys; the command-line option of each is "--" + key. */
+static const struct {
+    const char *key;
+    SettingSetter set;
+} settings[] = {
+    { "socket",    set_socket },
+    { "policy",    set_policy },
+    { "fake-numa", set_fake_numa },
+    { "log-level", set_log_level },
+};
+
+enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
+
+static int setting_index(const char *key)
+{
+    for (int i = 0; i < NR_SETTINGS; i++) {
+        if (g_str_equal(key, settings[i].key)) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* Apply every key of @path's [nuksmd] group. */
+static bool load_key_file(NuksmdConfig *cfg, const char *path)
+{
+    g_autoptr(GKeyFile) kf = g_key_file_new();
+    g_autoptr(GError) err = NULL;
+    g_auto(GStrv) keys = NULL;
+
+    if (!g_key_file_load_from_file(kf, path, G_KEY_FILE_NONE, &err)) {
+        usage_error("--config", "cannot load %s: %s", path, err->message);
+        return false;
+    }
+    if (!g_key_file_has_group(kf, CONFIG_GROUP)) {
+        usage_error("--config", "%s has no [" CONFIG_GROUP "] group", path);
+        return false;
+    }
+    keys = g_key_file_get_keys(kf, CONFIG_GROUP, NULL, NULL);
+    for (char **key = keys; *key; key++) {
+        int i = setting_index(*key);
+        g_autofree char *origin = g_strdup_printf("%s: %s", path, *key);
+        g_autofree char *value = NULL;
+
+        if (i < 0) {
+            usage_error(path, "unknown key '%s' in [" CONFIG_GROUP "] "
+                        "(allowed: socket, policy, fake-numa, log-level)",
+                        *key);
+            return false;
+        }
+        value = g_key_file_get_string(kf, CONFIG_GROUP, *key, &err);
+        if (!value) {
+            usage_error(origin, "%s", err->message);
+            return false;
+        }
+        if (!settings[i].set(cfg, origin, value)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool config_load(NuksmdConfig *cfg, int argc, char **argv)
+{
+    g_autofree char *config_path = NULL;
+    char *cli[NR_SETTINGS] = { NULL };  /* values of settings[i], as typed */
+    gboolean foreground = FALSE;
+    gboolean version = FALSE;
+    GOptionEntry entries[] = {
+        { "socket", 0, 0, G_OPTION_ARG_FILENAME, &cli[0],
+          "Listen on PATH (default " NUKSM_DEFAULT_SOCKET ")", "PATH" },
+        { "policy", 0, 0, G_OPTION_ARG_STRING, &cli[1],
+          "Initial placement policy (default global)", "NAME" },
+        { "fake-numa", 0, 0, G_OPTION_ARG_STRING, &cli[2],
+          "Pretend the host has N NUMA nodes (1..64)", "N" },
+        { "log-level", 0, 0, G_OPTION_ARG_STRING, &cli[3],
+          "error, warning, info (default) or debug", "LEVEL" },
+        { "config", 0, 0, G_OPTION_ARG_FILENAME, &config_path,
+          "Read settings from the [nuksmd] group of FILE", "FILE" },
+        { "foreground", 0, 0, G_OPTION_ARG_NONE, &foreground,
+          "Run in the foreground (nuksmd never daemonises)", NULL },
+        { "version", 0, 0, G_OPTION_ARG_NONE, &version,
+          "Print the version and exit", NULL },
+        { NULL },
+    };
+    g_autoptr(GOptionContext) ctx = NULL;
+    g_autoptr(GError) err = NULL;
+    bool ok = false;
+
+    *cfg = (NuksmdConfig) {
+        .socket_path = g_strdup(NUKSM_DEFAULT_SOCKET),
+        .policy = NUKSM_POLICY_ID_GLOBAL,
+        .fake_numa = 0,
+        .log_level = NUKSMD_LOG_INFO,
+    };
+
+    ctx = g_option_context_new("- nuksm host agent");
+    g_option_context_add_main_entries(ctx, entries, NULL);
+    g_option_context_set_description(ctx,
+        "Policies: global, ksm-order, local, fair, priority, adaptive.\n"
+        "The --config FILE takes the keys socket, policy, fake-numa and\n"
+        "log-level in a [nuksmd] group; command-line options override it.\n");
+    if (!g_option_context_parse(ctx, &argc, &argv, &err)) {
+        fprintf(stderr, "nuksmd: %s (see --help)\n", err->message);
+        goto out;
+    }
+    if (version) {
+        printf("nuksmd %s\n", NUKSM_VERSION);
+        exit(0);
+    }
+    if (argc > 1) {
+        fprintf(stderr, "nuksmd: unexpected argument '%s' (see --help)\n",
+                argv[1]);
+        goto out;
+    }
+    if (config_path && !load_key_file(cfg, config_path)) {
+        goto out;
+    }
+    for (int i = 0; i < NR_SETTINGS; i++) {
+        g_autofree char *origin = g_strconcat("--", settings[i].key, NULL);
+
+        if (cli[i] && !settings[i].set(cfg, origin, cli[i])) {
+            goto out;
+        }
+    }
+    ok = true;
+
+out:
+    for (int i = 0; i < NR_SETTINGS; i++) {
+        g_free(cli[i]);
+    }
+    return ok;
+}
+
+void config_clear(NuksmdConfig *cfg)
+{
+    g_clear_pointer(&cfg->socket_path, g_free);
+}

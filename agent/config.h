@@ -1,0 +1,32 @@
+/*
+ * nuksmd configuration: command line and [nuksmd] key file.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSMD_CONFIG_H
+#define NUKSMD_CONFIG_H
+
+#include <glib.h>
+
+#include "log.h"
+#include "nuksm-proto.h"
+
+typedef struct NuksmdConfig {
+    char *socket_path;
+    NuksmPolicyId policy;
+    uint32_t fake_numa;        /* 0: use the host's NUMA topology */
+    NuksmdLogLevel log_level;
+} NuksmdConfig;
+
+/*
+ * Fill @cfg from the command line and, with --config, from its key file;
+ * command-line options win.  Returns false after printing a usage error
+ * (the caller exits 2); exits 0 itself for --help and --version.
+ */
+bool config_load(NuksmdConfig *cfg, int argc, char **argv);
+
+void config_clear(NuksmdConfig *cfg);
+
+#endif /* NUKSMD_CONFIG_H */

@@ -1,0 +1,231 @@
+/*
+ * nuksmd request handling.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <string.h>
+
+#include "dispatch.h"
+#include "log.h"
+#include "nuksm-config.h"
+#include "server.h"
+
+/* Handler of one request type; @payload passed nuksm_msg_check(). */
+typedef void (*RequestHandler)(NuksmAgent *agent, NuksmClient *client,
+                               uint32_t seq, const void *payload);
+
+static void handle_hello(NuksmAgent *agent, NuksmClient *client,
+                         uint32_t seq, const void *payload)
+{
+    const NuksmMsgHello *hello = payload;
+    NuksmMsgHelloAck ack = {
+        .version = NUKSM_PROTO_VERSION,
+        .policy = agent->policy,
+        .nr_nodes = agent->nr_nodes,
+    };
+
+    clients_set_hello(client, agent->next_client_id++, hello);
+    ack.client_id = client->id;
+    nuksm_strfield_set(ack.agent_version, sizeof(ack.agent_version),
+                       NUKSM_VERSION);
+
+    if (client->role == NUKSM_ROLE_VM) {
+        g_autofree char *domain = g_strescape(client->domain, NULL);
+        g_autofree char *object = g_strescape(client->object_id, NULL);
+
+        log_info("%s: VM joined domain '%s', object '%s', priority %u",
+                 client->label, domain, object, client->priority);
+    } else {
+        log_info("%s: control client", client->label);
+    }
+    server_send(agent, client, NUKSM_MSG_HELLO_ACK, seq, &ack, sizeof(ack));
+}
+
+static void send_policy(NuksmAgent *agent, NuksmClient *client, uint32_t seq)
+{
+    NuksmMsgPolicy msg = { .policy = agent->policy };
+
+    server_send(agent, client, NUKSM_MSG_POLICY, seq, &msg, sizeof(msg));
+}
+
+static void handle_set_policy(NuksmAgent *agent, NuksmClient *client,
+                              uint32_t seq, const void *payload)
+{
+    const NuksmMsgPolicy *req = payload;
+    NuksmPolicyId old = agent->policy;
+
+    agent->policy = req->policy;
+    send_policy(agent, client, seq);
+    if (agent->policy == old) {
+        log_debug("%s: policy %s unchanged", client->label,
+                  nuksm_policy_name(old));
+        return;
+    }
+
+    log_info("policy: %s -> %s (set by %s)", nuksm_policy_name(old),
+             nuksm_policy_name(agent->policy), client->label);
+    /* Seq 0 marks an unsolicited change for every other VM. */
+    for (GList *l = agent->clients.list.head; l; l = l->next) {
+        NuksmClient *other = l->data;
+
+        if (other != client && clients_is_vm(other)) {
+            send_policy(agent, other, 0);
+        }
+    }
+}
+
+static void handle_get_policy(NuksmAgent *agent, NuksmClient *client,
+                              uint32_t seq, const void *payload)
+{
+    send_policy(agent, client, seq);
+}
+
+static void handle_set_priority(NuksmAgent *agent, NuksmClient *client,
+                                uint32_t seq, const void *payload)
+{
+    const NuksmMsgPriority *req = payload;
+
+    if (client->role != NUKSM_ROLE_VM) {
+        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+                      "SET_PRIORITY from a control client, only VMs have "
+                      "a priority");
+        return;
+    }
+    log_info("%s: priority %u -> %u", client->label, client->priority,
+             req->priority);
+    client->priority = req->priority;
+}
+
+static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
+                            uint32_t seq, const void *payload)
+{
+    NuksmMsgInfo info = {
+        .policy = agent->policy,
+        .vms = clients_count_vms(&agent->clients),
+        .nr_nodes = agent->nr_nodes,
+        .pages_shared = agent->pages_shared,
+        .pages_sharing = agent->pages_sharing,
+    };
+
+    nuksm_strfield_set(info.agent_version, sizeof(info.agent_version),
+                       NUKSM_VERSION);
+    memcpy(info.store_pages, agent->store_pages,
+           agent->nr_nodes * sizeof(info.store_pages[0]));
+    server_send(agent, client, NUKSM_MSG_INFO, seq, &info, sizeof(info));
+}
+
+static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
+                            uint32_t seq, const void *payload)
+{
+    g_autoptr(GPtrArray) vms = clients_list_vms(&agent->clients);
+    uint32_t count = MIN(vms->len, NUKSM_VMS_MAX_ENTRIES);
+    uint32_t len = sizeof(NuksmMsgVms) + count * sizeof(NuksmVmEntry);
+    g_autofree NuksmMsgVms *msg = g_malloc0(len);
+    NuksmVmEntry *entries = (NuksmVmEntry *)(msg + 1);
+
+    msg->count = count;
+    msg->total = vms->len;
+    for (uint32_t i = 0; i < count; i++) {
+        const NuksmClient *vm = g_ptr_array_index(vms, i);
+        NuksmVmEntry *e = &entries[i];
+
+        e->client_id = vm->id;
+        e->pid = vm->pid;
+        e->uid = vm->uid;
+        e->priority = vm->priority;
+        memcpy(e->domain, vm->domain, sizeof(e->domain));
+        memcpy(e->vm_name, vm->vm_name, sizeof(e->vm_name));
+        memcpy(e->object_id, vm->object_id, sizeof(e->object_id));
+        e->merged_pages = vm->merged_pages;
+    }
+    server_send(agent, client, NUKSM_MSG_VMS, seq, msg, len);
+}
+
+/* Requests clients may send; NULL for the types only nuksmd sends. */
+static const RequestHandler handlers[NUKSM_MSG__MAX] = {
+    [NUKSM_MSG_HELLO]        = handle_hello,
+    [NUKSM_MSG_SET_POLICY]   = handle_set_policy,
+    [NUKSM_MSG_GET_POLICY]   = handle_get_policy,
+    [NUKSM_MSG_SET_PRIORITY] = handle_set_priority,
+    [NUKSM_MSG_GET_INFO]     = handle_get_info,
+    [NUKSM_MSG_LIST_VMS]     = handle_list_vms,
+};
+
+/*
+ * The protocol version of a HELLO from any version of the protocol: only
+ * the header and the leading version field are assumed, since another
+ * version's HELLO may have another size.
+ */
+static bool peek_hello_version(const void *buf, size_t size,
+                               uint32_t *version)
+{
+    NuksmMsgHeader hdr;
+
+    if (size < sizeof(hdr) + sizeof(*version)) {
+        return false;
+    }
+    memcpy(&hdr, buf, sizeof(hdr));
+    if (hdr.magic != NUKSM_PROTO_MAGIC || hdr.type != NUKSM_MSG_HELLO) {
+        return false;
+    }
+    memcpy(version, nuksm_msg_payload(buf), sizeof(*version));
+    return true;
+}
+
+void dispatch_message(NuksmAgent *agent, NuksmClient *client,
+                      const void *buf, size_t size)
+{
+    NuksmMsgHeader hdr = { .seq = 0 };
+    uint32_t seq = 0;
+    const char *problem;
+    const char *name;
+    uint32_t version;
+
+    /* ERROR replies echo the seq of anything that looks like a header. */
+    if (size >= sizeof(hdr)) {
+        memcpy(&hdr, buf, sizeof(hdr));
+        if (hdr.magic == NUKSM_PROTO_MAGIC) {
+            seq = hdr.seq;
+        }
+    }
+    if (size > NUKSM_MSG_MAX) {
+        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+                      "malformed message: %zu-byte datagram exceeds the "
+                      "%u-byte limit", size, NUKSM_MSG_MAX);
+        return;
+    }
+    if (!client->hello_done && peek_hello_version(buf, size, &version) &&
+        version != NUKSM_PROTO_VERSION) {
+        server_reject(agent, client, seq, NUKSM_ERR_VERSION,
+                      "protocol version mismatch: nuksmd speaks %u, "
+                      "client speaks %u", NUKSM_PROTO_VERSION, version);
+        return;
+    }
+    problem = nuksm_msg_check(buf, size);
+    if (problem) {
+        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+                      "malformed message: %s", problem);
+        return;
+    }
+
+    name = nuksm_msg_type_name(hdr.type);
+    log_debug("%s: received %s seq %u", client->label, name, seq);
+    if (!handlers[hdr.type]) {
+        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+                      "unexpected %s: only nuksmd sends it", name);
+        return;
+    }
+    if (!client->hello_done && hdr.type != NUKSM_MSG_HELLO) {
+        server_reject(agent, client, seq, NUKSM_ERR_HANDSHAKE,
+                      "%s before HELLO", name);
+        return;
+    }
+    if (client->hello_done && hdr.type == NUKSM_MSG_HELLO) {
+        server_reject(agent, client, seq, NUKSM_ERR_HANDSHAKE,
+                      "second HELLO");
+        return;
+    }
+    handlers[hdr.type](agent, client, seq, nuksm_msg_payload(buf));
+}

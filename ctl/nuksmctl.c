@@ -1,0 +1,464 @@
+/*
+ * nuksmctl: query and steer a running nuksmd.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <glib.h>
+
+#include "nuksm-config.h"
+#include "nuksm-proto.h"
+
+/* How long to wait for any reply before giving up on nuksmd. */
+#define REPLY_TIMEOUT_SECONDS 5
+
+typedef struct Ctl {
+    const char *socket_path;
+    int fd;
+    uint32_t seq;               /* of the last request */
+    void *buf;                  /* NUKSM_MSG_MAX bytes */
+} Ctl;
+
+static void G_GNUC_NORETURN G_GNUC_PRINTF(2, 3)
+die(int status, const char *fmt, ...)
+{
+    g_autofree char *text = NULL;
+    va_list ap;
+
+    va_start(ap, fmt);
+    text = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "nuksmctl: %s\n", text);
+    exit(status);
+}
+
+static void ctl_connect(Ctl *ctl)
+{
+    struct timeval tv = { .tv_sec = REPLY_TIMEOUT_SECONDS };
+    struct sockaddr_un addr = { .sun_family = AF_UNIX };
+
+    if (strlen(ctl->socket_path) >= sizeof(addr.sun_path)) {
+        die(2, "--socket: path too long (max %zu bytes)",
+            sizeof(addr.sun_path) - 1);
+    }
+    strcpy(addr.sun_path, ctl->socket_path);
+
+    ctl->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (ctl->fd < 0) {
+        die(1, "cannot create socket: %s", g_strerror(errno));
+    }
+    if (connect(ctl->fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+        die(1, "cannot connect to nuksmd at %s: %s", ctl->socket_path,
+            g_strerror(errno));
+    }
+    if (setsockopt(ctl->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+        setsockopt(ctl->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0) {
+        die(1, "cannot set socket timeouts: %s", g_strerror(errno));
+    }
+}
+
+static void G_GNUC_NORETURN die_on_error_reply(Ctl *ctl)
+{
+    const NuksmMsgError *err = nuksm_msg_payload(ctl->buf);
+
+    die(1, "nuksmd: %s", err->message);
+}
+
+/*
+ * nuksmd may have sent ERROR and closed the connection before our request
+ * went out (e.g. when it has too many clients): report that ERROR rather
+ * than the failed send.
+ */
+static void die_on_pending_error(Ctl *ctl)
+{
+    ssize_t n = recv(ctl->fd, ctl->buf, NUKSM_MSG_MAX,
+                     MSG_TRUNC | MSG_DONTWAIT);
+    NuksmMsgHeader hdr;
+
+    if (n > 0 && !nuksm_msg_check(ctl->buf, n)) {
+        memcpy(&hdr, ctl->buf, sizeof(hdr));
+        if (hdr.type == NUKSM_MSG_ERROR) {
+            die_on_error_reply(ctl);
+        }
+    }
+}
+
+/*
+ * Send a request and return the payload of its reply, which must be of
+ * type @reply_type.  ERROR replies and every failure end the program.
+ */
+static const void *ctl_request(Ctl *ctl, NuksmMsgType type,
+                               const void *payload, uint32_t len,
+                               NuksmMsgType reply_type)
+{
+    /* HELLO is the largest request. */
+    char req[sizeof(NuksmMsgHeader) + sizeof(NuksmMsgHello)];
+    NuksmMsgHeader hdr;
+    const char *problem;
+    size_t size;
+    ssize_t n;
+
+    g_assert(len <= sizeof(NuksmMsgHello));
+    size = nuksm_msg_pack(req, type, ++ctl->seq, payload, len);
+    if (send(ctl->fd, req, size, MSG_NOSIGNAL) < 0) {
+        int err = errno;
+
+        die_on_pending_error(ctl);
+        die(1, "cannot send %s to nuksmd: %s", nuksm_msg_type_name(type),
+            g_strerror(err));
+    }
+
+    for (;;) {
+        n = recv(ctl->fd, ctl->buf, NUKSM_MSG_MAX, MSG_TRUNC);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            die(1, "no reply from nuksmd within %d s",
+                REPLY_TIMEOUT_SECONDS);
+        }
+        if (n < 0) {
+            die(1, "cannot receive from nuksmd: %s", g_strerror(errno));
+        }
+        if (n == 0) {
+            die(1, "nuksmd closed the connection");
+        }
+        problem = nuksm_msg_check(ctl->buf, n);
+        if (problem) {
+            die(1, "invalid reply from nuksmd: %s", problem);
+        }
+        memcpy(&hdr, ctl->buf, sizeof(hdr));
+        /* Policy broadcasts (seq 0) are not replies to us. */
+        if (hdr.type == NUKSM_MSG_POLICY && hdr.seq == 0) {
+            continue;
+        }
+        break;
+    }
+
+    if (hdr.type == NUKSM_MSG_ERROR) {
+        die_on_error_reply(ctl);
+    }
+    if (hdr.type != reply_type || hdr.seq != ctl->seq) {
+        die(1, "unexpected %s (seq %u) from nuksmd in reply to %s (seq %u)",
+            nuksm_msg_type_name(hdr.type), hdr.seq,
+            nuksm_msg_type_name(type), ctl->seq);
+    }
+    return nuksm_msg_payload(ctl->buf);
+}
+
+static void ctl_hello(Ctl *ctl)
+{
+    NuksmMsgHello hello = {
+        .version = NUKSM_PROTO_VERSION,
+        .role = NUKSM_ROLE_CONTROL,
+    };
+
+    ctl_request(ctl, NUKSM_MSG_HELLO, &hello, sizeof(hello),
+                NUKSM_MSG_HELLO_ACK);
+}
+
+/* Append @s as a JSON string; invalid UTF-8 becomes U+FFFD. */
+static void json_string(GString *out, const char *s)
+{
+    g_autofree char *valid = g_utf8_make_valid(s, -1);
+
+    g_string_append_c(out, '"');
+    for (const char *p = valid; *p; p++) {
+        switch (*p) {
+        case '"':
+            g_string_append(out, "\\\"");
+            break;
+        case '\\':
+            g_string_append(out, "\\\\");
+            break;
+        case '\n':
+            g_string_append(out, "\\n");
+            break;
+        case '\r':
+            g_string_append(out, "\\r");
+            break;
+        case '\t':
+            g_string_append(out, "\\t");
+            break;
+        default:
+            if ((unsigned char)*p < 0x20) {
+                g_string_append_printf(out, "\\u%04x", (unsigned char)*p);
+            } else {
+                g_string_append_c(out, *p);
+            }
+        }
+    }
+    g_string_append_c(out, '"');
+}
+
+static void print_json(GString *out)
+{
+    g_string_append_c(out, '\n');
+    fputs(out->str, stdout);
+}
+
+static void cmd_status(Ctl *ctl, bool json)
+{
+    const NuksmMsgInfo *info = ctl_request(ctl, NUKSM_MSG_GET_INFO, NULL, 0,
+                                           NUKSM_MSG_INFO);
+    const char *policy = nuksm_policy_name(info->policy);
+
+    if (json) {
+        g_autoptr(GString) out = g_string_new("{\"agent_version\": ");
+
+        json_string(out, info->agent_version);
+        g_string_append(out, ", \"policy\": ");
+        json_string(out, policy);
+        g_string_append_printf(out,
+            ", \"nodes\": %u, \"vms\": %u, \"pages_shared\": %" PRIu64
+            ", \"pages_sharing\": %" PRIu64 ", \"store_pages\": [",
+            info->nr_nodes, info->vms, info->pages_shared,
+            info->pages_sharing);
+        for (uint32_t i = 0; i < info->nr_nodes; i++) {
+            g_string_append_printf(out, "%s%" PRIu64, i ? ", " : "",
+                                   info->store_pages[i]);
+        }
+        g_string_append(out, "]}");
+        print_json(out);
+        return;
+    }
+
+    printf("agent version:  %s\n", info->agent_version);
+    printf("policy:         %s\n", policy);
+    printf("NUMA nodes:     %u\n", info->nr_nodes);
+    printf("VMs:            %u\n", info->vms);
+    printf("pages shared:   %" PRIu64 "\n", info->pages_shared);
+    printf("pages sharing:  %" PRIu64 "\n", info->pages_sharing);
+    printf("store pages:\n");
+    for (uint32_t i = 0; i < info->nr_nodes; i++) {
+        g_autofree char *node = g_strdup_printf("node %u:", i);
+
+        printf("  %-14s%" PRIu64 "\n", node, info->store_pages[i]);
+    }
+}
+
+/* A client-supplied name made safe for a terminal; "-" when empty. */
+static char *table_text(const char *s)
+{
+    g_autofree char *valid = g_utf8_make_valid(s[0] ? s : "-", -1);
+    GString *text = g_string_new(NULL);
+
+    for (const char *p = valid; *p; p = g_utf8_next_char(p)) {
+        gunichar c = g_utf8_get_char(p);
+
+        if (g_unichar_iscntrl(c)) {
+            g_string_append_c(text, '?');
+        } else {
+            g_string_append_unichar(text, c);
+        }
+    }
+    return g_string_free(text, FALSE);
+}
+
+enum { VM_COLUMNS = 8 };
+
+static void print_row(char **cells, const size_t *widths)
+{
+    for (int c = 0; c < VM_COLUMNS; c++) {
+        size_t pad = widths[c] - g_utf8_strlen(cells[c], -1);
+
+        fputs(cells[c], stdout);
+        if (c < VM_COLUMNS - 1) {
+            printf("%*s", (int)pad + 2, "");
+        }
+    }
+    putchar('\n');
+}
+
+static void print_vms_table(const NuksmMsgVms *vms,
+                            const NuksmVmEntry *entries)
+{
+    static const char *const header[VM_COLUMNS] = {
+        "ID", "PID", "UID", "DOMAIN", "NAME", "OBJECT", "PRIORITY", "MERGED",
+    };
+    g_autoptr(GPtrArray) rows = g_ptr_array_new_with_free_func(
+        (GDestroyNotify)g_strfreev);
+    size_t widths[VM_COLUMNS];
+
+    for (uint32_t i = 0; i < vms->count; i++) {
+        const NuksmVmEntry *e = &entries[i];
+        char **row = g_new0(char *, VM_COLUMNS + 1);
+
+        row[0] = g_strdup_printf("%u", e->client_id);
+        row[1] = g_strdup_printf("%u", e->pid);
+        row[2] = g_strdup_printf("%u", e->uid);
+        row[3] = table_text(e->domain);
+        row[4] = table_text(e->vm_name);
+        row[5] = table_text(e->object_id);
+        row[6] = g_strdup_printf("%u", e->priority);
+        row[7] = g_strdup_printf("%" PRIu64, e->merged_pages);
+        g_ptr_array_add(rows, row);
+    }
+
+    for (int c = 0; c < VM_COLUMNS; c++) {
+        widths[c] = strlen(header[c]);
+        for (guint r = 0; r < rows->len; r++) {
+            char **row = g_ptr_array_index(rows, r);
+
+            widths[c] = MAX(widths[c], (size_t)g_utf8_strlen(row[c], -1));
+        }
+    }
+    print_row((char **)header, widths);
+    for (guint r = 0; r < rows->len; r++) {
+        print_row(g_ptr_array_index(rows, r), widths);
+    }
+    if (vms->total > vms->count) {
+        printf("(%u of %u VMs listed)\n", vms->count, vms->total);
+    }
+}
+
+static void cmd_vms(Ctl *ctl, bool json)
+{
+    const NuksmMsgVms *vms = ctl_request(ctl, NUKSM_MSG_LIST_VMS, NULL, 0,
+                                         NUKSM_MSG_VMS);
+    const NuksmVmEntry *entries = (const NuksmVmEntry *)(vms + 1);
+    g_autoptr(GString) out = NULL;
+
+    if (!json) {
+        print_vms_table(vms, entries);
+        return;
+    }
+
+    out = g_string_new(NULL);
+    g_string_append_printf(out, "{\"total\": %u, \"vms\": [", vms->total);
+    for (uint32_t i = 0; i < vms->count; i++) {
+        const NuksmVmEntry *e = &entries[i];
+
+        g_string_append_printf(out,
+            "%s{\"id\": %u, \"pid\": %u, \"uid\": %u, \"domain\": ",
+            i ? ", " : "", e->client_id, e->pid, e->uid);
+        json_string(out, e->domain);
+        g_string_append(out, ", \"name\": ");
+        json_string(out, e->vm_name);
+        g_string_append(out, ", \"object\": ");
+        json_string(out, e->object_id);
+        g_string_append_printf(out,
+            ", \"priority\": %u, \"merged_pages\": %" PRIu64 "}",
+            e->priority, e->merged_pages);
+    }
+    g_string_append(out, "]}");
+    print_json(out);
+}
+
+/* Show the policy in force, after setting it to @policy if >= 0. */
+static void cmd_policy(Ctl *ctl, int policy, bool json)
+{
+    const NuksmMsgPolicy *reply;
+    const char *name;
+
+    if (policy >= 0) {
+        NuksmMsgPolicy req = { .policy = policy };
+
+        reply = ctl_request(ctl, NUKSM_MSG_SET_POLICY, &req, sizeof(req),
+                            NUKSM_MSG_POLICY);
+    } else {
+        reply = ctl_request(ctl, NUKSM_MSG_GET_POLICY, NULL, 0,
+                            NUKSM_MSG_POLICY);
+    }
+    name = nuksm_policy_name(reply->policy);
+
+    if (json) {
+        g_autoptr(GString) out = g_string_new("{\"policy\": ");
+
+        json_string(out, name);
+        g_string_append_c(out, '}');
+        print_json(out);
+    } else {
+        printf("%s\n", name);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    g_autofree char *socket_path = NULL;
+    gboolean json = FALSE;
+    gboolean version = FALSE;
+    GOptionEntry entries[] = {
+        { "socket", 0, 0, G_OPTION_ARG_FILENAME, &socket_path,
+          "nuksmd socket (default " NUKSM_DEFAULT_SOCKET ")", "PATH" },
+        { "json", 0, 0, G_OPTION_ARG_NONE, &json,
+          "Print JSON instead of text", NULL },
+        { "version", 0, 0, G_OPTION_ARG_NONE, &version,
+          "Print the version and exit", NULL },
+        { NULL },
+    };
+    g_autoptr(GOptionContext) octx = NULL;
+    g_autoptr(GError) err = NULL;
+    Ctl ctl = { .fd = -1 };
+    const char *cmd;
+    int max_argc;
+    int policy = -1;
+
+    octx = g_option_context_new("status|vms|policy [NAME]");
+    g_option_context_set_summary(octx,
+        "  status         agent version, policy, nodes, VMs, page counts\n"
+        "  vms            the connected VMs\n"
+        "  policy         the placement policy in force\n"
+        "  policy NAME    switch every VM to policy NAME");
+    g_option_context_set_description(octx,
+        "Policies: global, ksm-order, local, fair, priority, adaptive.\n");
+    g_option_context_add_main_entries(octx, entries, NULL);
+    if (!g_option_context_parse(octx, &argc, &argv, &err)) {
+        die(2, "%s (see --help)", err->message);
+    }
+    if (version) {
+        printf("nuksmctl %s\n", NUKSM_VERSION);
+        return 0;
+    }
+    if (argc < 2) {
+        die(2, "missing command (allowed: status, vms, policy)");
+    }
+
+    cmd = argv[1];
+    if (g_str_equal(cmd, "policy")) {
+        max_argc = 3;
+    } else if (g_str_equal(cmd, "status") || g_str_equal(cmd, "vms")) {
+        max_argc = 2;
+    } else {
+        die(2, "unknown command '%s' (allowed: status, vms, policy)", cmd);
+    }
+    if (argc > max_argc) {
+        die(2, "unexpected argument '%s' (see --help)", argv[max_argc]);
+    }
+    if (argc == 3) {
+        /* Reject a bad name here, without bothering nuksmd. */
+        policy = nuksm_policy_parse(argv[2]);
+        if (policy < 0) {
+            die(2, "unknown policy '%s' (allowed: %s)", argv[2],
+                nuksm_policy_names());
+        }
+    }
+
+    ctl.socket_path = socket_path ? socket_path : NUKSM_DEFAULT_SOCKET;
+    ctl.buf = g_malloc(NUKSM_MSG_MAX);
+    ctl_connect(&ctl);
+    ctl_hello(&ctl);
+
+    if (g_str_equal(cmd, "status")) {
+        cmd_status(&ctl, json);
+    } else if (g_str_equal(cmd, "vms")) {
+        cmd_vms(&ctl, json);
+    } else {
+        cmd_policy(&ctl, policy, json);
+    }
+
+    close(ctl.fd);
+    g_free(ctl.buf);
+    return 0;
+}

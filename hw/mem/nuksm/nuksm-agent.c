@@ -1,0 +1,431 @@
+/*
+ * nuksm: connection to the host agent (nuksmd).
+ *
+ * Everything here runs in the main loop under the BQL.  The socket is
+ * non-blocking: connecting to a unix socket either succeeds or fails at
+ * once, and sends that would block fail the request instead of waiting,
+ * so neither a vCPU nor the main loop ever waits for the agent.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include <sys/un.h>
+#include "qapi/error.h"
+#include "qapi/qapi-events-nuksm.h"
+#include "qemu/coroutine.h"
+#include "qemu/error-report.h"
+#include "qemu/main-loop.h"
+#include "qemu/sockets.h"
+#include "system/system.h"
+#include "nuksm.h"
+#include "trace.h"
+
+#define NUKSM_BACKOFF_MIN_MS   100
+#define NUKSM_BACKOFF_MAX_MS   5000
+#define NUKSM_REQUEST_TIMEOUT_MS 5000
+
+/* A request sent from a QMP coroutine, waiting for its reply. */
+struct NuksmRequest {
+    uint32_t seq;
+    NuksmMsgType reply_type;
+    void *reply;
+    uint32_t reply_len;
+    Coroutine *co;
+    QEMUTimer *timeout;
+    bool done;
+    Error *err;
+    QLIST_ENTRY(NuksmRequest) next;
+};
+
+static void nuksm_agent_schedule_retry(Nuksm *s);
+
+static void nuksm_request_finish(NuksmRequest *req, Error *err)
+{
+    if (req->done) {
+        error_free(err);
+        return;
+    }
+    req->done = true;
+    req->err = err;
+    QLIST_REMOVE(req, next);
+    timer_del(req->timeout);
+    /* Resume later: the caller may still be using the object. */
+    aio_co_schedule(qemu_get_aio_context(), req->co);
+}
+
+static void nuksm_agent_set_error(Nuksm *s, const char *reason)
+{
+    g_free(s->conn.last_error);
+    s->conn.last_error = g_strdup(reason);
+}
+
+/*
+ * Drop the connection.  @reason says why, for the event and for
+ * query-nuksm; pending requests fail with it.
+ */
+static void nuksm_agent_disconnect(Nuksm *s, const char *reason)
+{
+    NuksmAgentConn *c = &s->conn;
+    bool was_ready = c->ready;
+    NuksmRequest *req, *tmp;
+
+    if (c->fd < 0) {
+        return;
+    }
+    trace_nuksm_agent_disconnect(nuksm_id(s), reason);
+    qemu_set_fd_handler(c->fd, NULL, NULL, NULL);
+    close(c->fd);
+    c->fd = -1;
+    c->ready = false;
+    nuksm_agent_set_error(s, reason);
+
+    QLIST_FOREACH_SAFE(req, &c->requests, next, tmp) {
+        Error *err = NULL;
+        error_setg(&err, "nuksm '%s': lost the agent: %s", nuksm_id(s),
+                   reason);
+        nuksm_request_finish(req, err);
+    }
+
+    if (was_ready) {
+        qapi_event_send_nuksm_agent_disconnected(nuksm_id(s), s->agent_path,
+                                                 reason);
+    }
+    nuksm_update_activity(s);
+    nuksm_agent_schedule_retry(s);
+}
+
+static bool nuksm_agent_send(Nuksm *s, NuksmMsgType type, uint32_t seq,
+                             const void *payload, uint32_t len,
+                             Error **errp)
+{
+    g_autofree uint8_t *buf = g_malloc(sizeof(NuksmMsgHeader) + len);
+    size_t size = nuksm_msg_pack(buf, type, seq, payload, len);
+    ssize_t n;
+
+    do {
+        n = send(s->conn.fd, buf, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n != size) {
+        error_setg_errno(errp, n < 0 ? errno : EMSGSIZE,
+                         "nuksm '%s': cannot send to the agent",
+                         nuksm_id(s));
+        return false;
+    }
+    return true;
+}
+
+static void nuksm_agent_handle_hello_ack(Nuksm *s, const NuksmMsgHelloAck *a)
+{
+    NuksmAgentConn *c = &s->conn;
+
+    if (a->version != NUKSM_PROTO_VERSION) {
+        g_autofree char *reason = g_strdup_printf(
+            "protocol version mismatch: QEMU speaks %u, nuksmd speaks %u",
+            NUKSM_PROTO_VERSION, a->version);
+        error_report("nuksm '%s': %s", nuksm_id(s), reason);
+        c->backoff_ms = NUKSM_BACKOFF_MAX_MS;
+        nuksm_agent_disconnect(s, reason);
+        return;
+    }
+    c->ready = true;
+    c->client_id = a->client_id;
+    c->nr_nodes = a->nr_nodes;
+    c->policy = a->policy;
+    c->backoff_ms = NUKSM_BACKOFF_MIN_MS;
+    g_clear_pointer(&c->last_error, g_free);
+    trace_nuksm_agent_connected(nuksm_id(s), a->client_id, a->nr_nodes,
+                                a->agent_version);
+    qapi_event_send_nuksm_agent_connected(nuksm_id(s), s->agent_path);
+    nuksm_update_activity(s);
+}
+
+static void nuksm_agent_handle_reply(Nuksm *s, const NuksmMsgHeader *hdr,
+                                     const void *payload)
+{
+    NuksmRequest *req;
+
+    QLIST_FOREACH(req, &s->conn.requests, next) {
+        if (req->seq == hdr->seq) {
+            break;
+        }
+    }
+    if (!req) {
+        /* The request timed out already; its late reply is harmless. */
+        trace_nuksm_agent_stale_reply(nuksm_id(s), hdr->seq);
+        return;
+    }
+
+    if (hdr->type == NUKSM_MSG_ERROR) {
+        const NuksmMsgError *e = payload;
+        Error *err = NULL;
+        error_setg(&err, "nuksm '%s': the agent refused: %s", nuksm_id(s),
+                   e->message);
+        nuksm_request_finish(req, err);
+    } else if (hdr->type != req->reply_type || hdr->len != req->reply_len) {
+        nuksm_agent_disconnect(s, "agent answered with the wrong message "
+                               "type");
+    } else {
+        memcpy(req->reply, payload, req->reply_len);
+        nuksm_request_finish(req, NULL);
+    }
+}
+
+static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size)
+{
+    NuksmAgentConn *c = &s->conn;
+    const char *bad = nuksm_msg_check(buf, size);
+    const NuksmMsgHeader *hdr = buf;
+    const void *payload = nuksm_msg_payload(buf);
+
+    if (bad) {
+        g_autofree char *reason =
+            g_strdup_printf("agent sent a bad message: %s", bad);
+        nuksm_agent_disconnect(s, reason);
+        return;
+    }
+    trace_nuksm_agent_recv(nuksm_id(s), hdr->type, hdr->seq, hdr->len);
+
+    if (!c->ready) {
+        if (hdr->type == NUKSM_MSG_HELLO_ACK) {
+            nuksm_agent_handle_hello_ack(s, payload);
+        } else if (hdr->type == NUKSM_MSG_ERROR) {
+            const NuksmMsgError *e = payload;
+            g_autofree char *reason =
+                g_strdup_printf("agent refused the handshake: %s",
+                                e->message);
+            error_report("nuksm '%s': %s", nuksm_id(s), reason);
+            c->backoff_ms = NUKSM_BACKOFF_MAX_MS;
+            nuksm_agent_disconnect(s, reason);
+        } else {
+            nuksm_agent_disconnect(s, "agent did not start with HELLO_ACK");
+        }
+        return;
+    }
+
+    if (hdr->type == NUKSM_MSG_POLICY && hdr->seq == 0) {
+        const NuksmMsgPolicy *p = payload;
+        trace_nuksm_agent_policy(nuksm_id(s), nuksm_policy_name(p->policy));
+        c->policy = p->policy;
+        return;
+    }
+    if (hdr->seq == 0) {
+        nuksm_agent_disconnect(s, "agent sent an unexpected notification");
+        return;
+    }
+    if (hdr->type == NUKSM_MSG_POLICY) {
+        c->policy = ((const NuksmMsgPolicy *)payload)->policy;
+    }
+    nuksm_agent_handle_reply(s, hdr, payload);
+}
+
+static void nuksm_agent_read(void *opaque)
+{
+    Nuksm *s = opaque;
+    g_autofree uint8_t *buf = g_malloc(NUKSM_MSG_MAX);
+    ssize_t n;
+
+    /* Drain what is queued; the handler may disconnect (fd becomes -1). */
+    while (s->conn.fd >= 0) {
+        n = recv(s->conn.fd, buf, NUKSM_MSG_MAX, MSG_DONTWAIT | MSG_TRUNC);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            if (errno != EAGAIN) {
+                g_autofree char *reason =
+                    g_strdup_printf("receive failed: %s", strerror(errno));
+                nuksm_agent_disconnect(s, reason);
+            }
+            return;
+        }
+        if (n == 0) {
+            nuksm_agent_disconnect(s, "agent closed the connection");
+            return;
+        }
+        if (n > NUKSM_MSG_MAX) {
+            nuksm_agent_disconnect(s, "agent sent an oversized message");
+            return;
+        }
+        nuksm_agent_handle_message(s, buf, n);
+    }
+}
+
+static void nuksm_agent_connect(Nuksm *s)
+{
+    NuksmAgentConn *c = &s->conn;
+    struct sockaddr_un addr = { .sun_family = AF_UNIX };
+    NuksmMsgHello hello = {
+        .version = NUKSM_PROTO_VERSION,
+        .role = NUKSM_ROLE_VM,
+        .priority = s->priority,
+    };
+    Error *err = NULL;
+    int fd;
+
+    assert(c->fd < 0);
+    trace_nuksm_agent_connect(nuksm_id(s), s->agent_path);
+    if (strlen(s->agent_path) >= sizeof(addr.sun_path)) {
+        nuksm_agent_set_error(s, "agent socket path is too long");
+        return;  /* complete() rejects this; nothing to retry */
+    }
+    strcpy(addr.sun_path, s->agent_path);
+
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+        g_autofree char *reason =
+            g_strdup_printf("cannot connect to %s: %s", s->agent_path,
+                            strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        nuksm_agent_set_error(s, reason);
+        trace_nuksm_agent_connect_failed(nuksm_id(s), reason);
+        nuksm_agent_schedule_retry(s);
+        return;
+    }
+    c->fd = fd;
+    qemu_set_fd_handler(fd, nuksm_agent_read, NULL, s);
+
+    nuksm_strfield_set(hello.domain, sizeof(hello.domain), s->domain);
+    nuksm_strfield_set(hello.vm_name, sizeof(hello.vm_name),
+                       qemu_get_vm_name());
+    nuksm_strfield_set(hello.object_id, sizeof(hello.object_id),
+                       nuksm_id(s));
+    if (!nuksm_agent_send(s, NUKSM_MSG_HELLO, c->next_seq++, &hello,
+                          sizeof(hello), &err)) {
+        nuksm_agent_disconnect(s, error_get_pretty(err));
+        error_free(err);
+    }
+}
+
+static void nuksm_agent_retry_cb(void *opaque)
+{
+    Nuksm *s = opaque;
+
+    if (s->conn.fd < 0) {
+        nuksm_agent_connect(s);
+    }
+}
+
+static void nuksm_agent_schedule_retry(Nuksm *s)
+{
+    NuksmAgentConn *c = &s->conn;
+
+    if (!s->completed) {
+        return;  /* the object is going away */
+    }
+    timer_mod(c->retry_timer,
+              qemu_clock_get_ms(QEMU_CLOCK_REALTIME) + c->backoff_ms);
+    c->backoff_ms = MIN(c->backoff_ms * 2, NUKSM_BACKOFF_MAX_MS);
+}
+
+void nuksm_agent_init(Nuksm *s)
+{
+    NuksmAgentConn *c = &s->conn;
+
+    c->fd = -1;
+    c->policy = -1;
+    c->next_seq = 1;
+    c->backoff_ms = NUKSM_BACKOFF_MIN_MS;
+    QLIST_INIT(&c->requests);
+}
+
+void nuksm_agent_start(Nuksm *s)
+{
+    s->conn.retry_timer = timer_new_ms(QEMU_CLOCK_REALTIME,
+                                       nuksm_agent_retry_cb, s);
+    nuksm_agent_connect(s);
+}
+
+void nuksm_agent_cleanup(Nuksm *s)
+{
+    NuksmAgentConn *c = &s->conn;
+
+    /* Requests hold a reference to the object, so none can be pending. */
+    assert(QLIST_EMPTY(&c->requests));
+    if (c->fd >= 0) {
+        qemu_set_fd_handler(c->fd, NULL, NULL, NULL);
+        close(c->fd);
+        c->fd = -1;
+    }
+    if (c->retry_timer) {
+        timer_free(c->retry_timer);
+        c->retry_timer = NULL;
+    }
+    g_clear_pointer(&c->last_error, g_free);
+}
+
+void nuksm_agent_send_priority(Nuksm *s)
+{
+    NuksmMsgPriority msg = { .priority = s->priority };
+    Error *err = NULL;
+
+    if (!s->conn.ready) {
+        return;  /* the next HELLO carries it */
+    }
+    if (!nuksm_agent_send(s, NUKSM_MSG_SET_PRIORITY, s->conn.next_seq++,
+                          &msg, sizeof(msg), &err)) {
+        nuksm_agent_disconnect(s, error_get_pretty(err));
+        error_free(err);
+    }
+}
+
+static void nuksm_request_timeout_cb(void *opaque)
+{
+    NuksmRequest *req = opaque;
+    Error *err = NULL;
+
+    error_setg(&err, "nuksm: the agent did not answer within %d ms",
+               NUKSM_REQUEST_TIMEOUT_MS);
+    nuksm_request_finish(req, err);
+}
+
+int coroutine_fn nuksm_agent_request(Nuksm *s, NuksmMsgType type,
+                                     const void *payload, uint32_t len,
+                                     NuksmMsgType reply_type,
+                                     void *reply, uint32_t reply_len,
+                                     Error **errp)
+{
+    NuksmAgentConn *c = &s->conn;
+    NuksmRequest req = {
+        .reply_type = reply_type,
+        .reply = reply,
+        .reply_len = reply_len,
+        .co = qemu_coroutine_self(),
+    };
+
+    if (!c->ready) {
+        error_setg(errp, "nuksm '%s' is not connected to the agent at %s%s%s",
+                   nuksm_id(s), s->agent_path,
+                   c->last_error ? ": " : "",
+                   c->last_error ? c->last_error : "");
+        return -ENOTCONN;
+    }
+    req.seq = c->next_seq++;
+    if (c->next_seq == 0) {
+        c->next_seq = 1;  /* seq 0 marks notifications */
+    }
+    if (!nuksm_agent_send(s, type, req.seq, payload, len, errp)) {
+        return -EIO;
+    }
+
+    object_ref(OBJECT(s));
+    req.timeout = timer_new_ms(QEMU_CLOCK_REALTIME, nuksm_request_timeout_cb,
+                               &req);
+    timer_mod(req.timeout, qemu_clock_get_ms(QEMU_CLOCK_REALTIME) +
+              NUKSM_REQUEST_TIMEOUT_MS);
+    QLIST_INSERT_HEAD(&c->requests, &req, next);
+    while (!req.done) {
+        qemu_coroutine_yield();
+    }
+    timer_free(req.timeout);
+    object_unref(OBJECT(s));
+
+    if (req.err) {
+        error_propagate(errp, req.err);
+        return -EIO;
+    }
+    return 0;
+}

@@ -1,0 +1,136 @@
+/*
+ * nuksm: QMP commands and HMP "info nuksm".
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qapi/error.h"
+#include "qapi/qapi-commands-nuksm.h"
+#include "qapi/qapi-visit-nuksm.h"
+#include "monitor/hmp.h"
+#include "monitor/monitor.h"
+#include "qemu/cutils.h"
+#include "nuksm.h"
+
+NuksmInfoList *qmp_query_nuksm(Error **errp)
+{
+    return nuksm_list_info();
+}
+
+static Nuksm *nuksm_target(const char *id, Error **errp)
+{
+    return id ? nuksm_find(id, errp) : nuksm_first_connected(errp);
+}
+
+NuksmAgentInfo *coroutine_fn qmp_query_nuksm_agent(const char *id,
+                                                   Error **errp)
+{
+    Nuksm *s = nuksm_target(id, errp);
+    NuksmAgentInfo *info;
+    NuksmNodePagesList **tail;
+    NuksmMsgInfo reply;
+
+    if (!s || nuksm_agent_request(s, NUKSM_MSG_GET_INFO, NULL, 0,
+                                  NUKSM_MSG_INFO, &reply, sizeof(reply),
+                                  errp) < 0) {
+        return NULL;
+    }
+    info = g_new0(NuksmAgentInfo, 1);
+    info->version = g_strdup(reply.agent_version);
+    info->policy = qapi_enum_parse(&NuksmPolicy_lookup,
+                                   nuksm_policy_name(reply.policy),
+                                   NUKSM_POLICY_GLOBAL, &error_abort);
+    info->vms = reply.vms;
+    info->pages_shared = reply.pages_shared;
+    info->pages_sharing = reply.pages_sharing;
+    tail = &info->store_pages_per_node;
+    for (uint32_t node = 0; node < reply.nr_nodes; node++) {
+        NuksmNodePages *np = g_new0(NuksmNodePages, 1);
+        np->node = node;
+        np->pages = reply.store_pages[node];
+        QAPI_LIST_APPEND(tail, np);
+    }
+    return info;
+}
+
+void qmp_nuksm_scan(const char *id, Error **errp)
+{
+    Nuksm *s;
+
+    if (id) {
+        s = nuksm_find(id, errp);
+        if (!s) {
+            return;
+        }
+        if (!s->enabled) {
+            error_setg(errp, "nuksm '%s' is disabled (property 'enabled' "
+                       "is off)", id);
+            return;
+        }
+        nuksm_scanner_kick(s->scanner);
+        return;
+    }
+    nuksm_kick_all();
+}
+
+void coroutine_fn qmp_nuksm_set_policy(const char *policy, const char *id,
+                                       Error **errp)
+{
+    int policy_id = nuksm_policy_parse(policy);
+    NuksmMsgPolicy msg, reply;
+    Nuksm *s;
+
+    if (policy_id < 0) {
+        error_setg(errp, "Parameter 'policy' does not accept value '%s' "
+                   "(allowed: %s)", policy, nuksm_policy_names());
+        return;
+    }
+    s = nuksm_target(id, errp);
+    if (!s) {
+        return;
+    }
+    msg.policy = policy_id;
+    nuksm_agent_request(s, NUKSM_MSG_SET_POLICY, &msg, sizeof(msg),
+                        NUKSM_MSG_POLICY, &reply, sizeof(reply), errp);
+}
+
+void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
+{
+    g_autoptr(NuksmInfoList) list = nuksm_list_info();
+
+    if (!list) {
+        monitor_printf(mon, "No nuksm object\n");
+        return;
+    }
+    for (NuksmInfoList *l = list; l; l = l->next) {
+        NuksmInfo *i = l->value;
+
+        monitor_printf(mon, "%s: %s, agent %s, domain %s, priority %u, "
+                       "policy %s\n", i->id, NuksmState_str(i->state),
+                       i->agent, i->domain, i->priority,
+                       i->has_policy ? NuksmPolicy_str(i->policy) : "-");
+        if (i->agent_error) {
+            monitor_printf(mon, "  agent error: %s\n", i->agent_error);
+        }
+        monitor_printf(mon, "  eligible %" PRIu64 " pages, scanned %"
+                       PRIu64 " in %" PRIu64 " full passes, volatile %"
+                       PRIu64 "\n", i->eligible_pages, i->pages_scanned,
+                       i->full_scans, i->pages_volatile);
+        monitor_printf(mon, "  merged %" PRIu64 " (zero %" PRIu64 ", local %"
+                       PRIu64 ", remote %" PRIu64 "), cow-breaks %" PRIu64
+                       "\n", i->merged_pages, i->zero_pages,
+                       i->merged_local, i->merged_remote, i->cow_breaks);
+        for (NuksmNodePagesList *n = i->merged_per_node; n; n = n->next) {
+            monitor_printf(mon, "  node %u: %" PRIu64 " merged pages\n",
+                           n->value->node, n->value->pages);
+        }
+        for (NuksmExclusionList *e = i->excluded; e; e = e->next) {
+            g_autofree char *size = size_to_str(e->value->size);
+            monitor_printf(mon, "  excluded %s (%s): %s\n",
+                           e->value->memdev, size,
+                           NuksmExclusionReason_str(e->value->reason));
+        }
+    }
+}

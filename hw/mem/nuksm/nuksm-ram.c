@@ -1,0 +1,144 @@
+/*
+ * nuksm: which guest RAM may be deduplicated, and why the rest may not.
+ *
+ * nuksm only ever remaps private, anonymous, base-page guest RAM owned by
+ * a memory backend.  Everything else is reported with a reason.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qapi/error.h"
+#include "exec/memory.h"
+#include "exec/ramblock.h"
+#include "exec/ramlist.h"
+#include "hw/qdev-core.h"
+#include "qemu/rcu.h"
+#include "qemu/rcu_queue.h"
+#include "system/hostmem.h"
+#include "nuksm.h"
+
+/* The memory backend owning @rb, or NULL for device RAM and ROM. */
+static HostMemoryBackend *nuksm_ram_backend(RAMBlock *rb)
+{
+    Object *owner = memory_region_owner(rb->mr);
+
+    return (HostMemoryBackend *)object_dynamic_cast(owner,
+                                                    TYPE_MEMORY_BACKEND);
+}
+
+/* Name users know @rb by: the backend id, else the RAM block name. */
+static const char *nuksm_ram_name(RAMBlock *rb)
+{
+    HostMemoryBackend *backend = nuksm_ram_backend(rb);
+
+    if (backend) {
+        return object_get_canonical_path_component(OBJECT(backend));
+    }
+    return rb->idstr;
+}
+
+/* Runs in the scanner thread too: compares pointers, not names. */
+static bool nuksm_ram_selected(Nuksm *s, RAMBlock *rb)
+{
+    return !s->memdev || nuksm_ram_backend(rb) == s->memdev_backend;
+}
+
+/*
+ * Returns true when nuksm may deduplicate @rb; otherwise stores why not
+ * in @reason.  Order matters: the first reason that applies is reported.
+ */
+static bool nuksm_ram_eligible(Nuksm *s, RAMBlock *rb,
+                               NuksmExclusionReason *reason)
+{
+    HostMemoryBackend *backend = nuksm_ram_backend(rb);
+
+    if (memory_region_is_rom(rb->mr) || memory_region_is_romd(rb->mr)) {
+        *reason = NUKSM_EXCLUSION_REASON_ROM;
+    } else if (!backend || memory_region_is_ram_device(rb->mr)) {
+        *reason = NUKSM_EXCLUSION_REASON_DEVICE_RAM;
+    } else if (!nuksm_ram_selected(s, rb)) {
+        *reason = NUKSM_EXCLUSION_REASON_NOT_SELECTED;
+    } else if (qemu_ram_is_shared(rb)) {
+        *reason = NUKSM_EXCLUSION_REASON_SHARED;
+    } else if (qemu_ram_pagesize(rb) != qemu_real_host_page_size()) {
+        *reason = NUKSM_EXCLUSION_REASON_HUGE_PAGES;
+    } else if (rb->fd >= 0) {
+        *reason = NUKSM_EXCLUSION_REASON_FILE_BACKED;
+    } else if (ram_block_discard_is_disabled()) {
+        *reason = NUKSM_EXCLUSION_REASON_DISCARD_DISABLED;
+    } else {
+        return true;
+    }
+    return false;
+}
+
+void nuksm_ram_foreach_eligible(Nuksm *s, NuksmRamFn fn, void *opaque)
+{
+    NuksmExclusionReason reason;
+    RAMBlock *rb;
+
+    RCU_READ_LOCK_GUARD();
+    RAMBLOCK_FOREACH(rb) {
+        if (nuksm_ram_eligible(s, rb, &reason) && !fn(s, rb, opaque)) {
+            return;
+        }
+    }
+}
+
+static bool nuksm_ram_count(Nuksm *s, RAMBlock *rb, void *opaque)
+{
+    uint64_t *pages = opaque;
+
+    *pages += rb->used_length / qemu_real_host_page_size();
+    return true;
+}
+
+uint64_t nuksm_ram_eligible_pages(Nuksm *s)
+{
+    uint64_t pages = 0;
+
+    nuksm_ram_foreach_eligible(s, nuksm_ram_count, &pages);
+    return pages;
+}
+
+NuksmExclusionList *nuksm_ram_exclusions(Nuksm *s)
+{
+    NuksmExclusionList *head = NULL, **tail = &head;
+    NuksmExclusionReason reason;
+    RAMBlock *rb;
+
+    RCU_READ_LOCK_GUARD();
+    RAMBLOCK_FOREACH(rb) {
+        NuksmExclusion *ex;
+
+        if (nuksm_ram_eligible(s, rb, &reason)) {
+            continue;
+        }
+        ex = g_new0(NuksmExclusion, 1);
+        ex->memdev = g_strdup(nuksm_ram_name(rb));
+        ex->reason = reason;
+        ex->size = rb->used_length;
+        QAPI_LIST_APPEND(tail, ex);
+    }
+    return head;
+}
+
+bool nuksm_ram_resolve_memdev(Nuksm *s, Error **errp)
+{
+    Object *obj;
+
+    if (!s->memdev) {
+        return true;
+    }
+    obj = object_resolve_path_component(object_get_objects_root(),
+                                        s->memdev);
+    if (!obj || !object_dynamic_cast(obj, TYPE_MEMORY_BACKEND)) {
+        error_setg(errp, "nuksm '%s': property 'memdev': no memory backend "
+                   "with id '%s'", nuksm_id(s), s->memdev);
+        return false;
+    }
+    s->memdev_backend = MEMORY_BACKEND(obj);
+    return true;
+}

@@ -1,0 +1,459 @@
+/*
+ * nuksm: NUMA-aware memory deduplication through a shared host agent.
+ *
+ * The "nuksm" user-creatable object attaches a VM to nuksmd:
+ *
+ *   -object nuksm,id=dedup0,agent=/run/nuksm/nuksmd.sock
+ *
+ * This file holds the QOM type: properties and their validation, the
+ * object's state, and its reactions to machine and migration events.
+ * The agent connection lives in nuksm-agent.c, RAM eligibility in
+ * nuksm-ram.c, the scanner thread in nuksm-scan.c and the QMP/HMP
+ * commands in nuksm-qmp.c.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include <sys/un.h>
+#include "qapi/error.h"
+#include "qapi/visitor.h"
+#include "qemu/cutils.h"
+#include "qom/object_interfaces.h"
+#include "hw/qdev-core.h"
+#include "migration/misc.h"
+#include "system/system.h"
+#include "nuksm.h"
+#include "trace.h"
+
+static QTAILQ_HEAD(, Nuksm) nuksm_objects =
+    QTAILQ_HEAD_INITIALIZER(nuksm_objects);
+
+const char *nuksm_id(Nuksm *s)
+{
+    return object_get_canonical_path_component(OBJECT(s));
+}
+
+NuksmState nuksm_state(Nuksm *s)
+{
+    if (!s->enabled) {
+        return NUKSM_STATE_DISABLED;
+    }
+    if (!s->conn.ready) {
+        return NUKSM_STATE_DISCONNECTED;
+    }
+    if (s->migrating) {
+        return NUKSM_STATE_PAUSED;
+    }
+    return NUKSM_STATE_ACTIVE;
+}
+
+/* Start or stop the scanner to match the object's state. */
+void nuksm_update_activity(Nuksm *s)
+{
+    if (s->scanner) {
+        nuksm_scanner_set_active(s->scanner,
+                                 nuksm_state(s) == NUKSM_STATE_ACTIVE);
+    }
+}
+
+Nuksm *nuksm_find(const char *id, Error **errp)
+{
+    Nuksm *s;
+
+    QTAILQ_FOREACH(s, &nuksm_objects, next) {
+        if (strcmp(nuksm_id(s), id) == 0) {
+            return s;
+        }
+    }
+    error_setg(errp, "no nuksm object with id '%s'", id);
+    return NULL;
+}
+
+Nuksm *nuksm_first_connected(Error **errp)
+{
+    Nuksm *s;
+
+    QTAILQ_FOREACH(s, &nuksm_objects, next) {
+        if (s->conn.ready) {
+            return s;
+        }
+    }
+    error_setg(errp, QTAILQ_EMPTY(&nuksm_objects) ?
+               "there is no nuksm object" :
+               "no nuksm object is connected to its agent");
+    return NULL;
+}
+
+NuksmInfo *nuksm_get_info(Nuksm *s)
+{
+    NuksmInfo *info = g_new0(NuksmInfo, 1);
+    NuksmScanStats stats = { 0 };
+
+    if (s->scanner) {
+        nuksm_scanner_get_stats(s->scanner, &stats);
+    }
+    info->id = g_strdup(nuksm_id(s));
+    info->state = nuksm_state(s);
+    info->agent = g_strdup(s->agent_path);
+    info->agent_error = g_strdup(s->conn.ready ? NULL : s->conn.last_error);
+    info->domain = g_strdup(s->domain);
+    info->priority = s->priority;
+    if (s->conn.policy >= 0) {
+        info->has_policy = true;
+        info->policy = qapi_enum_parse(&NuksmPolicy_lookup,
+                                       nuksm_policy_name(s->conn.policy),
+                                       NUKSM_POLICY_GLOBAL, &error_abort);
+    }
+    info->eligible_pages = nuksm_ram_eligible_pages(s);
+    info->pages_scanned = stats.pages_scanned;
+    info->full_scans = stats.full_scans;
+    info->pages_volatile = stats.pages_volatile;
+    /*
+     * Nothing is merged until the merge engine commits pages, so the
+     * merge counters and merged-per-node are honestly zero/empty.
+     */
+    info->excluded = nuksm_ram_exclusions(s);
+    return info;
+}
+
+NuksmInfoList *nuksm_list_info(void)
+{
+    NuksmInfoList *head = NULL, **tail = &head;
+    Nuksm *s;
+
+    QTAILQ_FOREACH(s, &nuksm_objects, next) {
+        QAPI_LIST_APPEND(tail, nuksm_get_info(s));
+    }
+    return head;
+}
+
+void nuksm_kick_all(void)
+{
+    Nuksm *s;
+
+    QTAILQ_FOREACH(s, &nuksm_objects, next) {
+        if (s->enabled) {
+            nuksm_scanner_kick(s->scanner);
+        }
+    }
+}
+
+/* Properties that only make sense before the object is complete. */
+static bool nuksm_check_not_completed(Nuksm *s, const char *name,
+                                      Error **errp)
+{
+    if (s->completed) {
+        error_setg(errp, "nuksm '%s': property '%s' cannot be changed "
+                   "after the object is created", nuksm_id(s), name);
+        return false;
+    }
+    return true;
+}
+
+static char *nuksm_get_agent(Object *obj, Error **errp)
+{
+    return g_strdup(NUKSM(obj)->agent_path);
+}
+
+static void nuksm_set_agent(Object *obj, const char *value, Error **errp)
+{
+    Nuksm *s = NUKSM(obj);
+    struct sockaddr_un addr;
+
+    if (!nuksm_check_not_completed(s, "agent", errp)) {
+        return;
+    }
+    if (!value[0] || strlen(value) >= sizeof(addr.sun_path)) {
+        error_setg(errp, "nuksm: property 'agent' must be a unix socket "
+                   "path of 1 to %zu characters", sizeof(addr.sun_path) - 1);
+        return;
+    }
+    g_free(s->agent_path);
+    s->agent_path = g_strdup(value);
+}
+
+static char *nuksm_get_domain(Object *obj, Error **errp)
+{
+    return g_strdup(NUKSM(obj)->domain);
+}
+
+static void nuksm_set_domain(Object *obj, const char *value, Error **errp)
+{
+    Nuksm *s = NUKSM(obj);
+    size_t len = strlen(value);
+
+    if (!nuksm_check_not_completed(s, "domain", errp)) {
+        return;
+    }
+    if (len < 1 || len >= NUKSM_NAME_LEN ||
+        strspn(value, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+               "0123456789._-") != len) {
+        error_setg(errp, "nuksm: property 'domain' must be 1 to %u "
+                   "characters from [A-Za-z0-9._-], got '%s'",
+                   NUKSM_NAME_LEN - 1, value);
+        return;
+    }
+    g_free(s->domain);
+    s->domain = g_strdup(value);
+}
+
+static char *nuksm_get_memdev(Object *obj, Error **errp)
+{
+    return g_strdup(NUKSM(obj)->memdev);
+}
+
+static void nuksm_set_memdev(Object *obj, const char *value, Error **errp)
+{
+    Nuksm *s = NUKSM(obj);
+
+    if (!nuksm_check_not_completed(s, "memdev", errp)) {
+        return;
+    }
+    if (!value[0]) {
+        error_setg(errp, "nuksm: property 'memdev' must name a memory "
+                   "backend");
+        return;
+    }
+    g_free(s->memdev);
+    s->memdev = g_strdup(value);
+}
+
+/* Getter for a uint32 property; @opaque is the field's offset in Nuksm. */
+static void nuksm_get_uint32(Object *obj, Visitor *v, const char *name,
+                             void *opaque, Error **errp)
+{
+    uint32_t value = *(uint32_t *)((char *)obj + (uintptr_t)opaque);
+
+    visit_type_uint32(v, name, &value, errp);
+}
+
+static bool nuksm_visit_uint32_range(Visitor *v, const char *name,
+                                     uint32_t min, uint32_t max,
+                                     uint32_t *value, Error **errp)
+{
+    if (!visit_type_uint32(v, name, value, errp)) {
+        return false;
+    }
+    if (*value < min || *value > max) {
+        error_setg(errp, "nuksm: property '%s' must be between %u and %u, "
+                   "got %u", name, min, max, *value);
+        return false;
+    }
+    trace_nuksm_set_property(name, *value);
+    return true;
+}
+
+static void nuksm_set_priority(Object *obj, Visitor *v, const char *name,
+                               void *opaque, Error **errp)
+{
+    Nuksm *s = NUKSM(obj);
+    uint32_t value;
+
+    if (nuksm_visit_uint32_range(v, name, NUKSM_PRIORITY_MIN,
+                                 NUKSM_PRIORITY_MAX, &value, errp)) {
+        s->priority = value;
+        nuksm_agent_send_priority(s);
+    }
+}
+
+static void nuksm_set_max_cpu(Object *obj, Visitor *v, const char *name,
+                              void *opaque, Error **errp)
+{
+    Nuksm *s = NUKSM(obj);
+    uint32_t value;
+
+    if (nuksm_visit_uint32_range(v, name, 1, 100, &value, errp)) {
+        s->max_cpu = value;
+        if (s->scanner) {
+            nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate);
+        }
+    }
+}
+
+static void nuksm_get_scan_rate(Object *obj, Visitor *v, const char *name,
+                                void *opaque, Error **errp)
+{
+    uint64_t value = NUKSM(obj)->scan_rate;
+
+    visit_type_uint64(v, name, &value, errp);
+}
+
+static void nuksm_set_scan_rate(Object *obj, Visitor *v, const char *name,
+                                void *opaque, Error **errp)
+{
+    Nuksm *s = NUKSM(obj);
+    uint64_t value;
+
+    if (!visit_type_uint64(v, name, &value, errp)) {
+        return;
+    }
+    s->scan_rate = value;
+    trace_nuksm_set_property(name, value);
+    if (s->scanner) {
+        nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate);
+    }
+}
+
+static bool nuksm_get_zero_pages(Object *obj, Error **errp)
+{
+    return NUKSM(obj)->zero_pages;
+}
+
+static void nuksm_set_zero_pages(Object *obj, bool value, Error **errp)
+{
+    NUKSM(obj)->zero_pages = value;
+}
+
+static bool nuksm_get_enabled(Object *obj, Error **errp)
+{
+    return NUKSM(obj)->enabled;
+}
+
+static void nuksm_set_enabled(Object *obj, bool value, Error **errp)
+{
+    Nuksm *s = NUKSM(obj);
+
+    s->enabled = value;
+    trace_nuksm_set_property("enabled", value);
+    nuksm_update_activity(s);
+}
+
+/*
+ * Migration (and background snapshot, which runs as a migration) reads
+ * all of guest RAM and may take over userfaultfd on it: step aside.
+ */
+static int nuksm_migration_notify(NotifierWithReturn *notifier,
+                                  MigrationEvent *e, Error **errp)
+{
+    Nuksm *s = container_of(notifier, Nuksm, migration_notifier);
+
+    s->migrating = e->type == MIG_EVENT_PRECOPY_SETUP;
+    trace_nuksm_migration(nuksm_id(s), s->migrating);
+    nuksm_update_activity(s);
+    return 0;
+}
+
+/* Guest RAM exists only once the machine is built. */
+static void nuksm_machine_done(Notifier *notifier, void *data)
+{
+    Nuksm *s = container_of(notifier, Nuksm, machine_done);
+
+    nuksm_ram_resolve_memdev(s, &error_fatal);
+}
+
+static void nuksm_complete(UserCreatable *uc, Error **errp)
+{
+    Nuksm *s = NUKSM(uc);
+
+    if (phase_check(PHASE_MACHINE_READY)) {
+        if (!nuksm_ram_resolve_memdev(s, errp)) {
+            return;
+        }
+    } else {
+        s->machine_done.notify = nuksm_machine_done;
+        qemu_add_machine_init_done_notifier(&s->machine_done);
+    }
+    s->completed = true;
+    s->scanner = nuksm_scanner_new(s);
+    nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate);
+    QTAILQ_INSERT_TAIL(&nuksm_objects, s, next);
+    migration_add_notifier(&s->migration_notifier, nuksm_migration_notify);
+    nuksm_agent_start(s);
+}
+
+static void nuksm_instance_init(Object *obj)
+{
+    Nuksm *s = NUKSM(obj);
+
+    s->agent_path = g_strdup(NUKSM_DEFAULT_AGENT);
+    s->domain = g_strdup(NUKSM_DEFAULT_DOMAIN);
+    s->priority = NUKSM_DEFAULT_PRIORITY;
+    s->max_cpu = NUKSM_DEFAULT_MAX_CPU;
+    s->zero_pages = true;
+    s->enabled = true;
+    nuksm_agent_init(s);
+}
+
+static void nuksm_instance_finalize(Object *obj)
+{
+    Nuksm *s = NUKSM(obj);
+
+    if (s->completed) {
+        s->completed = false;
+        QTAILQ_REMOVE(&nuksm_objects, s, next);
+        migration_remove_notifier(&s->migration_notifier);
+        if (s->machine_done.notify) {
+            qemu_remove_machine_init_done_notifier(&s->machine_done);
+        }
+        nuksm_scanner_free(s->scanner);
+    }
+    nuksm_agent_cleanup(s);
+    g_free(s->agent_path);
+    g_free(s->domain);
+    g_free(s->memdev);
+}
+
+static void nuksm_class_init(ObjectClass *oc, void *data)
+{
+    UserCreatableClass *ucc = USER_CREATABLE_CLASS(oc);
+
+    ucc->complete = nuksm_complete;
+
+    object_class_property_add_str(oc, "agent", nuksm_get_agent,
+                                  nuksm_set_agent);
+    object_class_property_set_description(oc, "agent",
+        "Path of the nuksmd socket (default " NUKSM_DEFAULT_AGENT ")");
+    object_class_property_add_str(oc, "domain", nuksm_get_domain,
+                                  nuksm_set_domain);
+    object_class_property_set_description(oc, "domain",
+        "Merge domain: pages are only shared within it (default "
+        NUKSM_DEFAULT_DOMAIN ")");
+    object_class_property_add(oc, "priority", "uint32", nuksm_get_uint32,
+                              nuksm_set_priority, NULL,
+                              (void *)offsetof(Nuksm, priority));
+    object_class_property_set_description(oc, "priority",
+        "Weight in NUMA placement, 1..1000 (default 100)");
+    object_class_property_add(oc, "max-cpu", "uint32", nuksm_get_uint32,
+                              nuksm_set_max_cpu, NULL,
+                              (void *)offsetof(Nuksm, max_cpu));
+    object_class_property_set_description(oc, "max-cpu",
+        "Scanner CPU budget in percent of one core, 1..100 (default 10)");
+    object_class_property_add(oc, "scan-rate", "uint64", nuksm_get_scan_rate,
+                              nuksm_set_scan_rate, NULL, NULL);
+    object_class_property_set_description(oc, "scan-rate",
+        "Cap on pages scanned per second, 0 = CPU budget only (default 0)");
+    object_class_property_add_bool(oc, "zero-pages", nuksm_get_zero_pages,
+                                   nuksm_set_zero_pages);
+    object_class_property_set_description(oc, "zero-pages",
+        "Deduplicate zero pages locally (default on)");
+    object_class_property_add_str(oc, "memdev", nuksm_get_memdev,
+                                  nuksm_set_memdev);
+    object_class_property_set_description(oc, "memdev",
+        "Only deduplicate this memory backend (default: all eligible RAM)");
+    object_class_property_add_bool(oc, "enabled", nuksm_get_enabled,
+                                   nuksm_set_enabled);
+    object_class_property_set_description(oc, "enabled",
+        "Scan and merge; off pauses the object (default on)");
+}
+
+static const TypeInfo nuksm_info = {
+    .name = TYPE_NUKSM,
+    .parent = TYPE_OBJECT,
+    .instance_size = sizeof(Nuksm),
+    .instance_init = nuksm_instance_init,
+    .instance_finalize = nuksm_instance_finalize,
+    .class_init = nuksm_class_init,
+    .interfaces = (InterfaceInfo[]) {
+        { TYPE_USER_CREATABLE },
+        { }
+    },
+};
+
+static void nuksm_register_types(void)
+{
+    type_register_static(&nuksm_info);
+}
+
+type_init(nuksm_register_types);

@@ -1,0 +1,112 @@
+/*
+ * nuksm: NUMA-aware memory deduplication through a shared host agent.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef HW_MEM_NUKSM_H
+#define HW_MEM_NUKSM_H
+
+#include "qom/object.h"
+#include "qemu/notify.h"
+#include "qemu/queue.h"
+#include "qemu/thread.h"
+#include "qemu/timer.h"
+#include "qapi/qapi-types-nuksm.h"
+#include "libnuksm/nuksm-proto.h"
+
+#define TYPE_NUKSM "nuksm"
+OBJECT_DECLARE_SIMPLE_TYPE(Nuksm, NUKSM)
+
+#define NUKSM_DEFAULT_AGENT    "/run/nuksm/nuksmd.sock"
+#define NUKSM_DEFAULT_DOMAIN   "default"
+#define NUKSM_DEFAULT_PRIORITY 100
+#define NUKSM_DEFAULT_MAX_CPU  10
+
+typedef struct NuksmRequest NuksmRequest;
+typedef struct NuksmScanner NuksmScanner;
+
+/* Connection to nuksmd; touched only from the main loop, under the BQL. */
+typedef struct NuksmAgentConn {
+    int fd;                     /* -1 while not connected */
+    bool ready;                 /* handshake completed */
+    uint32_t client_id;         /* from HELLO_ACK */
+    uint32_t nr_nodes;          /* from HELLO_ACK */
+    int policy;                 /* NuksmPolicyId, -1 until known */
+    uint32_t next_seq;
+    char *last_error;           /* why we are not connected */
+    int64_t backoff_ms;         /* delay before the next connect attempt */
+    QEMUTimer *retry_timer;
+    QLIST_HEAD(, NuksmRequest) requests;  /* waiting for a reply */
+} NuksmAgentConn;
+
+struct Nuksm {
+    Object parent_obj;
+
+    /* Properties */
+    char *agent_path;
+    char *domain;
+    uint32_t priority;
+    uint32_t max_cpu;
+    uint64_t scan_rate;
+    bool zero_pages;
+    char *memdev;
+    bool enabled;
+
+    /* @memdev, resolved once the machine is built */
+    HostMemoryBackend *memdev_backend;
+
+    bool completed;             /* user_creatable complete() ran */
+    bool migrating;             /* stepped aside for migration/snapshot */
+    NuksmAgentConn conn;
+    NuksmScanner *scanner;
+    Notifier machine_done;
+    NotifierWithReturn migration_notifier;
+    QTAILQ_ENTRY(Nuksm) next;
+};
+
+/* nuksm.c */
+NuksmState nuksm_state(Nuksm *s);
+const char *nuksm_id(Nuksm *s);
+Nuksm *nuksm_find(const char *id, Error **errp);
+Nuksm *nuksm_first_connected(Error **errp);
+NuksmInfo *nuksm_get_info(Nuksm *s);
+NuksmInfoList *nuksm_list_info(void);
+void nuksm_kick_all(void);
+void nuksm_update_activity(Nuksm *s);
+
+/* nuksm-agent.c */
+void nuksm_agent_init(Nuksm *s);
+void nuksm_agent_start(Nuksm *s);
+void nuksm_agent_cleanup(Nuksm *s);
+void nuksm_agent_send_priority(Nuksm *s);
+int coroutine_fn nuksm_agent_request(Nuksm *s, NuksmMsgType type,
+                                     const void *payload, uint32_t len,
+                                     NuksmMsgType reply_type,
+                                     void *reply, uint32_t reply_len,
+                                     Error **errp);
+
+/* nuksm-ram.c */
+typedef bool (*NuksmRamFn)(Nuksm *s, RAMBlock *rb, void *opaque);
+uint64_t nuksm_ram_eligible_pages(Nuksm *s);
+NuksmExclusionList *nuksm_ram_exclusions(Nuksm *s);
+void nuksm_ram_foreach_eligible(Nuksm *s, NuksmRamFn fn, void *opaque);
+bool nuksm_ram_resolve_memdev(Nuksm *s, Error **errp);
+
+/* nuksm-scan.c */
+typedef struct NuksmScanStats {
+    uint64_t pages_scanned;
+    uint64_t full_scans;
+    uint64_t pages_volatile;
+} NuksmScanStats;
+
+NuksmScanner *nuksm_scanner_new(Nuksm *s);
+void nuksm_scanner_free(NuksmScanner *sc);
+void nuksm_scanner_set_active(NuksmScanner *sc, bool active);
+void nuksm_scanner_set_budget(NuksmScanner *sc, uint32_t max_cpu,
+                              uint64_t scan_rate);
+void nuksm_scanner_kick(NuksmScanner *sc);
+void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmScanStats *stats);
+
+#endif /* HW_MEM_NUKSM_H */

@@ -1,0 +1,238 @@
+/*
+ * nuksm wire protocol: message packing and validation.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <string.h>
+
+#include "nuksm-proto.h"
+
+_Static_assert(sizeof(NuksmMsgHeader) == 16, "header layout");
+_Static_assert(sizeof(NuksmMsgHello) == 16 + 3 * NUKSM_NAME_LEN,
+               "hello layout");
+_Static_assert(sizeof(NuksmMsgInfo) % 8 == 0, "info layout");
+_Static_assert(sizeof(NuksmVmEntry) % 8 == 0, "vm entry layout");
+
+static const char *const policy_names[NUKSM_POLICY_ID__MAX] = {
+    [NUKSM_POLICY_ID_GLOBAL]    = "global",
+    [NUKSM_POLICY_ID_KSM_ORDER] = "ksm-order",
+    [NUKSM_POLICY_ID_LOCAL]     = "local",
+    [NUKSM_POLICY_ID_FAIR]      = "fair",
+    [NUKSM_POLICY_ID_PRIORITY]  = "priority",
+    [NUKSM_POLICY_ID_ADAPTIVE]  = "adaptive",
+};
+
+static const char *const msg_type_names[NUKSM_MSG__MAX] = {
+    [NUKSM_MSG_HELLO]        = "HELLO",
+    [NUKSM_MSG_HELLO_ACK]    = "HELLO_ACK",
+    [NUKSM_MSG_ERROR]        = "ERROR",
+    [NUKSM_MSG_SET_POLICY]   = "SET_POLICY",
+    [NUKSM_MSG_POLICY]       = "POLICY",
+    [NUKSM_MSG_GET_POLICY]   = "GET_POLICY",
+    [NUKSM_MSG_SET_PRIORITY] = "SET_PRIORITY",
+    [NUKSM_MSG_GET_INFO]     = "GET_INFO",
+    [NUKSM_MSG_INFO]         = "INFO",
+    [NUKSM_MSG_LIST_VMS]     = "LIST_VMS",
+    [NUKSM_MSG_VMS]          = "VMS",
+};
+
+const char *nuksm_msg_type_name(uint32_t type)
+{
+    return type > 0 && type < NUKSM_MSG__MAX ? msg_type_names[type] : NULL;
+}
+
+const char *nuksm_policy_name(uint32_t policy)
+{
+    return policy < NUKSM_POLICY_ID__MAX ? policy_names[policy] : NULL;
+}
+
+int nuksm_policy_parse(const char *name)
+{
+    for (int i = 0; i < NUKSM_POLICY_ID__MAX; i++) {
+        if (name && strcmp(name, policy_names[i]) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+const char *nuksm_policy_names(void)
+{
+    return "global, ksm-order, local, fair, priority, adaptive";
+}
+
+void nuksm_strfield_set(char *field, size_t field_len, const char *src)
+{
+    memset(field, 0, field_len);
+    if (src) {
+        strncpy(field, src, field_len - 1);
+    }
+}
+
+size_t nuksm_msg_pack(void *buf, NuksmMsgType type, uint32_t seq,
+                      const void *payload, uint32_t len)
+{
+    NuksmMsgHeader hdr = {
+        .magic = NUKSM_PROTO_MAGIC,
+        .type = type,
+        .flags = 0,
+        .seq = seq,
+        .len = len,
+    };
+
+    memcpy(buf, &hdr, sizeof(hdr));
+    if (len) {
+        memcpy((char *)buf + sizeof(hdr), payload, len);
+    }
+    return sizeof(hdr) + len;
+}
+
+static bool strfield_ok(const char *field, size_t len)
+{
+    return memchr(field, '\0', len) != NULL;
+}
+
+/* Payload size every fixed-size message type must have; 0 = none. */
+static size_t fixed_payload_size(uint16_t type)
+{
+    switch (type) {
+    case NUKSM_MSG_HELLO:        return sizeof(NuksmMsgHello);
+    case NUKSM_MSG_HELLO_ACK:    return sizeof(NuksmMsgHelloAck);
+    case NUKSM_MSG_ERROR:        return sizeof(NuksmMsgError);
+    case NUKSM_MSG_SET_POLICY:   return sizeof(NuksmMsgPolicy);
+    case NUKSM_MSG_POLICY:       return sizeof(NuksmMsgPolicy);
+    case NUKSM_MSG_SET_PRIORITY: return sizeof(NuksmMsgPriority);
+    case NUKSM_MSG_INFO:         return sizeof(NuksmMsgInfo);
+    default:                     return 0;
+    }
+}
+
+static const char *check_payload(uint16_t type, const void *p, size_t len)
+{
+    switch (type) {
+    case NUKSM_MSG_HELLO: {
+        const NuksmMsgHello *h = p;
+        if (!strfield_ok(h->domain, sizeof(h->domain)) ||
+            !strfield_ok(h->vm_name, sizeof(h->vm_name)) ||
+            !strfield_ok(h->object_id, sizeof(h->object_id))) {
+            return "unterminated string in HELLO";
+        }
+        if (h->reserved != 0) {
+            return "reserved field set in HELLO";
+        }
+        if (h->role != NUKSM_ROLE_VM && h->role != NUKSM_ROLE_CONTROL) {
+            return "unknown client role in HELLO";
+        }
+        if (h->role == NUKSM_ROLE_VM &&
+            (h->priority < NUKSM_PRIORITY_MIN ||
+             h->priority > NUKSM_PRIORITY_MAX)) {
+            return "priority out of range in HELLO";
+        }
+        if (h->role == NUKSM_ROLE_VM && h->domain[0] == '\0') {
+            return "empty domain in HELLO";
+        }
+        return NULL;
+    }
+    case NUKSM_MSG_HELLO_ACK: {
+        const NuksmMsgHelloAck *a = p;
+        if (!strfield_ok(a->agent_version, sizeof(a->agent_version))) {
+            return "unterminated string in HELLO_ACK";
+        }
+        if (a->policy >= NUKSM_POLICY_ID__MAX) {
+            return "unknown policy in HELLO_ACK";
+        }
+        if (a->nr_nodes < 1 || a->nr_nodes > NUKSM_MAX_NODES) {
+            return "node count out of range in HELLO_ACK";
+        }
+        return NULL;
+    }
+    case NUKSM_MSG_ERROR: {
+        const NuksmMsgError *e = p;
+        return strfield_ok(e->message, sizeof(e->message)) ?
+               NULL : "unterminated string in ERROR";
+    }
+    case NUKSM_MSG_SET_POLICY:
+    case NUKSM_MSG_POLICY: {
+        const NuksmMsgPolicy *pol = p;
+        return pol->policy < NUKSM_POLICY_ID__MAX ? NULL : "unknown policy";
+    }
+    case NUKSM_MSG_SET_PRIORITY: {
+        const NuksmMsgPriority *pri = p;
+        return pri->priority >= NUKSM_PRIORITY_MIN &&
+               pri->priority <= NUKSM_PRIORITY_MAX ?
+               NULL : "priority out of range";
+    }
+    case NUKSM_MSG_GET_POLICY:
+    case NUKSM_MSG_GET_INFO:
+    case NUKSM_MSG_LIST_VMS:
+        return len == 0 ? NULL : "unexpected payload";
+    case NUKSM_MSG_INFO: {
+        const NuksmMsgInfo *i = p;
+        if (!strfield_ok(i->agent_version, sizeof(i->agent_version))) {
+            return "unterminated string in INFO";
+        }
+        if (i->policy >= NUKSM_POLICY_ID__MAX) {
+            return "unknown policy in INFO";
+        }
+        if (i->nr_nodes < 1 || i->nr_nodes > NUKSM_MAX_NODES) {
+            return "node count out of range in INFO";
+        }
+        return NULL;
+    }
+    case NUKSM_MSG_VMS: {
+        const NuksmMsgVms *v = p;
+        const NuksmVmEntry *e;
+        if (len < sizeof(*v) ||
+            (len - sizeof(*v)) != (size_t)v->count * sizeof(NuksmVmEntry)) {
+            return "VMS size does not match its count";
+        }
+        if (v->count > v->total) {
+            return "VMS count exceeds total";
+        }
+        e = (const NuksmVmEntry *)(v + 1);
+        for (uint32_t n = 0; n < v->count; n++) {
+            if (!strfield_ok(e[n].domain, sizeof(e[n].domain)) ||
+                !strfield_ok(e[n].vm_name, sizeof(e[n].vm_name)) ||
+                !strfield_ok(e[n].object_id, sizeof(e[n].object_id))) {
+                return "unterminated string in VMS";
+            }
+        }
+        return NULL;
+    }
+    default:
+        return "unknown message type";
+    }
+}
+
+const char *nuksm_msg_check(const void *buf, size_t size)
+{
+    NuksmMsgHeader hdr;
+    size_t fixed;
+
+    if (size < sizeof(hdr)) {
+        return "message shorter than its header";
+    }
+    if (size > NUKSM_MSG_MAX) {
+        return "message larger than NUKSM_MSG_MAX";
+    }
+    memcpy(&hdr, buf, sizeof(hdr));
+    if (hdr.magic != NUKSM_PROTO_MAGIC) {
+        return "bad magic";
+    }
+    if (hdr.flags != 0) {
+        return "unknown flags";
+    }
+    if (hdr.len != size - sizeof(hdr)) {
+        return "payload length does not match datagram size";
+    }
+    if (hdr.type == 0 || hdr.type >= NUKSM_MSG__MAX) {
+        return "unknown message type";
+    }
+    fixed = fixed_payload_size(hdr.type);
+    if (fixed && hdr.len != fixed) {
+        return "wrong payload size for message type";
+    }
+    return check_payload(hdr.type, nuksm_msg_payload(buf), hdr.len);
+}

@@ -1,0 +1,187 @@
+/*
+ * nuksm wire protocol between QEMU (-object nuksm), nuksmctl and nuksmd.
+ *
+ * Transport: AF_UNIX SOCK_SEQPACKET, one message per datagram, host byte
+ * order (both ends always run on the same host).  Every message starts with
+ * a NuksmMsgHeader followed by exactly hdr.len bytes of payload; the payload
+ * layout is fixed by hdr.type.  Strings are fixed-size, NUL-terminated
+ * fields.  A receiver validates every message with nuksm_msg_check() before
+ * looking at its payload.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSM_PROTO_H
+#define NUKSM_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
+#define NUKSM_PROTO_VERSION 1u
+
+/* Largest datagram either side sends or accepts, header included. */
+#define NUKSM_MSG_MAX       65536u
+
+#define NUKSM_NAME_LEN      64u   /* domain, VM name, object id */
+#define NUKSM_VERSION_LEN   32u   /* agent version string */
+#define NUKSM_ERROR_LEN     256u  /* human-readable error text */
+#define NUKSM_MAX_NODES     64u   /* host NUMA nodes reported per message */
+
+typedef enum NuksmMsgType {
+    NUKSM_MSG_HELLO        = 1,  /* client -> agent, first message */
+    NUKSM_MSG_HELLO_ACK    = 2,  /* agent -> client, handshake accepted */
+    NUKSM_MSG_ERROR        = 3,  /* agent -> client, reply to any request */
+    NUKSM_MSG_SET_POLICY   = 4,  /* client -> agent; reply POLICY or ERROR */
+    NUKSM_MSG_POLICY       = 5,  /* agent -> client; seq 0 = broadcast */
+    NUKSM_MSG_GET_POLICY   = 6,  /* client -> agent; reply POLICY */
+    NUKSM_MSG_SET_PRIORITY = 7,  /* VM client -> agent; no reply */
+    NUKSM_MSG_GET_INFO     = 8,  /* client -> agent; reply INFO */
+    NUKSM_MSG_INFO         = 9,  /* agent -> client */
+    NUKSM_MSG_LIST_VMS     = 10, /* client -> agent; reply VMS */
+    NUKSM_MSG_VMS          = 11, /* agent -> client */
+    NUKSM_MSG__MAX,
+} NuksmMsgType;
+
+typedef enum NuksmErrorCode {
+    NUKSM_ERR_VERSION     = 1,   /* protocol version mismatch */
+    NUKSM_ERR_BAD_MESSAGE = 2,   /* malformed or unexpected message */
+    NUKSM_ERR_BAD_ARG     = 3,   /* well-formed but out-of-range argument */
+    NUKSM_ERR_HANDSHAKE   = 4,   /* request before HELLO, or HELLO twice */
+} NuksmErrorCode;
+
+/*
+ * Placement policies.  The numbering is part of the protocol; the names
+ * are the ones users type and match QAPI's NuksmPolicy enum.
+ */
+typedef enum NuksmPolicyId {
+    NUKSM_POLICY_ID_GLOBAL    = 0,
+    NUKSM_POLICY_ID_KSM_ORDER = 1,
+    NUKSM_POLICY_ID_LOCAL     = 2,
+    NUKSM_POLICY_ID_FAIR      = 3,
+    NUKSM_POLICY_ID_PRIORITY  = 4,
+    NUKSM_POLICY_ID_ADAPTIVE  = 5,
+    NUKSM_POLICY_ID__MAX,
+} NuksmPolicyId;
+
+typedef enum NuksmClientRole {
+    NUKSM_ROLE_VM      = 1,      /* a QEMU with -object nuksm */
+    NUKSM_ROLE_CONTROL = 2,      /* nuksmctl and other management tools */
+} NuksmClientRole;
+
+#define NUKSM_PRIORITY_MIN 1u
+#define NUKSM_PRIORITY_MAX 1000u
+
+typedef struct NuksmMsgHeader {
+    uint32_t magic;      /* NUKSM_PROTO_MAGIC */
+    uint16_t type;       /* NuksmMsgType */
+    uint16_t flags;      /* must be 0 */
+    uint32_t seq;        /* request id chosen by the sender, echoed in reply */
+    uint32_t len;        /* payload bytes following the header */
+} NuksmMsgHeader;
+
+typedef struct NuksmMsgHello {
+    uint32_t version;    /* NUKSM_PROTO_VERSION of the client */
+    uint32_t role;       /* NuksmClientRole */
+    uint32_t priority;   /* NUKSM_PRIORITY_MIN..MAX (VM role), else 0 */
+    uint32_t reserved;   /* must be 0 */
+    char domain[NUKSM_NAME_LEN];     /* merge domain (VM role) */
+    char vm_name[NUKSM_NAME_LEN];    /* -name of the VM, may be empty */
+    char object_id[NUKSM_NAME_LEN];  /* id of the nuksm object */
+} NuksmMsgHello;
+
+typedef struct NuksmMsgHelloAck {
+    uint32_t version;    /* NUKSM_PROTO_VERSION of the agent */
+    uint32_t client_id;  /* agent-assigned, unique while the agent runs */
+    uint32_t policy;     /* NuksmPolicyId currently in force */
+    uint32_t nr_nodes;   /* NUMA nodes the agent places on (1..MAX_NODES) */
+    char agent_version[NUKSM_VERSION_LEN];
+} NuksmMsgHelloAck;
+
+typedef struct NuksmMsgError {
+    uint32_t code;       /* NuksmErrorCode */
+    uint32_t reserved;
+    char message[NUKSM_ERROR_LEN];
+} NuksmMsgError;
+
+/* SET_POLICY, POLICY */
+typedef struct NuksmMsgPolicy {
+    uint32_t policy;     /* NuksmPolicyId */
+} NuksmMsgPolicy;
+
+/* SET_PRIORITY */
+typedef struct NuksmMsgPriority {
+    uint32_t priority;   /* NUKSM_PRIORITY_MIN..MAX */
+} NuksmMsgPriority;
+
+typedef struct NuksmMsgInfo {
+    char agent_version[NUKSM_VERSION_LEN];
+    uint32_t policy;         /* NuksmPolicyId */
+    uint32_t vms;            /* connected VM clients */
+    uint32_t nr_nodes;       /* 1..NUKSM_MAX_NODES */
+    uint32_t reserved;
+    uint64_t pages_shared;   /* store pages in use (KSM pages_shared) */
+    uint64_t pages_sharing;  /* guest pages mapping them (KSM pages_sharing) */
+    uint64_t store_pages[NUKSM_MAX_NODES];  /* per node, nr_nodes valid */
+} NuksmMsgInfo;
+
+typedef struct NuksmVmEntry {
+    uint32_t client_id;
+    uint32_t pid;            /* from SO_PEERCRED */
+    uint32_t uid;            /* from SO_PEERCRED */
+    uint32_t priority;
+    char domain[NUKSM_NAME_LEN];
+    char vm_name[NUKSM_NAME_LEN];
+    char object_id[NUKSM_NAME_LEN];
+    uint64_t merged_pages;
+} NuksmVmEntry;
+
+/* VMS: a NuksmMsgVms followed by count NuksmVmEntry records */
+typedef struct NuksmMsgVms {
+    uint32_t count;
+    uint32_t total;          /* VMs connected; > count if the list was cut */
+} NuksmMsgVms;
+
+#define NUKSM_VMS_MAX_ENTRIES \
+    ((NUKSM_MSG_MAX - sizeof(NuksmMsgHeader) - sizeof(NuksmMsgVms)) / \
+     sizeof(NuksmVmEntry))
+
+/*
+ * Build a message in @buf (at least sizeof(NuksmMsgHeader) + @len bytes).
+ * Returns the total datagram size.
+ */
+size_t nuksm_msg_pack(void *buf, NuksmMsgType type, uint32_t seq,
+                      const void *payload, uint32_t len);
+
+/*
+ * Validate a received datagram of @size bytes: header, magic, flags, type,
+ * exact payload size for the type, NUL-terminated strings and in-range
+ * enums.  Returns NULL when valid, else a static string saying what is
+ * wrong (suitable for logs and NUKSM_MSG_ERROR).
+ */
+const char *nuksm_msg_check(const void *buf, size_t size);
+
+/* Payload of a message that passed nuksm_msg_check(). */
+static inline const void *nuksm_msg_payload(const void *buf)
+{
+    return (const char *)buf + sizeof(NuksmMsgHeader);
+}
+
+/* Copy @src into a fixed-size protocol string field, truncating. */
+void nuksm_strfield_set(char *field, size_t field_len, const char *src);
+
+/* "HELLO", "HELLO_ACK", ...; NULL for an unknown type. */
+const char *nuksm_msg_type_name(uint32_t type);
+
+/* "global", "ksm-order", ...; NULL for an out-of-range id. */
+const char *nuksm_policy_name(uint32_t policy);
+
+/* Policy id for @name, or -1 if @name is not a policy. */
+int nuksm_policy_parse(const char *name);
+
+/* "global, ksm-order, local, fair, priority, adaptive" for error messages. */
+const char *nuksm_policy_names(void);
+
+#endif /* NUKSM_PROTO_H */

@@ -1,0 +1,136 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# Build the tiny test guest used by `make demo` and the integration tests:
+#
+#   ${BUILD:-build}/guest/vmlinuz             Debian's cloud kernel
+#   ${BUILD:-build}/guest/initramfs.cpio.gz   busybox + /init
+#
+# Nothing is installed on the host: the kernel and busybox packages are
+# fetched with `apt-get download` and unpacked with `dpkg-deb -x` into a
+# scratch directory.
+#
+# The guest's /init prints "nuksm-guest: ready" on the console once it is
+# up.  With `nuksm.fill=N` on the kernel command line it first writes N MiB
+# of a fixed pattern to a tmpfs, so that every guest holds the same pages:
+# one 1 MiB unit of distinct pages (the text of `seq`), repeated N times.
+#
+# Boot it with:
+#   qemu-system-x86_64 -accel tcg -m 256 -nodefaults -display none \
+#     -serial stdio -kernel vmlinuz -initrd initramfs.cpio.gz \
+#     -append 'console=ttyS0 quiet panic=-1 nuksm.fill=64' -L /usr/share/seabios
+#
+# Copyright (c) 2026 nuksm developers
+
+set -eu
+
+BUILD=${BUILD:-build}
+OUT=$BUILD/guest
+SCRIPT=$0
+
+say() {
+    echo "make-guest: $*"
+}
+
+die() {
+    echo "make-guest: error: $*" >&2
+    exit 1
+}
+
+up_to_date() {
+    [ -s "$OUT/vmlinuz" ] && [ -s "$OUT/initramfs.cpio.gz" ] &&
+        [ "$OUT/vmlinuz" -nt "$SCRIPT" ] &&
+        [ "$OUT/initramfs.cpio.gz" -nt "$SCRIPT" ]
+}
+
+# The versioned kernel package the cloud meta-package depends on.
+kernel_package() {
+    apt-cache depends linux-image-cloud-amd64 |
+        awk '$1 == "Depends:" && $2 ~ /^linux-image-/ { print $2; exit }'
+}
+
+write_init() {
+    cat >"$1" <<'EOF'
+#!/bin/sh
+# nuksm test guest: mount the basics, optionally fill memory, then idle.
+/bin/busybox mkdir -p /proc /sys /dev /usr/bin /usr/sbin /sbin /fill
+/bin/busybox --install -s
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+exec </dev/console >/dev/console 2>&1
+
+fill=0
+for arg in $(cat /proc/cmdline); do
+    case $arg in
+    nuksm.fill=*) fill=${arg#nuksm.fill=} ;;
+    esac
+done
+case $fill in
+''|*[!0-9]*) echo "nuksm-guest: bad nuksm.fill='$fill'"; fill=0 ;;
+esac
+
+if [ "$fill" -gt 0 ]; then
+    mount -t tmpfs -o size=$((fill + 1))m tmpfs /fill
+    seq 10000000 10200000 | head -c 1048576 >/fill/unit
+    i=0
+    while [ "$i" -lt "$fill" ]; do
+        cat /fill/unit
+        i=$((i + 1))
+    done >/fill/data
+    rm /fill/unit
+    echo "nuksm-guest: filled $fill MiB"
+fi
+
+echo "nuksm-guest: ready"
+while :; do
+    sleep 3600
+done
+EOF
+    chmod 755 "$1"
+}
+
+if up_to_date; then
+    say "$OUT is up to date"
+    exit 0
+fi
+
+for tool in apt-get apt-cache dpkg-deb cpio gzip; do
+    command -v "$tool" >/dev/null || die "$tool not found (Debian host needed)"
+done
+
+kpkg=$(kernel_package)
+[ -n "$kpkg" ] || die "cannot resolve the package linux-image-cloud-amd64 depends on (apt-get update?)"
+
+mkdir -p "$OUT"
+scratch=$(mktemp -d "$OUT/scratch.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+chmod 755 "$scratch"  # apt-get download drops to the _apt user
+
+say "downloading $kpkg and busybox-static"
+(cd "$scratch" && apt-get download -q "$kpkg" busybox-static) ||
+    die "apt-get download failed"
+
+for deb in "$scratch"/*.deb; do
+    say "unpacking $(basename "$deb")"
+    dpkg-deb -x "$deb" "$scratch/root" || die "cannot unpack $deb"
+done
+
+kernel=$(ls "$scratch"/root/boot/vmlinuz-* 2>/dev/null | head -n 1)
+[ -n "$kernel" ] || die "no /boot/vmlinuz-* in $kpkg"
+[ -x "$scratch/root/bin/busybox" ] || die "no /bin/busybox in busybox-static"
+
+say "assembling the initramfs"
+initrd=$scratch/initrd
+mkdir -p "$initrd/bin"
+cp "$scratch/root/bin/busybox" "$initrd/bin/busybox"
+ln -s busybox "$initrd/bin/sh"
+write_init "$initrd/init"
+(cd "$initrd" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) \
+    >"$scratch/initramfs.cpio" || die "cpio failed"
+gzip -9 "$scratch/initramfs.cpio" || die "gzip failed"
+
+cp "$kernel" "$scratch/vmlinuz"
+mv "$scratch/initramfs.cpio.gz" "$OUT/initramfs.cpio.gz"
+mv "$scratch/vmlinuz" "$OUT/vmlinuz"
+say "wrote $OUT/vmlinuz ($(basename "$kernel")) and $OUT/initramfs.cpio.gz"

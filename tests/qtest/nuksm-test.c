@@ -1,0 +1,630 @@
+/*
+ * qtest for the nuksm object and its QMP/HMP surface, against a real
+ * nuksmd.
+ *
+ * The agent binary is taken from $NUKSMD (the nuksm Makefile sets it to
+ * build/bin/nuksmd).  The version-handshake test plays the agent itself
+ * with a raw socket, since the point is how QEMU treats a refusing agent.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include "libqtest.h"
+#include "qapi/error.h"
+#include "qobject/qdict.h"
+#include "qobject/qjson.h"
+#include "qobject/qlist.h"
+#include "../../hw/mem/nuksm/libnuksm/nuksm-proto.h"
+
+#define RAM_MB 128
+#define WAIT_MS 20000
+
+typedef struct Agent {
+    char *dir;
+    char *sock;
+    GPid pid;
+} Agent;
+
+static const char *nuksmd_path(void)
+{
+    const char *path = g_getenv("NUKSMD");
+
+    g_assert(path);  /* checked in main() */
+    return path;
+}
+
+static bool sock_connectable(const char *path)
+{
+    struct sockaddr_un addr = { .sun_family = AF_UNIX };
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    bool ok;
+
+    g_assert(fd >= 0);
+    g_strlcpy(addr.sun_path, path, sizeof(addr.sun_path));
+    ok = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
+    close(fd);
+    return ok;
+}
+
+static void agent_init(Agent *a)
+{
+    a->dir = g_dir_make_tmp("nuksm-test-XXXXXX", NULL);
+    g_assert(a->dir);
+    a->sock = g_build_filename(a->dir, "nuksmd.sock", NULL);
+    a->pid = 0;
+}
+
+static void agent_start(Agent *a, const char *extra)
+{
+    g_autofree char *cmd = g_strdup_printf("%s --socket %s --log-level "
+                                           "warning %s", nuksmd_path(),
+                                           a->sock, extra ? extra : "");
+    g_auto(GStrv) argv = NULL;
+    g_autoptr(GError) err = NULL;
+
+    g_assert(g_shell_parse_argv(cmd, NULL, &argv, &err));
+    g_assert(g_spawn_async(NULL, argv, NULL, G_SPAWN_DO_NOT_REAP_CHILD,
+                           NULL, NULL, &a->pid, &err));
+    for (int i = 0; i < WAIT_MS / 10; i++) {
+        if (sock_connectable(a->sock)) {
+            return;
+        }
+        g_usleep(10 * 1000);
+    }
+    g_error("nuksmd did not start listening on %s", a->sock);
+}
+
+static void agent_kill(Agent *a, int sig)
+{
+    int status;
+
+    g_assert(a->pid > 0);
+    g_assert(kill(a->pid, sig) == 0);
+    g_assert(waitpid(a->pid, &status, 0) == a->pid);
+    g_spawn_close_pid(a->pid);
+    a->pid = 0;
+    if (sig == SIGTERM) {
+        /* A clean shutdown exits 0 and removes its socket. */
+        g_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        g_assert(!g_file_test(a->sock, G_FILE_TEST_EXISTS));
+    }
+}
+
+static void agent_cleanup(Agent *a)
+{
+    if (a->pid) {
+        agent_kill(a, SIGKILL);
+    }
+    unlink(a->sock);
+    rmdir(a->dir);
+    g_free(a->sock);
+    g_free(a->dir);
+}
+
+static QTestState *vm_start(const char *agent_sock, const char *extra)
+{
+    return qtest_initf("-machine q35 -m %dM -object nuksm,id=dedup0,"
+                       "agent=%s%s", RAM_MB, agent_sock, extra ? extra : "");
+}
+
+/* query-nuksm's entry for @id; the caller unrefs the whole reply. */
+static QDict *nuksm_info(QTestState *qts, const char *id, QDict **resp)
+{
+    QList *list;
+    QListEntry *e;
+
+    *resp = qtest_qmp(qts, "{'execute': 'query-nuksm'}");
+    g_assert(qdict_haskey(*resp, "return"));
+    list = qdict_get_qlist(*resp, "return");
+    QLIST_FOREACH_ENTRY(list, e) {
+        QDict *info = qobject_to(QDict, qlist_entry_obj(e));
+        if (g_str_equal(qdict_get_str(info, "id"), id)) {
+            return info;
+        }
+    }
+    g_error("query-nuksm has no entry for %s", id);
+}
+
+static char *nuksm_state(QTestState *qts)
+{
+    QDict *resp;
+    QDict *info = nuksm_info(qts, "dedup0", &resp);
+    char *state = g_strdup(qdict_get_str(info, "state"));
+
+    qobject_unref(resp);
+    return state;
+}
+
+static void wait_state(QTestState *qts, const char *want)
+{
+    for (int i = 0; i < WAIT_MS / 10; i++) {
+        g_autofree char *state = nuksm_state(qts);
+        if (g_str_equal(state, want)) {
+            return;
+        }
+        g_usleep(10 * 1000);
+    }
+    g_error("nuksm never reached state %s", want);
+}
+
+static void assert_error_contains(QDict *resp, const char *a, const char *b)
+{
+    const char *desc;
+
+    g_assert(qdict_haskey(resp, "error"));
+    desc = qdict_get_str(qdict_get_qdict(resp, "error"), "desc");
+    g_assert_nonnull(strstr(desc, a));
+    if (b) {
+        g_assert_nonnull(strstr(desc, b));
+    }
+    qobject_unref(resp);
+}
+
+/* object-add rejects every bad property value with a message naming it. */
+static void test_property_errors(void)
+{
+    static const struct {
+        const char *args;
+        const char *prop;
+        const char *allowed;
+    } cases[] = {
+        { "'priority': 0", "'priority'", "between 1 and 1000" },
+        { "'priority': 1001", "'priority'", "between 1 and 1000" },
+        { "'max-cpu': 0", "'max-cpu'", "between 1 and 100" },
+        { "'max-cpu': 101", "'max-cpu'", "between 1 and 100" },
+        { "'domain': ''", "'domain'", "[A-Za-z0-9._-]" },
+        { "'domain': 'a b'", "'domain'", "[A-Za-z0-9._-]" },
+        { "'agent': ''", "'agent'", "unix socket path" },
+        { "'memdev': 'nope'", "'memdev'", "no memory backend" },
+        { "'priority': 'high'", "priority", NULL },
+    };
+    Agent a;
+    QTestState *qts;
+
+    agent_init(&a);
+    qts = vm_start(a.sock, NULL);
+    for (int i = 0; i < ARRAY_SIZE(cases); i++) {
+        g_autofree char *json = g_strdup_printf(
+            "{'qom-type': 'nuksm', 'id': 'bad%d', %s}", i, cases[i].args);
+        QObject *args = qobject_from_json(json, &error_abort);
+
+        assert_error_contains(qtest_qmp(qts, "{'execute': 'object-add', "
+                                        "'arguments': %p}", args),
+                              cases[i].prop, cases[i].allowed);
+    }
+    /* Nothing half-created is left behind. */
+    assert_error_contains(qtest_qmp(qts, "{'execute': 'qom-get', "
+                                    "'arguments': {'path': '/objects/bad0',"
+                                    " 'property': 'priority'}}"),
+                          "bad0", NULL);
+
+    /* Run-time properties can be changed; identity ones cannot. */
+    qobject_unref(qtest_qmp_assert_success_ref(qts,
+        "{'execute': 'qom-set', 'arguments': {'path': '/objects/dedup0', "
+        "'property': 'priority', 'value': 7}}"));
+    assert_error_contains(qtest_qmp(qts, "{'execute': 'qom-set', "
+        "'arguments': {'path': '/objects/dedup0', 'property': 'priority', "
+        "'value': 5000}}"), "'priority'", "between 1 and 1000");
+    assert_error_contains(qtest_qmp(qts, "{'execute': 'qom-set', "
+        "'arguments': {'path': '/objects/dedup0', 'property': 'domain', "
+        "'value': 'other'}}"), "'domain'", "cannot be changed");
+    {
+        QDict *resp;
+        QDict *info = nuksm_info(qts, "dedup0", &resp);
+        g_assert_cmpint(qdict_get_int(info, "priority"), ==, 7);
+        g_assert_cmpstr(qdict_get_str(info, "domain"), ==, "default");
+        qobject_unref(resp);
+    }
+    qtest_quit(qts);
+    agent_cleanup(&a);
+}
+
+/* The same errors stop QEMU at start-up, naming the property. */
+static void test_cmdline_errors(void)
+{
+    static const struct {
+        const char *opts;
+        const char *want;
+    } cases[] = {
+        { "priority=0", "'priority' must be between 1 and 1000" },
+        { "max-cpu=200", "'max-cpu' must be between 1 and 100" },
+        { "memdev=nope", "'memdev': no memory backend with id 'nope'" },
+        { "bogus=1", "bogus" },
+    };
+
+    for (int i = 0; i < ARRAY_SIZE(cases); i++) {
+        /* timeout(1): a case that QEMU wrongly accepts must not hang. */
+        g_autofree char *cmd = g_strdup_printf(
+            "timeout 30 %s -machine q35 -accel qtest -display none "
+            "-nodefaults -L /usr/share/seabios -object nuksm,id=d,%s",
+            g_getenv("QTEST_QEMU_BINARY"), cases[i].opts);
+        g_autofree char *out = NULL, *err = NULL;
+        g_autoptr(GError) gerr = NULL;
+        int status;
+
+        g_assert(g_spawn_command_line_sync(cmd, &out, &err, &status, &gerr));
+        /* QEMU exits 1 on a configuration error; timeout(1) exits 124. */
+        g_assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+        if (!strstr(err, cases[i].want)) {
+            g_error("'%s' printed '%s', expected '%s'", cmd, err,
+                    cases[i].want);
+        }
+    }
+}
+
+/* disconnected -> active -> disconnected (killed) -> active (restarted) */
+static void test_state_transitions(void)
+{
+    Agent a;
+    QTestState *qts;
+    QDict *resp, *info, *ev;
+
+    agent_init(&a);
+    qts = vm_start(a.sock, NULL);
+
+    info = nuksm_info(qts, "dedup0", &resp);
+    g_assert_cmpstr(qdict_get_str(info, "state"), ==, "disconnected");
+    g_assert_nonnull(strstr(qdict_get_str(info, "agent-error"),
+                            "No such file or directory"));
+    g_assert_false(qdict_haskey(info, "policy"));
+    g_assert_cmpstr(qdict_get_str(info, "agent"), ==, a.sock);
+    qobject_unref(resp);
+
+    agent_start(&a, "--policy local");
+    ev = qtest_qmp_eventwait_ref(qts, "NUKSM_AGENT_CONNECTED");
+    g_assert_cmpstr(qdict_get_str(qdict_get_qdict(ev, "data"), "id"), ==,
+                    "dedup0");
+    g_assert_cmpstr(qdict_get_str(qdict_get_qdict(ev, "data"), "agent"), ==,
+                    a.sock);
+    qobject_unref(ev);
+    info = nuksm_info(qts, "dedup0", &resp);
+    g_assert_cmpstr(qdict_get_str(info, "state"), ==, "active");
+    g_assert_cmpstr(qdict_get_str(info, "policy"), ==, "local");
+    g_assert_false(qdict_haskey(info, "agent-error"));
+    qobject_unref(resp);
+
+    agent_kill(&a, SIGKILL);
+    ev = qtest_qmp_eventwait_ref(qts, "NUKSM_AGENT_DISCONNECTED");
+    g_assert_cmpstr(qdict_get_str(qdict_get_qdict(ev, "data"), "reason"), ==,
+                    "agent closed the connection");
+    qobject_unref(ev);
+    g_assert_cmpstr(nuksm_state(qts), ==, "disconnected");
+
+    /* The stale socket of a killed agent is taken over by a new one. */
+    agent_start(&a, NULL);
+    qobject_unref(qtest_qmp_eventwait_ref(qts, "NUKSM_AGENT_CONNECTED"));
+    wait_state(qts, "active");
+
+    /* A clean agent shutdown is seen the same way. */
+    agent_kill(&a, SIGTERM);
+    qobject_unref(qtest_qmp_eventwait_ref(qts, "NUKSM_AGENT_DISCONNECTED"));
+
+    qtest_quit(qts);
+    agent_cleanup(&a);
+}
+
+/* The policy is agent-wide: set through one VM, seen by all. */
+static void test_policy(void)
+{
+    Agent a;
+    QTestState *vm1, *vm2;
+    QDict *resp, *info;
+
+    agent_init(&a);
+    agent_start(&a, "--fake-numa 2");
+    vm1 = vm_start(a.sock, NULL);
+    vm2 = vm_start(a.sock, ",domain=tenant2,priority=9");
+    wait_state(vm1, "active");
+    wait_state(vm2, "active");
+
+    resp = qtest_qmp_assert_success_ref(vm1, "{'execute': "
+                                        "'query-nuksm-agent'}");
+    g_assert_cmpstr(qdict_get_str(resp, "policy"), ==, "global");
+    g_assert_cmpint(qdict_get_int(resp, "vms"), ==, 2);
+    g_assert_cmpint(qlist_size(qdict_get_qlist(resp,
+                                               "store-pages-per-node")),
+                    ==, 2);
+    qobject_unref(resp);
+
+    qobject_unref(qtest_qmp_assert_success_ref(vm1,
+        "{'execute': 'nuksm-set-policy', 'arguments': {'policy': 'fair'}}"));
+    resp = qtest_qmp_assert_success_ref(vm2, "{'execute': "
+                                        "'query-nuksm-agent'}");
+    g_assert_cmpstr(qdict_get_str(resp, "policy"), ==, "fair");
+    qobject_unref(resp);
+    for (int i = 0; i < WAIT_MS / 10; i++) {
+        info = nuksm_info(vm2, "dedup0", &resp);
+        if (g_str_equal(qdict_get_try_str(info, "policy") ?: "", "fair")) {
+            break;
+        }
+        qobject_unref(resp);
+        resp = NULL;
+        g_usleep(10 * 1000);
+    }
+    g_assert_nonnull(resp);  /* vm2 was told of the change */
+    g_assert_cmpstr(qdict_get_str(info, "domain"), ==, "tenant2");
+    g_assert_cmpint(qdict_get_int(info, "priority"), ==, 9);
+    qobject_unref(resp);
+
+    assert_error_contains(qtest_qmp(vm1, "{'execute': 'nuksm-set-policy', "
+                                    "'arguments': {'policy': 'fastest'}}"),
+                          "'policy'", "global, ksm-order, local, fair, "
+                          "priority, adaptive");
+    assert_error_contains(qtest_qmp(vm1, "{'execute': 'nuksm-set-policy', "
+                                    "'arguments': {'policy': 'local', "
+                                    "'id': 'nope'}}"),
+                          "no nuksm object with id 'nope'", NULL);
+    /* A refused policy changed nothing. */
+    resp = qtest_qmp_assert_success_ref(vm1, "{'execute': "
+                                        "'query-nuksm-agent'}");
+    g_assert_cmpstr(qdict_get_str(resp, "policy"), ==, "fair");
+    qobject_unref(resp);
+
+    qtest_quit(vm2);
+    qtest_quit(vm1);
+    agent_kill(&a, SIGTERM);
+    agent_cleanup(&a);
+}
+
+/* Without an agent, agent requests fail cleanly, naming the reason. */
+static void test_no_agent_errors(void)
+{
+    Agent a;
+    QTestState *qts;
+
+    agent_init(&a);
+    qts = vm_start(a.sock, NULL);
+    assert_error_contains(qtest_qmp(qts, "{'execute': 'query-nuksm-agent', "
+                                    "'arguments': {'id': 'dedup0'}}"),
+                          "not connected to the agent",
+                          "No such file or directory");
+    assert_error_contains(qtest_qmp(qts, "{'execute': 'nuksm-set-policy', "
+                                    "'arguments': {'policy': 'fair'}}"),
+                          "no nuksm object is connected", NULL);
+    qtest_quit(qts);
+    agent_cleanup(&a);
+}
+
+/* enabled=off pauses the object; nuksm-scan runs a full pass. */
+static void test_enabled_and_scan(void)
+{
+    const uint64_t ram_pages = RAM_MB * 1024 * 1024 / 4096;
+    const uint64_t touched = 4096;  /* 16 MiB written by the test */
+    Agent a;
+    QTestState *qts;
+    QDict *resp, *info;
+
+    agent_init(&a);
+    agent_start(&a, NULL);
+    qts = vm_start(a.sock, ",max-cpu=100");
+    wait_state(qts, "active");
+
+    info = nuksm_info(qts, "dedup0", &resp);
+    g_assert_cmpint(qdict_get_int(info, "eligible-pages"), ==, ram_pages);
+    qobject_unref(resp);
+
+    /* Make 16 MiB at 64 MiB resident; the scanner must hash them. */
+    for (uint64_t p = 0; p < touched; p++) {
+        qtest_writeq(qts, 64 * 1024 * 1024 + p * 4096, p + 1);
+    }
+    qobject_unref(qtest_qmp_assert_success_ref(qts,
+        "{'execute': 'nuksm-scan', 'arguments': {'id': 'dedup0'}}"));
+    for (int i = 0; i < WAIT_MS / 10; i++) {
+        info = nuksm_info(qts, "dedup0", &resp);
+        if (qdict_get_int(info, "full-scans") >= 1 &&
+            qdict_get_int(info, "pages-scanned") >= touched) {
+            break;
+        }
+        qobject_unref(resp);
+        resp = NULL;
+        g_usleep(10 * 1000);
+    }
+    g_assert_nonnull(resp);
+    /* Only resident pages are hashed: a 128 MiB guest touched 16 MiB. */
+    g_assert_cmpint(qdict_get_int(info, "pages-scanned"), <,
+                    qdict_get_int(info, "full-scans") * ram_pages / 2 +
+                    touched);
+    qobject_unref(resp);
+
+    qobject_unref(qtest_qmp_assert_success_ref(qts,
+        "{'execute': 'qom-set', 'arguments': {'path': '/objects/dedup0', "
+        "'property': 'enabled', 'value': false}}"));
+    g_assert_cmpstr(nuksm_state(qts), ==, "disabled");
+    assert_error_contains(qtest_qmp(qts, "{'execute': 'nuksm-scan', "
+                                    "'arguments': {'id': 'dedup0'}}"),
+                          "disabled", "'enabled'");
+    assert_error_contains(qtest_qmp(qts, "{'execute': 'nuksm-scan', "
+                                    "'arguments': {'id': 'nope'}}"),
+                          "no nuksm object with id 'nope'", NULL);
+    qobject_unref(qtest_qmp_assert_success_ref(qts,
+        "{'execute': 'qom-set', 'arguments': {'path': '/objects/dedup0', "
+        "'property': 'enabled', 'value': true}}"));
+    g_assert_cmpstr(nuksm_state(qts), ==, "active");
+
+    qtest_quit(qts);
+    agent_kill(&a, SIGTERM);
+    agent_cleanup(&a);
+}
+
+static bool exclusion_has(QDict *info, const char *memdev,
+                          const char *reason)
+{
+    QListEntry *e;
+
+    QLIST_FOREACH_ENTRY(qdict_get_qlist(info, "excluded"), e) {
+        QDict *ex = qobject_to(QDict, qlist_entry_obj(e));
+        if (g_str_equal(qdict_get_str(ex, "memdev"), memdev) &&
+            g_str_equal(qdict_get_str(ex, "reason"), reason)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Shared RAM, ROM and unselected backends are reported, not touched. */
+static void test_exclusions(void)
+{
+    Agent a;
+    QTestState *qts;
+    QDict *resp, *info;
+
+    agent_init(&a);
+    qts = qtest_initf("-machine q35 -m 128M "
+                      "-object memory-backend-ram,id=m0,size=64M "
+                      "-object memory-backend-memfd,id=m1,size=32M,share=on "
+                      "-object memory-backend-ram,id=m2,size=32M "
+                      "-numa node,memdev=m0 -numa node,memdev=m1 "
+                      "-numa node,memdev=m2 "
+                      "-object nuksm,id=dedup0,agent=%s "
+                      "-object nuksm,id=only2,agent=%s,memdev=m2",
+                      a.sock, a.sock);
+
+    info = nuksm_info(qts, "dedup0", &resp);
+    g_assert_cmpint(qdict_get_int(info, "eligible-pages"), ==,
+                    (64 + 32) * 256);
+    g_assert_true(exclusion_has(info, "m1", "shared"));
+    g_assert_true(exclusion_has(info, "pc.bios", "rom"));
+    g_assert_false(exclusion_has(info, "m0", "not-selected"));
+    qobject_unref(resp);
+
+    info = nuksm_info(qts, "only2", &resp);
+    g_assert_cmpint(qdict_get_int(info, "eligible-pages"), ==, 32 * 256);
+    g_assert_true(exclusion_has(info, "m0", "not-selected"));
+    g_assert_true(exclusion_has(info, "m1", "not-selected"));
+    qobject_unref(resp);
+
+    /* HMP shows the same. */
+    {
+        g_autofree char *out = qtest_hmp(qts, "info nuksm");
+        g_assert_nonnull(strstr(out, "dedup0: disconnected"));
+        g_assert_nonnull(strstr(out, "excluded m1 (32 MiB): shared"));
+        g_assert_nonnull(strstr(out, "only2: disconnected"));
+    }
+    qtest_quit(qts);
+    agent_cleanup(&a);
+}
+
+/*
+ * An agent that refuses the handshake (here: a protocol version QEMU
+ * does not speak) leaves the object disconnected with a clear reason.
+ * The test plays the agent over a raw socket.
+ */
+static void test_version_mismatch(void)
+{
+    struct sockaddr_un addr = { .sun_family = AF_UNIX };
+    uint64_t buf[NUKSM_MSG_MAX / sizeof(uint64_t)];
+    const NuksmMsgHello *hello;
+    NuksmMsgHelloAck ack = {
+        .version = NUKSM_PROTO_VERSION + 1,
+        .client_id = 1,
+        .policy = NUKSM_POLICY_ID_GLOBAL,
+        .nr_nodes = 1,
+        .agent_version = "99.0",
+    };
+    NuksmMsgError err = { 0 };
+    Agent a;
+    QTestState *qts;
+    QDict *resp, *info;
+    int lfd, cfd;
+    ssize_t n;
+
+    agent_init(&a);
+    lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    g_strlcpy(addr.sun_path, a.sock, sizeof(addr.sun_path));
+    g_assert(bind(lfd, (struct sockaddr *)&addr, sizeof(addr)) == 0);
+    g_assert(listen(lfd, 4) == 0);
+
+    qts = vm_start(a.sock, ",domain=blue");
+    cfd = accept(lfd, NULL, NULL);
+    g_assert(cfd >= 0);
+    n = recv(cfd, buf, sizeof(buf), 0);
+    g_assert(n > 0);
+    g_assert_null(nuksm_msg_check(buf, n));
+    g_assert_cmpint(((NuksmMsgHeader *)buf)->type, ==, NUKSM_MSG_HELLO);
+    hello = nuksm_msg_payload(buf);
+    g_assert_cmpint(hello->version, ==, NUKSM_PROTO_VERSION);
+    g_assert_cmpint(hello->role, ==, NUKSM_ROLE_VM);
+    g_assert_cmpint(hello->priority, ==, 100);
+    g_assert_cmpstr(hello->domain, ==, "blue");
+    g_assert_cmpstr(hello->object_id, ==, "dedup0");
+
+    n = nuksm_msg_pack(buf, NUKSM_MSG_HELLO_ACK, 1, &ack, sizeof(ack));
+    g_assert(send(cfd, buf, n, 0) == n);
+    for (int i = 0; i < WAIT_MS / 10; i++) {
+        info = nuksm_info(qts, "dedup0", &resp);
+        if (qdict_haskey(info, "agent-error") &&
+            strstr(qdict_get_str(info, "agent-error"), "version mismatch")) {
+            break;
+        }
+        qobject_unref(resp);
+        resp = NULL;
+        g_usleep(10 * 1000);
+    }
+    g_assert_nonnull(resp);
+    g_assert_cmpstr(qdict_get_str(info, "state"), ==, "disconnected");
+    g_assert_nonnull(strstr(qdict_get_str(info, "agent-error"),
+                            "QEMU speaks 1, nuksmd speaks 2"));
+    qobject_unref(resp);
+    /* QEMU closed its end. */
+    g_assert_cmpint(recv(cfd, buf, sizeof(buf), 0), ==, 0);
+    close(cfd);
+
+    /* QEMU retries (after its longest backoff); this time refuse it. */
+    cfd = accept(lfd, NULL, NULL);
+    g_assert(cfd >= 0);
+    n = recv(cfd, buf, sizeof(buf), 0);
+    g_assert(n > 0 && !nuksm_msg_check(buf, n));
+    err.code = NUKSM_ERR_VERSION;
+    nuksm_strfield_set(err.message, sizeof(err.message),
+                       "protocol version mismatch: nuksmd speaks 2, "
+                       "client speaks 1");
+    n = nuksm_msg_pack(buf, NUKSM_MSG_ERROR, 1, &err, sizeof(err));
+    g_assert(send(cfd, buf, n, 0) == n);
+    for (int i = 0; i < WAIT_MS / 10; i++) {
+        info = nuksm_info(qts, "dedup0", &resp);
+        if (strstr(qdict_get_str(info, "agent-error"),
+                   "agent refused the handshake: protocol version "
+                   "mismatch: nuksmd speaks 2")) {
+            break;
+        }
+        qobject_unref(resp);
+        resp = NULL;
+        g_usleep(10 * 1000);
+    }
+    g_assert_nonnull(resp);
+    g_assert_cmpstr(qdict_get_str(info, "state"), ==, "disconnected");
+    qobject_unref(resp);
+    g_assert_cmpint(recv(cfd, buf, sizeof(buf), 0), ==, 0);
+
+    close(cfd);
+    close(lfd);
+    qtest_quit(qts);
+    agent_cleanup(&a);
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+
+    if (!g_getenv("NUKSMD") || !g_file_test(g_getenv("NUKSMD"),
+                                            G_FILE_TEST_IS_EXECUTABLE)) {
+        g_test_skip("NUKSMD is not set to the nuksmd binary: nuksm tests "
+                    "need a real agent (run them with 'make check' in the "
+                    "nuksm repository)");
+        return g_test_run();
+    }
+    qtest_add_func("/nuksm/property-errors", test_property_errors);
+    qtest_add_func("/nuksm/cmdline-errors", test_cmdline_errors);
+    qtest_add_func("/nuksm/state-transitions", test_state_transitions);
+    qtest_add_func("/nuksm/policy", test_policy);
+    qtest_add_func("/nuksm/no-agent-errors", test_no_agent_errors);
+    qtest_add_func("/nuksm/enabled-and-scan", test_enabled_and_scan);
+    qtest_add_func("/nuksm/exclusions", test_exclusions);
+    qtest_add_func("/nuksm/version-mismatch", test_version_mismatch);
+    return g_test_run();
+}

@@ -1,0 +1,595 @@
+/*
+ * Unit tests of the nuksm wire protocol: packing and validation.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <string.h>
+
+#include <glib.h>
+
+#include "nuksm-proto.h"
+
+/* Datagram buffer, 8-byte aligned like a receiver's, with room to spare. */
+static uint64_t buf_words[NUKSM_MSG_MAX / 8 + 2];
+#define BUF ((void *)buf_words)
+
+static NuksmMsgHeader *hdr_of(void *buf)
+{
+    return buf;
+}
+
+static void *payload_of(void *buf)
+{
+    return (char *)buf + sizeof(NuksmMsgHeader);
+}
+
+static void assert_valid(const void *buf, size_t size)
+{
+    const char *problem = nuksm_msg_check(buf, size);
+
+    g_assert_null(problem);
+}
+
+static void assert_rejected(const void *buf, size_t size, const char *why)
+{
+    const char *problem = nuksm_msg_check(buf, size);
+
+    g_assert_nonnull(problem);
+    if (!strstr(problem, why)) {
+        g_error("rejected for '%s', expected '%s'", problem, why);
+    }
+}
+
+static NuksmMsgHello vm_hello(void)
+{
+    NuksmMsgHello h = {
+        .version = NUKSM_PROTO_VERSION,
+        .role = NUKSM_ROLE_VM,
+        .priority = 100,
+    };
+
+    nuksm_strfield_set(h.domain, sizeof(h.domain), "default");
+    nuksm_strfield_set(h.vm_name, sizeof(h.vm_name), "vm1");
+    nuksm_strfield_set(h.object_id, sizeof(h.object_id), "dedup0");
+    return h;
+}
+
+static NuksmMsgHelloAck hello_ack(void)
+{
+    NuksmMsgHelloAck a = {
+        .version = NUKSM_PROTO_VERSION,
+        .client_id = 7,
+        .policy = NUKSM_POLICY_ID_FAIR,
+        .nr_nodes = 2,
+    };
+
+    nuksm_strfield_set(a.agent_version, sizeof(a.agent_version), "0.1.0");
+    return a;
+}
+
+static NuksmMsgInfo info_msg(void)
+{
+    NuksmMsgInfo i = {
+        .policy = NUKSM_POLICY_ID_LOCAL,
+        .vms = 3,
+        .nr_nodes = 4,
+        .pages_shared = 10,
+        .pages_sharing = 30,
+        .store_pages = { 1, 2, 3, 4 },
+    };
+
+    nuksm_strfield_set(i.agent_version, sizeof(i.agent_version), "0.1.0");
+    return i;
+}
+
+/* Pack a VMS message with @count entries and the given @total. */
+static size_t pack_vms(void *buf, uint32_t count, uint32_t total)
+{
+    size_t len = sizeof(NuksmMsgVms) + count * sizeof(NuksmVmEntry);
+    g_autofree NuksmMsgVms *v = g_malloc0(len);
+    NuksmVmEntry *e = (NuksmVmEntry *)(v + 1);
+
+    v->count = count;
+    v->total = total;
+    for (uint32_t n = 0; n < count; n++) {
+        e[n].client_id = n + 1;
+        e[n].pid = 1000 + n;
+        e[n].priority = 1;
+        nuksm_strfield_set(e[n].domain, sizeof(e[n].domain), "default");
+        nuksm_strfield_set(e[n].vm_name, sizeof(e[n].vm_name), "vm");
+        nuksm_strfield_set(e[n].object_id, sizeof(e[n].object_id), "obj");
+        e[n].merged_pages = n * 100;
+    }
+    return nuksm_msg_pack(buf, NUKSM_MSG_VMS, 42, v, len);
+}
+
+/* Pack @type with a valid payload of its kind; returns the size. */
+static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
+{
+    switch (type) {
+    case NUKSM_MSG_HELLO: {
+        NuksmMsgHello h = vm_hello();
+        return nuksm_msg_pack(buf, type, seq, &h, sizeof(h));
+    }
+    case NUKSM_MSG_HELLO_ACK: {
+        NuksmMsgHelloAck a = hello_ack();
+        return nuksm_msg_pack(buf, type, seq, &a, sizeof(a));
+    }
+    case NUKSM_MSG_ERROR: {
+        NuksmMsgError e = { .code = NUKSM_ERR_BAD_ARG };
+        nuksm_strfield_set(e.message, sizeof(e.message), "oops");
+        return nuksm_msg_pack(buf, type, seq, &e, sizeof(e));
+    }
+    case NUKSM_MSG_SET_POLICY:
+    case NUKSM_MSG_POLICY: {
+        NuksmMsgPolicy p = { .policy = NUKSM_POLICY_ID_ADAPTIVE };
+        return nuksm_msg_pack(buf, type, seq, &p, sizeof(p));
+    }
+    case NUKSM_MSG_SET_PRIORITY: {
+        NuksmMsgPriority p = { .priority = NUKSM_PRIORITY_MAX };
+        return nuksm_msg_pack(buf, type, seq, &p, sizeof(p));
+    }
+    case NUKSM_MSG_GET_POLICY:
+    case NUKSM_MSG_GET_INFO:
+    case NUKSM_MSG_LIST_VMS:
+        return nuksm_msg_pack(buf, type, seq, NULL, 0);
+    case NUKSM_MSG_INFO: {
+        NuksmMsgInfo i = info_msg();
+        return nuksm_msg_pack(buf, type, seq, &i, sizeof(i));
+    }
+    case NUKSM_MSG_VMS: {
+        size_t size = pack_vms(buf, 3, 5);
+        hdr_of(buf)->seq = seq;
+        return size;
+    }
+    default:
+        g_assert_not_reached();
+    }
+}
+
+static void test_roundtrip(gconstpointer data)
+{
+    NuksmMsgType type = GPOINTER_TO_UINT(data);
+    static uint64_t copy_words[NUKSM_MSG_MAX / 8];
+    size_t size = pack_valid(BUF, type, 0xdeadbeef);
+    NuksmMsgHeader hdr;
+
+    /* What arrives is a byte copy of what was sent. */
+    memcpy(copy_words, BUF, size);
+    assert_valid(copy_words, size);
+
+    memcpy(&hdr, copy_words, sizeof(hdr));
+    g_assert_cmpuint(hdr.magic, ==, NUKSM_PROTO_MAGIC);
+    g_assert_cmpuint(hdr.type, ==, type);
+    g_assert_cmpuint(hdr.flags, ==, 0);
+    g_assert_cmpuint(hdr.seq, ==, 0xdeadbeef);
+    g_assert_cmpuint(hdr.len, ==, size - sizeof(hdr));
+    g_assert_true(nuksm_msg_payload(copy_words) ==
+                  (char *)copy_words + sizeof(hdr));
+    g_assert_cmpmem(nuksm_msg_payload(copy_words), hdr.len,
+                    payload_of(BUF), hdr.len);
+}
+
+static void test_payload_values(void)
+{
+    NuksmMsgHello h = vm_hello();
+    const NuksmMsgHello *rh;
+    const NuksmMsgInfo *ri;
+    const NuksmMsgVms *rv;
+    const NuksmVmEntry *re;
+    size_t size;
+
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_HELLO, 1, &h, sizeof(h));
+    assert_valid(BUF, size);
+    rh = nuksm_msg_payload(BUF);
+    g_assert_cmpuint(rh->priority, ==, 100);
+    g_assert_cmpstr(rh->domain, ==, "default");
+    g_assert_cmpstr(rh->vm_name, ==, "vm1");
+    g_assert_cmpstr(rh->object_id, ==, "dedup0");
+
+    size = pack_valid(BUF, NUKSM_MSG_INFO, 2);
+    assert_valid(BUF, size);
+    ri = nuksm_msg_payload(BUF);
+    g_assert_cmpuint(ri->nr_nodes, ==, 4);
+    g_assert_cmpuint(ri->pages_sharing, ==, 30);
+    g_assert_cmpuint(ri->store_pages[3], ==, 4);
+
+    size = pack_vms(BUF, 2, 2);
+    assert_valid(BUF, size);
+    rv = nuksm_msg_payload(BUF);
+    re = (const NuksmVmEntry *)(rv + 1);
+    g_assert_cmpuint(rv->count, ==, 2);
+    g_assert_cmpuint(re[1].pid, ==, 1001);
+    g_assert_cmpuint(re[1].merged_pages, ==, 100);
+    g_assert_cmpstr(re[1].object_id, ==, "obj");
+}
+
+static void test_control_hello(void)
+{
+    NuksmMsgHello h = {
+        .version = NUKSM_PROTO_VERSION,
+        .role = NUKSM_ROLE_CONTROL,
+    };
+    size_t size = nuksm_msg_pack(BUF, NUKSM_MSG_HELLO, 1, &h, sizeof(h));
+
+    /* Control clients have neither a priority nor a domain. */
+    assert_valid(BUF, size);
+}
+
+static void test_reject_short(void)
+{
+    size_t size = pack_valid(BUF, NUKSM_MSG_GET_INFO, 1);
+
+    g_assert_cmpuint(size, ==, sizeof(NuksmMsgHeader));
+    assert_rejected(BUF, 0, "shorter than its header");
+    assert_rejected(BUF, sizeof(NuksmMsgHeader) - 1,
+                    "shorter than its header");
+
+    /* A datagram cut inside its payload. */
+    size = pack_valid(BUF, NUKSM_MSG_HELLO, 1);
+    assert_rejected(BUF, size - 1, "payload length does not match");
+}
+
+static void test_reject_oversized(void)
+{
+    NuksmMsgHeader *hdr = hdr_of(BUF);
+
+    pack_valid(BUF, NUKSM_MSG_LIST_VMS, 1);
+    hdr->len = NUKSM_MSG_MAX + 1 - sizeof(*hdr);
+    assert_rejected(BUF, NUKSM_MSG_MAX + 1, "larger than NUKSM_MSG_MAX");
+}
+
+static void test_reject_magic(void)
+{
+    size_t size = pack_valid(BUF, NUKSM_MSG_GET_INFO, 1);
+
+    hdr_of(BUF)->magic = 0x4d534b4f;
+    assert_rejected(BUF, size, "bad magic");
+    hdr_of(BUF)->magic = GUINT32_SWAP_LE_BE(NUKSM_PROTO_MAGIC);
+    assert_rejected(BUF, size, "bad magic");
+}
+
+static void test_reject_flags(void)
+{
+    size_t size = pack_valid(BUF, NUKSM_MSG_GET_POLICY, 1);
+
+    for (unsigned bit = 0; bit < 16; bit++) {
+        hdr_of(BUF)->flags = 1u << bit;
+        assert_rejected(BUF, size, "unknown flags");
+    }
+}
+
+static void test_reject_len_mismatch(void)
+{
+    size_t size = pack_valid(BUF, NUKSM_MSG_SET_POLICY, 1);
+
+    hdr_of(BUF)->len = sizeof(NuksmMsgPolicy) + 1;
+    assert_rejected(BUF, size, "payload length does not match");
+    hdr_of(BUF)->len = sizeof(NuksmMsgPolicy) - 1;
+    assert_rejected(BUF, size, "payload length does not match");
+    hdr_of(BUF)->len = UINT32_MAX;
+    assert_rejected(BUF, size, "payload length does not match");
+}
+
+static void test_reject_unknown_type(void)
+{
+    static const uint16_t types[] = { 0, NUKSM_MSG__MAX, 0x100, 0xffff };
+    size_t size = pack_valid(BUF, NUKSM_MSG_GET_INFO, 1);
+
+    for (size_t i = 0; i < G_N_ELEMENTS(types); i++) {
+        hdr_of(BUF)->type = types[i];
+        assert_rejected(BUF, size, "unknown message type");
+    }
+}
+
+static void test_reject_wrong_size(void)
+{
+    uint64_t zeros[64] = { 0 };
+    static const NuksmMsgType fixed[] = {
+        NUKSM_MSG_HELLO, NUKSM_MSG_HELLO_ACK, NUKSM_MSG_ERROR,
+        NUKSM_MSG_SET_POLICY, NUKSM_MSG_POLICY, NUKSM_MSG_SET_PRIORITY,
+        NUKSM_MSG_INFO,
+    };
+    static const NuksmMsgType empty[] = {
+        NUKSM_MSG_GET_POLICY, NUKSM_MSG_GET_INFO, NUKSM_MSG_LIST_VMS,
+    };
+    size_t size;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(fixed); i++) {
+        /* One byte short and one byte long of the fixed layout. */
+        size_t len = pack_valid(BUF, fixed[i], 1) - sizeof(NuksmMsgHeader);
+        g_autofree void *payload = g_malloc0(len + 1);
+
+        memcpy(payload, payload_of(BUF), len);
+        size = nuksm_msg_pack(BUF, fixed[i], 1, payload, len - 1);
+        assert_rejected(BUF, size, "wrong payload size");
+        size = nuksm_msg_pack(BUF, fixed[i], 1, payload, len + 1);
+        assert_rejected(BUF, size, "wrong payload size");
+        size = nuksm_msg_pack(BUF, fixed[i], 1, NULL, 0);
+        assert_rejected(BUF, size, "wrong payload size");
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(empty); i++) {
+        size = nuksm_msg_pack(BUF, empty[i], 1, zeros, 4);
+        assert_rejected(BUF, size, "unexpected payload");
+    }
+}
+
+static void test_reject_unterminated(void)
+{
+    NuksmMsgHello h;
+    NuksmMsgHelloAck a = hello_ack();
+    NuksmMsgError e = { .code = NUKSM_ERR_BAD_MESSAGE };
+    NuksmMsgInfo i = info_msg();
+    NuksmVmEntry *entries;
+    size_t size;
+
+    h = vm_hello();
+    memset(h.domain, 'd', sizeof(h.domain));
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_HELLO, 1, &h, sizeof(h));
+    assert_rejected(BUF, size, "unterminated string in HELLO");
+    h = vm_hello();
+    memset(h.vm_name, 'n', sizeof(h.vm_name));
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_HELLO, 1, &h, sizeof(h));
+    assert_rejected(BUF, size, "unterminated string in HELLO");
+    h = vm_hello();
+    memset(h.object_id, 'o', sizeof(h.object_id));
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_HELLO, 1, &h, sizeof(h));
+    assert_rejected(BUF, size, "unterminated string in HELLO");
+
+    /* The terminator may be the very last byte of the field. */
+    h = vm_hello();
+    memset(h.vm_name, 'n', sizeof(h.vm_name) - 1);
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_HELLO, 1, &h, sizeof(h));
+    assert_valid(BUF, size);
+
+    memset(a.agent_version, 'v', sizeof(a.agent_version));
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_HELLO_ACK, 1, &a, sizeof(a));
+    assert_rejected(BUF, size, "unterminated string in HELLO_ACK");
+
+    memset(e.message, 'e', sizeof(e.message));
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_ERROR, 1, &e, sizeof(e));
+    assert_rejected(BUF, size, "unterminated string in ERROR");
+
+    memset(i.agent_version, 'v', sizeof(i.agent_version));
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_INFO, 1, &i, sizeof(i));
+    assert_rejected(BUF, size, "unterminated string in INFO");
+
+    size = pack_vms(BUF, 3, 3);
+    entries = (NuksmVmEntry *)((NuksmMsgVms *)payload_of(BUF) + 1);
+    memset(entries[2].object_id, 'o', sizeof(entries[2].object_id));
+    assert_rejected(BUF, size, "unterminated string in VMS");
+}
+
+static void test_reject_policy(void)
+{
+    NuksmMsgPolicy p = { .policy = NUKSM_POLICY_ID__MAX };
+    NuksmMsgHelloAck a = hello_ack();
+    NuksmMsgInfo i = info_msg();
+    size_t size;
+
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_SET_POLICY, 1, &p, sizeof(p));
+    assert_rejected(BUF, size, "unknown policy");
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_POLICY, 1, &p, sizeof(p));
+    assert_rejected(BUF, size, "unknown policy");
+    p.policy = UINT32_MAX;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_SET_POLICY, 1, &p, sizeof(p));
+    assert_rejected(BUF, size, "unknown policy");
+
+    a.policy = NUKSM_POLICY_ID__MAX;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_HELLO_ACK, 1, &a, sizeof(a));
+    assert_rejected(BUF, size, "unknown policy in HELLO_ACK");
+
+    i.policy = NUKSM_POLICY_ID__MAX;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_INFO, 1, &i, sizeof(i));
+    assert_rejected(BUF, size, "unknown policy in INFO");
+
+    /* Every defined policy passes. */
+    for (uint32_t n = 0; n < NUKSM_POLICY_ID__MAX; n++) {
+        p.policy = n;
+        size = nuksm_msg_pack(BUF, NUKSM_MSG_SET_POLICY, 1, &p, sizeof(p));
+        assert_valid(BUF, size);
+    }
+}
+
+static void test_reject_priority(void)
+{
+    static const uint32_t bad[] = {
+        0, NUKSM_PRIORITY_MAX + 1, UINT32_MAX,
+    };
+    static const uint32_t good[] = {
+        NUKSM_PRIORITY_MIN, 500, NUKSM_PRIORITY_MAX,
+    };
+    NuksmMsgHello h = vm_hello();
+    NuksmMsgPriority p;
+    size_t size;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        h.priority = bad[i];
+        size = nuksm_msg_pack(BUF, NUKSM_MSG_HELLO, 1, &h, sizeof(h));
+        assert_rejected(BUF, size, "priority out of range in HELLO");
+        p.priority = bad[i];
+        size = nuksm_msg_pack(BUF, NUKSM_MSG_SET_PRIORITY, 1, &p, sizeof(p));
+        assert_rejected(BUF, size, "priority out of range");
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(good); i++) {
+        h.priority = good[i];
+        size = nuksm_msg_pack(BUF, NUKSM_MSG_HELLO, 1, &h, sizeof(h));
+        assert_valid(BUF, size);
+        p.priority = good[i];
+        size = nuksm_msg_pack(BUF, NUKSM_MSG_SET_PRIORITY, 1, &p, sizeof(p));
+        assert_valid(BUF, size);
+    }
+}
+
+static void test_reject_hello_fields(void)
+{
+    static const uint32_t roles[] = { 0, 3, UINT32_MAX };
+    NuksmMsgHello h;
+    size_t size;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(roles); i++) {
+        h = vm_hello();
+        h.role = roles[i];
+        size = nuksm_msg_pack(BUF, NUKSM_MSG_HELLO, 1, &h, sizeof(h));
+        assert_rejected(BUF, size, "unknown client role");
+    }
+
+    h = vm_hello();
+    h.domain[0] = '\0';
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_HELLO, 1, &h, sizeof(h));
+    assert_rejected(BUF, size, "empty domain");
+
+    h = vm_hello();
+    h.reserved = 1;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_HELLO, 1, &h, sizeof(h));
+    assert_rejected(BUF, size, "reserved field");
+}
+
+static void test_reject_nodes(void)
+{
+    static const uint32_t bad[] = { 0, NUKSM_MAX_NODES + 1, UINT32_MAX };
+    NuksmMsgHelloAck a = hello_ack();
+    NuksmMsgInfo i = info_msg();
+    size_t size;
+
+    for (size_t n = 0; n < G_N_ELEMENTS(bad); n++) {
+        a.nr_nodes = bad[n];
+        size = nuksm_msg_pack(BUF, NUKSM_MSG_HELLO_ACK, 1, &a, sizeof(a));
+        assert_rejected(BUF, size, "node count out of range in HELLO_ACK");
+        i.nr_nodes = bad[n];
+        size = nuksm_msg_pack(BUF, NUKSM_MSG_INFO, 1, &i, sizeof(i));
+        assert_rejected(BUF, size, "node count out of range in INFO");
+    }
+    a.nr_nodes = NUKSM_MAX_NODES;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_HELLO_ACK, 1, &a, sizeof(a));
+    assert_valid(BUF, size);
+    i.nr_nodes = 1;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_INFO, 1, &i, sizeof(i));
+    assert_valid(BUF, size);
+}
+
+static void test_reject_vms_count(void)
+{
+    NuksmMsgVms v = { .count = 0, .total = 0 };
+    size_t size;
+
+    /* Count claims more or fewer entries than the payload carries. */
+    size = pack_vms(BUF, 2, 2);
+    ((NuksmMsgVms *)payload_of(BUF))->count = 3;
+    assert_rejected(BUF, size, "VMS size does not match its count");
+    ((NuksmMsgVms *)payload_of(BUF))->count = 1;
+    assert_rejected(BUF, size, "VMS size does not match its count");
+    ((NuksmMsgVms *)payload_of(BUF))->count = UINT32_MAX;
+    assert_rejected(BUF, size, "VMS size does not match its count");
+
+    /* A trailing partial entry. */
+    size = pack_vms(BUF, 2, 2);
+    hdr_of(BUF)->len -= 8;
+    assert_rejected(BUF, size - 8, "VMS size does not match its count");
+
+    /* Shorter than the fixed part. */
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_VMS, 1, &v, sizeof(v) - 1);
+    assert_rejected(BUF, size, "VMS size does not match its count");
+
+    size = pack_vms(BUF, 2, 1);
+    assert_rejected(BUF, size, "VMS count exceeds total");
+
+    /* Empty and truncated lists are fine. */
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_VMS, 1, &v, sizeof(v));
+    assert_valid(BUF, size);
+    size = pack_vms(BUF, 1, 1000);
+    assert_valid(BUF, size);
+}
+
+static void test_vms_max_entries(void)
+{
+    size_t size = pack_vms(BUF, NUKSM_VMS_MAX_ENTRIES,
+                           NUKSM_VMS_MAX_ENTRIES + 1);
+
+    g_assert_cmpuint(size, <=, NUKSM_MSG_MAX);
+    g_assert_cmpuint(size + sizeof(NuksmVmEntry), >, NUKSM_MSG_MAX);
+    assert_valid(BUF, size);
+}
+
+static void test_policy_names(void)
+{
+    g_auto(GStrv) names = g_strsplit(nuksm_policy_names(), ", ", -1);
+
+    g_assert_cmpuint(g_strv_length(names), ==, NUKSM_POLICY_ID__MAX);
+    for (int i = 0; i < NUKSM_POLICY_ID__MAX; i++) {
+        const char *name = nuksm_policy_name(i);
+
+        g_assert_nonnull(name);
+        g_assert_cmpstr(name, ==, names[i]);
+        g_assert_cmpint(nuksm_policy_parse(name), ==, i);
+    }
+    g_assert_cmpstr(nuksm_policy_name(NUKSM_POLICY_ID_KSM_ORDER), ==,
+                    "ksm-order");
+    g_assert_null(nuksm_policy_name(NUKSM_POLICY_ID__MAX));
+    g_assert_null(nuksm_policy_name(UINT32_MAX));
+    g_assert_cmpint(nuksm_policy_parse("Global"), ==, -1);
+    g_assert_cmpint(nuksm_policy_parse("fair "), ==, -1);
+    g_assert_cmpint(nuksm_policy_parse(""), ==, -1);
+    g_assert_cmpint(nuksm_policy_parse(NULL), ==, -1);
+}
+
+static void test_msg_type_names(void)
+{
+    g_assert_cmpstr(nuksm_msg_type_name(NUKSM_MSG_HELLO), ==, "HELLO");
+    g_assert_cmpstr(nuksm_msg_type_name(NUKSM_MSG_VMS), ==, "VMS");
+    for (uint32_t t = 1; t < NUKSM_MSG__MAX; t++) {
+        g_assert_nonnull(nuksm_msg_type_name(t));
+    }
+    g_assert_null(nuksm_msg_type_name(0));
+    g_assert_null(nuksm_msg_type_name(NUKSM_MSG__MAX));
+}
+
+static void test_strfield_set(void)
+{
+    char field[8];
+
+    memset(field, 'x', sizeof(field));
+    nuksm_strfield_set(field, sizeof(field), "abc");
+    g_assert_cmpstr(field, ==, "abc");
+    g_assert_cmpint(field[7], ==, '\0');
+
+    nuksm_strfield_set(field, sizeof(field), "0123456789");
+    g_assert_cmpstr(field, ==, "0123456");
+
+    nuksm_strfield_set(field, sizeof(field), NULL);
+    g_assert_cmpstr(field, ==, "");
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+
+    for (uint32_t t = 1; t < NUKSM_MSG__MAX; t++) {
+        g_autofree char *path =
+            g_strdup_printf("/proto/roundtrip/%s", nuksm_msg_type_name(t));
+
+        g_test_add_data_func(path, GUINT_TO_POINTER(t), test_roundtrip);
+    }
+    g_test_add_func("/proto/payload-values", test_payload_values);
+    g_test_add_func("/proto/control-hello", test_control_hello);
+    g_test_add_func("/proto/reject/short", test_reject_short);
+    g_test_add_func("/proto/reject/oversized", test_reject_oversized);
+    g_test_add_func("/proto/reject/magic", test_reject_magic);
+    g_test_add_func("/proto/reject/flags", test_reject_flags);
+    g_test_add_func("/proto/reject/len-mismatch", test_reject_len_mismatch);
+    g_test_add_func("/proto/reject/unknown-type", test_reject_unknown_type);
+    g_test_add_func("/proto/reject/wrong-size", test_reject_wrong_size);
+    g_test_add_func("/proto/reject/unterminated", test_reject_unterminated);
+    g_test_add_func("/proto/reject/policy", test_reject_policy);
+    g_test_add_func("/proto/reject/priority", test_reject_priority);
+    g_test_add_func("/proto/reject/hello-fields", test_reject_hello_fields);
+    g_test_add_func("/proto/reject/nodes", test_reject_nodes);
+    g_test_add_func("/proto/reject/vms-count", test_reject_vms_count);
+    g_test_add_func("/proto/vms-max-entries", test_vms_max_entries);
+    g_test_add_func("/proto/policy-names", test_policy_names);
+    g_test_add_func("/proto/msg-type-names", test_msg_type_names);
+    g_test_add_func("/proto/strfield-set", test_strfield_set);
+    return g_test_run();
+}
