@@ -108,7 +108,6 @@ if [ ! -f "$qbuild/build.ninja" ]; then
         --enable-kvm --enable-tcg --enable-numa \
         --disable-docs --disable-install-blobs --disable-download \
         --enable-werror \
-        --firmwarepath="/usr/share/seabios:$qbuild/pc-bios/optionrom" \
         > configure.log 2>&1) || {
         tail -n 30 "$qbuild/configure.log" >&2
         exit 1
@@ -128,6 +127,14 @@ ninja -C "$qbuild" qemu-system-x86_64 tests/qtest/nuksm-test 2>&1 | awk '
 
 step "building option ROMs (linuxboot_dma.bin for -kernel)"
 make -s -C "$qbuild/pc-bios/optionrom" >/dev/null
+
+# Run from its build tree, QEMU looks for firmware in qemu-bundle's data
+# directory: link Debian's SeaBIOS and iPXE NIC ROMs and the option ROMs
+# built here into it.
+datadir=$qbuild/qemu-bundle/usr/local/share/qemu
+mkdir -p "$datadir"
+ln -sf /usr/share/seabios/*.bin /usr/lib/ipxe/qemu/*.rom \
+    "$qbuild"/pc-bios/optionrom/*.bin "$datadir/"
 
 mkdir -p "$build/bin"
 ln -sf "$qbuild/qemu-system-x86_64" "$build/bin/qemu-system-x86_64"

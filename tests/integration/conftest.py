@@ -1,0 +1,126 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Fixtures: a temp dir, nuksmd agents, qtest VMs and TCG test guests."""
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import harness
+from harness import Agent, Vm
+
+
+def require_file(path, hint):
+    if not Path(path).is_file():
+        pytest.fail(f"{path} is missing: {hint}", pytrace=False)
+
+
+@pytest.fixture
+def workdir():
+    # Short, so that socket paths stay far below sun_path's 108 bytes.
+    path = Path(tempfile.mkdtemp(prefix="nuksm-it-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def nuksmd_bin():
+    require_file(harness.NUKSMD, "build it (make) or set NUKSMD")
+    return harness.NUKSMD
+
+
+@pytest.fixture
+def nuksmctl_bin():
+    require_file(harness.NUKSMCTL, "build it (make) or set NUKSMCTL")
+    return harness.NUKSMCTL
+
+
+@pytest.fixture
+def qemu_bin():
+    require_file(harness.QEMU, "build it (make) or set NUKSM_QEMU")
+    if not (harness.SEABIOS / "bios.bin").is_file():
+        pytest.skip(f"HOST LACKS SeaBIOS: {harness.SEABIOS}/bios.bin not "
+                    f"found (apt-get install seabios)")
+    return harness.QEMU
+
+
+@pytest.fixture
+def start_agent(workdir, nuksmd_bin, nuksmctl_bin):
+    """start_agent(*extra_args, name=, args=) -> a running Agent.
+
+    By default nuksmd listens on workdir/NAME.sock; @args replaces the
+    whole command line.  Agents still running at teardown are stopped
+    with SIGTERM and must exit 0 and remove their socket.
+    """
+    agents = []
+
+    def start(*extra_args, name="nuksmd", args=None):
+        sock = workdir / f"{name}.sock"
+        if args is None:
+            args = ["--socket", sock, *extra_args]
+        agent = Agent(sock, workdir / f"{name}.log", args)
+        agents.append(agent)
+        return agent.start()
+
+    yield start
+    for agent in agents:
+        if agent.running:
+            agent.stop()
+
+
+@pytest.fixture
+def agent(start_agent):
+    return start_agent()
+
+
+@pytest.fixture
+def start_vm(workdir, qemu_bin):
+    """start_vm(name, args) -> a running Vm; quit (exit 0) at teardown."""
+    vms = []
+
+    def start(name, args):
+        vm = Vm(workdir, name, args)
+        vms.append(vm)
+        return vm.start()
+
+    yield start
+    errors = []
+    for vm in reversed(vms):
+        if vm.qmp is None:  # start() failed and said why
+            vm.kill()
+            continue
+        try:
+            vm.stop()
+        except Exception as e:  # report every VM, then fail
+            errors.append(f"{vm.name}: {e!r}")
+        finally:
+            vm.kill()
+    assert not errors, "\n".join(errors)
+
+
+@pytest.fixture
+def qtest_vm(start_vm):
+    """qtest_vm(name, **nuksm_props): q35, 128M, one nuksm object."""
+    def start(name="vm0", **props):
+        props.setdefault("id", "dedup0")
+        return start_vm(name, harness.qtest_args(harness.nuksm_object(
+            **props)))
+    return start
+
+
+@pytest.fixture
+def tcg_guest(start_vm, workdir):
+    """tcg_guest(name, fill_mib, **nuksm_props): booted to its ready line."""
+    require_file(harness.GUEST / "vmlinuz", "run scripts/make-guest.sh")
+    require_file(harness.GUEST / "initramfs.cpio.gz",
+                 "run scripts/make-guest.sh")
+
+    def start(name="guest0", fill_mib=0, **props):
+        props.setdefault("id", "dedup0")
+        serial = workdir / f"{name}.serial"
+        vm = start_vm(name, harness.guest_args(
+            serial, fill_mib, harness.nuksm_object(**props)))
+        vm.wait_serial(harness.GUEST_READY, timeout=90)
+        return vm
+    return start

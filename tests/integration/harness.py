@@ -1,0 +1,353 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Processes and wire-protocol helpers for the nuksm integration tests.
+
+Binaries come from build/bin (what the Makefile provides), overridable
+with NUKSM_QEMU, NUKSMD and NUKSMCTL; the test guest comes from
+build/guest (scripts/make-guest.sh), overridable with NUKSM_GUEST.
+"""
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+from qemu.qmp import ExecInterruptedError
+from qemu.qmp.legacy import QEMUMonitorProtocol
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = ROOT / "build" / "bin"
+QEMU = Path(os.environ.get("NUKSM_QEMU", BIN / "qemu-system-x86_64"))
+NUKSMD = Path(os.environ.get("NUKSMD", BIN / "nuksmd"))
+NUKSMCTL = Path(os.environ.get("NUKSMCTL", BIN / "nuksmctl"))
+GUEST = Path(os.environ.get("NUKSM_GUEST", ROOT / "build" / "guest"))
+SEABIOS = Path("/usr/share/seabios")
+
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+GUEST_READY = "nuksm-guest: ready"
+
+# Mirrors libnuksm/nuksm-proto.h.
+PROTO_MAGIC = 0x4D534B4E
+PROTO_VERSION = 1
+MSG_MAX = 65536
+MSG_HELLO, MSG_HELLO_ACK, MSG_ERROR = 1, 2, 3
+MSG_SET_POLICY, MSG_POLICY, MSG_GET_POLICY = 4, 5, 6
+MSG_GET_INFO, MSG_INFO = 8, 9
+ERR_VERSION, ERR_BAD_MESSAGE, ERR_BAD_ARG, ERR_HANDSHAKE = 1, 2, 3, 4
+ROLE_VM, ROLE_CONTROL = 1, 2
+POLICIES = ["global", "ksm-order", "local", "fair", "priority", "adaptive"]
+POLICY_NAMES = ", ".join(POLICIES)
+
+HEADER = struct.Struct("=IHHII")
+HELLO = struct.Struct("=IIII64s64s64s")
+HELLO_ACK = struct.Struct("=IIII32s")
+ERROR = struct.Struct("=II256s")
+POLICY = struct.Struct("=I")
+INFO = struct.Struct("=32sIIIIQQ64Q")
+
+
+def cstr(field):
+    """A NUL-terminated protocol string field as str."""
+    return field.split(b"\0", 1)[0].decode()
+
+
+def wait_until(predicate, timeout, what):
+    """Poll @predicate until it returns a true value, which is returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for "
+                                 f"{what}")
+        time.sleep(0.05)
+
+
+def read_log(path):
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+# ---------------------------------------------------------------- protocol
+
+def pack(msg_type, seq, payload=b"", magic=PROTO_MAGIC, length=None):
+    """A datagram; @length overrides the header's payload length."""
+    size = len(payload) if length is None else length
+    return HEADER.pack(magic, msg_type, 0, seq, size) + payload
+
+
+def hello(version=PROTO_VERSION, role=ROLE_CONTROL, priority=0,
+          domain=b"", vm_name=b"", object_id=b""):
+    return HELLO.pack(version, role, priority, 0, domain, vm_name, object_id)
+
+
+class Message:
+    def __init__(self, data):
+        magic, self.type, flags, self.seq, length = HEADER.unpack_from(data)
+        assert magic == PROTO_MAGIC and flags == 0, f"bad header {data[:16]}"
+        self.payload = data[HEADER.size:]
+        assert len(self.payload) == length, "header length != datagram size"
+
+    def error(self):
+        """(code, message) of an ERROR message."""
+        assert self.type == MSG_ERROR, f"expected ERROR, got type {self.type}"
+        code, _, text = ERROR.unpack(self.payload)
+        return code, cstr(text)
+
+
+class RawClient:
+    """A hand-driven SOCK_SEQPACKET connection to nuksmd."""
+
+    def __init__(self, path, timeout=5.0):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.settimeout(timeout)
+        self.sock.connect(str(path))
+
+    def close(self):
+        self.sock.close()
+
+    def send(self, data):
+        self.sock.send(data)
+
+    def recv(self):
+        """The next message, or None at EOF."""
+        data = self.sock.recv(MSG_MAX + 1)
+        return Message(data) if data else None
+
+    def request(self, msg_type, seq, payload=b""):
+        self.send(pack(msg_type, seq, payload))
+        reply = self.recv()
+        assert reply is not None, f"EOF in reply to type {msg_type}"
+        assert reply.seq == seq
+        return reply
+
+    def messages_until_eof(self):
+        """Every message the agent still sends before it hangs up."""
+        messages = []
+        while (msg := self.recv()) is not None:
+            messages.append(msg)
+        return messages
+
+
+# ---------------------------------------------------------------- nuksmctl
+
+def ctl(sock, *args):
+    return subprocess.run([str(NUKSMCTL), "--socket", str(sock), *args],
+                          capture_output=True, text=True, timeout=30)
+
+
+def ctl_ok(sock, *args):
+    result = ctl(sock, *args)
+    assert result.returncode == 0, \
+        f"nuksmctl {' '.join(args)} failed ({result.returncode}): " \
+        f"{result.stderr}"
+    return result.stdout
+
+
+def ctl_json(sock, *args):
+    return json.loads(ctl_ok(sock, "--json", *args))
+
+
+# ---------------------------------------------------------------- nuksmd
+
+def run_nuksmd(*args, timeout=10):
+    """Run nuksmd expecting it to exit on its own (bad options etc.)."""
+    return subprocess.run([str(NUKSMD), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def connectable(path, kind=socket.SOCK_SEQPACKET):
+    with socket.socket(socket.AF_UNIX, kind) as s:
+        try:
+            s.connect(str(path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            return False
+    return True
+
+
+class Agent:
+    """A nuksmd process listening on @sock."""
+
+    def __init__(self, sock, log, args):
+        self.sock = Path(sock)
+        self.log = Path(log)
+        self.args = [str(a) for a in args]
+        self.proc = None
+
+    def start(self):
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([str(NUKSMD), *self.args],
+                                         stdout=log, stderr=subprocess.STDOUT)
+        wait_until(self._ready, 10, f"nuksmd to listen on {self.sock}")
+        return self
+
+    def _ready(self):
+        if self.proc.poll() is not None:
+            raise AssertionError(f"nuksmd exited with {self.proc.returncode}"
+                                 f":\n{self.log_text()}")
+        return connectable(self.sock)
+
+    @property
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def log_text(self):
+        return read_log(self.log)
+
+    def stop(self):
+        """SIGTERM: nuksmd must exit 0 and remove its socket."""
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=10)
+        assert rc == 0, f"nuksmd exited with {rc}:\n{self.log_text()}"
+        assert not self.sock.exists(), f"nuksmd left {self.sock} behind"
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+# ---------------------------------------------------------------- QEMU
+
+def firmware_args():
+    """-L for SeaBIOS and, next to a QEMU build tree, its option ROMs."""
+    args = ["-L", str(SEABIOS)]
+    optionrom = QEMU.resolve().parent / "pc-bios" / "optionrom"
+    if optionrom.is_dir():
+        args += ["-L", str(optionrom)]
+    return args
+
+
+def nuksm_object(**props):
+    """-object argument; property names use '_' for '-'."""
+    opts = ",".join(f"{k.replace('_', '-')}={v}" for k, v in props.items())
+    return f"nuksm,{opts}"
+
+
+class Vm:
+    """A QEMU process with a QMP unix socket, driven with qemu.qmp."""
+
+    def __init__(self, workdir, name, args):
+        self.name = name
+        self.qmp_path = Path(workdir) / f"{name}.qmp"
+        self.log = Path(workdir) / f"{name}.log"
+        self.serial = Path(workdir) / f"{name}.serial"
+        self.args = [str(a) for a in args]
+        self.proc = None
+        self.qmp = None
+
+    def start(self):
+        cmd = [str(QEMU), "-name", self.name, *firmware_args(),
+               "-qmp", f"unix:{self.qmp_path},server=on,wait=off",
+               *self.args]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log,
+                                         stderr=subprocess.STDOUT)
+        wait_until(self._qmp_ready, 30, f"QMP socket of {self.name}")
+        self.qmp = QEMUMonitorProtocol(str(self.qmp_path))
+        self.qmp.connect()
+        self.qmp.settimeout(30)
+        return self
+
+    def _qmp_ready(self):
+        self.check_alive()
+        return connectable(self.qmp_path, socket.SOCK_STREAM)
+
+    def check_alive(self):
+        if self.proc.poll() is not None:
+            raise AssertionError(f"QEMU {self.name} exited with "
+                                 f"{self.proc.returncode}:\n{self.log_text()}")
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def log_text(self):
+        return read_log(self.log)
+
+    def cmd(self, name, **args):
+        return self.qmp.cmd(name, **args)
+
+    def hmp(self, command_line):
+        return self.cmd("human-monitor-command", **{"command-line":
+                                                    command_line})
+
+    def nuksm(self, obj_id="dedup0"):
+        """The query-nuksm entry of object @obj_id."""
+        infos = {i["id"]: i for i in self.cmd("query-nuksm")}
+        assert obj_id in infos, f"no nuksm object {obj_id}: {infos}"
+        return infos[obj_id]
+
+    def wait_state(self, state, timeout=15, obj_id="dedup0"):
+        return wait_until(lambda: self._in_state(obj_id, state), timeout,
+                          f"{self.name} nuksm state {state}")
+
+    def _in_state(self, obj_id, state):
+        info = self.nuksm(obj_id)
+        return info if info["state"] == state else None
+
+    def wait_event(self, name, timeout=15.0):
+        """The next event called @name; other events are dropped."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {name} event from {self.name} "
+                                     f"within {timeout} s")
+            try:
+                event = self.qmp.pull_event(wait=float(left))
+            except TimeoutError:
+                continue
+            if event["event"] == name:
+                return event
+
+    def wait_serial(self, marker, timeout):
+        def seen():
+            self.check_alive()
+            return marker in read_log(self.serial)
+        wait_until(seen, timeout, f"'{marker}' on {self.name}'s console")
+
+    def stop(self):
+        """Quit over QMP: QEMU must exit 0."""
+        self.check_alive()
+        try:
+            self.cmd("quit")
+            self.qmp.close()
+        except (EOFError, ExecInterruptedError):
+            pass  # QEMU may hang up before its reply is read
+        rc = self.proc.wait(timeout=30)
+        assert rc == 0, f"QEMU {self.name} exited with {rc}:\n" \
+                        f"{self.log_text()}"
+
+    def kill(self):
+        if self.qmp:
+            self.qmp.close()
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def qtest_args(*objects, mem="128M"):
+    args = ["-accel", "qtest", "-machine", "q35", "-m", mem,
+            "-nodefaults", "-display", "none"]
+    for obj in objects:
+        args += ["-object", obj]
+    return args
+
+
+def guest_args(serial, fill_mib, *objects, mem_mib=256):
+    """A TCG boot of the build/guest kernel and initramfs."""
+    append = f"console=ttyS0 quiet panic=-1 nuksm.fill={fill_mib}"
+    args = ["-accel", "tcg", "-m", str(mem_mib), "-nodefaults",
+            "-display", "none", "-no-reboot", "-serial", f"file:{serial}",
+            "-kernel", GUEST / "vmlinuz",
+            "-initrd", GUEST / "initramfs.cpio.gz", "-append", append]
+    for obj in objects:
+        args += ["-object", obj]
+    return args

@@ -1,0 +1,251 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""nuksmctl against a real nuksmd, and nuksmd's own options."""
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+import harness
+from harness import POLICY_NAMES, ctl, ctl_json, ctl_ok, run_nuksmd
+
+
+def host_nodes():
+    nodes = list(Path("/sys/devices/system/node").glob("node[0-9]*"))
+    return len(nodes) or 1
+
+
+def agent_version():
+    out = run_nuksmd("--version")
+    assert out.returncode == 0
+    name, version = out.stdout.split()
+    assert name == "nuksmd"
+    return version
+
+
+def status_fields(text):
+    """The 'key: value' lines of `nuksmctl status`, nodes excluded."""
+    fields = {}
+    for line in text.splitlines():
+        if not line.startswith(" "):
+            key, _, value = line.partition(":")
+            fields[key] = value.strip()
+    return fields
+
+
+def vms_table(text):
+    """Rows of `nuksmctl vms` as dicts keyed by the header's columns."""
+    lines = text.splitlines()
+    header = lines[0].split()
+    return [dict(zip(header, line.split())) for line in lines[1:]]
+
+
+def test_status(agent, qtest_vm):
+    qtest_vm(agent=agent.sock).wait_state("active")
+    fields = status_fields(ctl_ok(agent.sock, "status"))
+    assert fields == {
+        "agent version": agent_version(),
+        "policy": "global",
+        "NUMA nodes": str(host_nodes()),
+        "VMs": "1",
+        "pages shared": "0",
+        "pages sharing": "0",
+        "store pages": "",
+    }
+
+
+def test_status_json(agent, qtest_vm):
+    qtest_vm("vm0", agent=agent.sock).wait_state("active")
+    qtest_vm("vm1", agent=agent.sock).wait_state("active")
+    assert ctl_json(agent.sock, "status") == {
+        "agent_version": agent_version(),
+        "policy": "global",
+        "nodes": host_nodes(),
+        "vms": 2,
+        "pages_shared": 0,
+        "pages_sharing": 0,
+        "store_pages": [0] * host_nodes(),
+    }
+
+
+def test_vms_lists_connected_vms(agent, qtest_vm):
+    blue = qtest_vm("vm-blue", id="dedup-b", agent=agent.sock,
+                    domain="blue", priority=7)
+    plain = qtest_vm("vm-plain", agent=agent.sock)
+    blue.wait_state("active", obj_id="dedup-b")
+    plain.wait_state("active")
+
+    rows = {int(r["PID"]): r for r in vms_table(ctl_ok(agent.sock, "vms"))}
+    assert set(rows) == {blue.pid, plain.pid}
+    assert rows[blue.pid]["DOMAIN"] == "blue"
+    assert rows[blue.pid]["NAME"] == "vm-blue"
+    assert rows[blue.pid]["OBJECT"] == "dedup-b"
+    assert rows[blue.pid]["PRIORITY"] == "7"
+    assert rows[plain.pid]["DOMAIN"] == "default"
+    assert rows[plain.pid]["OBJECT"] == "dedup0"
+    assert rows[plain.pid]["PRIORITY"] == "100"
+    assert {r["MERGED"] for r in rows.values()} == {"0"}
+
+    listing = ctl_json(agent.sock, "vms")
+    assert listing["total"] == 2
+    by_pid = {vm["pid"]: vm for vm in listing["vms"]}
+    assert by_pid[blue.pid] == {
+        "id": int(rows[blue.pid]["ID"]), "pid": blue.pid,
+        "uid": os.getuid(),
+        "domain": "blue", "name": "vm-blue", "object": "dedup-b",
+        "priority": 7, "merged_pages": 0,
+    }
+    assert by_pid[plain.pid]["name"] == "vm-plain"
+
+
+def test_priority_change_reaches_agent(agent, qtest_vm):
+    vm = qtest_vm(agent=agent.sock, priority=10)
+    vm.wait_state("active")
+    vm.cmd("qom-set", path="/objects/dedup0", property="priority", value=500)
+    assert vm.nuksm()["priority"] == 500
+    harness.wait_until(
+        lambda: ctl_json(agent.sock, "vms")["vms"][0]["priority"] == 500,
+        5, "nuksmctl vms to show priority 500")
+
+
+def test_policy_get_and_set(agent, qtest_vm):
+    vm = qtest_vm(agent=agent.sock)
+    assert vm.wait_state("active")["policy"] == "global"
+    assert ctl_ok(agent.sock, "policy") == "global\n"
+
+    assert ctl_ok(agent.sock, "policy", "fair") == "fair\n"
+    assert ctl_ok(agent.sock, "policy") == "fair\n"
+    assert ctl_json(agent.sock, "policy") == {"policy": "fair"}
+    harness.wait_until(lambda: vm.nuksm()["policy"] == "fair", 5,
+                       "query-nuksm to show policy fair")
+    assert vm.cmd("query-nuksm-agent")["policy"] == "fair"
+
+    assert ctl_json(agent.sock, "policy", "priority") == {
+        "policy": "priority"}
+    harness.wait_until(lambda: vm.nuksm()["policy"] == "priority", 5,
+                       "query-nuksm to show policy priority")
+
+
+def test_unknown_policy_is_refused(agent):
+    result = ctl(agent.sock, "policy", "nope")
+    assert result.returncode == 2
+    assert "unknown policy 'nope'" in result.stderr
+    assert POLICY_NAMES in result.stderr
+    assert ctl_ok(agent.sock, "policy") == "global\n"
+
+
+def make_stale_socket(path):
+    """A socket file nobody listens on, as a killed agent leaves behind."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.bind(str(path))
+
+
+@pytest.mark.parametrize("leftover", ["no-file", "stale-socket"])
+def test_agent_absent(workdir, nuksmctl_bin, leftover):
+    sock = workdir / "absent.sock"
+    if leftover == "stale-socket":
+        make_stale_socket(sock)
+    result = ctl(sock, "status")
+    assert result.returncode == 1
+    assert f"cannot connect to nuksmd at {sock}" in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("option,value,allowed", [
+    ("--policy", "nope", POLICY_NAMES),
+    ("--fake-numa", "0", "1..64"),
+    ("--fake-numa", "65", "1..64"),
+    ("--log-level", "loud", "error, warning, info, debug"),
+])
+def test_nuksmd_rejects_bad_option(workdir, nuksmd_bin, option, value,
+                                   allowed):
+    sock = workdir / "bad.sock"
+    result = run_nuksmd("--socket", sock, option, value)
+    assert result.returncode != 0
+    assert f"nuksmd: {option}: " in result.stderr
+    assert f"'{value}'" in result.stderr
+    assert allowed in result.stderr
+    assert not sock.exists()
+
+
+def test_nuksmd_rejects_unknown_argument(workdir, nuksmd_bin):
+    result = run_nuksmd("--socket", workdir / "x.sock", "--bogus")
+    assert result.returncode != 0
+    assert "--bogus" in result.stderr
+
+
+def test_second_agent_on_same_socket(agent):
+    result = run_nuksmd("--socket", agent.sock)
+    assert result.returncode != 0
+    assert f"already listening on {agent.sock}" in result.stderr
+    assert agent.sock.exists()
+    assert ctl_json(agent.sock, "status")["vms"] == 0
+
+
+def test_stale_socket_is_replaced(workdir, start_agent):
+    make_stale_socket(workdir / "nuksmd.sock")
+    agent = start_agent()
+    assert "removed stale socket" in agent.log_text()
+    assert ctl_json(agent.sock, "status")["policy"] == "global"
+
+
+def write_config(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_config_file_and_overrides(workdir, start_agent):
+    sock = workdir / "cfg.sock"
+    config = write_config(workdir / "nuksmd.conf", (
+        "[nuksmd]\n"
+        f"socket={sock}\n"
+        "policy=local\n"
+        "fake-numa=3\n"
+        "log-level=warning\n"))
+
+    agent = start_agent(name="cfg", args=["--config", config])
+    status = ctl_json(sock, "status")
+    assert (status["policy"], status["nodes"]) == ("local", 3)
+    agent.stop()
+    assert "listening on" not in agent.log_text()  # log-level=warning
+
+    agent = start_agent(name="cfg", args=[
+        "--config", config, "--policy", "fair", "--fake-numa", "2",
+        "--log-level", "info"])
+    status = ctl_json(sock, "status")
+    assert (status["policy"], status["nodes"]) == ("fair", 2)
+    assert f"listening on {sock}" in agent.log_text()
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("[nuksmd]\ncolour=blue\n", "unknown key 'colour'"),
+    ("[other]\npolicy=fair\n", "has no [nuksmd] group"),
+    ("[nuksmd]\npolicy=nope\n", "nuksmd.conf: policy: unknown policy"),
+    ("[nuksmd]\nfake-numa=99\n", "nuksmd.conf: fake-numa: invalid node"),
+    ("not a key file\n", "--config: cannot load"),
+])
+def test_config_errors(workdir, nuksmd_bin, text, expected):
+    config = write_config(workdir / "nuksmd.conf", text)
+    result = run_nuksmd("--config", config, "--socket", workdir / "c.sock")
+    assert result.returncode != 0
+    assert expected in result.stderr
+
+
+def test_missing_config_file(workdir, nuksmd_bin):
+    missing = workdir / "missing.conf"
+    result = run_nuksmd("--config", missing)
+    assert result.returncode != 0
+    assert f"--config: cannot load {missing}" in result.stderr
+
+
+def test_fake_numa_nodes_in_qmp(start_agent, qtest_vm):
+    agent = start_agent("--fake-numa", "4")
+    vm = qtest_vm(agent=agent.sock)
+    vm.wait_state("active")
+    info = vm.cmd("query-nuksm-agent")
+    assert info["store-pages-per-node"] == [
+        {"node": n, "pages": 0} for n in range(4)]
+    assert info["vms"] == 1
+    assert info["version"] == agent_version()
+    assert ctl_json(agent.sock, "status")["store_pages"] == [0, 0, 0, 0]

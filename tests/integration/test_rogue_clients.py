@@ -1,0 +1,143 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Misbehaving clients on nuksmd's socket, spoken to with raw datagrams.
+
+Each rogue must be answered with an ERROR naming the problem and then be
+disconnected, while a VM connected to the same agent stays active and
+nuksmctl keeps working.
+"""
+
+import pytest
+
+import harness
+from harness import (ERR_BAD_MESSAGE, ERR_HANDSHAKE, ERR_VERSION, HELLO_ACK,
+                     INFO, MSG_GET_INFO, MSG_GET_POLICY, MSG_HELLO,
+                     MSG_HELLO_ACK, MSG_INFO, MSG_MAX, MSG_POLICY,
+                     MSG_SET_POLICY, POLICY, PROTO_VERSION, RawClient,
+                     cstr, ctl_json, hello, pack)
+
+
+@pytest.fixture
+def served_vm(agent, qtest_vm):
+    """A qtest VM connected to @agent, as the bystander of every rogue."""
+    vm = qtest_vm(agent=agent.sock)
+    vm.wait_state("active")
+    return vm
+
+
+@pytest.fixture
+def raw(agent):
+    client = RawClient(agent.sock)
+    yield client
+    client.close()
+
+
+def handshake(client):
+    reply = client.request(MSG_HELLO, 1, hello())
+    assert reply.type == MSG_HELLO_ACK
+    return reply
+
+
+def assert_bystanders_fine(agent, vm):
+    assert vm.nuksm()["state"] == "active"
+    assert vm.cmd("query-nuksm-agent")["vms"] == 1
+    status = ctl_json(agent.sock, "status")
+    assert status["vms"] == 1
+    assert [v["pid"] for v in ctl_json(agent.sock, "vms")["vms"]] == [vm.pid]
+    assert agent.running
+
+
+def test_well_behaved_raw_client(agent, served_vm, raw):
+    """The datagram layouts used by the rogues below are the real ones."""
+    ack = handshake(raw)
+    version, client_id, policy, nodes, agent_version = \
+        HELLO_ACK.unpack(ack.payload)
+    assert version == PROTO_VERSION
+    assert client_id >= 2  # the VM was client 1
+    assert harness.POLICIES[policy] == "global"
+    assert nodes >= 1
+    assert cstr(agent_version) != ""
+
+    info = raw.request(MSG_GET_INFO, 2)
+    assert info.type == MSG_INFO
+    fields = INFO.unpack(info.payload)
+    assert fields[2] == 1  # vms
+
+    reply = raw.request(MSG_SET_POLICY, 3, POLICY.pack(3))
+    assert (reply.type, POLICY.unpack(reply.payload)) == (MSG_POLICY, (3,))
+    harness.wait_until(lambda: served_vm.nuksm()["policy"] == "fair", 5,
+                       "the VM to hear of policy fair")
+    reply = raw.request(MSG_GET_POLICY, 4)
+    assert POLICY.unpack(reply.payload) == (3,)
+
+
+VALID_HELLO = pack(MSG_HELLO, 7, hello())
+
+ROGUES = {
+    # name: (handshake first?, datagram, expected ERROR code, text in the
+    #        ERROR message, seq the ERROR echoes)
+    "garbage": (False, b"\xde\xad\xbe\xef" * 16, ERR_BAD_MESSAGE,
+                "bad magic", 0),
+    "truncated-header": (False, VALID_HELLO[:10], ERR_BAD_MESSAGE,
+                         "shorter than its header", 0),
+    "oversized": (False, VALID_HELLO + b"\0" * (MSG_MAX + 100),
+                  ERR_BAD_MESSAGE, "exceeds the 65536-byte limit", 7),
+    "wrong-magic": (False, pack(MSG_HELLO, 7, hello(), magic=0x12345678),
+                    ERR_BAD_MESSAGE, "bad magic", 0),
+    "wrong-payload-length": (False, pack(MSG_HELLO, 7, hello(),
+                                         length=HELLO_ACK.size),
+                             ERR_BAD_MESSAGE, "payload length", 7),
+    "short-payload": (False, pack(MSG_HELLO, 7, hello()[:100]),
+                      ERR_BAD_MESSAGE, "wrong payload size", 7),
+    "request-before-hello": (False, pack(MSG_GET_INFO, 7), ERR_HANDSHAKE,
+                             "GET_INFO before HELLO", 7),
+    "second-hello": (True, VALID_HELLO, ERR_HANDSHAKE, "second HELLO", 7),
+    "policy-out-of-range": (True, pack(MSG_SET_POLICY, 7, POLICY.pack(6)),
+                            ERR_BAD_MESSAGE, "unknown policy", 7),
+    "agent-only-message": (True, pack(MSG_POLICY, 7, POLICY.pack(1)),
+                           ERR_BAD_MESSAGE, "only nuksmd sends it", 7),
+}
+
+
+@pytest.mark.parametrize("name", ROGUES)
+def test_rogue_is_disconnected(agent, served_vm, raw, name):
+    after_hello, datagram, code, text, seq = ROGUES[name]
+    if after_hello:
+        handshake(raw)
+    raw.send(datagram)
+
+    replies = raw.messages_until_eof()
+    assert len(replies) == 1, f"expected one ERROR, got {len(replies)}"
+    assert replies[0].error()[0] == code
+    assert text in replies[0].error()[1]
+    assert replies[0].seq == seq
+    assert_bystanders_fine(agent, served_vm)
+    assert ctl_json(agent.sock, "policy") == {"policy": "global"}
+
+
+@pytest.mark.parametrize("version", [0, PROTO_VERSION + 1, 0xFFFFFFFF])
+def test_wrong_protocol_version(agent, served_vm, raw, version):
+    raw.send(pack(MSG_HELLO, 9, hello(version=version)))
+
+    replies = raw.messages_until_eof()
+    assert len(replies) == 1
+    code, message = replies[0].error()
+    assert code == ERR_VERSION
+    assert f"nuksmd speaks {PROTO_VERSION}" in message
+    assert f"client speaks {version}" in message
+    assert_bystanders_fine(agent, served_vm)
+
+
+def test_many_rogues_in_a_row(agent, served_vm):
+    """The agent keeps serving after a burst of bad connections."""
+    for n in range(50):
+        client = RawClient(agent.sock)
+        client.send(b"x" * (n + 1))
+        assert client.messages_until_eof()[0].error()[0] == ERR_BAD_MESSAGE
+        client.close()
+    assert_bystanders_fine(agent, served_vm)
+
+
+def test_silent_client_does_not_block_others(agent, served_vm, raw):
+    """A client that connects and says nothing holds no one up."""
+    assert ctl_json(agent.sock, "status")["vms"] == 1
+    assert_bystanders_fine(agent, served_vm)
