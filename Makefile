@@ -53,7 +53,7 @@ check-unit:
 
 check-qtest:
 	@echo "==> qtest (nuksm object, real nuksmd)"
-	@QTEST_QEMU_BINARY=$(NUKSM_QEMU) $(QTEST) --tap -k
+	@QTEST_QEMU_BINARY=$(NUKSM_QEMU) timeout 600 $(QTEST) --tap -k
 
 check-integration:
 	@echo "==> integration tests (pytest, qemu.qmp, real guests)"
