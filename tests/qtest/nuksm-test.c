@@ -241,7 +241,7 @@ static void test_cmdline_errors(void)
         /* timeout(1): a case that QEMU wrongly accepts must not hang. */
         g_autofree char *cmd = g_strdup_printf(
             "timeout 30 %s -machine q35 -accel qtest -display none "
-            "-nodefaults -L /usr/share/seabios -object nuksm,id=d,%s",
+            "-nodefaults -object nuksm,id=d,%s",
             g_getenv("QTEST_QEMU_BINARY"), cases[i].opts);
         g_autofree char *out = NULL, *err = NULL;
         g_autoptr(GError) gerr = NULL;
@@ -367,6 +367,60 @@ static void test_policy(void)
 
     qtest_quit(vm2);
     qtest_quit(vm1);
+    agent_kill(&a, SIGTERM);
+    agent_cleanup(&a);
+}
+
+static int64_t agent_vms(QTestState *qts)
+{
+    QDict *resp = qtest_qmp_assert_success_ref(qts, "{'execute': "
+                                               "'query-nuksm-agent'}");
+    int64_t vms = qdict_get_int(resp, "vms");
+
+    qobject_unref(resp);
+    return vms;
+}
+
+static int64_t nuksm_objects(QTestState *qts)
+{
+    QDict *resp = qtest_qmp(qts, "{'execute': 'query-nuksm'}");
+    int64_t n = qlist_size(qdict_get_qlist(resp, "return"));
+
+    qobject_unref(resp);
+    return n;
+}
+
+/* Objects added and deleted at run time join and leave the agent. */
+static void test_hotplug(void)
+{
+    Agent a;
+    QTestState *qts;
+
+    agent_init(&a);
+    agent_start(&a, NULL);
+    qts = vm_start(a.sock, NULL);
+    wait_state(qts, "active");
+    g_assert_cmpint(agent_vms(qts), ==, 1);
+
+    qobject_unref(qtest_qmp_assert_success_ref(qts,
+        "{'execute': 'object-add', 'arguments': {'qom-type': 'nuksm', "
+        "'id': 'extra', 'agent': %s, 'domain': 'other'}}", a.sock));
+    g_assert_cmpint(nuksm_objects(qts), ==, 2);
+    for (int i = 0; i < WAIT_MS / 10 && agent_vms(qts) != 2; i++) {
+        g_usleep(10 * 1000);
+    }
+    g_assert_cmpint(agent_vms(qts), ==, 2);
+
+    qobject_unref(qtest_qmp_assert_success_ref(qts,
+        "{'execute': 'object-del', 'arguments': {'id': 'extra'}}"));
+    g_assert_cmpint(nuksm_objects(qts), ==, 1);
+    for (int i = 0; i < WAIT_MS / 10 && agent_vms(qts) != 1; i++) {
+        g_usleep(10 * 1000);
+    }
+    g_assert_cmpint(agent_vms(qts), ==, 1);
+    g_assert_cmpstr(nuksm_state(qts), ==, "active");
+
+    qtest_quit(qts);
     agent_kill(&a, SIGTERM);
     agent_cleanup(&a);
 }
@@ -710,6 +764,7 @@ int main(int argc, char **argv)
     qtest_add_func("/nuksm/cmdline-errors", test_cmdline_errors);
     qtest_add_func("/nuksm/state-transitions", test_state_transitions);
     qtest_add_func("/nuksm/policy", test_policy);
+    qtest_add_func("/nuksm/hotplug", test_hotplug);
     qtest_add_func("/nuksm/no-agent-errors", test_no_agent_errors);
     qtest_add_func("/nuksm/enabled-and-scan", test_enabled_and_scan);
     qtest_add_func("/nuksm/migration-pauses", test_migration_pauses);

@@ -363,6 +363,12 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     nuksm_agent_start(s);
 }
 
+/* A QMP command waiting for the agent still uses the object. */
+static bool nuksm_can_be_deleted(UserCreatable *uc)
+{
+    return QLIST_EMPTY(&NUKSM(uc)->conn.requests);
+}
+
 static void nuksm_instance_init(Object *obj)
 {
     Nuksm *s = NUKSM(obj);
@@ -400,6 +406,7 @@ static void nuksm_class_init(ObjectClass *oc, void *data)
     UserCreatableClass *ucc = USER_CREATABLE_CLASS(oc);
 
     ucc->complete = nuksm_complete;
+    ucc->can_be_deleted = nuksm_can_be_deleted;
 
     object_class_property_add_str(oc, "agent", nuksm_get_agent,
                                   nuksm_set_agent);
