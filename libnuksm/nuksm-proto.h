@@ -48,8 +48,7 @@ typedef enum NuksmMsgType {
 typedef enum NuksmErrorCode {
     NUKSM_ERR_VERSION     = 1,   /* protocol version mismatch */
     NUKSM_ERR_BAD_MESSAGE = 2,   /* malformed or unexpected message */
-    NUKSM_ERR_BAD_ARG     = 3,   /* well-formed but out-of-range argument */
-    NUKSM_ERR_HANDSHAKE   = 4,   /* request before HELLO, or HELLO twice */
+    NUKSM_ERR_HANDSHAKE   = 3,   /* request before HELLO, or HELLO twice */
 } NuksmErrorCode;
 
 /*

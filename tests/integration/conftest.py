@@ -39,9 +39,6 @@ def nuksmctl_bin():
 @pytest.fixture
 def qemu_bin():
     require_file(harness.QEMU, "build it (make) or set NUKSM_QEMU")
-    if not (harness.SEABIOS / "bios.bin").is_file():
-        pytest.skip(f"HOST LACKS SeaBIOS: {harness.SEABIOS}/bios.bin not "
-                    f"found (apt-get install seabios)")
     return harness.QEMU
 
 
@@ -64,9 +61,18 @@ def start_agent(workdir, nuksmd_bin, nuksmctl_bin):
         return agent.start()
 
     yield start
+    errors = []
     for agent in agents:
-        if agent.running:
+        if not agent.running:
+            continue
+        try:
             agent.stop()
+        except Exception as e:  # report every agent, then fail
+            errors.append(f"{agent.sock}: {e!r}")
+        finally:
+            if agent.running:
+                agent.kill()
+    assert not errors, "\n".join(errors)
 
 
 @pytest.fixture
@@ -100,12 +106,14 @@ def start_vm(workdir, qemu_bin):
 
 
 @pytest.fixture
-def qtest_vm(start_vm):
-    """qtest_vm(name, **nuksm_props): q35, 128M, one nuksm object."""
-    def start(name="vm0", **props):
+def qtest_vm(start_vm, workdir):
+    """qtest_vm(name, extra=[args], **nuksm_props): q35, 128M, one nuksm
+    object (id dedup0 unless given), a qtest socket at vm.qtest_path."""
+    def start(name="vm0", extra=(), **props):
         props.setdefault("id", "dedup0")
-        return start_vm(name, harness.qtest_args(harness.nuksm_object(
-            **props)))
+        args = harness.qtest_args(workdir / f"{name}.qtest",
+                                  harness.nuksm_object(**props))
+        return start_vm(name, [*args, *extra])
     return start
 
 

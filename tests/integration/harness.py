@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """Processes and wire-protocol helpers for the nuksm integration tests.
 
-Binaries come from build/bin (what the Makefile provides), overridable
-with NUKSM_QEMU, NUKSMD and NUKSMCTL; the test guest comes from
-build/guest (scripts/make-guest.sh), overridable with NUKSM_GUEST.
+$BUILD defaults to build/.  Binaries come from $BUILD/bin (what the
+Makefile provides), overridable with NUKSM_QEMU, NUKSMD and NUKSMCTL; the
+test guest comes from $BUILD/guest (scripts/make-guest.sh), overridable
+with NUKSM_GUEST.
 """
 
+import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -19,14 +22,14 @@ from qemu.qmp import ExecInterruptedError
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "build" / "bin"
-QEMU = Path(os.environ.get("NUKSM_QEMU", BIN / "qemu-system-x86_64"))
-NUKSMD = Path(os.environ.get("NUKSMD", BIN / "nuksmd"))
-NUKSMCTL = Path(os.environ.get("NUKSMCTL", BIN / "nuksmctl"))
-GUEST = Path(os.environ.get("NUKSM_GUEST", ROOT / "build" / "guest"))
-SEABIOS = Path("/usr/share/seabios")
+BUILD = Path(os.environ.get("BUILD", ROOT / "build"))
+QEMU = Path(os.environ.get("NUKSM_QEMU", BUILD / "bin/qemu-system-x86_64"))
+NUKSMD = Path(os.environ.get("NUKSMD", BUILD / "bin/nuksmd"))
+NUKSMCTL = Path(os.environ.get("NUKSMCTL", BUILD / "bin/nuksmctl"))
+GUEST = Path(os.environ.get("NUKSM_GUEST", BUILD / "guest"))
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+PR_SET_PDEATHSIG = 1
 GUEST_READY = "nuksm-guest: ready"
 
 # Mirrors libnuksm/nuksm-proto.h.
@@ -35,8 +38,8 @@ PROTO_VERSION = 1
 MSG_MAX = 65536
 MSG_HELLO, MSG_HELLO_ACK, MSG_ERROR = 1, 2, 3
 MSG_SET_POLICY, MSG_POLICY, MSG_GET_POLICY = 4, 5, 6
-MSG_GET_INFO, MSG_INFO = 8, 9
-ERR_VERSION, ERR_BAD_MESSAGE, ERR_BAD_ARG, ERR_HANDSHAKE = 1, 2, 3, 4
+MSG_SET_PRIORITY, MSG_GET_INFO, MSG_INFO = 7, 8, 9
+ERR_VERSION, ERR_BAD_MESSAGE, ERR_HANDSHAKE = 1, 2, 3
 ROLE_VM, ROLE_CONTROL = 1, 2
 POLICIES = ["global", "ksm-order", "local", "fair", "priority", "adaptive"]
 POLICY_NAMES = ", ".join(POLICIES)
@@ -46,6 +49,7 @@ HELLO = struct.Struct("=IIII64s64s64s")
 HELLO_ACK = struct.Struct("=IIII32s")
 ERROR = struct.Struct("=II256s")
 POLICY = struct.Struct("=I")
+PRIORITY = struct.Struct("=I")
 INFO = struct.Struct("=32sIIIIQQ64Q")
 
 
@@ -65,6 +69,11 @@ def wait_until(predicate, timeout, what):
             raise AssertionError(f"timed out after {timeout} s waiting for "
                                  f"{what}")
         time.sleep(0.05)
+
+
+def die_with_parent():
+    """preexec_fn: the child gets SIGKILL should the test run die."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def read_log(path):
@@ -127,8 +136,12 @@ class RawClient:
     def messages_until_eof(self):
         """Every message the agent still sends before it hangs up."""
         messages = []
-        while (msg := self.recv()) is not None:
-            messages.append(msg)
+        try:
+            while (msg := self.recv()) is not None:
+                messages.append(msg)
+        except TimeoutError:
+            raise AssertionError(f"nuksmd did not hang up (after "
+                                 f"{len(messages)} messages)") from None
         return messages
 
 
@@ -180,7 +193,8 @@ class Agent:
     def start(self):
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([str(NUKSMD), *self.args],
-                                         stdout=log, stderr=subprocess.STDOUT)
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         preexec_fn=die_with_parent)
         wait_until(self._ready, 10, f"nuksmd to listen on {self.sock}")
         return self
 
@@ -215,13 +229,10 @@ class Agent:
 
 # ---------------------------------------------------------------- QEMU
 
-def firmware_args():
-    """-L for SeaBIOS and, next to a QEMU build tree, its option ROMs."""
-    args = ["-L", str(SEABIOS)]
-    optionrom = QEMU.resolve().parent / "pc-bios" / "optionrom"
-    if optionrom.is_dir():
-        args += ["-L", str(optionrom)]
-    return args
+def run_qemu(*args, timeout=30):
+    """Run QEMU expecting it to exit on its own (bad options etc.)."""
+    return subprocess.run([str(QEMU), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def nuksm_object(**props):
@@ -238,17 +249,19 @@ class Vm:
         self.qmp_path = Path(workdir) / f"{name}.qmp"
         self.log = Path(workdir) / f"{name}.log"
         self.serial = Path(workdir) / f"{name}.serial"
+        self.qtest_path = Path(workdir) / f"{name}.qtest"
         self.args = [str(a) for a in args]
         self.proc = None
         self.qmp = None
 
     def start(self):
-        cmd = [str(QEMU), "-name", self.name, *firmware_args(),
+        cmd = [str(QEMU), "-name", self.name,
                "-qmp", f"unix:{self.qmp_path},server=on,wait=off",
                *self.args]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log,
-                                         stderr=subprocess.STDOUT)
+                                         stderr=subprocess.STDOUT,
+                                         preexec_fn=die_with_parent)
         wait_until(self._qmp_ready, 30, f"QMP socket of {self.name}")
         self.qmp = QEMUMonitorProtocol(str(self.qmp_path))
         self.qmp.connect()
@@ -284,13 +297,16 @@ class Vm:
         assert obj_id in infos, f"no nuksm object {obj_id}: {infos}"
         return infos[obj_id]
 
-    def wait_state(self, state, timeout=15, obj_id="dedup0"):
-        return wait_until(lambda: self._in_state(obj_id, state), timeout,
-                          f"{self.name} nuksm state {state}")
+    def wait_nuksm(self, predicate, what, timeout=15, obj_id="dedup0"):
+        """The query-nuksm entry of @obj_id once @predicate(entry) holds."""
+        def check():
+            info = self.nuksm(obj_id)
+            return info if predicate(info) else None
+        return wait_until(check, timeout, f"{self.name}: {what}")
 
-    def _in_state(self, obj_id, state):
-        info = self.nuksm(obj_id)
-        return info if info["state"] == state else None
+    def wait_state(self, state, obj_id="dedup0"):
+        return self.wait_nuksm(lambda i: i["state"] == state,
+                               f"nuksm state {state}", obj_id=obj_id)
 
     def wait_event(self, name, timeout=15.0):
         """The next event called @name; other events are dropped."""
@@ -327,15 +343,41 @@ class Vm:
 
     def kill(self):
         if self.qmp:
-            self.qmp.close()
+            with contextlib.suppress(EOFError, ExecInterruptedError):
+                self.qmp.close()
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
 
 
-def qtest_args(*objects, mem="128M"):
+class Qtest:
+    """The qtest protocol on a -qtest unix socket: guest memory access."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect(str(path))
+        self.reader = self.sock.makefile("r")
+
+    def close(self):
+        self.reader.close()
+        self.sock.close()
+
+    def command(self, line):
+        self.sock.sendall(line.encode() + b"\n")
+        reply = self.reader.readline().strip()
+        assert reply.startswith("OK"), f"qtest '{line}': {reply}"
+        return reply
+
+    def memset(self, addr, size, value):
+        self.command(f"memset {addr:#x} {size:#x} {value:#x}")
+
+
+def qtest_args(qtest_path, *objects, mem="128M"):
+    """A q35 machine under the qtest accelerator with a qtest socket."""
     args = ["-accel", "qtest", "-machine", "q35", "-m", mem,
-            "-nodefaults", "-display", "none"]
+            "-nodefaults", "-display", "none",
+            "-qtest", f"unix:{qtest_path},server=on,wait=off"]
     for obj in objects:
         args += ["-object", obj]
     return args

@@ -117,14 +117,12 @@ def test_policy_get_and_set(agent, qtest_vm):
     assert ctl_ok(agent.sock, "policy", "fair") == "fair\n"
     assert ctl_ok(agent.sock, "policy") == "fair\n"
     assert ctl_json(agent.sock, "policy") == {"policy": "fair"}
-    harness.wait_until(lambda: vm.nuksm()["policy"] == "fair", 5,
-                       "query-nuksm to show policy fair")
+    vm.wait_nuksm(lambda i: i["policy"] == "fair", "policy fair")
     assert vm.cmd("query-nuksm-agent")["policy"] == "fair"
 
     assert ctl_json(agent.sock, "policy", "priority") == {
         "policy": "priority"}
-    harness.wait_until(lambda: vm.nuksm()["policy"] == "priority", 5,
-                       "query-nuksm to show policy priority")
+    vm.wait_nuksm(lambda i: i["policy"] == "priority", "policy priority")
 
 
 def test_unknown_policy_is_refused(agent):

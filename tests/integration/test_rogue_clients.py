@@ -12,8 +12,9 @@ import harness
 from harness import (ERR_BAD_MESSAGE, ERR_HANDSHAKE, ERR_VERSION, HELLO_ACK,
                      INFO, MSG_GET_INFO, MSG_GET_POLICY, MSG_HELLO,
                      MSG_HELLO_ACK, MSG_INFO, MSG_MAX, MSG_POLICY,
-                     MSG_SET_POLICY, POLICY, PROTO_VERSION, RawClient,
-                     cstr, ctl_json, hello, pack)
+                     MSG_SET_POLICY, MSG_SET_PRIORITY, POLICY, PRIORITY,
+                     PROTO_VERSION, ROLE_VM, RawClient, cstr, ctl_json,
+                     hello, pack)
 
 
 @pytest.fixture
@@ -64,8 +65,7 @@ def test_well_behaved_raw_client(agent, served_vm, raw):
 
     reply = raw.request(MSG_SET_POLICY, 3, POLICY.pack(3))
     assert (reply.type, POLICY.unpack(reply.payload)) == (MSG_POLICY, (3,))
-    harness.wait_until(lambda: served_vm.nuksm()["policy"] == "fair", 5,
-                       "the VM to hear of policy fair")
+    served_vm.wait_nuksm(lambda i: i["policy"] == "fair", "policy fair")
     reply = raw.request(MSG_GET_POLICY, 4)
     assert POLICY.unpack(reply.payload) == (3,)
 
@@ -95,6 +95,22 @@ ROGUES = {
                             ERR_BAD_MESSAGE, "unknown policy", 7),
     "agent-only-message": (True, pack(MSG_POLICY, 7, POLICY.pack(1)),
                            ERR_BAD_MESSAGE, "only nuksmd sends it", 7),
+    "unknown-type": (True, pack(99, 7), ERR_BAD_MESSAGE,
+                     "unknown message type", 7),
+    "unterminated-string": (False, pack(MSG_HELLO, 7, hello(
+                                domain=b"d" * 64)),
+                            ERR_BAD_MESSAGE, "unterminated string", 7),
+    "vm-priority-out-of-range": (False, pack(MSG_HELLO, 7, hello(
+                                     role=ROLE_VM, priority=1001,
+                                     domain=b"default")),
+                                 ERR_BAD_MESSAGE, "priority out of range", 7),
+    "vm-without-domain": (False, pack(MSG_HELLO, 7, hello(
+                              role=ROLE_VM, priority=100)),
+                          ERR_BAD_MESSAGE, "empty domain", 7),
+    "priority-from-control-client": (True, pack(MSG_SET_PRIORITY, 7,
+                                                PRIORITY.pack(5)),
+                                     ERR_BAD_MESSAGE,
+                                     "SET_PRIORITY from a control client", 7),
 }
 
 
@@ -124,6 +140,27 @@ def test_wrong_protocol_version(agent, served_vm, raw, version):
     assert code == ERR_VERSION
     assert f"nuksmd speaks {PROTO_VERSION}" in message
     assert f"client speaks {version}" in message
+    assert_bystanders_fine(agent, served_vm)
+
+
+def test_raw_vm_client_comes_and_goes(agent, served_vm, raw):
+    """A VM-role client counts while connected and is forgotten at EOF."""
+    reply = raw.request(MSG_HELLO, 1, hello(role=ROLE_VM, priority=3,
+                                            domain=b"raw", object_id=b"r0"))
+    assert reply.type == MSG_HELLO_ACK
+    listing = ctl_json(agent.sock, "vms")
+    assert listing["total"] == 2
+    [entry] = [v for v in listing["vms"] if v["object"] == "r0"]
+    assert (entry["domain"], entry["priority"]) == ("raw", 3)
+
+    raw.send(pack(MSG_SET_PRIORITY, 2, PRIORITY.pack(9)))
+    harness.wait_until(
+        lambda: 9 in [v["priority"] for v in ctl_json(agent.sock, "vms")
+                      ["vms"]], 5, "priority 9 to show up")
+
+    raw.close()
+    harness.wait_until(lambda: ctl_json(agent.sock, "status")["vms"] == 1,
+                       5, "the agent to forget the raw VM")
     assert_bystanders_fine(agent, served_vm)
 
 

@@ -118,7 +118,7 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
         return nuksm_msg_pack(buf, type, seq, &a, sizeof(a));
     }
     case NUKSM_MSG_ERROR: {
-        NuksmMsgError e = { .code = NUKSM_ERR_BAD_ARG };
+        NuksmMsgError e = { .code = NUKSM_ERR_BAD_MESSAGE };
         nuksm_strfield_set(e.message, sizeof(e.message), "oops");
         return nuksm_msg_pack(buf, type, seq, &e, sizeof(e));
     }

@@ -24,7 +24,12 @@
 
 #define NUKSM_BACKOFF_MIN_MS   100
 #define NUKSM_BACKOFF_MAX_MS   5000
-#define NUKSM_REQUEST_TIMEOUT_MS 5000
+/*
+ * QMP handles one command at a time across all monitors, so a request
+ * waiting on a hung agent holds up every monitor: keep the wait short.  A
+ * healthy agent answers in microseconds.
+ */
+#define NUKSM_REQUEST_TIMEOUT_MS 1000
 
 /* A request sent from a QMP coroutine, waiting for its reply. */
 struct NuksmRequest {

@@ -1,0 +1,295 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""-object nuksm in qtest VMs, observed and steered over QMP."""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+from qemu.qmp import ExecuteError
+
+import harness
+from harness import PAGE_SIZE, POLICY_NAMES, Qtest, ctl_json, ctl_ok
+
+VM_PAGES = 128 * 1024 * 1024 // PAGE_SIZE
+
+
+def qmp_error(vm, command, **args):
+    """The error text of a QMP command that must fail."""
+    with pytest.raises(ExecuteError) as exc:
+        vm.cmd(command, **args)
+    return str(exc.value)
+
+
+def test_disconnected_without_agent(workdir, qtest_vm):
+    sock = workdir / "nobody.sock"
+    vm = qtest_vm(agent=sock)
+    info = vm.nuksm()
+    assert info["state"] == "disconnected"
+    assert info["agent"] == str(sock)
+    assert info["agent-error"] == \
+        f"cannot connect to {sock}: No such file or directory"
+    assert "policy" not in info
+    assert info["eligible-pages"] == VM_PAGES
+    assert (info["domain"], info["priority"]) == ("default", 100)
+
+    assert qmp_error(vm, "query-nuksm-agent") == \
+        "no nuksm object is connected to its agent"
+    assert qmp_error(vm, "query-nuksm-agent", id="dedup0").startswith(
+        f"nuksm 'dedup0' is not connected to the agent at {sock}: ")
+    assert qmp_error(vm, "nuksm-set-policy", policy="fair") == \
+        "no nuksm object is connected to its agent"
+
+    time.sleep(1.5)  # longer than the pause between passes
+    assert vm.nuksm()["full-scans"] == 0, "scanned while disconnected"
+
+
+def test_agent_start_connects_vm(workdir, start_agent, qtest_vm):
+    vm = qtest_vm(agent=workdir / "nuksmd.sock")
+    assert vm.nuksm()["state"] == "disconnected"
+
+    agent = start_agent()
+    event = vm.wait_event("NUKSM_AGENT_CONNECTED")
+    assert event["data"] == {"id": "dedup0", "agent": str(agent.sock)}
+    info = vm.nuksm()
+    assert info["state"] == "active"
+    assert info["policy"] == "global"
+    assert "agent-error" not in info
+    assert vm.cmd("query-nuksm-agent")["vms"] == 1
+    assert [v["pid"] for v in ctl_json(agent.sock, "vms")["vms"]] == [vm.pid]
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_agent_loss_and_reconnect(start_agent, qtest_vm, how):
+    agent = start_agent()
+    vm = qtest_vm(agent=agent.sock)
+    vm.wait_state("active")
+
+    if how == "SIGKILL":
+        agent.kill()
+        assert agent.sock.exists(), "a killed agent leaves its socket"
+    else:
+        agent.stop()
+    event = vm.wait_event("NUKSM_AGENT_DISCONNECTED")
+    assert event["data"] == {"id": "dedup0", "agent": str(agent.sock),
+                             "reason": "agent closed the connection"}
+    info = vm.nuksm()
+    assert info["state"] == "disconnected"
+    assert info["agent-error"].startswith("cannot connect to") or \
+        info["agent-error"] == "agent closed the connection"
+    assert "disconnected" in vm.hmp("info nuksm")
+
+    agent = start_agent("--policy", "local")
+    event = vm.wait_event("NUKSM_AGENT_CONNECTED")
+    assert event["data"]["agent"] == str(agent.sock)
+    info = vm.wait_state("active")
+    assert info["policy"] == "local"
+    assert "agent-error" not in info
+    assert ctl_json(agent.sock, "status")["vms"] == 1
+
+
+def test_stalled_agent_stalls_no_vm(agent, qtest_vm):
+    """Requests to a stopped agent time out; the VM's main loop runs on."""
+    vm = qtest_vm(agent=agent.sock)
+    vm.wait_state("active")
+    qtest = Qtest(vm.qtest_path)
+    latencies = []
+    done = threading.Event()
+
+    def probe_main_loop():
+        while not done.is_set():
+            start = time.monotonic()
+            qtest.command("readb 0x100000")
+            latencies.append(time.monotonic() - start)
+            time.sleep(0.05)
+
+    os.kill(agent.pid, signal.SIGSTOP)
+    try:
+        ctl = subprocess.Popen([str(harness.NUKSMCTL), "--socket",
+                                str(agent.sock), "status"],
+                               stderr=subprocess.PIPE, text=True)
+        prober = threading.Thread(target=probe_main_loop, daemon=True)
+        prober.start()
+        start = time.monotonic()
+        error = qmp_error(vm, "query-nuksm-agent")
+        elapsed = time.monotonic() - start
+        ctl_err = ctl.communicate(timeout=30)[1]
+    finally:
+        done.set()
+        os.kill(agent.pid, signal.SIGCONT)
+    prober.join()
+    qtest.close()
+
+    assert error == "nuksm: the agent did not answer within 1000 ms"
+    assert 0.9 < elapsed < 5
+    assert len(latencies) > 20 and max(latencies) < 1
+    assert ctl.returncode == 1
+    assert "no reply from nuksmd within 5 s" in ctl_err
+    assert vm.nuksm()["state"] == "active"
+    assert vm.cmd("query-nuksm-agent")["vms"] == 1
+
+
+def test_enabled_property(agent, qtest_vm):
+    vm = qtest_vm(agent=agent.sock)
+    vm.wait_state("active")
+
+    vm.cmd("qom-set", path="/objects/dedup0", property="enabled", value=False)
+    assert vm.cmd("qom-get", path="/objects/dedup0",
+                  property="enabled") is False
+    info = vm.nuksm()
+    assert info["state"] == "disabled"
+    assert qmp_error(vm, "nuksm-scan", id="dedup0") == \
+        "nuksm 'dedup0' is disabled (property 'enabled' is off)"
+    scans = info["full-scans"]
+    time.sleep(1.5)  # longer than the pause between passes
+    assert vm.nuksm()["full-scans"] == scans, "scanned while disabled"
+
+    vm.cmd("qom-set", path="/objects/dedup0", property="enabled", value=True)
+    assert vm.nuksm()["state"] == "active"
+    vm.wait_nuksm(lambda i: i["full-scans"] > scans, "scanning to resume")
+
+
+def test_disabled_at_startup(agent, qtest_vm):
+    vm = qtest_vm(agent=agent.sock, enabled="off")
+    assert vm.nuksm()["state"] == "disabled"
+    vm.cmd("qom-set", path="/objects/dedup0", property="enabled", value=True)
+    vm.wait_state("active")
+
+
+def test_info_nuksm(agent, qtest_vm):
+    vm = qtest_vm(agent=agent.sock, domain="blue", priority=42)
+    vm.wait_state("active")
+    lines = vm.hmp("info nuksm").splitlines()
+    assert lines[0] == (f"dedup0: active, agent {agent.sock}, domain blue, "
+                        f"priority 42, policy global")
+    assert lines[1].startswith(f"  eligible {VM_PAGES} pages, scanned ")
+    assert lines[2] == "  merged 0 (zero 0, local 0, remote 0), " \
+                       "cow-breaks 0"
+    assert "  excluded pc.bios (256 KiB): rom" in lines
+
+
+def test_info_nuksm_without_object(workdir, start_vm):
+    vm = start_vm("bare", harness.qtest_args(workdir / "bare.qtest"))
+    assert vm.hmp("info nuksm") == "No nuksm object\r\n"
+    assert vm.cmd("query-nuksm") == []
+    assert qmp_error(vm, "query-nuksm-agent") == "there is no nuksm object"
+
+
+def test_set_policy_reaches_every_vm(agent, qtest_vm):
+    vm0 = qtest_vm("vm0", agent=agent.sock)
+    vm1 = qtest_vm("vm1", agent=agent.sock)
+    vm0.wait_state("active")
+    vm1.wait_state("active")
+
+    assert vm0.cmd("nuksm-set-policy", policy="fair") == {}
+    assert vm0.nuksm()["policy"] == "fair"
+    vm1.wait_nuksm(lambda i: i["policy"] == "fair", "policy fair")
+    assert ctl_ok(agent.sock, "policy") == "fair\n"
+    assert vm1.cmd("query-nuksm-agent")["policy"] == "fair"
+
+    assert qmp_error(vm1, "nuksm-set-policy", policy="best") == \
+        f"Parameter 'policy' does not accept value 'best' " \
+        f"(allowed: {POLICY_NAMES})"
+    assert qmp_error(vm1, "nuksm-set-policy", policy="local", id="nope") == \
+        "no nuksm object with id 'nope'"
+    assert ctl_ok(agent.sock, "policy") == "fair\n"
+
+
+def test_nuksm_scan_starts_a_pass(agent, qtest_vm):
+    vm = qtest_vm(agent=agent.sock)
+    vm.wait_state("active")
+    vm.wait_nuksm(lambda i: i["full-scans"] >= 1, "the first pass")
+    # Passes otherwise start a second apart: five kicks must beat that.
+    start = time.monotonic()
+    for _ in range(5):
+        scans = vm.nuksm()["full-scans"]
+        vm.cmd("nuksm-scan", id="dedup0")
+        vm.wait_nuksm(lambda i: i["full-scans"] > scans, "the kicked pass")
+    assert time.monotonic() - start < 3
+    assert qmp_error(vm, "nuksm-scan", id="nope") == \
+        "no nuksm object with id 'nope'"
+    assert vm.cmd("nuksm-scan") == {}
+
+
+def two_full_passes(vm):
+    """query-nuksm after two passes that both began after this call."""
+    passes = vm.nuksm()["full-scans"]
+    vm.cmd("nuksm-scan")
+    return vm.wait_nuksm(lambda i: i["full-scans"] >= passes + 2,
+                         "two full passes")
+
+
+def test_scanner_hashes_written_pages(agent, qtest_vm):
+    """Pages the guest wrote are hashed; rewriting them makes them volatile.
+
+    A qtest VM's RAM is untouched, so only what we write is resident."""
+    vm = qtest_vm(agent=agent.sock)
+    vm.wait_state("active")
+    assert two_full_passes(vm)["pages-scanned"] == 0
+    qtest = Qtest(vm.qtest_path)
+    pages = 256
+    base = 16 * 1024 * 1024
+    try:
+        qtest.memset(base, pages * PAGE_SIZE, 0x5A)
+        info = two_full_passes(vm)
+        assert info["pages-scanned"] >= 2 * pages
+        assert info["pages-volatile"] == 0
+
+        qtest.memset(base, pages * PAGE_SIZE, 0xA5)
+        assert two_full_passes(vm)["pages-volatile"] == pages
+    finally:
+        qtest.close()
+
+
+def test_priority_and_domain_in_agent(agent, qtest_vm):
+    vm = qtest_vm(agent=agent.sock, domain="tenant-7.a", priority=1000)
+    vm.wait_state("active")
+    [entry] = ctl_json(agent.sock, "vms")["vms"]
+    assert (entry["domain"], entry["priority"]) == ("tenant-7.a", 1000)
+    assert qmp_error(vm, "qom-set", path="/objects/dedup0",
+                     property="priority", value=1001) == \
+        "nuksm: property 'priority' must be between 1 and 1000, got 1001"
+    assert qmp_error(vm, "qom-set", path="/objects/dedup0",
+                     property="domain", value="other") == \
+        "nuksm 'dedup0': property 'domain' cannot be changed after the " \
+        "object is created"
+
+
+@pytest.mark.parametrize("props,message", [
+    ("priority=0", "property 'priority' must be between 1 and 1000, got 0"),
+    ("max-cpu=101", "property 'max-cpu' must be between 1 and 100, got 101"),
+    ("domain=a/b", "property 'domain' must be 1 to 63 characters"),
+    ("agent=/" + "x" * 120, "property 'agent' must be a unix socket path"),
+    ("memdev=nope", "property 'memdev': no memory backend with id 'nope'"),
+])
+def test_bad_object_properties(workdir, qemu_bin, props, message):
+    result = harness.run_qemu(*harness.qtest_args(
+        workdir / "q.qtest", f"nuksm,id=dedup0,{props}"))
+    assert result.returncode == 1
+    assert message in result.stderr
+
+
+def test_exclusions(workdir, agent, qtest_vm):
+    """Shared and file-backed RAM are excluded; memdev selects a backend."""
+    extra = [
+        "-object", "memory-backend-ram,id=main,size=128M",
+        "-machine", "memory-backend=main",
+        "-object", "memory-backend-memfd,id=shm,size=4M,share=on",
+        "-object", f"memory-backend-file,id=file,size=4M,share=off,"
+                   f"mem-path={workdir / 'file.ram'}",
+        "-object", "memory-backend-ram,id=spare,size=8M",
+    ]
+    all_ram = qtest_vm("all", extra=extra, agent=agent.sock)
+    reasons = {e["memdev"]: (e["reason"], e["size"])
+               for e in all_ram.nuksm()["excluded"]}
+    assert reasons["shm"] == ("shared", 4 << 20)
+    assert reasons["file"] == ("file-backed", 4 << 20)
+    assert "main" not in reasons and "spare" not in reasons
+    assert all_ram.nuksm()["eligible-pages"] == (136 << 20) // PAGE_SIZE
+
+    spare = qtest_vm("spare", extra=extra, agent=agent.sock, memdev="spare")
+    reasons = {e["memdev"]: e["reason"] for e in spare.nuksm()["excluded"]}
+    assert reasons["main"] == "not-selected"
+    assert spare.nuksm()["eligible-pages"] == (8 << 20) // PAGE_SIZE
