@@ -13,7 +13,12 @@
 #include <glib.h>
 
 #include "clients.h"
+#include "domains.h"
+#include "index.h"
 #include "nuksm-proto.h"
+#include "slots.h"
+#include "store.h"
+#include "unstable.h"
 
 typedef struct NuksmAgent {
     GMainLoop *loop;
@@ -24,10 +29,18 @@ typedef struct NuksmAgent {
     ClientRegistry clients;
     uint32_t next_client_id;     /* handed out on HELLO, from 1 */
 
-    /* Merge engine statistics, as reported by GET_INFO. */
-    uint64_t pages_shared;       /* store pages in use */
-    uint64_t pages_sharing;      /* guest pages mapping them */
-    uint64_t store_pages[NUKSM_MAX_NODES];
+    /* Merge engine, owned by merge.c and its helpers. */
+    Store store;
+    SlotTable slots[NUKSM_MAX_NODES];
+    StableIndex index;
+    UnstableTable unstable;
+    Domains domains;
+    GHashTable *vms;             /* client id -> NuksmClient, joined VMs */
+    GHashTable *uploads;         /* SlotId -> Upload, slots being uploaded */
+    GArray *freeing;             /* SlotIds to punch out, then release */
+    GPtrArray *outbox;           /* clients with batches to send */
+    GQueue detached;             /* parked references (detached.c) */
+    guint restore_timer;         /* punches unrestored slots when it fires */
 
     /* Listening socket, owned by server.c. */
     char *socket_path;

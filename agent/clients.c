@@ -11,13 +11,14 @@
 #include "clients.h"
 
 NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
-                         int fd, pid_t pid, uid_t uid, gid_t gid)
+                         int fd, pid_t pid, int pidfd, uid_t uid, gid_t gid)
 {
     NuksmClient *client = g_new0(NuksmClient, 1);
 
     client->agent = agent;
     client->fd = fd;
     client->pid = pid;
+    client->pidfd = pidfd;
     client->uid = uid;
     client->gid = gid;
     client->label = g_strdup_printf("client pid %ld", (long)pid);
@@ -31,7 +32,19 @@ void clients_remove(ClientRegistry *reg, NuksmClient *client)
     if (client->watch) {
         g_source_remove(client->watch);
     }
+    if (client->out_watch) {
+        g_source_remove(client->out_watch);
+    }
+    g_queue_clear_full(&client->txq, (GDestroyNotify)g_bytes_unref);
     close(client->fd);
+    if (client->pidfd >= 0) {
+        close(client->pidfd);
+    }
+    keymap_destroy(&client->pages);
+    if (client->to_merge) {
+        g_array_unref(client->to_merge);
+        g_array_unref(client->to_upload);
+    }
     g_free(client->label);
     g_free(client);
 }

@@ -13,6 +13,7 @@
 
 #include <glib.h>
 
+#include "keymap.h"
 #include "nuksm-proto.h"
 
 /* Connections beyond this are refused; keeps fds and LIST_VMS bounded. */
@@ -25,6 +26,7 @@ typedef struct NuksmClient {
     int fd;
     guint watch;             /* g_unix_fd_add() source for fd */
     pid_t pid;               /* SO_PEERCRED at connect time */
+    int pidfd;               /* of the peer process, or -1 */
     uid_t uid;
     gid_t gid;
     char *label;             /* "client 3 (pid 1234)", for logs */
@@ -42,17 +44,34 @@ typedef struct NuksmClient {
     char object_id[NUKSM_NAME_LEN];
 
     uint64_t merged_pages;   /* guest pages mapped onto store pages */
+    uint64_t parked_pages;   /* of which PAGE_PARKED, not yet restored */
+
+    /* Messages the socket could not take yet (server.c) */
+    GQueue txq;              /* GBytes datagrams, oldest first */
+    size_t txq_bytes;
+    guint out_watch;         /* G_IO_OUT source while txq is not empty */
+
+    /* Merge engine (VM clients) */
+    bool joined;             /* merge_client_join() done */
+    uint16_t domain_id;
+    KeyMap pages;            /* page -> slot it maps or is about to (ledger) */
+    GArray *to_merge;        /* NuksmSlotRef of the next MERGE (outbox) */
+    GArray *to_upload;       /* NuksmSlotRef of the next UPLOAD_REQ */
+    bool in_outbox;
 } NuksmClient;
 
 typedef struct ClientRegistry {
     GQueue list;             /* NuksmClient *, in connection order */
 } ClientRegistry;
 
-/* Register a connection; the caller sets ->watch. */
+/* Register a connection, taking @pidfd (or -1); the caller sets ->watch. */
 NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
-                         int fd, pid_t pid, uid_t uid, gid_t gid);
+                         int fd, pid_t pid, int pidfd, uid_t uid, gid_t gid);
 
-/* Unregister @client, remove its watch, close its fd and free it. */
+/*
+ * Unregister @client, remove its watches, close its fds and free it with
+ * what it holds; the merge engine must be done with it.
+ */
 void clients_remove(ClientRegistry *reg, NuksmClient *client);
 
 /* Record an accepted HELLO (already validated) and the assigned @id. */

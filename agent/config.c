@@ -15,6 +15,9 @@
 
 #define CONFIG_GROUP "nuksmd"
 
+/* Longest --restore-grace: a day. */
+#define RESTORE_GRACE_MAX 86400
+
 /*
  * A setter validates one value and stores it; @origin ("--policy" or
  * "FILE: policy") prefixes the message when the value is rejected.
@@ -93,15 +96,44 @@ static bool set_log_level(NuksmdConfig *cfg, const char *origin,
     return true;
 }
 
+static bool set_state_dir(NuksmdConfig *cfg, const char *origin,
+                          const char *value)
+{
+    if (value[0] == '\0') {
+        usage_error(origin, "state directory must not be empty");
+        return false;
+    }
+    g_free(cfg->state_dir);
+    cfg->state_dir = g_strdup(value);
+    return true;
+}
+
+static bool set_restore_grace(NuksmdConfig *cfg, const char *origin,
+                              const char *value)
+{
+    guint64 seconds;
+
+    if (!g_ascii_string_to_unsigned(value, 10, 0, RESTORE_GRACE_MAX,
+                                    &seconds, NULL)) {
+        usage_error(origin, "invalid grace period '%s' (allowed: 0..%u "
+                    "seconds)", value, RESTORE_GRACE_MAX);
+        return false;
+    }
+    cfg->restore_grace = seconds;
+    return true;
+}
+
 /* Key file keys; the command-line option of each is "--" + key. */
 static const struct {
     const char *key;
     SettingSetter set;
 } settings[] = {
-    { "socket",    set_socket },
-    { "policy",    set_policy },
-    { "fake-numa", set_fake_numa },
-    { "log-level", set_log_level },
+    { "socket",        set_socket },
+    { "policy",        set_policy },
+    { "fake-numa",     set_fake_numa },
+    { "log-level",     set_log_level },
+    { "state-dir",     set_state_dir },
+    { "restore-grace", set_restore_grace },
 };
 
 enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
@@ -139,8 +171,8 @@ static bool load_key_file(NuksmdConfig *cfg, const char *path)
 
         if (i < 0) {
             usage_error(path, "unknown key '%s' in [" CONFIG_GROUP "] "
-                        "(allowed: socket, policy, fake-numa, log-level)",
-                        *key);
+                        "(allowed: socket, policy, fake-numa, log-level, "
+                        "state-dir, restore-grace)", *key);
             return false;
         }
         value = g_key_file_get_string(kf, CONFIG_GROUP, *key, &err);
@@ -170,6 +202,12 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
           "Pretend the host has N NUMA nodes (1..64)", "N" },
         { "log-level", 0, 0, G_OPTION_ARG_STRING, &cli[3],
           "error, warning, info (default) or debug", "LEVEL" },
+        { "state-dir", 0, 0, G_OPTION_ARG_FILENAME, &cli[4],
+          "Keep the store files in DIR, on tmpfs (default "
+          NUKSM_DEFAULT_STATE_DIR ")", "DIR" },
+        { "restore-grace", 0, 0, G_OPTION_ARG_STRING, &cli[5],
+          "Seconds VMs have to restore their merged pages after a "
+          "restart (default 10)", "SECONDS" },
         { "config", 0, 0, G_OPTION_ARG_FILENAME, &config_path,
           "Read settings from the [nuksmd] group of FILE", "FILE" },
         { "foreground", 0, 0, G_OPTION_ARG_NONE, &foreground,
@@ -187,14 +225,17 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         .policy = NUKSM_POLICY_ID_GLOBAL,
         .fake_numa = 0,
         .log_level = NUKSMD_LOG_INFO,
+        .state_dir = g_strdup(NUKSM_DEFAULT_STATE_DIR),
+        .restore_grace = 10,
     };
 
     ctx = g_option_context_new("- nuksm host agent");
     g_option_context_add_main_entries(ctx, entries, NULL);
     g_option_context_set_description(ctx,
         "Policies: global, ksm-order, local, fair, priority, adaptive.\n"
-        "The --config FILE takes the keys socket, policy, fake-numa and\n"
-        "log-level in a [nuksmd] group; command-line options override it.\n");
+        "The --config FILE takes the keys socket, policy, fake-numa,\n"
+        "log-level, state-dir and restore-grace in a [nuksmd] group;\n"
+        "command-line options override it.\n");
     if (!g_option_context_parse(ctx, &argc, &argv, &err)) {
         fprintf(stderr, "nuksmd: %s (see --help)\n", err->message);
         goto out;
@@ -230,4 +271,5 @@ out:
 void config_clear(NuksmdConfig *cfg)
 {
     g_clear_pointer(&cfg->socket_path, g_free);
+    g_clear_pointer(&cfg->state_dir, g_free);
 }

@@ -18,6 +18,8 @@ typedef struct NuksmdConfig {
     NuksmPolicyId policy;
     uint32_t fake_numa;        /* 0: use the host's NUMA topology */
     NuksmdLogLevel log_level;
+    char *state_dir;           /* store files, on tmpfs */
+    uint32_t restore_grace;    /* seconds for VMs to restore after a restart */
 } NuksmdConfig;
 
 /*

@@ -7,9 +7,12 @@
 
 #include <string.h>
 
+#include "detached.h"
 #include "dispatch.h"
 #include "log.h"
+#include "merge.h"
 #include "nuksm-config.h"
+#include "recovery.h"
 #include "server.h"
 
 /* Handler of one request type; @payload passed nuksm_msg_check(). */
@@ -40,7 +43,10 @@ static void handle_hello(NuksmAgent *agent, NuksmClient *client,
     } else {
         log_info("%s: control client", client->label);
     }
-    server_send(agent, client, NUKSM_MSG_HELLO_ACK, seq, &ack, sizeof(ack));
+    if (server_send(agent, client, NUKSM_MSG_HELLO_ACK, seq, &ack,
+                    sizeof(ack)) && client->role == NUKSM_ROLE_VM) {
+        merge_client_join(agent, client);
+    }
 }
 
 static void send_policy(NuksmAgent *agent, NuksmClient *client, uint32_t seq)
@@ -105,14 +111,17 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
         .policy = agent->policy,
         .vms = clients_count_vms(&agent->clients),
         .nr_nodes = agent->nr_nodes,
-        .pages_shared = agent->pages_shared,
-        .pages_sharing = agent->pages_sharing,
     };
 
     nuksm_strfield_set(info.agent_version, sizeof(info.agent_version),
                        NUKSM_VERSION);
-    memcpy(info.store_pages, agent->store_pages,
-           agent->nr_nodes * sizeof(info.store_pages[0]));
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        const SlotTable *t = &agent->slots[n];
+
+        info.pages_shared += t->shared;
+        info.pages_sharing += t->sharing;
+        info.store_pages[n] = t->nr_used;
+    }
     server_send(agent, client, NUKSM_MSG_INFO, seq, &info, sizeof(info));
 }
 
@@ -151,7 +160,20 @@ static const RequestHandler handlers[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_SET_PRIORITY] = handle_set_priority,
     [NUKSM_MSG_GET_INFO]     = handle_get_info,
     [NUKSM_MSG_LIST_VMS]     = handle_list_vms,
+    [NUKSM_MSG_CANDIDATES]   = merge_handle_candidates,
+    [NUKSM_MSG_UPLOAD]       = merge_handle_upload,
+    [NUKSM_MSG_MERGED]       = merge_handle_merged,
+    [NUKSM_MSG_UNMERGED]     = merge_handle_unmerged,
+    [NUKSM_MSG_RESTORE]      = recovery_handle_restore,
 };
+
+/* Requests of the merge engine, which only VMs take part in. */
+static bool vm_only(uint16_t type)
+{
+    return type == NUKSM_MSG_CANDIDATES || type == NUKSM_MSG_UPLOAD ||
+           type == NUKSM_MSG_MERGED || type == NUKSM_MSG_UNMERGED ||
+           type == NUKSM_MSG_RESTORE;
+}
 
 /*
  * The protocol version of a HELLO from any version of the protocol: only
@@ -226,6 +248,20 @@ void dispatch_message(NuksmAgent *agent, NuksmClient *client,
         server_reject(agent, client, seq, NUKSM_ERR_HANDSHAKE,
                       "second HELLO");
         return;
+    }
+    if (client->role != NUKSM_ROLE_VM && vm_only(hdr.type)) {
+        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+                      "%s from a control client: only VMs merge pages",
+                      name);
+        return;
+    }
+    /*
+     * A reconnected VM sends its RESTOREs first: once it merges again,
+     * the pages it took back but did not restore are no longer mapped.
+     */
+    if (client->parked_pages && vm_only(hdr.type) &&
+        hdr.type != NUKSM_MSG_RESTORE) {
+        detached_restore_end(agent, client);
     }
     handlers[hdr.type](agent, client, seq, nuksm_msg_payload(buf));
 }

@@ -15,7 +15,9 @@
 
 #include "agent.h"
 #include "config.h"
+#include "detached.h"
 #include "log.h"
+#include "merge.h"
 #include "nuksm-config.h"
 #include "server.h"
 #include "topology.h"
@@ -31,11 +33,12 @@ static gboolean on_quit_signal(gpointer opaque)
 
 /*
  * The default soft limit of 1024 fds would run out before CLIENTS_MAX
- * clients; raise it as far as the hard limit allows.
+ * clients, each with a socket and a pidfd, and DETACHED_MAX parked
+ * pidfds; raise it as far as the hard limit allows.
  */
 static void raise_fd_limit(void)
 {
-    rlim_t want = CLIENTS_MAX + 64;
+    rlim_t want = 2 * CLIENTS_MAX + DETACHED_MAX + 64;
     struct rlimit rl;
 
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want) {
@@ -66,7 +69,17 @@ int main(int argc, char **argv)
     agent.nr_nodes = topology_nr_nodes(cfg.fake_numa);
     raise_fd_limit();
 
+    /*
+     * The socket first: a second agent started by mistake must fail on
+     * it with a clear message, before it touches the store.
+     */
     if (!server_start(&agent, cfg.socket_path)) {
+        config_clear(&cfg);
+        return 1;
+    }
+    if (!merge_init(&agent, cfg.state_dir, cfg.restore_grace,
+                    !cfg.fake_numa)) {
+        server_stop(&agent);
         config_clear(&cfg);
         return 1;
     }
@@ -83,6 +96,7 @@ int main(int argc, char **argv)
     g_source_remove(sigterm);
     g_source_remove(sigint);
     server_stop(&agent);
+    merge_destroy(&agent);
     g_main_loop_unref(agent.loop);
     config_clear(&cfg);
     return 0;

@@ -9,17 +9,32 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <glib-unix.h>
 
 #include "dispatch.h"
+#include "ledger.h"
 #include "log.h"
+#include "merge.h"
+#include "outbox.h"
 #include "server.h"
 
 /* Seconds to stop accepting after running out of file descriptors. */
 #define ACCEPT_RETRY_SECONDS 1
+
+/* Linux 6.5; older headers lack it. */
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+/*
+ * Bytes queued for a client whose socket is full, beyond which it counts
+ * as not reading its messages: room for a burst of MERGE batches.
+ */
+#define CLIENT_TXQ_MAX (8u << 20)
 
 static void fill_addr(struct sockaddr_un *addr, const char *path)
 {
@@ -85,34 +100,94 @@ static bool remove_stale_socket(const char *path)
     return true;
 }
 
-static bool send_datagram(NuksmAgent *agent, int fd, NuksmMsgType type,
-                          uint32_t seq, const void *payload, uint32_t len)
+/*
+ * Send one datagram without blocking, passing @pass_fd along if it is
+ * not -1.  Returns 0 or an errno.  SOCK_SEQPACKET sends a datagram whole
+ * or not at all.
+ */
+static int send_datagram(int fd, const void *buf, size_t size, int pass_fd)
 {
-    size_t size = nuksm_msg_pack(agent->tx_buf, type, seq, payload, len);
+    struct iovec iov = { .iov_base = (void *)buf, .iov_len = size };
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
     ssize_t n;
 
+    if (pass_fd >= 0) {
+        struct cmsghdr *cmsg;
+
+        memset(&control, 0, sizeof(control));
+        msg.msg_control = control.buf;
+        msg.msg_controllen = sizeof(control.buf);
+        cmsg = CMSG_FIRSTHDR(&msg);
+        cmsg->cmsg_level = SOL_SOCKET;
+        cmsg->cmsg_type = SCM_RIGHTS;
+        cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cmsg), &pass_fd, sizeof(int));
+    }
     do {
-        n = send(fd, agent->tx_buf, size, MSG_DONTWAIT | MSG_NOSIGNAL);
+        n = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
-    /* SOCK_SEQPACKET sends a datagram whole or not at all. */
-    return n >= 0;
+    return n < 0 ? errno : 0;
 }
 
-bool server_send(NuksmAgent *agent, NuksmClient *client, NuksmMsgType type,
-                 uint32_t seq, const void *payload, uint32_t len)
+static gboolean on_client_writable(int fd, GIOCondition cond,
+                                   gpointer opaque);
+
+/* Queue a datagram that the socket cannot take now. */
+static bool queue_datagram(NuksmClient *client, const void *buf,
+                           size_t size)
 {
+    if (client->txq_bytes + size > CLIENT_TXQ_MAX) {
+        return false;
+    }
+    g_queue_push_tail(&client->txq, g_bytes_new(buf, size));
+    client->txq_bytes += size;
+    if (!client->out_watch) {
+        log_debug("%s: socket full, queueing messages", client->label);
+        client->out_watch = g_unix_fd_add(client->fd, G_IO_OUT,
+                                          on_client_writable, client);
+    }
+    return true;
+}
+
+bool server_send_fd(NuksmAgent *agent, NuksmClient *client,
+                    NuksmMsgType type, uint32_t seq, const void *payload,
+                    uint32_t len, int pass_fd)
+{
+    size_t size = nuksm_msg_pack(agent->tx_buf, type, seq, payload, len);
+    int err = EAGAIN;
+
     if (client->dead) {
         return false;
     }
-    if (!send_datagram(agent, client->fd, type, seq, payload, len)) {
+    /* Behind queued messages, this one must wait its turn. */
+    if (!client->txq.length) {
+        err = send_datagram(client->fd, agent->tx_buf, size, pass_fd);
+    }
+    if (err == EAGAIN && pass_fd < 0 &&
+        queue_datagram(client, agent->tx_buf, size)) {
+        err = 0;
+    }
+    if (err) {
         log_warning("%s: cannot send %s: %s, disconnecting", client->label,
-                    nuksm_msg_type_name(type), g_strerror(errno));
+                    nuksm_msg_type_name(type),
+                    err == EAGAIN ? "it does not read its messages"
+                                  : g_strerror(err));
         client->dead = true;
         return false;
     }
     log_debug("%s: sent %s seq %u", client->label,
               nuksm_msg_type_name(type), seq);
     return true;
+}
+
+bool server_send(NuksmAgent *agent, NuksmClient *client, NuksmMsgType type,
+                 uint32_t seq, const void *payload, uint32_t len)
+{
+    return server_send_fd(agent, client, type, seq, payload, len, -1);
 }
 
 static void fill_error(NuksmMsgError *msg, NuksmErrorCode code,
@@ -123,6 +198,10 @@ static void fill_error(NuksmMsgError *msg, NuksmErrorCode code,
     nuksm_strfield_set(msg->message, sizeof(msg->message), text);
 }
 
+/*
+ * The ERROR is lost if it has to queue behind other messages, since the
+ * client is freed once the current event is handled.
+ */
 void server_reject(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
                    NuksmErrorCode code, const char *fmt, ...)
 {
@@ -150,9 +229,57 @@ static void reap_clients(NuksmAgent *agent)
 
         l = l->next;
         if (client->dead) {
+            merge_client_leave(agent, client);
             clients_remove(&agent->clients, client);
         }
     }
+}
+
+/*
+ * After each event: send the batches it produced (which may find more
+ * clients dead), free the dead clients (which sends nothing), then punch
+ * out the slots that became unused.  The outbox is empty when clients
+ * are freed, so it never points to a freed client.
+ */
+static void finish_event(NuksmAgent *agent)
+{
+    outbox_flush(agent);
+    reap_clients(agent);
+    ledger_flush(agent);
+}
+
+/* Send queued datagrams until the socket is full or the queue empty. */
+static gboolean on_client_writable(int fd, GIOCondition cond,
+                                   gpointer opaque)
+{
+    NuksmClient *client = opaque;
+    GBytes *bytes;
+
+    while (!client->dead && (bytes = g_queue_peek_head(&client->txq))) {
+        gsize size;
+        const void *data = g_bytes_get_data(bytes, &size);
+        int err = send_datagram(fd, data, size, -1);
+
+        if (err == EAGAIN) {
+            return G_SOURCE_CONTINUE;
+        }
+        if (err) {
+            log_warning("%s: cannot send: %s, disconnecting", client->label,
+                        g_strerror(err));
+            client->dead = true;
+            break;
+        }
+        g_queue_pop_head(&client->txq);
+        client->txq_bytes -= size;
+        g_bytes_unref(bytes);
+    }
+    if (!client->dead) {
+        client->out_watch = 0;
+        return G_SOURCE_REMOVE;
+    }
+    /* Frees the client and removes this source; GLib allows that. */
+    finish_event(client->agent);
+    return G_SOURCE_CONTINUE;
 }
 
 static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
@@ -184,7 +311,7 @@ static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
      * This may destroy the source being dispatched, which GLib allows;
      * the return value is then ignored.
      */
-    reap_clients(agent);
+    finish_event(agent);
     return G_SOURCE_CONTINUE;
 }
 
@@ -204,10 +331,40 @@ static gboolean resume_accept(gpointer opaque)
 static void refuse_connection(NuksmAgent *agent, int fd, const char *text)
 {
     NuksmMsgError msg;
+    size_t size;
 
     fill_error(&msg, NUKSM_ERR_HANDSHAKE, text);
-    send_datagram(agent, fd, NUKSM_MSG_ERROR, 0, &msg, sizeof(msg));
+    size = nuksm_msg_pack(agent->tx_buf, NUKSM_MSG_ERROR, 0, &msg,
+                          sizeof(msg));
+    send_datagram(fd, agent->tx_buf, size, -1);
     close(fd);
+}
+
+/*
+ * A pidfd of the process at the other end of @fd, whose pid is @pid, or
+ * -1.  SO_PEERPIDFD names the very process that connected; pidfd_open()
+ * of its pid, for older kernels, is right unless it exited meanwhile.
+ */
+static int peer_pidfd(int fd, pid_t pid)
+{
+    static bool warned;
+    socklen_t len = sizeof(int);
+    int pidfd;
+
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0) {
+        return pidfd;
+    }
+    if (pid <= 0) {
+        return -1;
+    }
+    pidfd = syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0 && errno != ESRCH && !warned) {
+        warned = true;
+        log_warning("cannot watch client processes (pidfd_open: %s): the "
+                    "merged pages of a VM are dropped when it disconnects, "
+                    "even if it still maps them", g_strerror(errno));
+    }
+    return pidfd;
 }
 
 static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque)
@@ -252,8 +409,8 @@ static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque)
         return G_SOURCE_CONTINUE;
     }
 
-    client = clients_add(&agent->clients, agent, cfd,
-                         cred.pid, cred.uid, cred.gid);
+    client = clients_add(&agent->clients, agent, cfd, cred.pid,
+                         peer_pidfd(cfd, cred.pid), cred.uid, cred.gid);
     client->watch = g_unix_fd_add(cfd, G_IO_IN, on_client_ready, client);
     log_info("connection from pid %ld uid %u gid %u", (long)cred.pid,
              (unsigned)cred.uid, (unsigned)cred.gid);
@@ -318,6 +475,10 @@ void server_stop(NuksmAgent *agent)
 {
     struct stat st;
 
+    /*
+     * Without merge_client_leave(): the VMs still map their merged pages,
+     * which must stay in the store for the next agent.
+     */
     while (agent->clients.list.head) {
         clients_remove(&agent->clients, agent->clients.list.head->data);
     }

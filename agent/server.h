@@ -21,11 +21,20 @@ bool server_start(NuksmAgent *agent, const char *path);
 void server_stop(NuksmAgent *agent);
 
 /*
- * Send one message without blocking.  A client that cannot take it is
- * marked dead (disconnected after the current event); returns false then.
+ * Send one message without blocking; what the socket cannot take yet is
+ * queued, up to a bound.  A client that cannot take it is marked dead
+ * (disconnected after the current event); returns false then.
  */
 bool server_send(NuksmAgent *agent, NuksmClient *client, NuksmMsgType type,
                  uint32_t seq, const void *payload, uint32_t len);
+
+/*
+ * server_send() with @pass_fd attached (SCM_RIGHTS).  Such a message is
+ * never queued: it must go out at once.
+ */
+bool server_send_fd(NuksmAgent *agent, NuksmClient *client,
+                    NuksmMsgType type, uint32_t seq, const void *payload,
+                    uint32_t len, int pass_fd);
 
 /*
  * Protocol violation: log a warning naming @client, send it ERROR(@code)

@@ -14,6 +14,8 @@ _Static_assert(sizeof(NuksmMsgHello) == 16 + 3 * NUKSM_NAME_LEN,
                "hello layout");
 _Static_assert(sizeof(NuksmMsgInfo) % 8 == 0, "info layout");
 _Static_assert(sizeof(NuksmVmEntry) % 8 == 0, "vm entry layout");
+_Static_assert(sizeof(NuksmSlotRef) == 24, "slot ref layout");
+_Static_assert(sizeof(NuksmCandidate) == 16, "candidate layout");
 
 static const char *const policy_names[NUKSM_POLICY_ID__MAX] = {
     [NUKSM_POLICY_ID_GLOBAL]    = "global",
@@ -36,6 +38,14 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_INFO]         = "INFO",
     [NUKSM_MSG_LIST_VMS]     = "LIST_VMS",
     [NUKSM_MSG_VMS]          = "VMS",
+    [NUKSM_MSG_STORE]        = "STORE",
+    [NUKSM_MSG_CANDIDATES]   = "CANDIDATES",
+    [NUKSM_MSG_UPLOAD_REQ]   = "UPLOAD_REQ",
+    [NUKSM_MSG_UPLOAD]       = "UPLOAD",
+    [NUKSM_MSG_MERGE]        = "MERGE",
+    [NUKSM_MSG_MERGED]       = "MERGED",
+    [NUKSM_MSG_UNMERGED]     = "UNMERGED",
+    [NUKSM_MSG_RESTORE]      = "RESTORE",
 };
 
 const char *nuksm_msg_type_name(uint32_t type)
@@ -105,8 +115,39 @@ static size_t fixed_payload_size(uint16_t type)
     case NUKSM_MSG_POLICY:       return sizeof(NuksmMsgPolicy);
     case NUKSM_MSG_SET_PRIORITY: return sizeof(NuksmMsgPriority);
     case NUKSM_MSG_INFO:         return sizeof(NuksmMsgInfo);
+    case NUKSM_MSG_STORE:        return sizeof(NuksmMsgStore);
     default:                     return 0;
     }
+}
+
+/*
+ * A batch of @len bytes holds a NuksmMsgBatch, count entries of
+ * @entry_size bytes and count trailing items of @item_size bytes.
+ */
+static bool check_batch(const void *p, size_t len, size_t entry_size,
+                        size_t item_size)
+{
+    const NuksmMsgBatch *b = p;
+
+    return len >= sizeof(*b) && !b->reserved &&
+           len - sizeof(*b) == (size_t)b->count * (entry_size + item_size);
+}
+
+/* Slot references: node in range, status within [@min, @max]. */
+static const char *check_slot_refs(const void *p, uint32_t min, uint32_t max)
+{
+    const NuksmMsgBatch *b = p;
+    const NuksmSlotRef *r = (const NuksmSlotRef *)(b + 1);
+
+    for (uint32_t n = 0; n < b->count; n++) {
+        if (r[n].node >= NUKSM_MAX_NODES) {
+            return "node out of range in slot reference";
+        }
+        if (r[n].status < min || r[n].status > max) {
+            return "status out of range in slot reference";
+        }
+    }
+    return NULL;
 }
 
 static const char *check_payload(uint16_t type, const void *p, size_t len)
@@ -201,6 +242,44 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
         }
         return NULL;
     }
+    case NUKSM_MSG_STORE: {
+        const NuksmMsgStore *st = p;
+        if (st->node >= NUKSM_MAX_NODES) {
+            return "node out of range in STORE";
+        }
+        if (!st->size || st->size % NUKSM_PAGE_SIZE) {
+            return "bad size in STORE";
+        }
+        if (st->reserved) {
+            return "reserved field set in STORE";
+        }
+        return NULL;
+    }
+    case NUKSM_MSG_CANDIDATES:
+        return check_batch(p, len, sizeof(NuksmCandidate), 0) ?
+               NULL : "CANDIDATES size does not match its count";
+    case NUKSM_MSG_UPLOAD:
+        if (!check_batch(p, len, sizeof(NuksmSlotRef), NUKSM_PAGE_SIZE)) {
+            return "UPLOAD size does not match its count";
+        }
+        return check_slot_refs(p, NUKSM_STATUS_NONE, NUKSM_STATUS_NONE);
+    case NUKSM_MSG_UPLOAD_REQ:
+    case NUKSM_MSG_MERGE:
+    case NUKSM_MSG_RESTORE:
+        if (!check_batch(p, len, sizeof(NuksmSlotRef), 0)) {
+            return "batch size does not match its count";
+        }
+        return check_slot_refs(p, NUKSM_STATUS_NONE, NUKSM_STATUS_NONE);
+    case NUKSM_MSG_MERGED:
+        if (!check_batch(p, len, sizeof(NuksmSlotRef), 0)) {
+            return "MERGED size does not match its count";
+        }
+        return check_slot_refs(p, NUKSM_STATUS_MERGED, NUKSM_STATUS_FAILED);
+    case NUKSM_MSG_UNMERGED:
+        if (!check_batch(p, len, sizeof(NuksmSlotRef), 0)) {
+            return "UNMERGED size does not match its count";
+        }
+        return check_slot_refs(p, NUKSM_STATUS_COW, NUKSM_STATUS_RELEASED);
     default:
         return "unknown message type";
     }

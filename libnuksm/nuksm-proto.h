@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 1u
+#define NUKSM_PROTO_VERSION 2u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -29,6 +29,7 @@
 #define NUKSM_VERSION_LEN   32u   /* agent version string */
 #define NUKSM_ERROR_LEN     256u  /* human-readable error text */
 #define NUKSM_MAX_NODES     64u   /* host NUMA nodes reported per message */
+#define NUKSM_PAGE_SIZE     4096u /* the only page size nuksm deduplicates */
 
 typedef enum NuksmMsgType {
     NUKSM_MSG_HELLO        = 1,  /* client -> agent, first message */
@@ -42,6 +43,15 @@ typedef enum NuksmMsgType {
     NUKSM_MSG_INFO         = 9,  /* agent -> client */
     NUKSM_MSG_LIST_VMS     = 10, /* client -> agent; reply VMS */
     NUKSM_MSG_VMS          = 11, /* agent -> client */
+    /* The merge engine (VM clients only) */
+    NUKSM_MSG_STORE        = 12, /* agent -> VM + fd: a node's store */
+    NUKSM_MSG_CANDIDATES   = 13, /* VM -> agent: pages with stable digests */
+    NUKSM_MSG_UPLOAD_REQ   = 14, /* agent -> VM: send these pages' content */
+    NUKSM_MSG_UPLOAD       = 15, /* VM -> agent: content for new slots */
+    NUKSM_MSG_MERGE        = 16, /* agent -> VM: map these pages on slots */
+    NUKSM_MSG_MERGED       = 17, /* VM -> agent: outcome of each MERGE */
+    NUKSM_MSG_UNMERGED     = 18, /* VM -> agent: pages that left their slot */
+    NUKSM_MSG_RESTORE      = 19, /* VM -> agent: merged pages, on reconnect */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -142,6 +152,64 @@ typedef struct NuksmMsgVms {
     uint32_t count;
     uint32_t total;          /* VMs connected; > count if the list was cut */
 } NuksmMsgVms;
+
+/*
+ * STORE: sent for every node right after HELLO_ACK, with the store file's
+ * descriptor attached (SCM_RIGHTS), opened read-only.  Slot s of the node
+ * is the page at offset s * NUKSM_PAGE_SIZE.  @size is the file's size.
+ */
+typedef struct NuksmMsgStore {
+    uint32_t node;
+    uint32_t reserved;
+    uint64_t size;
+} NuksmMsgStore;
+
+/*
+ * Batches: CANDIDATES, UPLOAD_REQ, UPLOAD, MERGE, MERGED, UNMERGED and
+ * RESTORE are a NuksmMsgBatch followed by @count entries (NuksmCandidate
+ * for CANDIDATES, NuksmSlotRef for the others); UPLOAD then carries
+ * @count pages of content, in entry order.
+ *
+ * A page is named by its index in the VM's RAM address space (QEMU's
+ * ram_addr_t divided by NUKSM_PAGE_SIZE): stable for the VM's life.
+ */
+typedef struct NuksmMsgBatch {
+    uint32_t count;
+    uint32_t reserved;
+} NuksmMsgBatch;
+
+typedef struct NuksmCandidate {
+    uint64_t page;
+    uint64_t digest;         /* nuksm_page_digest() of the content */
+} NuksmCandidate;
+
+/* Outcome of a MERGE entry (MERGED), or why a page left (UNMERGED). */
+typedef enum NuksmSlotStatus {
+    NUKSM_STATUS_NONE      = 0,  /* UPLOAD_REQ, UPLOAD, MERGE, RESTORE */
+    NUKSM_STATUS_MERGED    = 1,  /* MERGED: the page now maps the slot */
+    NUKSM_STATUS_CHANGED   = 2,  /* MERGED: content differs from the slot */
+    NUKSM_STATUS_GONE      = 3,  /* MERGED: page not mergeable any more */
+    NUKSM_STATUS_FAILED    = 4,  /* MERGED: the remap failed (map count) */
+    NUKSM_STATUS_COW       = 5,  /* UNMERGED: a write broke the sharing */
+    NUKSM_STATUS_DISCARDED = 6,  /* UNMERGED: the page was discarded */
+    NUKSM_STATUS_RELEASED  = 7,  /* UNMERGED: nuksm gave the page back */
+    NUKSM_STATUS__MAX,
+} NuksmSlotStatus;
+
+typedef struct NuksmSlotRef {
+    uint64_t page;
+    uint32_t node;
+    uint32_t slot;
+    uint32_t gen;            /* slot generation: guards against reuse */
+    uint32_t status;         /* NuksmSlotStatus */
+} NuksmSlotRef;
+
+#define NUKSM_BATCH_SPACE  (NUKSM_MSG_MAX - sizeof(NuksmMsgHeader) - \
+                            sizeof(NuksmMsgBatch))
+#define NUKSM_CANDIDATES_MAX (NUKSM_BATCH_SPACE / sizeof(NuksmCandidate))
+#define NUKSM_SLOTREFS_MAX   (NUKSM_BATCH_SPACE / sizeof(NuksmSlotRef))
+#define NUKSM_UPLOAD_MAX     (NUKSM_BATCH_SPACE / \
+                              (sizeof(NuksmSlotRef) + NUKSM_PAGE_SIZE))
 
 #define NUKSM_VMS_MAX_ENTRIES \
     ((NUKSM_MSG_MAX - sizeof(NuksmMsgHeader) - sizeof(NuksmMsgVms)) / \

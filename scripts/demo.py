@@ -91,10 +91,13 @@ class Agent:
     def __init__(self):
         self.sock = DEMO / "nuksmd.sock"
         self.log = DEMO / "nuksmd.log"
+        # The store holds merged pages: it must live in memory (tmpfs).
+        self.state_dir = Path(f"/dev/shm/nuksm-demo-{os.getpid()}")
         self.proc = None
 
     async def start(self):
-        self.proc = await spawn(NUKSMD, "--socket", self.sock, log=self.log)
+        self.proc = await spawn(NUKSMD, "--socket", self.sock,
+                                "--state-dir", self.state_dir, log=self.log)
         deadline = time.monotonic() + 10
         while not self.sock.exists():
             if self.proc.returncode is not None or \
@@ -109,6 +112,7 @@ class Agent:
         if self.proc.returncode is None:
             self.proc.terminate()
         rc = await reap(self.proc, "nuksmd")
+        shutil.rmtree(self.state_dir, ignore_errors=True)
         if rc != 0:
             raise DemoError(f"nuksmd exited with {rc}, see {self.log}")
 

@@ -25,6 +25,14 @@ def workdir():
 
 
 @pytest.fixture
+def shm_dir():
+    """A temp dir on tmpfs, where nuksmd's store must live."""
+    path = Path(tempfile.mkdtemp(prefix="nuksm-it-", dir="/dev/shm"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
 def nuksmd_bin():
     require_file(harness.NUKSMD, "build it (make) or set NUKSMD")
     return harness.NUKSMD
@@ -43,20 +51,27 @@ def qemu_bin():
 
 
 @pytest.fixture
-def start_agent(workdir, nuksmd_bin, nuksmctl_bin):
-    """start_agent(*extra_args, name=, args=) -> a running Agent.
+def start_agent(workdir, shm_dir, nuksmd_bin, nuksmctl_bin):
+    """start_agent(*extra_args, name=, args=, state_dir=) -> an Agent.
 
     By default nuksmd listens on workdir/NAME.sock; @args replaces the
-    whole command line.  Agents still running at teardown are stopped
+    whole command line.  Its store is in shm_dir/NAME unless @state_dir
+    is false, so an agent started again under the same name finds its
+    predecessor's store.  Agents still running at teardown are stopped
     with SIGTERM and must exit 0 and remove their socket.
     """
     agents = []
 
-    def start(*extra_args, name="nuksmd", args=None):
+    def start(*extra_args, name="nuksmd", args=None, state_dir=True):
         sock = workdir / f"{name}.sock"
         if args is None:
             args = ["--socket", sock, *extra_args]
-        agent = Agent(sock, workdir / f"{name}.log", args)
+        if state_dir:
+            state_dir = shm_dir / name
+            args = [*args, "--state-dir", state_dir]
+        else:
+            state_dir = None
+        agent = Agent(sock, workdir / f"{name}.log", args, state_dir)
         agents.append(agent)
         return agent.start()
 

@@ -7,6 +7,7 @@ test guest comes from $BUILD/guest (scripts/make-guest.sh), overridable
 with NUKSM_GUEST.
 """
 
+import collections
 import contextlib
 import ctypes
 import json
@@ -34,11 +35,17 @@ GUEST_READY = "nuksm-guest: ready"
 
 # Mirrors libnuksm/nuksm-proto.h.
 PROTO_MAGIC = 0x4D534B4E
-PROTO_VERSION = 1
+PROTO_VERSION = 2
 MSG_MAX = 65536
+NUKSM_PAGE_SIZE = 4096
 MSG_HELLO, MSG_HELLO_ACK, MSG_ERROR = 1, 2, 3
 MSG_SET_POLICY, MSG_POLICY, MSG_GET_POLICY = 4, 5, 6
 MSG_SET_PRIORITY, MSG_GET_INFO, MSG_INFO = 7, 8, 9
+MSG_LIST_VMS, MSG_VMS = 10, 11
+MSG_STORE, MSG_CANDIDATES, MSG_UPLOAD_REQ, MSG_UPLOAD = 12, 13, 14, 15
+MSG_MERGE, MSG_MERGED, MSG_UNMERGED, MSG_RESTORE = 16, 17, 18, 19
+STATUS_NONE, STATUS_MERGED, STATUS_CHANGED, STATUS_GONE = 0, 1, 2, 3
+STATUS_FAILED, STATUS_COW, STATUS_DISCARDED, STATUS_RELEASED = 4, 5, 6, 7
 ERR_VERSION, ERR_BAD_MESSAGE, ERR_HANDSHAKE = 1, 2, 3
 ROLE_VM, ROLE_CONTROL = 1, 2
 POLICIES = ["global", "ksm-order", "local", "fair", "priority", "adaptive"]
@@ -51,6 +58,16 @@ ERROR = struct.Struct("=II256s")
 POLICY = struct.Struct("=I")
 PRIORITY = struct.Struct("=I")
 INFO = struct.Struct("=32sIIIIQQ64Q")
+VMS = struct.Struct("=II")
+VM_ENTRY = struct.Struct("=IIII64s64s64sQ")
+STORE = struct.Struct("=IIQ")
+BATCH = struct.Struct("=II")
+CANDIDATE = struct.Struct("=QQ")
+SLOTREF = struct.Struct("=QIIII")
+BATCH_SPACE = MSG_MAX - HEADER.size - BATCH.size
+CANDIDATES_MAX = BATCH_SPACE // CANDIDATE.size
+SLOTREFS_MAX = BATCH_SPACE // SLOTREF.size
+UPLOAD_MAX = BATCH_SPACE // (SLOTREF.size + NUKSM_PAGE_SIZE)
 
 
 def cstr(field):
@@ -106,6 +123,35 @@ class Message:
         code, _, text = ERROR.unpack(self.payload)
         return code, cstr(text)
 
+    def slot_refs(self):
+        """The SlotRef entries of a batch message."""
+        count, reserved = BATCH.unpack_from(self.payload)
+        assert reserved == 0
+        assert len(self.payload) == BATCH.size + count * SLOTREF.size, \
+            f"type {self.type}: batch size does not match its count"
+        return [SlotRef(*SLOTREF.unpack_from(self.payload,
+                                             BATCH.size + i * SLOTREF.size))
+                for i in range(count)]
+
+
+# NuksmSlotRef; ref._replace(gen=...) makes a variant.
+SlotRef = collections.namedtuple("SlotRef", "page node slot gen status",
+                                 defaults=(STATUS_NONE,))
+
+
+def pack_candidates(pairs):
+    """A CANDIDATES payload of (page, digest) pairs."""
+    pairs = list(pairs)
+    return BATCH.pack(len(pairs), 0) + \
+        b"".join(CANDIDATE.pack(page, digest) for page, digest in pairs)
+
+
+def pack_slot_refs(refs, contents=()):
+    """A batch payload of SlotRefs, then @contents (UPLOAD)."""
+    refs = list(refs)
+    return BATCH.pack(len(refs), 0) + \
+        b"".join(SLOTREF.pack(*r) for r in refs) + b"".join(contents)
+
 
 class RawClient:
     """A hand-driven SOCK_SEQPACKET connection to nuksmd."""
@@ -126,6 +172,11 @@ class RawClient:
         data = self.sock.recv(MSG_MAX + 1)
         return Message(data) if data else None
 
+    def recv_with_fds(self, maxfds=4):
+        """The next message and the file descriptors that came with it."""
+        data, fds, _, _ = socket.recv_fds(self.sock, MSG_MAX + 1, maxfds)
+        return (Message(data) if data else None), fds
+
     def request(self, msg_type, seq, payload=b""):
         self.send(pack(msg_type, seq, payload))
         reply = self.recv()
@@ -143,6 +194,112 @@ class RawClient:
             raise AssertionError(f"nuksmd did not hang up (after "
                                  f"{len(messages)} messages)") from None
         return messages
+
+
+# Counters of an INFO message; store_pages has one entry per node.
+Info = collections.namedtuple("Info", "vms pages_shared pages_sharing "
+                              "store_pages")
+
+
+def parse_info(msg):
+    fields = INFO.unpack(msg.payload)
+    _, _, vms, nodes, _, shared, sharing = fields[:7]
+    return Info(vms, shared, sharing, list(fields[7:7 + nodes]))
+
+
+class VmClient(RawClient):
+    """A raw client in the VM role: HELLO, the STOREs, then merges."""
+
+    def __init__(self, path, domain="default", name="vm", timeout=5.0):
+        super().__init__(path, timeout)
+        self.seq = 1
+        self.stores = {}  # node -> read-only fd of its store file
+        reply = self.request(MSG_HELLO, 1, hello(
+            role=ROLE_VM, priority=100, domain=domain.encode(),
+            vm_name=name.encode(), object_id=b"dedup0"))
+        assert reply.type == MSG_HELLO_ACK, f"HELLO refused: {reply.error()}"
+        _, self.client_id, _, self.nr_nodes, _ = \
+            HELLO_ACK.unpack(reply.payload)
+        for _ in range(self.nr_nodes):
+            msg, fds = self.recv_with_fds()
+            assert msg.type == MSG_STORE and len(fds) == 1, \
+                f"expected STORE with one fd, got type {msg.type}, {fds}"
+            node, reserved, size = STORE.unpack(msg.payload)
+            assert msg.seq == 0 and reserved == 0
+            self.stores[node] = fds[0]
+            self.store_size = size
+
+    def close(self):
+        for fd in self.stores.values():
+            os.close(fd)
+        self.stores = {}
+        super().close()
+
+    def _send(self, msg_type, payload):
+        self.seq += 1
+        self.send(pack(msg_type, self.seq, payload))
+
+    def _send_batches(self, msg_type, entries, limit, pack_entries):
+        entries = list(entries)
+        for i in range(0, len(entries), limit):
+            self._send(msg_type, pack_entries(entries[i:i + limit]))
+
+    # Batches of any length, sent as messages of at most the limit.
+
+    def candidates(self, pairs):
+        self._send_batches(MSG_CANDIDATES, pairs, CANDIDATES_MAX,
+                           pack_candidates)
+
+    def upload(self, refs, contents):
+        self._send_batches(MSG_UPLOAD, zip(refs, contents), UPLOAD_MAX,
+                           lambda pairs: pack_slot_refs(*zip(*pairs)))
+
+    def merged(self, refs, status=STATUS_MERGED):
+        self._send_batches(MSG_MERGED, (r._replace(status=status)
+                                        for r in refs),
+                           SLOTREFS_MAX, pack_slot_refs)
+
+    def unmerged(self, refs, status=STATUS_COW):
+        self._send_batches(MSG_UNMERGED, (r._replace(status=status)
+                                          for r in refs),
+                           SLOTREFS_MAX, pack_slot_refs)
+
+    def restore(self, refs):
+        self._send_batches(MSG_RESTORE, refs, SLOTREFS_MAX, pack_slot_refs)
+
+    def sync(self):
+        """(messages before the reply, Info) of a GET_INFO round trip.
+
+        The agent handles a client's messages in order and sends what one
+        produces before it reads the next: the messages are everything
+        the agent sent this client so far.
+        """
+        self._send(MSG_GET_INFO, b"")
+        messages = []
+        while True:
+            msg = self.recv()
+            assert msg is not None, "nuksmd hung up"
+            if msg.type == MSG_INFO and msg.seq == self.seq:
+                return messages, parse_info(msg)
+            messages.append(msg)
+
+    def info(self):
+        """Info, when the agent has nothing else to say to this client."""
+        messages, info = self.sync()
+        assert not messages, \
+            f"unexpected messages {[m.type for m in messages]}"
+        return info
+
+    def take(self, msg_type):
+        """The SlotRefs of the @msg_type messages sent so far (only those)."""
+        messages, _ = self.sync()
+        assert all(m.type == msg_type and m.seq == 0 for m in messages), \
+            f"expected type {msg_type}, got {[m.type for m in messages]}"
+        return [r for m in messages for r in m.slot_refs()]
+
+    def read_slot(self, node, slot):
+        return os.pread(self.stores[node], NUKSM_PAGE_SIZE,
+                        slot * NUKSM_PAGE_SIZE)
 
 
 # ---------------------------------------------------------------- nuksmctl
@@ -182,12 +339,13 @@ def connectable(path, kind=socket.SOCK_SEQPACKET):
 
 
 class Agent:
-    """A nuksmd process listening on @sock."""
+    """A nuksmd process listening on @sock, its store in @state_dir."""
 
-    def __init__(self, sock, log, args):
+    def __init__(self, sock, log, args, state_dir=None):
         self.sock = Path(sock)
         self.log = Path(log)
         self.args = [str(a) for a in args]
+        self.state_dir = state_dir and Path(state_dir)
         self.proc = None
 
     def start(self):
@@ -342,9 +500,11 @@ class Vm:
                         f"{self.log_text()}"
 
     def kill(self):
+        """SIGKILL, on purpose: teardown then has no exit status to check."""
         if self.qmp:
             with contextlib.suppress(EOFError, ExecInterruptedError):
                 self.qmp.close()
+            self.qmp = None
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
@@ -377,7 +537,8 @@ def qtest_args(qtest_path, *objects, mem="128M"):
     """A q35 machine under the qtest accelerator with a qtest socket."""
     args = ["-accel", "qtest", "-machine", "q35", "-m", mem,
             "-nodefaults", "-display", "none",
-            "-qtest", f"unix:{qtest_path},server=on,wait=off"]
+            "-qtest", f"unix:{qtest_path},server=on,wait=off",
+            "-qtest-log", "/dev/null"]
     for obj in objects:
         args += ["-object", obj]
     return args

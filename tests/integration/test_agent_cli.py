@@ -155,6 +155,9 @@ def test_agent_absent(workdir, nuksmctl_bin, leftover):
     ("--fake-numa", "0", "1..64"),
     ("--fake-numa", "65", "1..64"),
     ("--log-level", "loud", "error, warning, info, debug"),
+    ("--restore-grace", "-1", "0..86400"),
+    ("--restore-grace", "86401", "0..86400"),
+    ("--restore-grace", "soon", "0..86400"),
 ])
 def test_nuksmd_rejects_bad_option(workdir, nuksmd_bin, option, value,
                                    allowed):
@@ -221,6 +224,10 @@ def test_config_file_and_overrides(workdir, start_agent):
     ("[other]\npolicy=fair\n", "has no [nuksmd] group"),
     ("[nuksmd]\npolicy=nope\n", "nuksmd.conf: policy: unknown policy"),
     ("[nuksmd]\nfake-numa=99\n", "nuksmd.conf: fake-numa: invalid node"),
+    ("[nuksmd]\nrestore-grace=x\n",
+     "nuksmd.conf: restore-grace: invalid grace period"),
+    ("[nuksmd]\nstate-dir=\n",
+     "nuksmd.conf: state-dir: state directory must not be empty"),
     ("not a key file\n", "--config: cannot load"),
 ])
 def test_config_errors(workdir, nuksmd_bin, text, expected):

@@ -27,6 +27,7 @@
 typedef struct Agent {
     char *dir;
     char *sock;
+    char *state_dir;            /* the agent's store: must be tmpfs */
     GPid pid;
 } Agent;
 
@@ -56,14 +57,17 @@ static void agent_init(Agent *a)
     a->dir = g_dir_make_tmp("nuksm-test-XXXXXX", NULL);
     g_assert(a->dir);
     a->sock = g_build_filename(a->dir, "nuksmd.sock", NULL);
+    a->state_dir = g_strdup("/dev/shm/nuksm-test-XXXXXX");
+    g_assert(g_mkdtemp(a->state_dir));
     a->pid = 0;
 }
 
 static void agent_start(Agent *a, const char *extra)
 {
-    g_autofree char *cmd = g_strdup_printf("%s --socket %s --log-level "
-                                           "warning %s", nuksmd_path(),
-                                           a->sock, extra ? extra : "");
+    g_autofree char *cmd = g_strdup_printf("%s --socket %s --state-dir %s "
+                                           "--log-level warning %s",
+                                           nuksmd_path(), a->sock,
+                                           a->state_dir, extra ? extra : "");
     g_auto(GStrv) argv = NULL;
     g_autoptr(GError) err = NULL;
 
@@ -102,8 +106,17 @@ static void agent_cleanup(Agent *a)
     }
     unlink(a->sock);
     rmdir(a->dir);
+    /* nuksmd removes nothing from its state directory: clean it here. */
+    g_autoptr(GDir) dir = g_dir_open(a->state_dir, 0, NULL);
+    const char *name;
+    while (dir && (name = g_dir_read_name(dir))) {
+        g_autofree char *path = g_build_filename(a->state_dir, name, NULL);
+        unlink(path);
+    }
+    rmdir(a->state_dir);
     g_free(a->sock);
     g_free(a->dir);
+    g_free(a->state_dir);
 }
 
 static QTestState *vm_start(const char *agent_sock, const char *extra)
@@ -669,6 +682,12 @@ static void test_version_mismatch(void)
         .agent_version = "99.0",
     };
     NuksmMsgError err = { 0 };
+    g_autofree char *want_ack = g_strdup_printf(
+        "QEMU speaks %u, nuksmd speaks %u", NUKSM_PROTO_VERSION,
+        NUKSM_PROTO_VERSION + 1);
+    g_autofree char *refusal = g_strdup_printf(
+        "protocol version mismatch: nuksmd speaks %u, client speaks %u", NUKSM_PROTO_VERSION + 1,
+        NUKSM_PROTO_VERSION);
     Agent a;
     QTestState *qts;
     QDict *resp, *info;
@@ -709,8 +728,7 @@ static void test_version_mismatch(void)
     }
     g_assert_nonnull(resp);
     g_assert_cmpstr(qdict_get_str(info, "state"), ==, "disconnected");
-    g_assert_nonnull(strstr(qdict_get_str(info, "agent-error"),
-                            "QEMU speaks 1, nuksmd speaks 2"));
+    g_assert_nonnull(strstr(qdict_get_str(info, "agent-error"), want_ack));
     qobject_unref(resp);
     /* QEMU closed its end. */
     g_assert_cmpint(recv(cfd, buf, sizeof(buf), 0), ==, 0);
@@ -722,16 +740,14 @@ static void test_version_mismatch(void)
     n = recv(cfd, buf, sizeof(buf), 0);
     g_assert(n > 0 && !nuksm_msg_check(buf, n));
     err.code = NUKSM_ERR_VERSION;
-    nuksm_strfield_set(err.message, sizeof(err.message),
-                       "protocol version mismatch: nuksmd speaks 2, "
-                       "client speaks 1");
+    nuksm_strfield_set(err.message, sizeof(err.message), refusal);
     n = nuksm_msg_pack(buf, NUKSM_MSG_ERROR, 1, &err, sizeof(err));
     g_assert(send(cfd, buf, n, 0) == n);
     for (int i = 0; i < WAIT_MS / 10; i++) {
         info = nuksm_info(qts, "dedup0", &resp);
-        if (strstr(qdict_get_str(info, "agent-error"),
-                   "agent refused the handshake: protocol version "
-                   "mismatch: nuksmd speaks 2")) {
+        if (g_str_has_suffix(qdict_get_str(info, "agent-error"), refusal) &&
+            g_str_has_prefix(qdict_get_str(info, "agent-error"),
+                             "agent refused the handshake: ")) {
             break;
         }
         qobject_unref(resp);

@@ -105,6 +105,54 @@ static size_t pack_vms(void *buf, uint32_t count, uint32_t total)
     return nuksm_msg_pack(buf, NUKSM_MSG_VMS, 42, v, len);
 }
 
+/*
+ * Pack a batch message of @count entries: NuksmCandidate for CANDIDATES,
+ * else NuksmSlotRef with a status valid for @type, and @count pages of
+ * content for UPLOAD.
+ */
+static size_t pack_batch(void *buf, NuksmMsgType type, uint32_t seq,
+                         uint32_t count)
+{
+    bool candidates = type == NUKSM_MSG_CANDIDATES;
+    size_t entry = candidates ? sizeof(NuksmCandidate) : sizeof(NuksmSlotRef);
+    size_t item = type == NUKSM_MSG_UPLOAD ? NUKSM_PAGE_SIZE : 0;
+    size_t len = sizeof(NuksmMsgBatch) + count * (entry + item);
+    g_autofree NuksmMsgBatch *b = g_malloc0(len);
+    NuksmCandidate *c = (NuksmCandidate *)(b + 1);
+    NuksmSlotRef *r = (NuksmSlotRef *)(b + 1);
+    uint8_t *pages = (uint8_t *)(b + 1) + count * entry;
+
+    b->count = count;
+    for (uint32_t n = 0; n < count; n++) {
+        if (candidates) {
+            c[n].page = 0x1000 + n;
+            c[n].digest = 0xfeedface00000000ull | n;
+            continue;
+        }
+        r[n].page = 0x2000 + n;
+        r[n].node = n % NUKSM_MAX_NODES;
+        r[n].slot = 100 + n;
+        r[n].gen = 7 + n;
+        if (type == NUKSM_MSG_MERGED) {
+            r[n].status = NUKSM_STATUS_MERGED + n % 4;
+        } else if (type == NUKSM_MSG_UNMERGED) {
+            r[n].status = NUKSM_STATUS_COW + n % 3;
+        }
+    }
+    memset(pages, 0xa5, count * item);
+    return nuksm_msg_pack(buf, type, seq, b, len);
+}
+
+static NuksmMsgBatch *batch_of(void *buf)
+{
+    return payload_of(buf);
+}
+
+static NuksmSlotRef *refs_of(void *buf)
+{
+    return (NuksmSlotRef *)(batch_of(buf) + 1);
+}
+
 /* Pack @type with a valid payload of its kind; returns the size. */
 static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
 {
@@ -144,6 +192,19 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
         hdr_of(buf)->seq = seq;
         return size;
     }
+    case NUKSM_MSG_STORE: {
+        NuksmMsgStore st = { .node = 1, .size = 64ull << 30 };
+        return nuksm_msg_pack(buf, type, seq, &st, sizeof(st));
+    }
+    case NUKSM_MSG_CANDIDATES:
+    case NUKSM_MSG_UPLOAD_REQ:
+    case NUKSM_MSG_MERGE:
+    case NUKSM_MSG_MERGED:
+    case NUKSM_MSG_UNMERGED:
+    case NUKSM_MSG_RESTORE:
+        return pack_batch(buf, type, seq, 5);
+    case NUKSM_MSG_UPLOAD:
+        return pack_batch(buf, type, seq, 2);
     default:
         g_assert_not_reached();
     }
@@ -290,7 +351,7 @@ static void test_reject_wrong_size(void)
     static const NuksmMsgType fixed[] = {
         NUKSM_MSG_HELLO, NUKSM_MSG_HELLO_ACK, NUKSM_MSG_ERROR,
         NUKSM_MSG_SET_POLICY, NUKSM_MSG_POLICY, NUKSM_MSG_SET_PRIORITY,
-        NUKSM_MSG_INFO,
+        NUKSM_MSG_INFO, NUKSM_MSG_STORE,
     };
     static const NuksmMsgType empty[] = {
         NUKSM_MSG_GET_POLICY, NUKSM_MSG_GET_INFO, NUKSM_MSG_LIST_VMS,
@@ -503,6 +564,183 @@ static void test_reject_vms_count(void)
     assert_valid(BUF, size);
 }
 
+static void test_batch_values(void)
+{
+    const NuksmCandidate *c;
+    const NuksmSlotRef *r;
+    const uint8_t *content;
+    size_t size;
+
+    size = pack_batch(BUF, NUKSM_MSG_CANDIDATES, 1, 3);
+    assert_valid(BUF, size);
+    c = (const NuksmCandidate *)((const NuksmMsgBatch *)
+                                 nuksm_msg_payload(BUF) + 1);
+    g_assert_cmpuint(batch_of(BUF)->count, ==, 3);
+    g_assert_cmpuint(c[2].page, ==, 0x1002);
+    g_assert_cmphex(c[2].digest, ==, 0xfeedface00000002ull);
+
+    size = pack_batch(BUF, NUKSM_MSG_UPLOAD, 1, 3);
+    assert_valid(BUF, size);
+    r = refs_of(BUF);
+    content = (const uint8_t *)(r + 3);
+    g_assert_cmpuint(r[1].page, ==, 0x2001);
+    g_assert_cmpuint(r[1].node, ==, 1);
+    g_assert_cmpuint(r[1].slot, ==, 101);
+    g_assert_cmpuint(r[1].gen, ==, 8);
+    g_assert_cmpuint(content[0], ==, 0xa5);
+    g_assert_cmpuint(content[3 * NUKSM_PAGE_SIZE - 1], ==, 0xa5);
+    g_assert_cmpuint(size, ==, sizeof(NuksmMsgHeader) +
+                     sizeof(NuksmMsgBatch) +
+                     3 * (sizeof(NuksmSlotRef) + NUKSM_PAGE_SIZE));
+
+    /* Empty batches are fine. */
+    size = pack_batch(BUF, NUKSM_MSG_MERGE, 1, 0);
+    assert_valid(BUF, size);
+    size = pack_batch(BUF, NUKSM_MSG_UPLOAD, 1, 0);
+    assert_valid(BUF, size);
+}
+
+/* The largest batch of each kind fits a datagram; one more entry not. */
+static void test_batch_max(void)
+{
+    static const struct {
+        NuksmMsgType type;
+        size_t max;
+    } kinds[] = {
+        { NUKSM_MSG_CANDIDATES, NUKSM_CANDIDATES_MAX },
+        { NUKSM_MSG_MERGE,      NUKSM_SLOTREFS_MAX },
+        { NUKSM_MSG_MERGED,     NUKSM_SLOTREFS_MAX },
+        { NUKSM_MSG_UPLOAD,     NUKSM_UPLOAD_MAX },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(kinds); i++) {
+        size_t size = pack_batch(BUF, kinds[i].type, 1, kinds[i].max);
+        size_t entry = size - sizeof(NuksmMsgHeader) -
+                       sizeof(NuksmMsgBatch);
+
+        entry /= kinds[i].max;
+        g_assert_cmpuint(size, <=, NUKSM_MSG_MAX);
+        g_assert_cmpuint(size + entry, >, NUKSM_MSG_MAX);
+        assert_valid(BUF, size);
+    }
+}
+
+static void test_reject_batch_size(void)
+{
+    static const NuksmMsgType batches[] = {
+        NUKSM_MSG_CANDIDATES, NUKSM_MSG_UPLOAD_REQ, NUKSM_MSG_UPLOAD,
+        NUKSM_MSG_MERGE, NUKSM_MSG_MERGED, NUKSM_MSG_UNMERGED,
+        NUKSM_MSG_RESTORE,
+    };
+    NuksmMsgBatch empty = { 0 };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(batches); i++) {
+        NuksmMsgType type = batches[i];
+        size_t size;
+
+        /* Count claims more or fewer entries than the payload carries. */
+        size = pack_batch(BUF, type, 1, 3);
+        batch_of(BUF)->count = 4;
+        assert_rejected(BUF, size, "does not match its count");
+        batch_of(BUF)->count = 2;
+        assert_rejected(BUF, size, "does not match its count");
+        batch_of(BUF)->count = UINT32_MAX;
+        assert_rejected(BUF, size, "does not match its count");
+
+        /* A trailing partial entry, or page of content. */
+        size = pack_batch(BUF, type, 1, 3);
+        hdr_of(BUF)->len -= 8;
+        assert_rejected(BUF, size - 8, "does not match its count");
+
+        /* Shorter than the batch header. */
+        size = nuksm_msg_pack(BUF, type, 1, &empty, sizeof(empty) - 1);
+        assert_rejected(BUF, size, "does not match its count");
+        size = nuksm_msg_pack(BUF, type, 1, NULL, 0);
+        assert_rejected(BUF, size, "does not match its count");
+
+        /* The reserved field. */
+        size = pack_batch(BUF, type, 1, 1);
+        batch_of(BUF)->reserved = 1;
+        assert_rejected(BUF, size, "does not match its count");
+    }
+
+    /* UPLOAD without its content. */
+    {
+        NuksmMsgBatch *b = g_malloc0(sizeof(*b) + sizeof(NuksmSlotRef));
+        size_t size;
+
+        b->count = 1;
+        size = nuksm_msg_pack(BUF, NUKSM_MSG_UPLOAD, 1, b,
+                              sizeof(*b) + sizeof(NuksmSlotRef));
+        assert_rejected(BUF, size, "UPLOAD size does not match its count");
+        g_free(b);
+    }
+}
+
+static void test_reject_slot_refs(void)
+{
+    static const struct {
+        NuksmMsgType type;
+        uint32_t min, max;       /* valid statuses */
+    } kinds[] = {
+        { NUKSM_MSG_UPLOAD_REQ, NUKSM_STATUS_NONE,   NUKSM_STATUS_NONE },
+        { NUKSM_MSG_UPLOAD,     NUKSM_STATUS_NONE,   NUKSM_STATUS_NONE },
+        { NUKSM_MSG_MERGE,      NUKSM_STATUS_NONE,   NUKSM_STATUS_NONE },
+        { NUKSM_MSG_RESTORE,    NUKSM_STATUS_NONE,   NUKSM_STATUS_NONE },
+        { NUKSM_MSG_MERGED,     NUKSM_STATUS_MERGED, NUKSM_STATUS_FAILED },
+        { NUKSM_MSG_UNMERGED,   NUKSM_STATUS_COW,    NUKSM_STATUS_RELEASED },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(kinds); i++) {
+        size_t size = pack_batch(BUF, kinds[i].type, 1, 3);
+        NuksmSlotRef *r = refs_of(BUF);
+
+        /* Any entry is checked, the last one too. */
+        r[2].node = NUKSM_MAX_NODES;
+        assert_rejected(BUF, size, "node out of range in slot reference");
+        r[2].node = UINT32_MAX;
+        assert_rejected(BUF, size, "node out of range in slot reference");
+        r[2].node = NUKSM_MAX_NODES - 1;
+        assert_valid(BUF, size);
+
+        for (uint32_t st = 0; st <= NUKSM_STATUS__MAX; st++) {
+            r[2].status = st;
+            if (st >= kinds[i].min && st <= kinds[i].max) {
+                assert_valid(BUF, size);
+            } else {
+                assert_rejected(BUF, size,
+                                "status out of range in slot reference");
+            }
+        }
+        r[2].status = UINT32_MAX;
+        assert_rejected(BUF, size, "status out of range in slot reference");
+    }
+}
+
+static void test_reject_store(void)
+{
+    NuksmMsgStore st = { .node = NUKSM_MAX_NODES, .size = 1ull << 30 };
+    size_t size;
+
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_STORE, 1, &st, sizeof(st));
+    assert_rejected(BUF, size, "node out of range in STORE");
+    st.node = NUKSM_MAX_NODES - 1;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_STORE, 1, &st, sizeof(st));
+    assert_valid(BUF, size);
+
+    st.size = (1ull << 30) + 1;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_STORE, 1, &st, sizeof(st));
+    assert_rejected(BUF, size, "bad size in STORE");
+    st.size = 0;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_STORE, 1, &st, sizeof(st));
+    assert_rejected(BUF, size, "bad size in STORE");
+
+    st.size = NUKSM_PAGE_SIZE;
+    st.reserved = 1;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_STORE, 1, &st, sizeof(st));
+    assert_rejected(BUF, size, "reserved field set in STORE");
+}
+
 static void test_vms_max_entries(void)
 {
     size_t size = pack_vms(BUF, NUKSM_VMS_MAX_ENTRIES,
@@ -539,6 +777,9 @@ static void test_msg_type_names(void)
 {
     g_assert_cmpstr(nuksm_msg_type_name(NUKSM_MSG_HELLO), ==, "HELLO");
     g_assert_cmpstr(nuksm_msg_type_name(NUKSM_MSG_VMS), ==, "VMS");
+    g_assert_cmpstr(nuksm_msg_type_name(NUKSM_MSG_UPLOAD_REQ), ==,
+                    "UPLOAD_REQ");
+    g_assert_cmpstr(nuksm_msg_type_name(NUKSM_MSG_RESTORE), ==, "RESTORE");
     for (uint32_t t = 1; t < NUKSM_MSG__MAX; t++) {
         g_assert_nonnull(nuksm_msg_type_name(t));
     }
@@ -587,6 +828,11 @@ int main(int argc, char **argv)
     g_test_add_func("/proto/reject/hello-fields", test_reject_hello_fields);
     g_test_add_func("/proto/reject/nodes", test_reject_nodes);
     g_test_add_func("/proto/reject/vms-count", test_reject_vms_count);
+    g_test_add_func("/proto/batch-values", test_batch_values);
+    g_test_add_func("/proto/batch-max", test_batch_max);
+    g_test_add_func("/proto/reject/batch-size", test_reject_batch_size);
+    g_test_add_func("/proto/reject/slot-refs", test_reject_slot_refs);
+    g_test_add_func("/proto/reject/store", test_reject_store);
     g_test_add_func("/proto/vms-max-entries", test_vms_max_entries);
     g_test_add_func("/proto/policy-names", test_policy_names);
     g_test_add_func("/proto/msg-type-names", test_msg_type_names);

@@ -85,6 +85,9 @@ static void nuksm_agent_disconnect(Nuksm *s, const char *reason)
     c->fd = -1;
     c->ready = false;
     nuksm_agent_set_error(s, reason);
+    qemu_mutex_lock(&c->tx_lock);
+    g_queue_clear_full(&c->tx, g_free);
+    qemu_mutex_unlock(&c->tx_lock);
 
     QLIST_FOREACH_SAFE(req, &c->requests, next, tmp) {
         Error *err = NULL;
@@ -121,6 +124,78 @@ static bool nuksm_agent_send(Nuksm *s, NuksmMsgType type, uint32_t seq,
     return true;
 }
 
+/* A message posted for the socket; dropped if its connection is gone. */
+typedef struct NuksmTx {
+    uint32_t epoch;
+    uint32_t size;
+    uint8_t data[];
+} NuksmTx;
+
+/*
+ * Queue a message for the agent, from any thread.  @epoch is the
+ * connection it belongs to: after a reconnection it is dropped.
+ */
+void nuksm_agent_post(Nuksm *s, uint32_t epoch, NuksmMsgType type,
+                      const void *payload, uint32_t len)
+{
+    NuksmAgentConn *c = &s->conn;
+    NuksmTx *tx = g_malloc(sizeof(*tx) + sizeof(NuksmMsgHeader) + len);
+
+    tx->epoch = epoch;
+    tx->size = nuksm_msg_pack(tx->data, type, 0, payload, len);
+    qemu_mutex_lock(&c->tx_lock);
+    g_queue_push_tail(&c->tx, tx);
+    qemu_mutex_unlock(&c->tx_lock);
+    qemu_bh_schedule(c->tx_bh);
+}
+
+size_t nuksm_agent_backlog(Nuksm *s)
+{
+    size_t n;
+
+    qemu_mutex_lock(&s->conn.tx_lock);
+    n = g_queue_get_length(&s->conn.tx);
+    qemu_mutex_unlock(&s->conn.tx_lock);
+    return n;
+}
+
+static void nuksm_agent_read(void *opaque);
+
+/* Send queued messages until the socket is full (main loop). */
+static void nuksm_agent_flush(void *opaque)
+{
+    Nuksm *s = opaque;
+    NuksmAgentConn *c = &s->conn;
+    bool failed = false;
+    NuksmTx *tx;
+
+    qemu_mutex_lock(&c->tx_lock);
+    while ((tx = g_queue_peek_head(&c->tx))) {
+        ssize_t n = 0;
+
+        if (c->ready && tx->epoch == c->epoch) {
+            n = send(c->fd, tx->data, tx->size, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
+                break;  /* retried when the socket is writable */
+            }
+            failed = n != tx->size;
+        }
+        g_free(g_queue_pop_head(&c->tx));
+        if (failed) {
+            break;
+        }
+    }
+    if (c->fd >= 0 && !failed) {
+        qemu_set_fd_handler(c->fd, nuksm_agent_read,
+                            g_queue_is_empty(&c->tx) ? NULL :
+                            nuksm_agent_flush, s);
+    }
+    qemu_mutex_unlock(&c->tx_lock);
+    if (failed) {
+        nuksm_agent_disconnect(s, "cannot send to the agent");
+    }
+}
+
 static void nuksm_agent_handle_hello_ack(Nuksm *s, const NuksmMsgHelloAck *a)
 {
     NuksmAgentConn *c = &s->conn;
@@ -135,6 +210,7 @@ static void nuksm_agent_handle_hello_ack(Nuksm *s, const NuksmMsgHelloAck *a)
         return;
     }
     c->ready = true;
+    c->epoch++;
     c->client_id = a->client_id;
     c->nr_nodes = a->nr_nodes;
     c->policy = a->policy;
@@ -177,7 +253,25 @@ static void nuksm_agent_handle_reply(Nuksm *s, const NuksmMsgHeader *hdr,
     }
 }
 
-static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size)
+/* Requests of the merge engine, served by the scanner thread. */
+static bool nuksm_agent_handle_merge(Nuksm *s, const NuksmMsgHeader *hdr,
+                                     const void *payload, int fd)
+{
+    if (hdr->type == NUKSM_MSG_STORE) {
+        if (fd < 0 ||
+            ((const NuksmMsgStore *)payload)->node >= s->conn.nr_nodes) {
+            return false;
+        }
+    } else if (fd >= 0) {
+        return false;
+    }
+    nuksm_scanner_queue(s->scanner, hdr->type, s->conn.epoch, payload,
+                        hdr->len, fd);
+    return true;
+}
+
+static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
+                                       int fd)
 {
     NuksmAgentConn *c = &s->conn;
     const char *bad = nuksm_msg_check(buf, size);
@@ -187,10 +281,29 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size)
     if (bad) {
         g_autofree char *reason =
             g_strdup_printf("agent sent a bad message: %s", bad);
+        if (fd >= 0) {
+            close(fd);
+        }
         nuksm_agent_disconnect(s, reason);
         return;
     }
     trace_nuksm_agent_recv(nuksm_id(s), hdr->type, hdr->seq, hdr->len);
+    if (c->ready && (hdr->type == NUKSM_MSG_STORE ||
+                     hdr->type == NUKSM_MSG_UPLOAD_REQ ||
+                     hdr->type == NUKSM_MSG_MERGE)) {
+        if (!nuksm_agent_handle_merge(s, hdr, payload, fd)) {
+            if (fd >= 0) {
+                close(fd);
+            }
+            nuksm_agent_disconnect(s, "agent sent a malformed merge request");
+        }
+        return;
+    }
+    if (fd >= 0) {
+        close(fd);
+        nuksm_agent_disconnect(s, "agent sent an unexpected descriptor");
+        return;
+    }
 
     if (!c->ready) {
         if (hdr->type == NUKSM_MSG_HELLO_ACK) {
@@ -215,14 +328,51 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size)
         c->policy = p->policy;
         return;
     }
-    if (hdr->seq == 0) {
-        nuksm_agent_disconnect(s, "agent sent an unexpected notification");
-        return;
-    }
     if (hdr->type == NUKSM_MSG_POLICY) {
         c->policy = ((const NuksmMsgPolicy *)payload)->policy;
     }
     nuksm_agent_handle_reply(s, hdr, payload);
+}
+
+/*
+ * Receive one datagram and the descriptor it may carry (else *fd = -1).
+ * Returns the datagram's full size, as recv(MSG_TRUNC).
+ */
+static ssize_t nuksm_agent_recv(int sock, void *buf, int *fd)
+{
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct iovec iov = { .iov_base = buf, .iov_len = NUKSM_MSG_MAX };
+    struct msghdr msg = {
+        .msg_iov = &iov,
+        .msg_iovlen = 1,
+        .msg_control = control.buf,
+        .msg_controllen = sizeof(control.buf),
+    };
+    struct cmsghdr *cmsg;
+    ssize_t n;
+
+    *fd = -1;
+    n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC);
+    for (cmsg = CMSG_FIRSTHDR(&msg); n >= 0 && cmsg;
+         cmsg = CMSG_NXTHDR(&msg, cmsg)) {
+        if (cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS &&
+            cmsg->cmsg_len == CMSG_LEN(sizeof(int))) {
+            memcpy(fd, CMSG_DATA(cmsg), sizeof(int));
+        }
+    }
+    if (n >= 0 && (msg.msg_flags & MSG_CTRUNC)) {
+        /* More than one descriptor: close the one we got, refuse it. */
+        if (*fd >= 0) {
+            close(*fd);
+        }
+        *fd = -1;
+        errno = EPROTO;
+        return -1;
+    }
+    return n;
 }
 
 static void nuksm_agent_read(void *opaque)
@@ -230,10 +380,11 @@ static void nuksm_agent_read(void *opaque)
     Nuksm *s = opaque;
     g_autofree uint8_t *buf = g_malloc(NUKSM_MSG_MAX);
     ssize_t n;
+    int fd;
 
     /* Drain what is queued; the handler may disconnect (fd becomes -1). */
     while (s->conn.fd >= 0) {
-        n = recv(s->conn.fd, buf, NUKSM_MSG_MAX, MSG_DONTWAIT | MSG_TRUNC);
+        n = nuksm_agent_recv(s->conn.fd, buf, &fd);
         if (n < 0) {
             if (errno == EINTR) {
                 continue;
@@ -250,10 +401,13 @@ static void nuksm_agent_read(void *opaque)
             return;
         }
         if (n > NUKSM_MSG_MAX) {
+            if (fd >= 0) {
+                close(fd);
+            }
             nuksm_agent_disconnect(s, "agent sent an oversized message");
             return;
         }
-        nuksm_agent_handle_message(s, buf, n);
+        nuksm_agent_handle_message(s, buf, n, fd);
     }
 }
 
@@ -335,12 +489,15 @@ void nuksm_agent_init(Nuksm *s)
     c->next_seq = 1;
     c->backoff_ms = NUKSM_BACKOFF_MIN_MS;
     QLIST_INIT(&c->requests);
+    qemu_mutex_init(&c->tx_lock);
+    g_queue_init(&c->tx);
 }
 
 void nuksm_agent_start(Nuksm *s)
 {
     s->conn.retry_timer = timer_new_ms(QEMU_CLOCK_REALTIME,
                                        nuksm_agent_retry_cb, s);
+    s->conn.tx_bh = qemu_bh_new(nuksm_agent_flush, s);
     nuksm_agent_connect(s);
 }
 
@@ -359,6 +516,12 @@ void nuksm_agent_cleanup(Nuksm *s)
         timer_free(c->retry_timer);
         c->retry_timer = NULL;
     }
+    if (c->tx_bh) {
+        qemu_bh_delete(c->tx_bh);
+        c->tx_bh = NULL;
+    }
+    g_queue_clear_full(&c->tx, g_free);
+    qemu_mutex_destroy(&c->tx_lock);
     g_clear_pointer(&c->last_error, g_free);
 }
 

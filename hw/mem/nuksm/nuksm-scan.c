@@ -1,29 +1,33 @@
 /*
  * nuksm: the scanner thread ("nuksm-scan").
  *
- * Walks the eligible guest RAM in chunks, hashes the pages that are
- * resident (mincore: a page never touched is never populated by us) and
- * remembers a 32-bit digest per page, so that a page whose content
- * changed between two passes is known as volatile.  The thread keeps to
- * a CPU budget (max-cpu, measured on the thread's own CPU clock) and an
- * optional page-rate cap (scan-rate).
+ * Walks the eligible guest RAM in chunks.  For each chunk it reads the
+ * pages' entries in /proc/self/pagemap, which tells which pages are
+ * resident (a page never touched is never populated by us) and which
+ * merged pages a write has copied (copy-on-write made them anonymous).
+ * Resident pages are hashed; a page whose digest did not change since the
+ * previous pass is stable and becomes a candidate for the agent, or, if
+ * all zero, is dropped locally.  Between chunks the thread serves the
+ * agent's requests (nuksm-merge.c).
  *
- * Guest RAM is only read here.  The RCU read lock is held for one chunk
- * at a time, never across a sleep, and RAM blocks are looked up by name
- * for every chunk, so hot-unplug and resizing are safe.
+ * The thread keeps to a CPU budget (max-cpu, measured on its own CPU
+ * clock) and an optional page-rate cap (scan-rate).  The RCU read lock is
+ * held for one chunk at a time, never across a sleep, and RAM blocks are
+ * looked up by name for every chunk, so hot-unplug and resizing are safe.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
 #include "qemu/osdep.h"
-#include <sys/mman.h>
+#include "qapi/error.h"
 #include "exec/ramblock.h"
+#include "qemu/error-report.h"
 #include "qemu/rcu.h"
-#include "qemu/thread.h"
 #include "qemu/timer.h"
 #include "libnuksm/nuksm-digest.h"
-#include "nuksm.h"
+#include "nuksm-remap.h"
+#include "nuksm-scan.h"
 #include "trace.h"
 
 #define NUKSM_SCAN_CHUNK_PAGES  64
@@ -31,118 +35,206 @@
 #define NUKSM_SCAN_PASS_PAUSE_MS 1000
 /* How often the page-rate cap is enforced, in hashed pages. */
 #define NUKSM_SCAN_RATE_SLICE_PAGES 256
+/* Messages waiting for the socket before the scanner holds back. */
+#define NUKSM_SCAN_MAX_BACKLOG 64
 
-/* Per-RAM-block scan state, owned by the scanner thread. */
-typedef struct NuksmBlockState {
-    uint64_t nr_pages;
-    uint32_t *digest;           /* 0 = not hashed yet */
-} NuksmBlockState;
+/* pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst) */
+#define PM_PRESENT   (1ULL << 63)
+#define PM_SWAPPED   (1ULL << 62)
+#define PM_FILE      (1ULL << 61)
 
-/* A RAM block to visit in the current pass. */
-typedef struct NuksmPassBlock {
-    char *name;
-    uint64_t nr_pages;
-} NuksmPassBlock;
-
-struct NuksmScanner {
-    Nuksm *s;
-    QemuThread thread;
-    QemuMutex lock;
-    QemuCond cond;
-
-    /* Protected by @lock */
-    bool active;
-    bool quit;
-    bool restart;               /* nuksm-scan asked for a fresh pass */
-    uint32_t max_cpu;
-    uint64_t scan_rate;
-    NuksmScanStats stats;
-
-    /* Scanner thread only */
-    GHashTable *blocks;         /* RAM block name -> NuksmBlockState */
-};
+static int nuksm_pagemap_fd = -1;
 
 static void nuksm_block_state_free(gpointer p)
 {
     NuksmBlockState *bs = p;
 
     g_free(bs->digest);
+    g_free(bs->flags);
     g_free(bs);
 }
 
-static NuksmBlockState *nuksm_block_state(NuksmScanner *sc,
-                                          const char *name,
-                                          uint64_t nr_pages)
+/* Called with page_lock held. */
+NuksmBlockState *nuksm_scan_block_state(NuksmScanner *sc, RAMBlock *rb)
 {
-    NuksmBlockState *bs = g_hash_table_lookup(sc->blocks, name);
+    NuksmBlockState *bs = g_hash_table_lookup(sc->blocks, rb->idstr);
+    uint64_t nr_pages = rb->used_length / NUKSM_PAGE_SIZE;
 
     if (!bs) {
         bs = g_new0(NuksmBlockState, 1);
-        g_hash_table_insert(sc->blocks, g_strdup(name), bs);
+        g_hash_table_insert(sc->blocks, g_strdup(rb->idstr), bs);
     }
-    if (bs->nr_pages != nr_pages) {
-        /* New or resized block: forget what we knew of it. */
+    if (bs->nr_pages != nr_pages || bs->first_page !=
+        rb->offset / NUKSM_PAGE_SIZE) {
+        /*
+         * New or resized block: forget its hashes.  Merged pages of a
+         * resized block keep their references; RAM resizing only happens
+         * for device RAM, which nuksm never touches.
+         */
         g_free(bs->digest);
+        g_free(bs->flags);
         bs->digest = g_new0(uint32_t, nr_pages);
+        bs->flags = g_new0(uint8_t, nr_pages);
         bs->nr_pages = nr_pages;
+        bs->first_page = rb->offset / NUKSM_PAGE_SIZE;
     }
     return bs;
 }
 
-static bool nuksm_pass_add_block(Nuksm *s, RAMBlock *rb, void *opaque)
+/* Post the entries of @a as one batch message and empty @a. */
+static void nuksm_scan_post_batch(NuksmScanner *sc, uint32_t epoch,
+                                  NuksmMsgType type, GArray *a)
 {
-    GArray *pass = opaque;
-    NuksmPassBlock pb = {
-        .name = g_strdup(rb->idstr),
-        .nr_pages = rb->used_length / qemu_real_host_page_size(),
-    };
+    uint32_t len = sizeof(NuksmMsgBatch) + a->len * g_array_get_element_size(a);
+    g_autofree uint8_t *buf = g_malloc(len);
+    NuksmMsgBatch *b = (NuksmMsgBatch *)buf;
 
-    g_array_append_val(pass, pb);
-    return true;
+    b->count = a->len;
+    b->reserved = 0;
+    memcpy(b + 1, a->data, len - sizeof(*b));
+    nuksm_agent_post(sc->s, epoch, type, buf, len);
+    g_array_set_size(a, 0);
 }
 
-static void nuksm_pass_block_clear(gpointer p)
+/* Called with page_lock held. */
+void nuksm_scan_flush_unmerged(NuksmScanner *sc, uint32_t epoch)
 {
-    g_free(((NuksmPassBlock *)p)->name);
+    while (sc->unmerged->len) {
+        uint32_t n = MIN(sc->unmerged->len, NUKSM_SLOTREFS_MAX);
+        g_autoptr(GArray) part = g_array_sized_new(false, false,
+                                                   sizeof(NuksmSlotRef), n);
+
+        g_array_append_vals(part, sc->unmerged->data, n);
+        g_array_remove_range(sc->unmerged, 0, n);
+        nuksm_scan_post_batch(sc, epoch, NUKSM_MSG_UNMERGED, part);
+    }
+}
+
+static void nuksm_scan_flush_candidates(NuksmScanner *sc, uint32_t epoch)
+{
+    if (sc->candidates->len) {
+        nuksm_scan_post_batch(sc, epoch, NUKSM_MSG_CANDIDATES,
+                              sc->candidates);
+    }
+}
+
+static void nuksm_scan_add_candidate(NuksmScanner *sc, uint32_t epoch,
+                                     uint64_t page, uint64_t digest)
+{
+    NuksmCandidate c = { .page = page, .digest = digest };
+
+    g_array_append_val(sc->candidates, c);
+    if (sc->candidates->len == NUKSM_CANDIDATES_MAX) {
+        nuksm_scan_flush_candidates(sc, epoch);
+    }
 }
 
 /*
- * Hash the resident pages of one chunk.  Returns the number of pages
- * hashed and counts those whose digest changed in @volatile_pages.
+ * Zero the stable zero pages collected in @zero (indexes into the chunk
+ * at @host), under write protection.
  */
-static unsigned nuksm_scan_chunk(NuksmBlockState *bs, const char *name,
-                                 uint64_t first, unsigned count,
-                                 uint64_t *volatile_pages)
+static void nuksm_scan_drop_zero_pages(NuksmScanner *sc, NuksmBlockState *bs,
+                                       uint64_t first, uint8_t *host,
+                                       const unsigned *zero, unsigned n)
 {
-    size_t page_size = qemu_real_host_page_size();
-    unsigned char resident[NUKSM_SCAN_CHUNK_PAGES];
-    unsigned hashed = 0;
-    RAMBlock *rb;
-    uint8_t *host;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t idx = first + zero[i];
+        bool zeroed;
 
-    RCU_READ_LOCK_GUARD();
-    rb = qemu_ram_block_by_name(name);
-    if (!rb || rb->used_length / page_size != bs->nr_pages) {
-        return 0;  /* unplugged or resized since the pass began */
+        nuksm_remap_zero_run(sc->uffd, host + zero[i] * NUKSM_PAGE_SIZE, 1,
+                             &zeroed);
+        if (zeroed) {
+            bs->flags[idx] |= NUKSM_PAGE_ZERO;
+            sc->stats.zero_pages++;
+        }
     }
-    host = rb->host + first * page_size;
-    if (mincore(host, (size_t)count * page_size, resident) < 0) {
+}
+
+/*
+ * Scan one chunk of @count pages starting at page index @first of @rb.
+ * Called with page_lock and the RCU read lock held.
+ */
+static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
+                                 NuksmBlockState *bs, uint64_t first,
+                                 unsigned count, uint32_t epoch,
+                                 NuksmScanStats *delta)
+{
+    uint8_t *host = rb->host + first * NUKSM_PAGE_SIZE;
+    uint64_t pm[NUKSM_SCAN_CHUNK_PAGES];
+    unsigned zero[NUKSM_SCAN_CHUNK_PAGES], nr_zero = 0;
+    off_t pm_off = (uintptr_t)host / NUKSM_PAGE_SIZE * sizeof(uint64_t);
+    unsigned hashed = 0;
+    bool zero_pages;
+
+    if (pread(nuksm_pagemap_fd, pm, count * sizeof(pm[0]), pm_off) !=
+        count * sizeof(pm[0])) {
         return 0;
     }
-    for (unsigned i = 0; i < count; i++) {
-        uint32_t digest;
+    qemu_mutex_lock(&sc->lock);
+    zero_pages = sc->zero_pages;
+    qemu_mutex_unlock(&sc->lock);
 
-        if (!(resident[i] & 1)) {
+    for (unsigned i = 0; i < count; i++) {
+        uint64_t idx = first + i, page = bs->first_page + idx;
+        uint8_t *p = host + i * NUKSM_PAGE_SIZE;
+        uint8_t *flags = &bs->flags[idx];
+        uint64_t digest;
+        uint32_t digest32;
+
+        if (*flags & NUKSM_PAGE_MERGED) {
+            /* Copy-on-write made the page anonymous: sharing is over. */
+            if ((pm[i] & PM_SWAPPED) ||
+                ((pm[i] & PM_PRESENT) && !(pm[i] & PM_FILE))) {
+                nuksm_merge_forget(sc, bs, idx, NUKSM_STATUS_COW);
+                delta->cow_breaks++;
+            }
             continue;
         }
-        /* 0 means "not hashed yet", so fold a zero digest to 1. */
-        digest = (uint32_t)nuksm_page_digest(host + i * page_size,
-                                             page_size) ?: 1;
-        if (bs->digest[first + i] && bs->digest[first + i] != digest) {
-            (*volatile_pages)++;
+        if (!(pm[i] & PM_PRESENT)) {
+            continue;
         }
-        bs->digest[first + i] = digest;
+        digest = nuksm_page_digest(p, NUKSM_PAGE_SIZE);
         hashed++;
+        if (*flags & NUKSM_PAGE_ZERO) {
+            if (digest == sc->zero_digest) {
+                continue;       /* read since, still the zero page */
+            }
+            *flags &= ~NUKSM_PAGE_ZERO;
+            sc->stats.zero_pages--;
+            delta->cow_breaks++;
+        }
+        /* 0 means "not hashed yet", so fold a zero digest to 1. */
+        digest32 = (uint32_t)digest ?: 1;
+        if (bs->digest[idx] == digest32) {
+            *flags |= NUKSM_PAGE_STABLE;
+        } else {
+            if (bs->digest[idx]) {
+                delta->pages_volatile++;
+            }
+            *flags &= ~NUKSM_PAGE_STABLE;
+            bs->digest[idx] = digest32;
+            continue;
+        }
+        /*
+         * Without userfaultfd nothing can be merged safely.  A page the
+         * agent is merging already may be nominated again: the agent
+         * ignores it.
+         */
+        if (sc->uffd < 0) {
+            continue;
+        }
+        if (digest == sc->zero_digest &&
+            nuksm_page_is_zero(p, NUKSM_PAGE_SIZE)) {
+            /* MADV_DONTNEED on a store mapping would expose the store. */
+            if (zero_pages && !(*flags & NUKSM_PAGE_REMAPPED)) {
+                zero[nr_zero++] = i;
+            }
+            continue;
+        }
+        nuksm_scan_add_candidate(sc, epoch, page, digest);
+    }
+    if (nr_zero && sc->uffd >= 0) {
+        nuksm_scan_drop_zero_pages(sc, bs, first, host, zero, nr_zero);
     }
     return hashed;
 }
@@ -155,15 +247,35 @@ static int64_t nuksm_thread_cpu_ns(void)
     return ts.tv_sec * NANOSECONDS_PER_SECOND + ts.tv_nsec;
 }
 
+/* Serve queued agent requests.  Called with @lock held; drops it. */
+static void nuksm_scan_serve(NuksmScanner *sc)
+{
+    NuksmWork *w;
+
+    while ((w = g_queue_pop_head(&sc->work))) {
+        uint32_t epoch = sc->epoch;
+
+        qemu_mutex_unlock(&sc->lock);
+        if (w->epoch == epoch) {
+            nuksm_merge_handle(sc, w);
+        } else if (w->fd >= 0) {
+            close(w->fd);
+        }
+        g_free(w);
+        qemu_mutex_lock(&sc->lock);
+    }
+}
+
 /*
- * Sleep long enough that the time spent on the last chunk keeps within
- * the CPU budget and the page-rate cap.  Returns false when the pass
- * must stop (deactivated, quitting, or a fresh pass was requested).
+ * Sleep long enough that the time spent on the last chunks keeps within
+ * the CPU budget and the page-rate cap, serving the agent meanwhile.
+ * Returns false when the pass must stop (deactivated, quitting, or a
+ * fresh pass was requested).
  */
 static bool nuksm_scan_throttle(NuksmScanner *sc, int64_t cpu_ns,
                                 int64_t wall_ns, unsigned pages)
 {
-    int64_t sleep_ns;
+    int64_t sleep_ns, deadline;
     bool go_on;
 
     qemu_mutex_lock(&sc->lock);
@@ -173,48 +285,80 @@ static bool nuksm_scan_throttle(NuksmScanner *sc, int64_t cpu_ns,
                          sc->scan_rate;
         sleep_ns = MAX(sleep_ns, min_ns - wall_ns);
     }
-    if (sleep_ns >= SCALE_MS && sc->active && !sc->quit && !sc->restart) {
-        qemu_cond_timedwait(&sc->cond, &sc->lock, sleep_ns / SCALE_MS);
+    deadline = get_clock() + sleep_ns;
+    for (;;) {
+        int64_t left = deadline - get_clock();
+
+        nuksm_scan_serve(sc);
+        go_on = sc->active && !sc->quit && !sc->restart;
+        /* Hold back while the socket cannot take what we produce. */
+        if (go_on && nuksm_agent_backlog(sc->s) > NUKSM_SCAN_MAX_BACKLOG) {
+            left = MAX(left, SCALE_MS);
+        }
+        if (!go_on || left < SCALE_MS) {
+            break;
+        }
+        qemu_cond_timedwait(&sc->cond, &sc->lock, left / SCALE_MS);
     }
-    go_on = sc->active && !sc->quit && !sc->restart;
     qemu_mutex_unlock(&sc->lock);
     return go_on;
 }
 
-/* One full pass.  Returns true if it ran to the end. */
-static bool nuksm_scan_pass(NuksmScanner *sc)
+static bool nuksm_pass_add_block(Nuksm *s, RAMBlock *rb, void *opaque)
 {
-    g_autoptr(GArray) pass = g_array_new(false, false,
-                                         sizeof(NuksmPassBlock));
+    g_ptr_array_add(opaque, g_strdup(rb->idstr));
+    return true;
+}
+
+/* One full pass.  Returns true if it ran to the end. */
+static bool nuksm_scan_pass(NuksmScanner *sc, uint32_t epoch)
+{
+    g_autoptr(GPtrArray) pass = g_ptr_array_new_with_free_func(g_free);
     int64_t cpu_debt = 0, wall_start = 0;
     unsigned pages_since_sleep = 0;
+    NuksmScanStats delta;
 
-    g_array_set_clear_func(pass, nuksm_pass_block_clear);
     nuksm_ram_foreach_eligible(sc->s, nuksm_pass_add_block, pass);
 
     for (guint b = 0; b < pass->len; b++) {
-        NuksmPassBlock *pb = &g_array_index(pass, NuksmPassBlock, b);
-        NuksmBlockState *bs = nuksm_block_state(sc, pb->name, pb->nr_pages);
+        const char *name = g_ptr_array_index(pass, b);
 
-        for (uint64_t first = 0; first < pb->nr_pages;
-             first += NUKSM_SCAN_CHUNK_PAGES) {
-            unsigned count = MIN(NUKSM_SCAN_CHUNK_PAGES,
-                                 pb->nr_pages - first);
+        for (uint64_t first = 0;; first += NUKSM_SCAN_CHUNK_PAGES) {
             int64_t cpu_start = nuksm_thread_cpu_ns();
-            uint64_t volatile_pages = 0;
-            unsigned hashed;
+            unsigned hashed = 0;
+            bool end = false;
 
             if (!wall_start) {
                 wall_start = get_clock();
             }
-            hashed = nuksm_scan_chunk(bs, pb->name, first, count,
-                                      &volatile_pages);
+            memset(&delta, 0, sizeof(delta));
+            WITH_RCU_READ_LOCK_GUARD() {
+                RAMBlock *rb = qemu_ram_block_by_name(name);
+                NuksmBlockState *bs;
+
+                qemu_mutex_lock(&sc->page_lock);
+                bs = rb ? nuksm_scan_block_state(sc, rb) : NULL;
+                if (!bs || first >= bs->nr_pages) {
+                    end = true;
+                } else {
+                    hashed = nuksm_scan_chunk(sc, rb, bs, first,
+                                 MIN(NUKSM_SCAN_CHUNK_PAGES,
+                                     bs->nr_pages - first),
+                                 epoch, &delta);
+                    nuksm_scan_flush_unmerged(sc, epoch);
+                }
+                qemu_mutex_unlock(&sc->page_lock);
+            }
+            if (end) {
+                break;
+            }
             cpu_debt += nuksm_thread_cpu_ns() - cpu_start;
             pages_since_sleep += hashed;
 
             qemu_mutex_lock(&sc->lock);
             sc->stats.pages_scanned += hashed;
-            sc->stats.pages_volatile += volatile_pages;
+            sc->stats.pages_volatile += delta.pages_volatile;
+            sc->stats.cow_breaks += delta.cow_breaks;
             qemu_mutex_unlock(&sc->lock);
 
             /* Sleep in slices of at least 1 ms, not after every chunk. */
@@ -234,6 +378,48 @@ static bool nuksm_scan_pass(NuksmScanner *sc)
     return true;
 }
 
+/*
+ * Take or release userfaultfd on the eligible RAM.  nuksm holds it only
+ * while active: migration, postcopy and background snapshots use
+ * userfaultfd on the same RAM.
+ */
+static bool nuksm_scan_register(Nuksm *s, RAMBlock *rb, void *opaque)
+{
+    NuksmScanner *sc = opaque;
+    Error *err = NULL;
+
+    if (!nuksm_remap_register(sc->uffd, rb->host, rb->used_length, &err)) {
+        warn_report_err(err);
+    }
+    return true;
+}
+
+static void nuksm_scan_take_uffd(NuksmScanner *sc)
+{
+    Error *err = NULL;
+    int uffd = nuksm_remap_uffd_open(&err);
+
+    if (uffd < 0) {
+        error_reportf_err(err, "nuksm: merging disabled: ");
+        return;
+    }
+    qemu_mutex_lock(&sc->page_lock);
+    sc->uffd = uffd;
+    nuksm_ram_foreach_eligible(sc->s, nuksm_scan_register, sc);
+    qemu_mutex_unlock(&sc->page_lock);
+}
+
+static void nuksm_scan_release_uffd(NuksmScanner *sc)
+{
+    qemu_mutex_lock(&sc->page_lock);
+    if (sc->uffd >= 0) {
+        /* Closing unregisters every range and wakes any waiter. */
+        close(sc->uffd);
+        sc->uffd = -1;
+    }
+    qemu_mutex_unlock(&sc->page_lock);
+}
+
 static void *nuksm_scan_thread(void *opaque)
 {
     NuksmScanner *sc = opaque;
@@ -241,28 +427,54 @@ static void *nuksm_scan_thread(void *opaque)
     rcu_register_thread();
     qemu_mutex_lock(&sc->lock);
     while (!sc->quit) {
+        uint32_t epoch;
+
+        nuksm_scan_serve(sc);
         if (!sc->active) {
+            if (sc->uffd >= 0) {
+                qemu_mutex_unlock(&sc->lock);
+                nuksm_scan_release_uffd(sc);
+                qemu_mutex_lock(&sc->lock);
+                continue;
+            }
             qemu_cond_wait(&sc->cond, &sc->lock);
             continue;
         }
+        epoch = sc->epoch;
         sc->restart = false;
         qemu_mutex_unlock(&sc->lock);
 
+        if (sc->uffd < 0) {
+            nuksm_scan_take_uffd(sc);
+        }
+        if (sc->work_epoch != epoch) {
+            nuksm_merge_reset(sc, epoch);
+        }
         trace_nuksm_scan_pass_start();
-        if (nuksm_scan_pass(sc)) {
+        if (nuksm_scan_pass(sc, epoch)) {
+            nuksm_scan_flush_candidates(sc, epoch);
             qemu_mutex_lock(&sc->lock);
             sc->stats.full_scans++;
             trace_nuksm_scan_pass_done(sc->stats.full_scans,
                                        sc->stats.pages_scanned);
             if (!sc->restart && !sc->quit) {
-                qemu_cond_timedwait(&sc->cond, &sc->lock,
-                                    NUKSM_SCAN_PASS_PAUSE_MS);
+                int64_t end = get_clock() +
+                              NUKSM_SCAN_PASS_PAUSE_MS * SCALE_MS;
+                /* Rest, but keep serving the agent. */
+                while (sc->active && !sc->restart && !sc->quit &&
+                       get_clock() < end) {
+                    nuksm_scan_serve(sc);
+                    qemu_cond_timedwait(&sc->cond, &sc->lock,
+                                        MAX(1, (end - get_clock()) /
+                                            SCALE_MS));
+                }
             }
         } else {
             qemu_mutex_lock(&sc->lock);
         }
     }
     qemu_mutex_unlock(&sc->lock);
+    nuksm_scan_release_uffd(sc);
     rcu_unregister_thread();
     return NULL;
 }
@@ -270,12 +482,32 @@ static void *nuksm_scan_thread(void *opaque)
 NuksmScanner *nuksm_scanner_new(Nuksm *s)
 {
     NuksmScanner *sc = g_new0(NuksmScanner, 1);
+    static uint8_t zero_page[NUKSM_PAGE_SIZE];
 
+    if (nuksm_pagemap_fd < 0) {
+        nuksm_pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+        if (nuksm_pagemap_fd < 0) {
+            error_report("nuksm: cannot open /proc/self/pagemap: %s",
+                         strerror(errno));
+        }
+    }
     sc->s = s;
     sc->max_cpu = NUKSM_DEFAULT_MAX_CPU;
+    sc->zero_pages = true;
+    sc->uffd = -1;
+    sc->zero_digest = nuksm_page_digest(zero_page, NUKSM_PAGE_SIZE);
     sc->blocks = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
                                        nuksm_block_state_free);
+    sc->refs = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
+                                     g_free);
+    sc->candidates = g_array_new(false, false, sizeof(NuksmCandidate));
+    sc->unmerged = g_array_new(false, false, sizeof(NuksmSlotRef));
+    for (int n = 0; n < NUKSM_MAX_NODES; n++) {
+        sc->stores[n].fd = -1;
+    }
+    g_queue_init(&sc->work);
     qemu_mutex_init(&sc->lock);
+    qemu_mutex_init(&sc->page_lock);
     qemu_cond_init(&sc->cond);
     qemu_thread_create(&sc->thread, "nuksm-scan", nuksm_scan_thread, sc,
                        QEMU_THREAD_JOINABLE);
@@ -284,35 +516,50 @@ NuksmScanner *nuksm_scanner_new(Nuksm *s)
 
 void nuksm_scanner_free(NuksmScanner *sc)
 {
+    NuksmWork *w;
+
     qemu_mutex_lock(&sc->lock);
     sc->quit = true;
     qemu_cond_broadcast(&sc->cond);
     qemu_mutex_unlock(&sc->lock);
     qemu_thread_join(&sc->thread);
 
+    while ((w = g_queue_pop_head(&sc->work))) {
+        if (w->fd >= 0) {
+            close(w->fd);
+        }
+        g_free(w);
+    }
+    nuksm_merge_stores_free(sc);
     g_hash_table_destroy(sc->blocks);
+    g_hash_table_destroy(sc->refs);
+    g_array_free(sc->candidates, true);
+    g_array_free(sc->unmerged, true);
     qemu_cond_destroy(&sc->cond);
     qemu_mutex_destroy(&sc->lock);
+    qemu_mutex_destroy(&sc->page_lock);
     g_free(sc);
 }
 
-void nuksm_scanner_set_active(NuksmScanner *sc, bool active)
+void nuksm_scanner_set_active(NuksmScanner *sc, bool active, uint32_t epoch)
 {
     qemu_mutex_lock(&sc->lock);
-    if (sc->active != active) {
+    if (sc->active != active || sc->epoch != epoch) {
         trace_nuksm_scan_active(active);
         sc->active = active;
+        sc->epoch = epoch;
         qemu_cond_broadcast(&sc->cond);
     }
     qemu_mutex_unlock(&sc->lock);
 }
 
 void nuksm_scanner_set_budget(NuksmScanner *sc, uint32_t max_cpu,
-                              uint64_t scan_rate)
+                              uint64_t scan_rate, bool zero_pages)
 {
     qemu_mutex_lock(&sc->lock);
     sc->max_cpu = max_cpu;
     sc->scan_rate = scan_rate;
+    sc->zero_pages = zero_pages;
     qemu_cond_broadcast(&sc->cond);
     qemu_mutex_unlock(&sc->lock);
 }
@@ -327,7 +574,26 @@ void nuksm_scanner_kick(NuksmScanner *sc)
 
 void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmScanStats *stats)
 {
+    qemu_mutex_lock(&sc->page_lock);
     qemu_mutex_lock(&sc->lock);
     *stats = sc->stats;
+    qemu_mutex_unlock(&sc->lock);
+    qemu_mutex_unlock(&sc->page_lock);
+}
+
+void nuksm_scanner_queue(NuksmScanner *sc, NuksmMsgType type,
+                         uint32_t epoch, const void *payload, uint32_t len,
+                         int fd)
+{
+    NuksmWork *w = g_malloc(sizeof(*w) + len);
+
+    w->type = type;
+    w->epoch = epoch;
+    w->fd = fd;
+    w->len = len;
+    memcpy(w->payload, payload, len);
+    qemu_mutex_lock(&sc->lock);
+    g_queue_push_tail(&sc->work, w);
+    qemu_cond_broadcast(&sc->cond);
     qemu_mutex_unlock(&sc->lock);
 }

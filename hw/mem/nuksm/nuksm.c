@@ -20,9 +20,11 @@
 #include "qapi/error.h"
 #include "qapi/visitor.h"
 #include "qemu/cutils.h"
+#include "exec/cpu-common.h"
 #include "qom/object_interfaces.h"
 #include "hw/qdev-core.h"
 #include "migration/misc.h"
+#include "system/runstate.h"
 #include "system/system.h"
 #include "nuksm.h"
 #include "trace.h"
@@ -43,7 +45,8 @@ NuksmState nuksm_state(Nuksm *s)
     if (!s->conn.ready) {
         return NUKSM_STATE_DISCONNECTED;
     }
-    if (s->migrating) {
+    /* Incoming migration (postcopy) uses userfaultfd on guest RAM. */
+    if (s->migrating || runstate_check(RUN_STATE_INMIGRATE)) {
         return NUKSM_STATE_PAUSED;
     }
     return NUKSM_STATE_ACTIVE;
@@ -54,7 +57,8 @@ void nuksm_update_activity(Nuksm *s)
 {
     if (s->scanner) {
         nuksm_scanner_set_active(s->scanner,
-                                 nuksm_state(s) == NUKSM_STATE_ACTIVE);
+                                 nuksm_state(s) == NUKSM_STATE_ACTIVE,
+                                 s->conn.epoch);
     }
 }
 
@@ -90,6 +94,7 @@ NuksmInfo *nuksm_get_info(Nuksm *s)
 {
     NuksmInfo *info = g_new0(NuksmInfo, 1);
     NuksmScanStats stats = { 0 };
+    NuksmNodePagesList **tail;
 
     if (s->scanner) {
         nuksm_scanner_get_stats(s->scanner, &stats);
@@ -110,10 +115,27 @@ NuksmInfo *nuksm_get_info(Nuksm *s)
     info->pages_scanned = stats.pages_scanned;
     info->full_scans = stats.full_scans;
     info->pages_volatile = stats.pages_volatile;
-    /*
-     * Nothing is merged until the merge engine commits pages, so the
-     * merge counters and merged-per-node are honestly zero/empty.
-     */
+    info->merged_pages = stats.merged_pages + stats.zero_pages;
+    info->zero_pages = stats.zero_pages;
+    info->cow_breaks = stats.cow_breaks;
+    tail = &info->merged_per_node;
+    for (uint32_t node = 0; node < NUKSM_MAX_NODES; node++) {
+        NuksmNodePages *np;
+
+        if (!stats.merged_per_node[node]) {
+            continue;
+        }
+        np = g_new0(NuksmNodePages, 1);
+        np->node = node;
+        np->pages = stats.merged_per_node[node];
+        QAPI_LIST_APPEND(tail, np);
+        /* Home nodes come with NUMA placement; until then node 0. */
+        if (node == 0) {
+            info->merged_local += np->pages;
+        } else {
+            info->merged_remote += np->pages;
+        }
+    }
     info->excluded = nuksm_ram_exclusions(s);
     return info;
 }
@@ -258,6 +280,17 @@ static void nuksm_set_priority(Object *obj, Visitor *v, const char *name,
     }
 }
 
+/* Experimental: lengthen every commit's protected window, for tests. */
+static void nuksm_set_commit_delay(Object *obj, Visitor *v, const char *name,
+                                   void *opaque, Error **errp)
+{
+    uint32_t value;
+
+    if (nuksm_visit_uint32_range(v, name, 0, 1000000, &value, errp)) {
+        qatomic_set(&NUKSM(obj)->commit_delay_us, value);
+    }
+}
+
 static void nuksm_set_max_cpu(Object *obj, Visitor *v, const char *name,
                               void *opaque, Error **errp)
 {
@@ -267,7 +300,8 @@ static void nuksm_set_max_cpu(Object *obj, Visitor *v, const char *name,
     if (nuksm_visit_uint32_range(v, name, 1, 100, &value, errp)) {
         s->max_cpu = value;
         if (s->scanner) {
-            nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate);
+            nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate,
+                                 s->zero_pages);
         }
     }
 }
@@ -292,7 +326,8 @@ static void nuksm_set_scan_rate(Object *obj, Visitor *v, const char *name,
     s->scan_rate = value;
     trace_nuksm_set_property(name, value);
     if (s->scanner) {
-        nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate);
+        nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate,
+                                 s->zero_pages);
     }
 }
 
@@ -303,7 +338,13 @@ static bool nuksm_get_zero_pages(Object *obj, Error **errp)
 
 static void nuksm_set_zero_pages(Object *obj, bool value, Error **errp)
 {
-    NUKSM(obj)->zero_pages = value;
+    Nuksm *s = NUKSM(obj);
+
+    s->zero_pages = value;
+    if (s->scanner) {
+        nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate,
+                                 s->zero_pages);
+    }
 }
 
 static bool nuksm_get_enabled(Object *obj, Error **errp)
@@ -335,12 +376,30 @@ static int nuksm_migration_notify(NotifierWithReturn *notifier,
     return 0;
 }
 
+/* ram_block_discard_range() over RAM some nuksm object remapped. */
+static bool nuksm_discard_remapped(RAMBlock *rb, void *host, size_t length)
+{
+    bool done = false;
+    Nuksm *s;
+
+    QTAILQ_FOREACH(s, &nuksm_objects, next) {
+        done |= nuksm_scanner_discard(s->scanner, rb, host, length);
+    }
+    return done;
+}
+
 /* Guest RAM exists only once the machine is built. */
 static void nuksm_machine_done(Notifier *notifier, void *data)
 {
     Nuksm *s = container_of(notifier, Nuksm, machine_done);
 
     nuksm_ram_resolve_memdev(s, &error_fatal);
+}
+
+/* Leaving the incoming-migration state lets the object become active. */
+static void nuksm_vm_state_change(void *opaque, bool running, RunState state)
+{
+    nuksm_update_activity(opaque);
 }
 
 static void nuksm_complete(UserCreatable *uc, Error **errp)
@@ -356,10 +415,13 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
         qemu_add_machine_init_done_notifier(&s->machine_done);
     }
     s->completed = true;
+    ram_block_discard_remapped = nuksm_discard_remapped;
     s->scanner = nuksm_scanner_new(s);
-    nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate);
+    nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate,
+                                 s->zero_pages);
     QTAILQ_INSERT_TAIL(&nuksm_objects, s, next);
     migration_add_notifier(&s->migration_notifier, nuksm_migration_notify);
+    s->vm_state = qemu_add_vm_change_state_handler(nuksm_vm_state_change, s);
     nuksm_agent_start(s);
 }
 
@@ -390,6 +452,7 @@ static void nuksm_instance_finalize(Object *obj)
         s->completed = false;
         QTAILQ_REMOVE(&nuksm_objects, s, next);
         migration_remove_notifier(&s->migration_notifier);
+        qemu_del_vm_change_state_handler(s->vm_state);
         if (s->machine_done.notify) {
             qemu_remove_machine_init_done_notifier(&s->machine_done);
         }
@@ -439,6 +502,11 @@ static void nuksm_class_init(ObjectClass *oc, void *data)
                                   nuksm_set_memdev);
     object_class_property_set_description(oc, "memdev",
         "Only deduplicate this memory backend (default: all eligible RAM)");
+    object_class_property_add(oc, "x-commit-delay-us", "uint32",
+                              nuksm_get_uint32, nuksm_set_commit_delay, NULL,
+                              (void *)offsetof(Nuksm, commit_delay_us));
+    object_class_property_set_description(oc, "x-commit-delay-us",
+        "Testing only: pause between compare and remap, 0..1000000 us");
     object_class_property_add_bool(oc, "enabled", nuksm_get_enabled,
                                    nuksm_set_enabled);
     object_class_property_set_description(oc, "enabled",

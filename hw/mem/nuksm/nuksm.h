@@ -14,6 +14,7 @@
 #include "qemu/thread.h"
 #include "qemu/timer.h"
 #include "qapi/qapi-types-nuksm.h"
+#include "system/runstate.h"
 #include "libnuksm/nuksm-proto.h"
 
 #define TYPE_NUKSM "nuksm"
@@ -35,6 +36,10 @@ typedef struct NuksmAgentConn {
     uint32_t nr_nodes;          /* from HELLO_ACK */
     int policy;                 /* NuksmPolicyId, -1 until known */
     uint32_t next_seq;
+    uint32_t epoch;             /* counts completed handshakes */
+    QemuMutex tx_lock;          /* the scanner thread posts messages too */
+    GQueue tx;                  /* GBytes *, waiting for the socket */
+    QEMUBH *tx_bh;
     char *last_error;           /* why we are not connected */
     int64_t backoff_ms;         /* delay before the next connect attempt */
     QEMUTimer *retry_timer;
@@ -53,6 +58,7 @@ struct Nuksm {
     bool zero_pages;
     char *memdev;
     bool enabled;
+    uint32_t commit_delay_us;   /* x-commit-delay-us, tests only */
 
     /* @memdev, resolved once the machine is built */
     HostMemoryBackend *memdev_backend;
@@ -63,6 +69,7 @@ struct Nuksm {
     NuksmScanner *scanner;
     Notifier machine_done;
     NotifierWithReturn migration_notifier;
+    VMChangeStateEntry *vm_state;
     QTAILQ_ENTRY(Nuksm) next;
 };
 
@@ -81,6 +88,9 @@ void nuksm_agent_init(Nuksm *s);
 void nuksm_agent_start(Nuksm *s);
 void nuksm_agent_cleanup(Nuksm *s);
 void nuksm_agent_send_priority(Nuksm *s);
+void nuksm_agent_post(Nuksm *s, uint32_t epoch, NuksmMsgType type,
+                      const void *payload, uint32_t len);
+size_t nuksm_agent_backlog(Nuksm *s);
 int coroutine_fn nuksm_agent_request(Nuksm *s, NuksmMsgType type,
                                      const void *payload, uint32_t len,
                                      NuksmMsgType reply_type,
@@ -99,14 +109,24 @@ typedef struct NuksmScanStats {
     uint64_t pages_scanned;
     uint64_t full_scans;
     uint64_t pages_volatile;
+    uint64_t merged_pages;      /* pages mapping a store slot */
+    uint64_t zero_pages;        /* pages dropped as zero */
+    uint64_t cow_breaks;
+    uint64_t merged_per_node[NUKSM_MAX_NODES];
 } NuksmScanStats;
 
 NuksmScanner *nuksm_scanner_new(Nuksm *s);
 void nuksm_scanner_free(NuksmScanner *sc);
-void nuksm_scanner_set_active(NuksmScanner *sc, bool active);
+void nuksm_scanner_set_active(NuksmScanner *sc, bool active,
+                              uint32_t epoch);
 void nuksm_scanner_set_budget(NuksmScanner *sc, uint32_t max_cpu,
-                              uint64_t scan_rate);
+                              uint64_t scan_rate, bool zero_pages);
 void nuksm_scanner_kick(NuksmScanner *sc);
 void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmScanStats *stats);
+void nuksm_scanner_queue(NuksmScanner *sc, NuksmMsgType type,
+                         uint32_t epoch, const void *payload, uint32_t len,
+                         int fd);
+bool nuksm_scanner_discard(NuksmScanner *sc, RAMBlock *rb, void *host,
+                           size_t len);
 
 #endif /* HW_MEM_NUKSM_H */

@@ -1,0 +1,143 @@
+/*
+ * nuksmd detached VMs.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <inttypes.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <glib-unix.h>
+
+#include "detached.h"
+#include "ledger.h"
+#include "log.h"
+
+typedef struct Detached {
+    NuksmAgent *agent;
+    pid_t pid;
+    int pidfd;
+    guint watch;             /* pidfd readable: the process exited */
+    uint16_t domain_id;      /* a domains_get() reference */
+    KeyMap pages;            /* page -> SlotId, PAGE_MAPPED */
+} Detached;
+
+/* A pidfd polls readable once its process has exited. */
+static bool process_alive(int pidfd)
+{
+    struct pollfd pfd = { .fd = pidfd, .events = POLLIN };
+
+    return poll(&pfd, 1, 0) == 0;
+}
+
+/* Forget @d; its references must have been dropped or handed over. */
+static void detached_free(NuksmAgent *agent, Detached *d)
+{
+    g_queue_remove(&agent->detached, d);
+    if (d->watch) {
+        g_source_remove(d->watch);
+    }
+    close(d->pidfd);
+    keymap_destroy(&d->pages);
+    g_free(d);
+}
+
+/* The process is gone: nobody maps the pages any more. */
+static void detached_drop(NuksmAgent *agent, Detached *d)
+{
+    log_info("pid %ld exited: dropping the %zu merged page%s its "
+             "connection left", (long)d->pid, d->pages.count,
+             d->pages.count == 1 ? "" : "s");
+    ledger_release(agent, &d->pages);
+    domains_put(&agent->domains, d->domain_id);
+    detached_free(agent, d);
+}
+
+static gboolean on_process_exit(int fd, GIOCondition cond, gpointer opaque)
+{
+    Detached *d = opaque;
+    NuksmAgent *agent = d->agent;
+
+    d->watch = 0;
+    detached_drop(agent, d);
+    ledger_flush(agent);
+    return G_SOURCE_REMOVE;
+}
+
+void detached_client_leave(NuksmAgent *agent, NuksmClient *client)
+{
+    Detached *d;
+
+    if (client->pidfd < 0 || client->pid <= 0 ||
+        !process_alive(client->pidfd)) {
+        ledger_client_leave(agent, client, NULL);
+        return;
+    }
+    if (agent->detached.length >= DETACHED_MAX) {
+        log_warning("%s: too many detached VMs (limit %u), dropping its "
+                    "merged pages although its process runs", client->label,
+                    DETACHED_MAX);
+        ledger_client_leave(agent, client, NULL);
+        return;
+    }
+
+    d = g_new0(Detached, 1);
+    d->agent = agent;
+    d->pid = client->pid;
+    /* Same name, same id: the client's reference keeps it. */
+    d->domain_id = domains_get(&agent->domains, client->domain);
+    keymap_init(&d->pages, client->pages.seed);
+    ledger_client_leave(agent, client, &d->pages);
+    if (!d->pages.count) {
+        domains_put(&agent->domains, d->domain_id);
+        g_free(d);
+        return;
+    }
+    d->pidfd = client->pidfd;
+    client->pidfd = -1;
+    d->watch = g_unix_fd_add(d->pidfd, G_IO_IN, on_process_exit, d);
+    g_queue_push_tail(&agent->detached, d);
+    log_info("%s: its process runs on, keeping its %zu merged page%s "
+             "until it reconnects or exits", client->label, d->pages.count,
+             d->pages.count == 1 ? "" : "s");
+}
+
+void detached_adopt(NuksmAgent *agent, NuksmClient *client)
+{
+    for (GList *l = agent->detached.head; l; l = l->next) {
+        Detached *d = l->data;
+
+        if (d->pid != client->pid || d->domain_id != client->domain_id) {
+            continue;
+        }
+        if (!process_alive(d->pidfd)) {
+            /* The pid names another process now. */
+            detached_drop(agent, d);
+            return;
+        }
+        log_info("%s: took back %zu merged page%s of its previous "
+                 "connection, awaiting their RESTORE", client->label,
+                 d->pages.count, d->pages.count == 1 ? "" : "s");
+        ledger_adopt(client, &d->pages);
+        domains_put(&agent->domains, d->domain_id);
+        detached_free(agent, d);
+        return;
+    }
+}
+
+void detached_restore_end(NuksmAgent *agent, NuksmClient *client)
+{
+    log_info("%s: dropping %" PRIu64 " merged page%s it did not restore",
+             client->label, client->parked_pages,
+             client->parked_pages == 1 ? "" : "s");
+    ledger_drop_parked(agent, client);
+}
+
+void detached_destroy(NuksmAgent *agent)
+{
+    while (agent->detached.head) {
+        detached_free(agent, agent->detached.head->data);
+    }
+}

@@ -1,0 +1,329 @@
+/*
+ * nuksmd ledger: who uses which slot.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "ledger.h"
+#include "outbox.h"
+
+/* A page waiting for a slot's upload. */
+typedef struct Sharer {
+    uint64_t page;
+    uint32_t client;         /* id: the client may leave meanwhile */
+} Sharer;
+
+void ledger_init(NuksmAgent *agent)
+{
+    agent->vms = g_hash_table_new(NULL, NULL);
+    agent->uploads = g_hash_table_new_full(NULL, NULL, NULL,
+                                           (GDestroyNotify)g_array_unref);
+    agent->freeing = g_array_new(FALSE, FALSE, sizeof(SlotId));
+}
+
+void ledger_destroy(NuksmAgent *agent)
+{
+    g_clear_pointer(&agent->vms, g_hash_table_destroy);
+    g_clear_pointer(&agent->uploads, g_hash_table_destroy);
+    g_clear_pointer(&agent->freeing, g_array_unref);
+}
+
+NuksmClient *ledger_client(NuksmAgent *agent, uint32_t client_id)
+{
+    return g_hash_table_lookup(agent->vms, GUINT_TO_POINTER(client_id));
+}
+
+void ledger_add(NuksmAgent *agent, NuksmClient *client, uint64_t page,
+                SlotId id, PageState state)
+{
+    SlotTable *t = ledger_table(agent, id);
+    bool added;
+    KeyMapEntry *e = keymap_insert(&client->pages, page, 0, &added);
+
+    g_assert(added);
+    e->value = id;
+    e->tag = state;
+    if (state == PAGE_MAPPED) {
+        slots_get_ref(t, slot_id_slot(id));
+        client->merged_pages++;
+    } else {
+        slots_get_pending(t, slot_id_slot(id));
+    }
+}
+
+void ledger_map(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e)
+{
+    SlotTable *t = ledger_table(agent, e->value);
+
+    e->tag = PAGE_MAPPED;
+    slots_get_ref(t, slot_id_slot(e->value));
+    slots_put_pending(t, slot_id_slot(e->value));
+    client->merged_pages++;
+}
+
+void ledger_drop(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e)
+{
+    SlotId id = e->value;
+    SlotTable *t = ledger_table(agent, id);
+    bool unused;
+
+    if (ledger_holds_ref(e->tag)) {
+        client->merged_pages--;
+        client->parked_pages -= e->tag == PAGE_PARKED;
+        unused = slots_put_ref(t, slot_id_slot(id));
+    } else {
+        unused = slots_put_pending(t, slot_id_slot(id));
+    }
+    keymap_remove(&client->pages, e);
+    if (unused) {
+        ledger_free(agent, id);
+    }
+}
+
+void ledger_upload_start(NuksmAgent *agent, SlotId id)
+{
+    g_hash_table_insert(agent->uploads, GUINT_TO_POINTER(id),
+                        g_array_new(FALSE, FALSE, sizeof(Sharer)));
+}
+
+void ledger_upload_join(NuksmAgent *agent, SlotId id, NuksmClient *client,
+                        uint64_t page)
+{
+    GArray *sharers = g_hash_table_lookup(agent->uploads,
+                                          GUINT_TO_POINTER(id));
+    Sharer sharer = { .page = page, .client = client->id };
+
+    g_array_append_val(sharers, sharer);
+}
+
+/*
+ * Sharers are recorded by client id and page and checked when the upload
+ * ends: a client that left meanwhile is gone from agent->vms, and its
+ * entries (which ledger_client_leave() dropped) cannot be found.
+ */
+static KeyMapEntry *waiting_entry(NuksmAgent *agent, SlotId id,
+                                  const Sharer *sharer, NuksmClient **client)
+{
+    KeyMapEntry *e;
+
+    *client = ledger_client(agent, sharer->client);
+    if (!*client) {
+        return NULL;
+    }
+    e = ledger_page(*client, sharer->page);
+    if (!e || e->value != id ||
+        (e->tag != PAGE_WAITING && e->tag != PAGE_UPLOADING)) {
+        return NULL;
+    }
+    return e;
+}
+
+static GArray *steal_sharers(NuksmAgent *agent, SlotId id)
+{
+    gpointer sharers = NULL;
+
+    g_hash_table_steal_extended(agent->uploads, GUINT_TO_POINTER(id),
+                                NULL, &sharers);
+    return sharers;
+}
+
+void ledger_upload_complete(NuksmAgent *agent, SlotId id,
+                            const void *content)
+{
+    Slot *s = ledger_slot(agent, id);
+    g_autoptr(GArray) sharers = NULL;
+
+    if (!store_write(&agent->store, slot_id_node(id), slot_id_slot(id),
+                     content)) {
+        ledger_upload_cancel(agent, id);
+        return;
+    }
+    sharers = steal_sharers(agent, id);
+    s->state = SLOT_READY;
+    for (guint i = 0; i < sharers->len; i++) {
+        const Sharer *sharer = &g_array_index(sharers, Sharer, i);
+        NuksmClient *client;
+        KeyMapEntry *e = waiting_entry(agent, id, sharer, &client);
+
+        if (e) {
+            e->tag = PAGE_MERGING;
+            outbox_add(agent, client, NUKSM_MSG_MERGE, sharer->page, id,
+                       s->gen);
+        }
+    }
+}
+
+void ledger_upload_cancel(NuksmAgent *agent, SlotId id)
+{
+    Slot *s = ledger_slot(agent, id);
+    g_autoptr(GArray) sharers = steal_sharers(agent, id);
+
+    s->state = SLOT_CANCELLED;
+    index_remove(&agent->index, s->domain, s->digest, id);
+    for (guint i = 0; i < sharers->len; i++) {
+        NuksmClient *client;
+        KeyMapEntry *e = waiting_entry(agent, id,
+                                       &g_array_index(sharers, Sharer, i),
+                                       &client);
+
+        if (e) {
+            ledger_drop(agent, client, e);
+        }
+    }
+    if (!s->refs && !s->pending) {
+        ledger_free(agent, id);
+    }
+}
+
+void ledger_free(NuksmAgent *agent, SlotId id)
+{
+    Slot *s = ledger_slot(agent, id);
+
+    if (s->state == SLOT_FREEING) {
+        return;
+    }
+    if (s->state != SLOT_ORPHAN) {
+        index_remove(&agent->index, s->domain, s->digest, id);
+        g_hash_table_remove(agent->uploads, GUINT_TO_POINTER(id));
+    }
+    s->state = SLOT_FREEING;
+    g_array_append_val(agent->freeing, id);
+}
+
+/*
+ * Give up the slot use of @e, an entry its table no longer holds.  The
+ * caller adjusts merged_pages and parked_pages.
+ */
+static void release_entry(NuksmAgent *agent, const KeyMapEntry *e)
+{
+    SlotTable *t = ledger_table(agent, e->value);
+    bool unused;
+
+    if (e->tag == PAGE_UPLOADING &&
+        slots_get(t, slot_id_slot(e->value))->state == SLOT_UPLOADING) {
+        /* Nobody else has the content: the other sharers give up. */
+        ledger_upload_cancel(agent, e->value);
+    }
+    if (ledger_holds_ref(e->tag)) {
+        unused = slots_put_ref(t, slot_id_slot(e->value));
+    } else {
+        unused = slots_put_pending(t, slot_id_slot(e->value));
+    }
+    if (unused) {
+        ledger_free(agent, e->value);
+    }
+}
+
+void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
+                         KeyMap *keep)
+{
+    KeyMap pages = client->pages;
+
+    /* From now on, uploads and the unstable table no longer see it. */
+    g_hash_table_remove(agent->vms, GUINT_TO_POINTER(client->id));
+    keymap_init(&client->pages, pages.seed);
+
+    for (size_t i = 0; i < pages.size; i++) {
+        const KeyMapEntry *e = &pages.entries[i];
+        bool added;
+
+        if (!e->used) {
+            continue;
+        }
+        if (keep && ledger_holds_ref(e->tag)) {
+            KeyMapEntry *k = keymap_insert(keep, e->key, 0, &added);
+
+            k->value = e->value;
+            k->tag = PAGE_MAPPED;
+        } else {
+            release_entry(agent, e);
+        }
+    }
+    client->merged_pages = 0;
+    client->parked_pages = 0;
+    keymap_destroy(&pages);
+    domains_put(&agent->domains, client->domain_id);
+}
+
+void ledger_release(NuksmAgent *agent, KeyMap *pages)
+{
+    for (size_t i = 0; i < pages->size; i++) {
+        if (pages->entries[i].used) {
+            release_entry(agent, &pages->entries[i]);
+        }
+    }
+    keymap_destroy(pages);
+}
+
+void ledger_adopt(NuksmClient *client, KeyMap *pages)
+{
+    g_assert(!client->pages.count);
+    keymap_destroy(&client->pages);
+    client->pages = *pages;
+    keymap_init(pages, pages->seed);
+    for (size_t i = 0; i < client->pages.size; i++) {
+        if (client->pages.entries[i].used) {
+            client->pages.entries[i].tag = PAGE_PARKED;
+        }
+    }
+    client->merged_pages = client->pages.count;
+    client->parked_pages = client->pages.count;
+}
+
+void ledger_drop_parked(NuksmAgent *agent, NuksmClient *client)
+{
+    KeyMap pages = client->pages;
+
+    keymap_init(&client->pages, pages.seed);
+    for (size_t i = 0; i < pages.size; i++) {
+        const KeyMapEntry *e = &pages.entries[i];
+        bool added;
+
+        if (!e->used) {
+            continue;
+        }
+        if (e->tag == PAGE_PARKED) {
+            release_entry(agent, e);
+            client->merged_pages--;
+        } else {
+            *keymap_insert(&client->pages, e->key, 0, &added) = *e;
+        }
+    }
+    client->parked_pages = 0;
+    keymap_destroy(&pages);
+}
+
+static gint compare_ids(gconstpointer a, gconstpointer b)
+{
+    SlotId x = *(const SlotId *)a, y = *(const SlotId *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+void ledger_flush(NuksmAgent *agent)
+{
+    GArray *ids = agent->freeing;
+    guint i = 0;
+
+    /* Sorted, consecutive slots are punched with one call. */
+    g_array_sort(ids, compare_ids);
+    while (i < ids->len) {
+        SlotId first = g_array_index(ids, SlotId, i);
+        guint n = 1;
+
+        while (i + n < ids->len &&
+               g_array_index(ids, SlotId, i + n) == first + n &&
+               slot_id_node(first + n) == slot_id_node(first)) {
+            n++;
+        }
+        store_punch(&agent->store, slot_id_node(first), slot_id_slot(first),
+                    n);
+        for (guint k = 0; k < n; k++) {
+            slots_release(ledger_table(agent, first),
+                          slot_id_slot(first) + k);
+        }
+        i += n;
+    }
+    g_array_set_size(ids, 0);
+}

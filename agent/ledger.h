@@ -1,0 +1,119 @@
+/*
+ * nuksmd ledger: which guest page of which VM uses which slot, and the
+ * life of slots that follows from it.
+ *
+ * Each VM has a table page -> (slot, PageState); a page has at most one
+ * entry.  A slot counts the MAPPED entries naming it as references and
+ * the others as pending users; it is freed (punched out of the store,
+ * its generation bumped) once it has neither.  A slot is never freed
+ * while a VM may map it: from the MERGE that names it until the VM's
+ * answer, and while the VM holds a reference.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSMD_LEDGER_H
+#define NUKSMD_LEDGER_H
+
+#include "agent.h"
+
+/* Pages (references and pending merges) one VM may hold: 256 GiB. */
+#define LEDGER_CLIENT_PAGES_MAX (1u << 26)
+
+typedef enum PageState {
+    PAGE_WAITING = 1,        /* shares a slot whose upload is awaited */
+    PAGE_UPLOADING,          /* asked to upload its content to the slot */
+    PAGE_MERGING,            /* sent a MERGE, no MERGED yet */
+    PAGE_MAPPED,             /* maps the slot: holds a reference */
+    PAGE_PARKED,             /* mapped before a reconnection: holds a
+                              * reference until its RESTORE or the VM's
+                              * first merge message (see detached.h) */
+} PageState;
+
+/* True if an entry in @state holds a reference on its slot. */
+static inline bool ledger_holds_ref(PageState state)
+{
+    return state == PAGE_MAPPED || state == PAGE_PARKED;
+}
+
+void ledger_init(NuksmAgent *agent);
+void ledger_destroy(NuksmAgent *agent);
+
+static inline SlotTable *ledger_table(NuksmAgent *agent, SlotId id)
+{
+    return &agent->slots[slot_id_node(id)];
+}
+
+static inline Slot *ledger_slot(NuksmAgent *agent, SlotId id)
+{
+    return slots_get(ledger_table(agent, id), slot_id_slot(id));
+}
+
+/* @client's entry for @page: value is the SlotId, tag the PageState. */
+static inline KeyMapEntry *ledger_page(NuksmClient *client, uint64_t page)
+{
+    return keymap_lookup(&client->pages, page, 0);
+}
+
+/* True if @client may not hold another page. */
+static inline bool ledger_full(const NuksmClient *client)
+{
+    return client->pages.count >= LEDGER_CLIENT_PAGES_MAX;
+}
+
+/* The joined VM of id @client_id, or NULL if it left. */
+NuksmClient *ledger_client(NuksmAgent *agent, uint32_t client_id);
+
+/* Add an entry for @page, which @client has none for. */
+void ledger_add(NuksmAgent *agent, NuksmClient *client, uint64_t page,
+                SlotId id, PageState state);
+
+/* A PAGE_MERGING entry's page now maps its slot. */
+void ledger_map(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
+
+/* Remove an entry; its slot is freed if that was its last user. */
+void ledger_drop(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
+
+/*
+ * Uploads.  A new slot starts SLOT_UPLOADING with the pages that will
+ * share it, the uploader's one first; more may join until the content
+ * arrives.  The upload then either completes (the content is stored and
+ * every sharer still there is sent a MERGE) or is cancelled (the sharers'
+ * entries are dropped and the slot freed), which is also what happens
+ * when the content cannot be stored.
+ */
+void ledger_upload_start(NuksmAgent *agent, SlotId id);
+void ledger_upload_join(NuksmAgent *agent, SlotId id, NuksmClient *client,
+                        uint64_t page);
+void ledger_upload_complete(NuksmAgent *agent, SlotId id,
+                            const void *content);
+void ledger_upload_cancel(NuksmAgent *agent, SlotId id);
+
+/* Queue an unused slot to be freed by ledger_flush(). */
+void ledger_free(NuksmAgent *agent, SlotId id);
+
+/*
+ * @client leaves: drop all its entries, as if it had answered every
+ * MERGE with GONE and unmerged every page.  With @keep, the entries that
+ * hold a reference move there as PAGE_MAPPED instead, keeping it.
+ */
+void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
+                         KeyMap *keep);
+
+/* Drop the references of @pages, a @keep of ledger_client_leave(). */
+void ledger_release(NuksmAgent *agent, KeyMap *pages);
+
+/*
+ * Hand the references of @pages, a @keep of ledger_client_leave(), to
+ * @client (which has no entries yet) as PAGE_PARKED entries.
+ */
+void ledger_adopt(NuksmClient *client, KeyMap *pages);
+
+/* Drop @client's PAGE_PARKED entries: its VM no longer maps them. */
+void ledger_drop_parked(NuksmAgent *agent, NuksmClient *client);
+
+/* Punch out and release the slots freed since the last call. */
+void ledger_flush(NuksmAgent *agent);
+
+#endif /* NUKSMD_LEDGER_H */

@@ -1,0 +1,336 @@
+/*
+ * nuksmd merge engine.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <inttypes.h>
+
+#include "detached.h"
+#include "ledger.h"
+#include "log.h"
+#include "merge.h"
+#include "nuksm-digest.h"
+#include "outbox.h"
+#include "placement.h"
+#include "recovery.h"
+#include "server.h"
+
+/* Candidates remembered per agent: at most 96 MiB of unstable table. */
+#define UNSTABLE_MAX_ENTRIES (1u << 22)
+
+/* A page index names a page of a 64-bit RAM address space. */
+#define PAGE_LIMIT (UINT64_MAX / NUKSM_PAGE_SIZE + 1)
+
+/* Seconds between two "store full" warnings. */
+#define STORE_FULL_WARN_SECONDS 60
+
+static bool client_alive(uint32_t client_id, void *opaque)
+{
+    return ledger_client(opaque, client_id);
+}
+
+bool merge_init(NuksmAgent *agent, const char *state_dir,
+                uint32_t restore_grace, bool bind_nodes)
+{
+    /*
+     * Random, so that a generation from before a restart is unlikely to
+     * match a slot's current one; the hash seed keeps clients from
+     * choosing digests that collide in the tables.
+     */
+    uint32_t gen = g_random_int();
+    uint64_t seed = (uint64_t)g_random_int() << 32 | g_random_int();
+
+    if (!store_open(&agent->store, state_dir, agent->nr_nodes, bind_nodes)) {
+        return false;
+    }
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        slots_init(&agent->slots[n], STORE_SLOTS, gen);
+    }
+    index_init(&agent->index, seed);
+    unstable_init(&agent->unstable, UNSTABLE_MAX_ENTRIES, seed,
+                  client_alive, agent);
+    domains_init(&agent->domains);
+    ledger_init(agent);
+    agent->outbox = g_ptr_array_new();
+    log_info("store in %s: %u file%s of %" PRIu64 " GiB (sparse)",
+             state_dir, agent->nr_nodes, agent->nr_nodes == 1 ? "" : "s",
+             STORE_SIZE >> 30);
+    recovery_start(agent, restore_grace);
+    return true;
+}
+
+void merge_destroy(NuksmAgent *agent)
+{
+    recovery_stop(agent);
+    detached_destroy(agent);
+    g_clear_pointer(&agent->outbox, g_ptr_array_unref);
+    ledger_destroy(agent);
+    domains_destroy(&agent->domains);
+    unstable_destroy(&agent->unstable);
+    index_destroy(&agent->index);
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        slots_destroy(&agent->slots[n]);
+    }
+    store_close(&agent->store);
+}
+
+void merge_client_join(NuksmAgent *agent, NuksmClient *client)
+{
+    client->joined = true;
+    client->domain_id = domains_get(&agent->domains, client->domain);
+    keymap_init(&client->pages, agent->index.seed);
+    client->to_merge = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
+    client->to_upload = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
+    g_hash_table_insert(agent->vms, GUINT_TO_POINTER(client->id), client);
+    detached_adopt(agent, client);
+
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        NuksmMsgStore msg = { .node = n, .size = STORE_SIZE };
+
+        server_send_fd(agent, client, NUKSM_MSG_STORE, 0, &msg, sizeof(msg),
+                       agent->store.files[n].ro_fd);
+    }
+}
+
+void merge_client_leave(NuksmAgent *agent, NuksmClient *client)
+{
+    if (client->joined) {
+        detached_client_leave(agent, client);
+        client->joined = false;
+    }
+}
+
+bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
+                     const char *what, const NuksmSlotRef *r)
+{
+    if (r->node >= agent->nr_nodes) {
+        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+                      "%s: node %u out of range (%u node%s)", what, r->node,
+                      agent->nr_nodes, agent->nr_nodes == 1 ? "" : "s");
+        return false;
+    }
+    if (r->slot >= STORE_SLOTS) {
+        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+                      "%s: slot %u out of range (%u slots per node)", what,
+                      r->slot, STORE_SLOTS);
+        return false;
+    }
+    if (r->page >= PAGE_LIMIT) {
+        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+                      "%s: page %#" PRIx64 " out of range", what, r->page);
+        return false;
+    }
+    return true;
+}
+
+static void warn_store_full(uint32_t node)
+{
+    static gint64 last_warning;
+    gint64 now = g_get_monotonic_time();
+
+    if (!last_warning ||
+        now - last_warning > STORE_FULL_WARN_SECONDS * G_USEC_PER_SEC) {
+        last_warning = now;
+        log_warning("store node %u is full (%u pages): not merging more "
+                    "pages there", node, STORE_SLOTS);
+    }
+}
+
+/* @v's candidate and the unstable entry of @u's @upage: a new slot. */
+static void start_upload(NuksmAgent *agent, NuksmClient *v,
+                         const NuksmCandidate *c, NuksmClient *u,
+                         uint64_t upage)
+{
+    uint32_t node = placement_choose_node(agent, v, u);
+    uint32_t slot;
+    SlotId id;
+    Slot *s;
+
+    if (!slots_alloc(&agent->slots[node], &slot)) {
+        warn_store_full(node);
+        return;
+    }
+    id = slot_id(node, slot);
+    s = ledger_slot(agent, id);
+    s->digest = c->digest;
+    s->domain = v->domain_id;
+    index_insert(&agent->index, v->domain_id, c->digest, id);
+
+    ledger_upload_start(agent, id);
+    ledger_add(agent, v, c->page, id, PAGE_UPLOADING);
+    ledger_upload_join(agent, id, v, c->page);
+    ledger_add(agent, u, upage, id, PAGE_WAITING);
+    ledger_upload_join(agent, id, u, upage);
+    outbox_add(agent, v, NUKSM_MSG_UPLOAD_REQ, c->page, id, s->gen);
+}
+
+static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
+                             const NuksmCandidate *c)
+{
+    UnstableEntry *ue;
+    NuksmClient *u;
+    SlotId id;
+
+    /* A page merges once: it is already merged or on its way there. */
+    if (ledger_page(v, c->page) || ledger_full(v)) {
+        return;
+    }
+
+    if (index_lookup(&agent->index, v->domain_id, c->digest, &id)) {
+        Slot *s = ledger_slot(agent, id);
+
+        if (s->state == SLOT_READY) {
+            ledger_add(agent, v, c->page, id, PAGE_MERGING);
+            outbox_add(agent, v, NUKSM_MSG_MERGE, c->page, id, s->gen);
+        } else {
+            /* Indexed but not ready: its content is on its way. */
+            ledger_add(agent, v, c->page, id, PAGE_WAITING);
+            ledger_upload_join(agent, id, v, c->page);
+        }
+        return;
+    }
+
+    /*
+     * Within a VM too: two of its pages with one content share a slot.
+     * The same page seen again only refreshes its entry.
+     */
+    ue = unstable_lookup(&agent->unstable, v->domain_id, c->digest);
+    u = ue ? ledger_client(agent, ue->client) : NULL;
+    if (u && !(u == v && ue->page == c->page) &&
+        !ledger_page(u, ue->page) && !ledger_full(u)) {
+        uint64_t upage = ue->page;
+
+        unstable_remove(&agent->unstable, ue);
+        start_upload(agent, v, c, u, upage);
+        return;
+    }
+    unstable_set(&agent->unstable, v->domain_id, c->digest, v->id, c->page);
+}
+
+void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
+                             uint32_t seq, const void *payload)
+{
+    const NuksmMsgBatch *batch = payload;
+    const NuksmCandidate *c = (const NuksmCandidate *)(batch + 1);
+
+    for (uint32_t i = 0; i < batch->count; i++) {
+        if (c[i].page >= PAGE_LIMIT) {
+            server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+                          "CANDIDATES: page %#" PRIx64 " out of range",
+                          c[i].page);
+            return;
+        }
+        handle_candidate(agent, client, &c[i]);
+    }
+}
+
+/*
+ * The entry that @r answers: @client's page in @state on the slot and
+ * generation that @r names.  Anything else rejects @client.
+ */
+static KeyMapEntry *expect_entry(NuksmAgent *agent, NuksmClient *client,
+                                 uint32_t seq, NuksmMsgType type,
+                                 const NuksmSlotRef *r, PageState state)
+{
+    static const char *const why[] = {
+        [PAGE_UPLOADING] = "which it was not asked to upload",
+        [PAGE_MERGING]   = "which has no MERGE awaiting an answer",
+        [PAGE_MAPPED]    = "which does not map that slot",
+    };
+    const char *name = nuksm_msg_type_name(type);
+    KeyMapEntry *e;
+    Slot *s;
+
+    if (!merge_check_ref(agent, client, seq, name, r)) {
+        return NULL;
+    }
+    e = ledger_page(client, r->page);
+    if (!e || e->tag != state || e->value != slot_id(r->node, r->slot)) {
+        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+                      "%s for page %#" PRIx64 " on node %u slot %u, %s",
+                      name, r->page, r->node, r->slot, why[state]);
+        return NULL;
+    }
+    s = ledger_slot(agent, e->value);
+    if (r->gen != s->gen) {
+        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+                      "%s for node %u slot %u with stale generation %u "
+                      "(it is %u)", name, r->node, r->slot, r->gen, s->gen);
+        return NULL;
+    }
+    return e;
+}
+
+void merge_handle_upload(NuksmAgent *agent, NuksmClient *client,
+                         uint32_t seq, const void *payload)
+{
+    const NuksmMsgBatch *batch = payload;
+    const NuksmSlotRef *refs = (const NuksmSlotRef *)(batch + 1);
+    const uint8_t *pages = (const uint8_t *)(refs + batch->count);
+
+    for (uint32_t i = 0; i < batch->count; i++) {
+        const uint8_t *content = pages + (size_t)i * NUKSM_PAGE_SIZE;
+        KeyMapEntry *e = expect_entry(agent, client, seq, NUKSM_MSG_UPLOAD,
+                                      &refs[i], PAGE_UPLOADING);
+        SlotId id;
+
+        if (!e) {
+            return;
+        }
+        id = e->value;
+        /*
+         * The content is trusted only as far as its digest: every sharer
+         * compares it with its own page before mapping the slot, so an
+         * uploader that lies can only fail its own merges.
+         */
+        if (nuksm_page_digest(content, NUKSM_PAGE_SIZE) !=
+            ledger_slot(agent, id)->digest) {
+            log_debug("%s: page %#" PRIx64 " changed before its upload, "
+                      "dropping node %u slot %u", client->label,
+                      refs[i].page, refs[i].node, refs[i].slot);
+            ledger_upload_cancel(agent, id);
+            continue;
+        }
+        ledger_upload_complete(agent, id, content);
+    }
+}
+
+void merge_handle_merged(NuksmAgent *agent, NuksmClient *client,
+                         uint32_t seq, const void *payload)
+{
+    const NuksmMsgBatch *batch = payload;
+    const NuksmSlotRef *refs = (const NuksmSlotRef *)(batch + 1);
+
+    for (uint32_t i = 0; i < batch->count; i++) {
+        KeyMapEntry *e = expect_entry(agent, client, seq, NUKSM_MSG_MERGED,
+                                      &refs[i], PAGE_MERGING);
+
+        if (!e) {
+            return;
+        }
+        if (refs[i].status == NUKSM_STATUS_MERGED) {
+            ledger_map(agent, client, e);
+        } else {
+            ledger_drop(agent, client, e);
+        }
+    }
+}
+
+void merge_handle_unmerged(NuksmAgent *agent, NuksmClient *client,
+                           uint32_t seq, const void *payload)
+{
+    const NuksmMsgBatch *batch = payload;
+    const NuksmSlotRef *refs = (const NuksmSlotRef *)(batch + 1);
+
+    for (uint32_t i = 0; i < batch->count; i++) {
+        KeyMapEntry *e = expect_entry(agent, client, seq, NUKSM_MSG_UNMERGED,
+                                      &refs[i], PAGE_MAPPED);
+
+        if (!e) {
+            return;
+        }
+        ledger_drop(agent, client, e);
+    }
+}

@@ -1,0 +1,69 @@
+/*
+ * nuksmd merge engine: the protocol between VMs and the store.
+ *
+ *   VM -> CANDIDATES  pages whose digest was stable across two scans
+ *   -> VM UPLOAD_REQ  a second page with a known digest: the VM uploads
+ *   VM -> UPLOAD      the content, which the agent writes to a new slot
+ *   -> VM MERGE       to every page sharing that content
+ *   VM -> MERGED      each MERGE's outcome; MERGED takes a reference
+ *   VM -> UNMERGED    a page that left its slot drops its reference
+ *
+ * Candidates meet in the unstable table (see unstable.h); slots with
+ * content are found through the stable index; ledger.h keeps who uses
+ * which slot.  A VM that sends anything it was not asked for is
+ * disconnected: its pages are dropped like those of a VM that left.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSMD_MERGE_H
+#define NUKSMD_MERGE_H
+
+#include "agent.h"
+
+/*
+ * Open the store in @state_dir, take over the pages a previous agent
+ * left there (see recovery.h) and set up the engine.  With @bind_nodes,
+ * store pages are bound to their host node.  Logs and returns false on
+ * failure.
+ */
+bool merge_init(NuksmAgent *agent, const char *state_dir,
+                uint32_t restore_grace, bool bind_nodes);
+
+/*
+ * Tear down; the store keeps its pages, parked ones too, for the next
+ * agent.
+ */
+void merge_destroy(NuksmAgent *agent);
+
+/*
+ * A VM completed HELLO: hand it what its process left parked (see
+ * detached.h) and send it a STORE with a read-only fd per node.
+ */
+void merge_client_join(NuksmAgent *agent, NuksmClient *client);
+
+/*
+ * A VM is going away: drop its pending merges, and its references unless
+ * its process runs on (see detached.h).
+ */
+void merge_client_leave(NuksmAgent *agent, NuksmClient *client);
+
+/*
+ * Check that @r names a node, slot and page that exist; else reject
+ * @client (naming @what) and return false.
+ */
+bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
+                     const char *what, const NuksmSlotRef *r);
+
+/* Handlers of the VM -> agent messages; payloads passed nuksm_msg_check. */
+void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
+                             uint32_t seq, const void *payload);
+void merge_handle_upload(NuksmAgent *agent, NuksmClient *client,
+                         uint32_t seq, const void *payload);
+void merge_handle_merged(NuksmAgent *agent, NuksmClient *client,
+                         uint32_t seq, const void *payload);
+void merge_handle_unmerged(NuksmAgent *agent, NuksmClient *client,
+                           uint32_t seq, const void *payload);
+
+#endif /* NUKSMD_MERGE_H */

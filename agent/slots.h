@@ -1,0 +1,115 @@
+/*
+ * nuksmd slot allocator: the pages of one node's store file, their
+ * generation numbers and reference counts.
+ *
+ * Slots of a batch are handed out next-fit, so that consecutive guest
+ * pages get consecutive slots: QEMU then maps a whole run with a single
+ * mmap(), its main speed lever.  A slot's metadata lives in a dense array
+ * that grows with the highest slot ever used.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSMD_SLOTS_H
+#define NUKSMD_SLOTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "nuksm-proto.h"
+
+/*
+ * Slots per store file.  A SlotId packs (node, slot) into 32 bits, which
+ * NUKSM_MAX_NODES nodes of 2^SLOT_BITS slots fit in.
+ */
+#define SLOT_BITS 24
+typedef uint32_t SlotId;
+
+_Static_assert(NUKSM_MAX_NODES <= (1ull << (32 - SLOT_BITS)),
+               "SlotId cannot hold every node");
+
+static inline SlotId slot_id(uint32_t node, uint32_t slot)
+{
+    return node << SLOT_BITS | slot;
+}
+
+static inline uint32_t slot_id_node(SlotId id)
+{
+    return id >> SLOT_BITS;
+}
+
+static inline uint32_t slot_id_slot(SlotId id)
+{
+    return id & ((1u << SLOT_BITS) - 1);
+}
+
+typedef enum SlotState {
+    SLOT_FREE,               /* a hole in the store file */
+    SLOT_ORPHAN,             /* content found at start, not restored yet */
+    SLOT_UPLOADING,          /* allocated, content not written yet */
+    SLOT_READY,              /* content written, immutable */
+    SLOT_CANCELLED,          /* upload failed: freed once unused */
+    SLOT_FREEING,            /* unused, to be punched and released */
+} SlotState;
+
+typedef struct Slot {
+    uint64_t digest;         /* of the content (UPLOADING: expected) */
+    uint32_t gen;            /* bumped on every free */
+    uint32_t refs;           /* guest pages mapping the slot */
+    uint32_t pending;        /* guest pages about to map or upload it */
+    uint16_t domain;         /* merge domain id of its sharers */
+    uint8_t state;           /* SlotState */
+    uint8_t reserved;
+} Slot;
+
+typedef struct SlotTable {
+    Slot *slots;             /* [0, top) valid */
+    uint64_t *used;          /* bitmap: slot is not SLOT_FREE */
+    uint32_t alloc;          /* slots[] and used[] have room for this many */
+    uint32_t top;            /* slots >= top were never used */
+    uint32_t capacity;       /* slots in the store file */
+    uint32_t cursor;         /* next-fit position */
+    uint32_t nr_used;        /* slots not SLOT_FREE */
+    uint32_t initial_gen;    /* gen of a slot when first used */
+    uint64_t shared;         /* slots with refs >= 1 */
+    uint64_t sharing;        /* sum of refs - 1 over those */
+} SlotTable;
+
+void slots_init(SlotTable *t, uint32_t capacity, uint32_t initial_gen);
+void slots_destroy(SlotTable *t);
+
+/* The slot, which must be below t->top. */
+static inline Slot *slots_get(SlotTable *t, uint32_t slot)
+{
+    return &t->slots[slot];
+}
+
+/* True if @slot was ever used and is not free. */
+bool slots_in_use(const SlotTable *t, uint32_t slot);
+
+/*
+ * Allocate a free slot as SLOT_UPLOADING with no refs or pending users,
+ * next-fit; false when the store is full.
+ */
+bool slots_alloc(SlotTable *t, uint32_t *slot);
+
+/* Claim a free @slot whose content survived a restart, as SLOT_ORPHAN. */
+void slots_claim_orphan(SlotTable *t, uint32_t slot);
+
+/*
+ * Return @slot to the free pool and bump its generation.  The caller
+ * punched its page out of the store first.
+ */
+void slots_release(SlotTable *t, uint32_t slot);
+
+/*
+ * References and pending users.  The put functions return true when the
+ * slot has neither left: it is unused and must be freed.
+ */
+void slots_get_ref(SlotTable *t, uint32_t slot);
+bool slots_put_ref(SlotTable *t, uint32_t slot);
+void slots_get_pending(SlotTable *t, uint32_t slot);
+bool slots_put_pending(SlotTable *t, uint32_t slot);
+
+#endif /* NUKSMD_SLOTS_H */

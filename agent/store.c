@@ -1,0 +1,286 @@
+/*
+ * nuksmd store files.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <numa.h>
+#include <numaif.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <glib.h>
+#include <glib/gstdio.h>
+
+#include "log.h"
+#include "store.h"
+
+/*
+ * Nobody else may be able to swap the store files under us: the
+ * directory is ours and only we can write it (it is created 0700).
+ */
+static bool check_owner(const char *dir)
+{
+    struct stat sb;
+
+    if (lstat(dir, &sb) < 0) {
+        log_error("cannot stat state directory %s: %s", dir,
+                  g_strerror(errno));
+        return false;
+    }
+    if (!S_ISDIR(sb.st_mode) || sb.st_uid != geteuid() ||
+        (sb.st_mode & (S_IWGRP | S_IWOTH))) {
+        log_error("state directory %s must be a directory (not a symlink) "
+                  "owned by uid %u that only its owner can write", dir,
+                  (unsigned)geteuid());
+        return false;
+    }
+    return true;
+}
+
+static bool check_tmpfs(const char *dir)
+{
+    struct statfs sfs;
+
+    if (statfs(dir, &sfs) < 0) {
+        log_error("cannot stat state directory %s: %s", dir,
+                  g_strerror(errno));
+        return false;
+    }
+    if (sfs.f_type != TMPFS_MAGIC) {
+        log_error("state directory %s is not on tmpfs (filesystem type "
+                  "%#lx): merged pages must stay in memory; pick one with "
+                  "--state-dir, e.g. under /dev/shm", dir,
+                  (unsigned long)sfs.f_type);
+        return false;
+    }
+    return true;
+}
+
+static bool lock_dir(Store *st)
+{
+    g_autofree char *path = g_build_filename(st->dir, "lock", NULL);
+
+    st->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+                       0600);
+    if (st->lock_fd < 0) {
+        log_error("cannot open %s: %s", path, g_strerror(errno));
+        return false;
+    }
+    /*
+     * Two agents on one store would punch out each other's pages under
+     * the VMs that map them.
+     */
+    if (flock(st->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+        if (errno == EWOULDBLOCK) {
+            log_error("state directory %s is in use by another nuksmd",
+                      st->dir);
+        } else {
+            log_error("cannot lock %s: %s", path, g_strerror(errno));
+        }
+        return false;
+    }
+    return true;
+}
+
+/* Allocate @f's pages on host node @node, where that node exists. */
+static void bind_to_node(StoreFile *f, uint32_t node)
+{
+    unsigned long mask[NUKSM_MAX_NODES / (8 * sizeof(unsigned long)) + 1];
+
+    if (numa_available() < 0 ||
+        !numa_bitmask_isbitset(numa_all_nodes_ptr, node)) {
+        log_debug("store node %u: no such host node, pages not bound", node);
+        return;
+    }
+    memset(mask, 0, sizeof(mask));
+    mask[node / (8 * sizeof(unsigned long))] =
+        1ul << node % (8 * sizeof(unsigned long));
+    if (mbind(f->map, STORE_SIZE, MPOL_BIND, mask, sizeof(mask) * 8, 0) < 0) {
+        if (errno == EINVAL || errno == ENOSYS) {
+            /* No NUMA in this kernel: there is nothing to bind to. */
+            log_debug("store node %u: mbind: %s", node, g_strerror(errno));
+        } else {
+            log_warning("cannot bind store node %u to its host node: %s",
+                        node, g_strerror(errno));
+        }
+    }
+}
+
+static bool open_file(Store *st, uint32_t node, bool bind)
+{
+    g_autofree char *name = g_strdup_printf("store-node%u", node);
+    g_autofree char *path = g_build_filename(st->dir, name, NULL);
+    StoreFile *f = &st->files[node];
+    struct stat sb;
+
+    f->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (f->fd < 0) {
+        log_error("cannot open %s: %s", path, g_strerror(errno));
+        return false;
+    }
+    if (fstat(f->fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+        log_error("%s is not a regular file", path);
+        return false;
+    }
+    if ((uint64_t)sb.st_size > STORE_SIZE) {
+        log_error("%s is larger than a store (%" G_GUINT64_FORMAT " bytes): "
+                  "not made by this nuksmd", path, STORE_SIZE);
+        return false;
+    }
+    /* Growing a file keeps its content: a restart finds its pages. */
+    if (fchmod(f->fd, 0600) < 0 || ftruncate(f->fd, STORE_SIZE) < 0) {
+        log_error("cannot set up %s: %s", path, g_strerror(errno));
+        return false;
+    }
+    f->ro_fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (f->ro_fd < 0) {
+        log_error("cannot open %s: %s", path, g_strerror(errno));
+        return false;
+    }
+    /*
+     * The node binding of a tmpfs file's pages is set through a shared
+     * mapping of it (mbind) and applies to every page allocated for the
+     * file, pwrite() included.
+     */
+    f->map = mmap(NULL, STORE_SIZE, PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_NORESERVE, f->fd, 0);
+    if (f->map == MAP_FAILED) {
+        f->map = NULL;
+        log_error("cannot map %s: %s", path, g_strerror(errno));
+        return false;
+    }
+    /* Guest memory has no business in the agent's core dumps. */
+    madvise(f->map, STORE_SIZE, MADV_DONTDUMP);
+    if (bind) {
+        bind_to_node(f, node);
+    }
+    return true;
+}
+
+bool store_open(Store *st, const char *dir, uint32_t nr_nodes, bool bind)
+{
+    *st = (Store) {
+        .dir = g_strdup(dir),
+        .lock_fd = -1,
+        .nr_nodes = nr_nodes,
+    };
+    for (uint32_t n = 0; n < NUKSM_MAX_NODES; n++) {
+        st->files[n].fd = st->files[n].ro_fd = -1;
+    }
+
+    if (g_mkdir_with_parents(dir, 0700) < 0) {
+        log_error("cannot create state directory %s: %s", dir,
+                  g_strerror(errno));
+        goto fail;
+    }
+    if (!check_owner(dir) || !check_tmpfs(dir) || !lock_dir(st)) {
+        goto fail;
+    }
+    for (uint32_t n = 0; n < nr_nodes; n++) {
+        if (!open_file(st, n, bind)) {
+            goto fail;
+        }
+    }
+    return true;
+
+fail:
+    store_close(st);
+    return false;
+}
+
+void store_close(Store *st)
+{
+    for (uint32_t n = 0; n < NUKSM_MAX_NODES; n++) {
+        StoreFile *f = &st->files[n];
+
+        if (f->map) {
+            munmap(f->map, STORE_SIZE);
+            f->map = NULL;
+        }
+        if (f->ro_fd >= 0) {
+            close(f->ro_fd);
+            f->ro_fd = -1;
+        }
+        if (f->fd >= 0) {
+            close(f->fd);
+            f->fd = -1;
+        }
+    }
+    if (st->lock_fd >= 0) {
+        close(st->lock_fd);
+        st->lock_fd = -1;
+    }
+    g_clear_pointer(&st->dir, g_free);
+}
+
+bool store_write(Store *st, uint32_t node, uint32_t slot,
+                 const void *content)
+{
+    ssize_t n = pwrite(st->files[node].fd, content, NUKSM_PAGE_SIZE,
+                       (off_t)slot * NUKSM_PAGE_SIZE);
+
+    if (n != NUKSM_PAGE_SIZE) {
+        log_warning("cannot write slot %u of store node %u: %s", slot, node,
+                    n < 0 ? g_strerror(errno) : "short write");
+        return false;
+    }
+    return true;
+}
+
+bool store_read(const Store *st, uint32_t node, uint32_t slot,
+                void *content)
+{
+    ssize_t n = pread(st->files[node].fd, content, NUKSM_PAGE_SIZE,
+                      (off_t)slot * NUKSM_PAGE_SIZE);
+
+    if (n != NUKSM_PAGE_SIZE) {
+        log_warning("cannot read slot %u of store node %u: %s", slot, node,
+                    n < 0 ? g_strerror(errno) : "short read");
+        return false;
+    }
+    return true;
+}
+
+void store_punch(Store *st, uint32_t node, uint32_t slot, uint32_t count)
+{
+    if (fallocate(st->files[node].fd,
+                  FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  (off_t)slot * NUKSM_PAGE_SIZE,
+                  (off_t)count * NUKSM_PAGE_SIZE) < 0) {
+        log_warning("cannot free slots %u..%u of store node %u: %s",
+                    slot, slot + count - 1, node, g_strerror(errno));
+    }
+}
+
+bool store_next_data(const Store *st, uint32_t node, uint32_t from,
+                     uint32_t *start, uint32_t *end)
+{
+    int fd = st->files[node].fd;
+    off_t data, hole;
+
+    data = lseek(fd, (off_t)from * NUKSM_PAGE_SIZE, SEEK_DATA);
+    if (data < 0) {
+        if (errno != ENXIO) {
+            log_warning("cannot scan store node %u: %s", node,
+                        g_strerror(errno));
+        }
+        return false;
+    }
+    hole = lseek(fd, data, SEEK_HOLE);
+    if (hole < 0) {
+        hole = STORE_SIZE;
+    }
+    *start = data / NUKSM_PAGE_SIZE;
+    *end = MIN(((uint64_t)hole + NUKSM_PAGE_SIZE - 1) / NUKSM_PAGE_SIZE,
+               STORE_SLOTS);
+    return *start < *end;
+}

@@ -1,0 +1,73 @@
+/*
+ * nuksmd store: one file per NUMA node in the state directory, holding
+ * the merged pages.  Slot s of node n is the page at offset
+ * s * NUKSM_PAGE_SIZE of <state-dir>/store-node<n>.
+ *
+ * Files, not anonymous memfds, so that a restarted agent finds the pages
+ * that VMs still map and can punch out the ones nobody maps any more.
+ * They must live on tmpfs: merged pages are memory, never written back.
+ * Each file has a fixed sparse size, so that QEMU maps it once.  The
+ * agent is the only writer; VMs get read-only descriptors.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSMD_STORE_H
+#define NUKSMD_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "nuksm-proto.h"
+#include "slots.h"
+
+/* Pages and bytes of a store file: 2^24 pages, 64 GiB, all sparse. */
+#define STORE_SLOTS (1u << SLOT_BITS)
+#define STORE_SIZE  ((uint64_t)STORE_SLOTS * NUKSM_PAGE_SIZE)
+
+typedef struct StoreFile {
+    int fd;                  /* read-write, the agent's own */
+    int ro_fd;               /* read-only, what VMs receive */
+    void *map;               /* STORE_SIZE bytes, shared: carries the */
+                             /* node binding, never accessed */
+} StoreFile;
+
+typedef struct Store {
+    char *dir;
+    int lock_fd;             /* flock()ed: one agent per state directory */
+    uint32_t nr_nodes;
+    StoreFile files[NUKSM_MAX_NODES];
+} Store;
+
+/*
+ * Open or create the state directory @dir (0700, on tmpfs) and a store
+ * file per node (0600), keeping the content of existing ones.  With
+ * @bind, each file's pages are bound to the host node of the same
+ * number.  Logs and returns false on failure.
+ */
+bool store_open(Store *st, const char *dir, uint32_t nr_nodes, bool bind);
+
+void store_close(Store *st);
+
+/*
+ * Write or read the page of a slot.  Writes go through the file, not the
+ * mapping: a full tmpfs or memory cgroup then fails the write instead of
+ * killing the agent with SIGBUS.  Both log and return false on failure.
+ */
+bool store_write(Store *st, uint32_t node, uint32_t slot,
+                 const void *content);
+bool store_read(const Store *st, uint32_t node, uint32_t slot,
+                void *content);
+
+/* Give the pages of @count slots from @slot back to the system. */
+void store_punch(Store *st, uint32_t node, uint32_t slot, uint32_t count);
+
+/*
+ * The first run of slots holding content at or after @from, as
+ * [*start, *end); false if there is none.
+ */
+bool store_next_data(const Store *st, uint32_t node, uint32_t from,
+                     uint32_t *start, uint32_t *end);
+
+#endif /* NUKSMD_STORE_H */

@@ -1,0 +1,409 @@
+/*
+ * nuksm: serving the agent's merge requests, in the scanner thread.
+ *
+ *   STORE       map a node's store read-only (to compare pages with slots)
+ *   UPLOAD_REQ  send the content of pages the agent makes new slots of
+ *   MERGE       map pages onto slots where the content is equal
+ *
+ * and keeping the agent's view of our references true: UNMERGED when a
+ * write or a discard ends a page's sharing, RESTORE of every reference
+ * after (re)connecting.
+ *
+ * Anything the agent names is checked here: a page must be eligible RAM
+ * of this VM, a slot must lie inside a store we received.  The agent is
+ * trusted with placement, never with content: a page is only ever mapped
+ * onto a slot after a full comparison under write protection.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include <sys/mman.h>
+#include "exec/ramblock.h"
+#include "qemu/error-report.h"
+#include "qemu/rcu.h"
+#include "nuksm-remap.h"
+#include "nuksm-scan.h"
+#include "trace.h"
+
+/* Longest run committed at once: bounds the write-protection window. */
+#define NUKSM_MERGE_MAX_RUN 512
+/* UPLOAD messages queued for the socket before uploading waits. */
+#define NUKSM_MERGE_MAX_BACKLOG 16
+
+typedef struct NuksmFindPage {
+    uint64_t page;
+    RAMBlock *rb;
+} NuksmFindPage;
+
+static bool nuksm_merge_find_block(Nuksm *s, RAMBlock *rb, void *opaque)
+{
+    NuksmFindPage *f = opaque;
+    uint64_t first = rb->offset / NUKSM_PAGE_SIZE;
+
+    if (f->page >= first &&
+        f->page < first + rb->used_length / NUKSM_PAGE_SIZE) {
+        f->rb = rb;
+        return false;
+    }
+    return true;
+}
+
+/*
+ * Find eligible RAM holding @page.  Called with page_lock and the RCU
+ * read lock held; *rb is valid as long as the latter is.
+ */
+bool nuksm_merge_find_page(NuksmScanner *sc, uint64_t page, RAMBlock **rb,
+                           NuksmBlockState **bs, uint64_t *index)
+{
+    NuksmFindPage f = { .page = page };
+
+    nuksm_ram_foreach_eligible(sc->s, nuksm_merge_find_block, &f);
+    if (!f.rb) {
+        return false;
+    }
+    *rb = f.rb;
+    *bs = nuksm_scan_block_state(sc, f.rb);
+    *index = page - (*bs)->first_page;
+    return true;
+}
+
+static void nuksm_merge_store(NuksmScanner *sc, NuksmWork *w)
+{
+    const NuksmMsgStore *m = (const NuksmMsgStore *)w->payload;
+    NuksmStore *st = &sc->stores[m->node];
+    void *map = mmap(NULL, m->size, PROT_READ, MAP_SHARED, w->fd, 0);
+
+    if (map == MAP_FAILED) {
+        error_report("nuksm: cannot map the store of node %u: %s", m->node,
+                     strerror(errno));
+        close(w->fd);
+        return;
+    }
+    qemu_mutex_lock(&sc->page_lock);
+    if (st->fd >= 0) {
+        munmap(st->map, st->size);
+        close(st->fd);
+    }
+    st->fd = w->fd;
+    st->map = map;
+    st->size = m->size;
+    qemu_mutex_unlock(&sc->page_lock);
+}
+
+void nuksm_merge_stores_free(NuksmScanner *sc)
+{
+    for (int n = 0; n < NUKSM_MAX_NODES; n++) {
+        NuksmStore *st = &sc->stores[n];
+
+        if (st->fd >= 0) {
+            munmap(st->map, st->size);
+            close(st->fd);
+            st->fd = -1;
+        }
+    }
+}
+
+static bool nuksm_merge_slot_valid(NuksmScanner *sc, const NuksmSlotRef *r,
+                                   size_t pages)
+{
+    const NuksmStore *st = &sc->stores[r->node];
+
+    return st->fd >= 0 && r->slot + pages <= st->size / NUKSM_PAGE_SIZE;
+}
+
+/* Post a batch of slot references as one or more messages. */
+static void nuksm_merge_post_refs(NuksmScanner *sc, uint32_t epoch,
+                                  NuksmMsgType type, const NuksmSlotRef *r,
+                                  size_t n)
+{
+    while (n) {
+        size_t count = MIN(n, NUKSM_SLOTREFS_MAX);
+        uint32_t len = sizeof(NuksmMsgBatch) + count * sizeof(*r);
+        g_autofree uint8_t *buf = g_malloc(len);
+        NuksmMsgBatch *b = (NuksmMsgBatch *)buf;
+
+        b->count = count;
+        b->reserved = 0;
+        memcpy(b + 1, r, count * sizeof(*r));
+        nuksm_agent_post(sc->s, epoch, type, buf, len);
+        r += count;
+        n -= count;
+    }
+}
+
+/*
+ * Post UPLOAD messages for @n requests whose pages are at @host[i].
+ * Each message carries up to 60 KiB of guest memory: wait for the socket
+ * to take what is queued rather than copying the whole batch to the heap.
+ */
+static void nuksm_merge_post_uploads(NuksmScanner *sc, uint32_t epoch,
+                                     const NuksmSlotRef *r,
+                                     uint8_t *const *host, size_t n)
+{
+    g_autofree uint8_t *buf = g_malloc(NUKSM_MSG_MAX);
+    NuksmMsgBatch *b = (NuksmMsgBatch *)buf;
+
+    b->reserved = 0;
+    for (size_t done = 0; done < n; done += b->count) {
+        NuksmSlotRef *refs = (NuksmSlotRef *)(b + 1);
+        uint8_t *content;
+
+        while (nuksm_agent_backlog(sc->s) > NUKSM_MERGE_MAX_BACKLOG) {
+            g_usleep(1000);
+        }
+        b->count = MIN(n - done, NUKSM_UPLOAD_MAX);
+        content = (uint8_t *)(refs + b->count);
+        for (uint32_t i = 0; i < b->count; i++) {
+            refs[i] = r[done + i];
+            memcpy(content + i * NUKSM_PAGE_SIZE, host[done + i],
+                   NUKSM_PAGE_SIZE);
+        }
+        nuksm_agent_post(sc->s, epoch, NUKSM_MSG_UPLOAD, buf,
+                         sizeof(*b) + b->count *
+                         (sizeof(*refs) + NUKSM_PAGE_SIZE));
+    }
+}
+
+/*
+ * The agent makes new slots of these pages: send their content.  Each
+ * sharer compares its own page with the slot before mapping it, so the
+ * content may change meanwhile without harm.
+ */
+static void nuksm_merge_upload(NuksmScanner *sc, NuksmWork *w)
+{
+    const NuksmMsgBatch *b = (const NuksmMsgBatch *)w->payload;
+    const NuksmSlotRef *req = (const NuksmSlotRef *)(b + 1);
+    g_autofree NuksmSlotRef *refs = g_new(NuksmSlotRef, b->count);
+    g_autofree uint8_t **host = g_new(uint8_t *, b->count);
+    size_t n = 0;
+
+    RCU_READ_LOCK_GUARD();
+    qemu_mutex_lock(&sc->page_lock);
+    for (uint32_t i = 0; i < b->count; i++) {
+        NuksmBlockState *bs;
+        RAMBlock *rb;
+        uint64_t idx;
+
+        if (!nuksm_merge_find_page(sc, req[i].page, &rb, &bs, &idx)) {
+            warn_report_once("nuksm: the agent asked for a page outside "
+                             "eligible RAM");
+            continue;
+        }
+        refs[n] = req[i];
+        host[n++] = rb->host + idx * NUKSM_PAGE_SIZE;
+    }
+    qemu_mutex_unlock(&sc->page_lock);
+    /*
+     * The RCU read lock keeps the RAM mapped; a discard meanwhile only
+     * makes us upload zeroes, which the agent's digest check refuses.
+     */
+    nuksm_merge_post_uploads(sc, w->epoch, refs, host, n);
+}
+
+/* Record that @page maps slot @r (page_lock held). */
+static void nuksm_merge_remember(NuksmScanner *sc, NuksmBlockState *bs,
+                                 uint64_t idx, const NuksmSlotRef *r)
+{
+    NuksmSlotRef *ref = g_new(NuksmSlotRef, 1);
+
+    *ref = *r;
+    ref->status = NUKSM_STATUS_NONE;
+    g_hash_table_replace(sc->refs, &ref->page, ref);
+    bs->flags[idx] |= NUKSM_PAGE_MERGED | NUKSM_PAGE_REMAPPED;
+    sc->stats.merged_pages++;
+    sc->stats.merged_per_node[r->node]++;
+}
+
+/*
+ * Page @idx of @bs no longer maps its slot: queue the agent's UNMERGED,
+ * saying why (page_lock held).
+ */
+void nuksm_merge_forget(NuksmScanner *sc, NuksmBlockState *bs, uint64_t idx,
+                        NuksmSlotStatus why)
+{
+    uint64_t page = bs->first_page + idx;
+    NuksmSlotRef *ref = g_hash_table_lookup(sc->refs, &page);
+    NuksmSlotRef r;
+
+    bs->flags[idx] &= ~(NUKSM_PAGE_MERGED | NUKSM_PAGE_STABLE);
+    if (!ref) {
+        return;
+    }
+    r = *ref;
+    r.status = why;
+    g_array_append_val(sc->unmerged, r);
+    sc->stats.merged_pages--;
+    sc->stats.merged_per_node[r.node]--;
+    g_hash_table_remove(sc->refs, &page);
+}
+
+/*
+ * Commit one run: @n entries of @r naming consecutive pages of one block
+ * and consecutive slots of one node.  Fills in each entry's status.
+ */
+static void nuksm_merge_run(NuksmScanner *sc, RAMBlock *rb,
+                            NuksmBlockState *bs, uint64_t idx,
+                            NuksmSlotRef *r, size_t n)
+{
+    bool merged[NUKSM_MERGE_MAX_RUN];
+    NuksmStore *st = &sc->stores[r->node];
+    int err;
+
+    nuksm_remap_merge_run(sc->uffd, rb->host + idx * NUKSM_PAGE_SIZE, n,
+                          st->fd, st->map, r->slot,
+                          qatomic_read(&sc->s->commit_delay_us), merged,
+                          &err);
+    if (err) {
+        trace_nuksm_merge_run_error(n, err);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (merged[i]) {
+            r[i].status = NUKSM_STATUS_MERGED;
+            nuksm_merge_remember(sc, bs, idx + i, &r[i]);
+        } else {
+            r[i].status = err == ENOMEM ? NUKSM_STATUS_FAILED :
+                                          NUKSM_STATUS_CHANGED;
+        }
+    }
+}
+
+/* How many entries from @r on form one run on @bs starting at @idx. */
+static size_t nuksm_merge_run_length(NuksmScanner *sc, NuksmBlockState *bs,
+                                     uint64_t idx, const NuksmSlotRef *r,
+                                     size_t left)
+{
+    size_t n = 1;
+
+    while (n < left && n < NUKSM_MERGE_MAX_RUN &&
+           r[n].page == r[0].page + n && r[n].node == r[0].node &&
+           r[n].slot == r[0].slot + n && idx + n < bs->nr_pages &&
+           !(bs->flags[idx + n] & (NUKSM_PAGE_MERGED | NUKSM_PAGE_ZERO))) {
+        n++;
+    }
+    return nuksm_merge_slot_valid(sc, r, n) ? n : 0;
+}
+
+static void nuksm_merge_merge(NuksmScanner *sc, NuksmWork *w)
+{
+    const NuksmMsgBatch *b = (const NuksmMsgBatch *)w->payload;
+    g_autofree NuksmSlotRef *r = g_memdup2(b + 1,
+                                           b->count * sizeof(NuksmSlotRef));
+    size_t i = 0;
+
+    RCU_READ_LOCK_GUARD();
+    qemu_mutex_lock(&sc->page_lock);
+    while (i < b->count) {
+        NuksmBlockState *bs;
+        RAMBlock *rb;
+        uint64_t idx;
+        size_t n = 0;
+
+        if (sc->uffd >= 0 &&
+            nuksm_merge_find_page(sc, r[i].page, &rb, &bs, &idx) &&
+            !(bs->flags[idx] & (NUKSM_PAGE_MERGED | NUKSM_PAGE_ZERO))) {
+            n = nuksm_merge_run_length(sc, bs, idx, &r[i], b->count - i);
+        }
+        if (!n) {
+            r[i++].status = NUKSM_STATUS_GONE;
+            continue;
+        }
+        nuksm_merge_run(sc, rb, bs, idx, &r[i], n);
+        i += n;
+    }
+    qemu_mutex_unlock(&sc->page_lock);
+    nuksm_merge_post_refs(sc, w->epoch, NUKSM_MSG_MERGED, r, b->count);
+}
+
+void nuksm_merge_handle(NuksmScanner *sc, NuksmWork *w)
+{
+    trace_nuksm_merge_handle(w->type, w->len);
+    switch (w->type) {
+    case NUKSM_MSG_STORE:
+        nuksm_merge_store(sc, w);
+        break;
+    case NUKSM_MSG_UPLOAD_REQ:
+        nuksm_merge_upload(sc, w);
+        break;
+    case NUKSM_MSG_MERGE:
+        nuksm_merge_merge(sc, w);
+        break;
+    default:
+        g_assert_not_reached();
+    }
+}
+
+/*
+ * A new connection: what the old one did not send is moot, and the agent
+ * (maybe restarted) learns which slots we still map.
+ */
+void nuksm_merge_reset(NuksmScanner *sc, uint32_t epoch)
+{
+    g_autoptr(GArray) restore = g_array_new(false, false,
+                                            sizeof(NuksmSlotRef));
+    GHashTableIter it;
+    NuksmSlotRef *ref;
+
+    qemu_mutex_lock(&sc->page_lock);
+    g_hash_table_iter_init(&it, sc->refs);
+    while (g_hash_table_iter_next(&it, NULL, (gpointer *)&ref)) {
+        g_array_append_val(restore, *ref);
+    }
+    /* What the old connection did not get to send is moot. */
+    g_array_set_size(sc->candidates, 0);
+    g_array_set_size(sc->unmerged, 0);
+    qemu_mutex_unlock(&sc->page_lock);
+
+    nuksm_merge_post_refs(sc, epoch, NUKSM_MSG_RESTORE,
+                          (NuksmSlotRef *)restore->data, restore->len);
+    sc->work_epoch = epoch;
+}
+
+/*
+ * RAM discard (balloon, virtio-mem, postcopy) over pages we remapped:
+ * MADV_DONTNEED there would expose the store, so map fresh anonymous
+ * memory instead.  Returns false (nothing done) when no page of the
+ * range was ever remapped: the caller's MADV_DONTNEED is right then.
+ */
+bool nuksm_scanner_discard(NuksmScanner *sc, RAMBlock *rb, void *host,
+                           size_t len)
+{
+    uint64_t first = ((uint8_t *)host - rb->host) / NUKSM_PAGE_SIZE;
+    uint64_t count = len / NUKSM_PAGE_SIZE;
+    NuksmBlockState *bs;
+    bool remapped = false;
+    int ret;
+
+    qemu_mutex_lock(&sc->page_lock);
+    bs = g_hash_table_lookup(sc->blocks, rb->idstr);
+    for (uint64_t i = 0; bs && i < count && first + i < bs->nr_pages; i++) {
+        remapped |= bs->flags[first + i] & NUKSM_PAGE_REMAPPED;
+    }
+    if (!remapped) {
+        qemu_mutex_unlock(&sc->page_lock);
+        return false;
+    }
+    ret = nuksm_remap_anonymous(sc->uffd, host, len);
+    if (ret < 0) {
+        error_report("nuksm: cannot restore anonymous memory over a "
+                     "discarded range: %s", strerror(-ret));
+    }
+    for (uint64_t i = 0; i < count && first + i < bs->nr_pages; i++) {
+        uint8_t *flags = &bs->flags[first + i];
+
+        if (*flags & NUKSM_PAGE_MERGED) {
+            nuksm_merge_forget(sc, bs, first + i, NUKSM_STATUS_DISCARDED);
+        }
+        if (*flags & NUKSM_PAGE_ZERO) {
+            sc->stats.zero_pages--;
+        }
+        *flags = 0;
+        bs->digest[first + i] = 0;
+    }
+    qemu_mutex_lock(&sc->lock);
+    nuksm_scan_flush_unmerged(sc, sc->epoch);
+    qemu_mutex_unlock(&sc->lock);
+    qemu_mutex_unlock(&sc->page_lock);
+    return true;
+}

@@ -1,0 +1,207 @@
+/*
+ * nuksm: changing what backs guest pages, without ever losing a write.
+ *
+ * Every change follows the same discipline:
+ *   1. write-protect the range with userfaultfd (a writer, be it a vCPU
+ *      through KVM, TCG, an iothread or vhost-kernel, now blocks in the
+ *      kernel),
+ *   2. check the content the change relies on (equal to the store slot,
+ *      or all zero),
+ *   3. replace the backing (mmap MAP_FIXED of the read-only store file,
+ *      or MADV_DONTNEED),
+ *   4. wake the blocked writers and drop the protection that is left.
+ * A writer woken after step 3 retries its fault on the new backing and
+ * completes its write on a private copy (copy-on-write).
+ *
+ * Runs in the scanner thread, or in the thread discarding RAM.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include <sys/mman.h>
+#include <linux/userfaultfd.h>
+#include "qapi/error.h"
+#include "qemu/cutils.h"
+#include "qemu/madvise.h"
+#include "qemu/userfaultfd.h"
+#include "hw/boards.h"
+#include "system/qtest.h"
+#include "nuksm-remap.h"
+#include "trace.h"
+
+int nuksm_remap_uffd_open(Error **errp)
+{
+    uint64_t features = UFFD_FEATURE_PAGEFAULT_FLAG_WP;
+    uint64_t supported;
+    int fd;
+
+    if (uffd_query_features(&supported)) {
+        error_setg(errp, "userfaultfd is not available");
+        return -1;
+    }
+    if (!(supported & UFFD_FEATURE_PAGEFAULT_FLAG_WP)) {
+        error_setg(errp, "userfaultfd write-protect is not supported by "
+                   "this kernel (needs Linux 5.19 or later for shmem)");
+        return -1;
+    }
+    /* Protect pages that are not populated yet as well (Linux 6.4+). */
+    features |= supported & UFFD_FEATURE_WP_UNPOPULATED;
+    fd = uffd_create_fd(features, true);
+    if (fd < 0) {
+        error_setg_errno(errp, errno, "cannot create a userfaultfd");
+    }
+    return fd;
+}
+
+bool nuksm_remap_register(int uffd, void *host, size_t len, Error **errp)
+{
+    uint64_t ioctls;
+
+    if (uffd_register_memory(uffd, host, len, UFFDIO_REGISTER_MODE_WP,
+                             &ioctls)) {
+        error_setg_errno(errp, errno, "cannot register %zu bytes of guest "
+                         "RAM with userfaultfd", len);
+        return false;
+    }
+    return true;
+}
+
+/* Advice QEMU gave guest RAM, which a new mapping does not inherit. */
+static void nuksm_remap_advise(void *host, size_t len)
+{
+    if (!qtest_enabled()) {
+        qemu_madvise(host, len, QEMU_MADV_DONTFORK);
+    }
+    if (!machine_dump_guest_core(current_machine)) {
+        qemu_madvise(host, len, QEMU_MADV_DONTDUMP);
+    }
+}
+
+/*
+ * After replacing the mapping of @host, register the new mapping too, so
+ * that later changes of it can be write-protected in turn.
+ */
+static void nuksm_remap_renew(int uffd, void *host, size_t len)
+{
+    Error *err = NULL;
+
+    nuksm_remap_advise(host, len);
+    if (!nuksm_remap_register(uffd, host, len, &err)) {
+        warn_report_err(err);
+    }
+}
+
+static void nuksm_remap_protect(int uffd, void *host, size_t len, bool wp)
+{
+    if (uffd_change_protection(uffd, host, len, wp, false) && wp) {
+        /* Without protection a change would not be safe: callers check. */
+        trace_nuksm_remap_protect_failed(host, len, errno);
+    }
+}
+
+size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
+                             int store_fd, const uint8_t *store_map,
+                             uint64_t slot, uint32_t delay_us, bool *merged,
+                             int *err)
+{
+    const size_t psz = NUKSM_PAGE_SIZE;
+    size_t done = 0;
+
+    *err = 0;
+    if (uffd_change_protection(uffd, host, pages * psz, true, false)) {
+        *err = errno;
+        memset(merged, 0, pages * sizeof(*merged));
+        return 0;
+    }
+
+    for (size_t i = 0; i < pages; i++) {
+        merged[i] = memcmp(host + i * psz, store_map + (slot + i) * psz,
+                           psz) == 0;
+    }
+    if (delay_us) {
+        g_usleep(delay_us);
+    }
+
+    /* Map each maximal stretch of equal pages with one mmap. */
+    for (size_t i = 0; i < pages;) {
+        size_t n = 0;
+        void *p;
+
+        if (!merged[i]) {
+            i++;
+            continue;
+        }
+        while (i + n < pages && merged[i + n]) {
+            n++;
+        }
+        p = mmap(host + i * psz, n * psz, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_FIXED, store_fd, (slot + i) * psz);
+        if (p == MAP_FAILED) {
+            /* Checked before anything is unmapped: the pages stay as
+             * they were (e.g. ENOMEM at vm.max_map_count). */
+            *err = errno;
+            memset(merged + i, 0, n * sizeof(*merged));
+            nuksm_remap_protect(uffd, host + i * psz, n * psz, false);
+        } else {
+            nuksm_remap_renew(uffd, host + i * psz, n * psz);
+            done += n;
+        }
+        i += n;
+    }
+
+    /* Unprotect what stayed anonymous, then release blocked writers. */
+    for (size_t i = 0; i < pages; i++) {
+        if (!merged[i]) {
+            nuksm_remap_protect(uffd, host + i * psz, psz, false);
+        }
+    }
+    uffd_wakeup(uffd, host, pages * psz);
+    trace_nuksm_remap_merge_run(host, pages, done);
+    return done;
+}
+
+size_t nuksm_remap_zero_run(int uffd, uint8_t *host, size_t pages,
+                            bool *zeroed)
+{
+    const size_t psz = NUKSM_PAGE_SIZE;
+    size_t done = 0;
+
+    if (uffd_change_protection(uffd, host, pages * psz, true, false)) {
+        memset(zeroed, 0, pages * sizeof(*zeroed));
+        return 0;
+    }
+    for (size_t i = 0; i < pages; i++) {
+        zeroed[i] = buffer_is_zero(host + i * psz, psz) &&
+                    madvise(host + i * psz, psz, QEMU_MADV_DONTNEED) == 0;
+        if (zeroed[i]) {
+            done++;
+        } else {
+            nuksm_remap_protect(uffd, host + i * psz, psz, false);
+        }
+    }
+    uffd_wakeup(uffd, host, pages * psz);
+    return done;
+}
+
+int nuksm_remap_anonymous(int uffd, void *host, size_t len)
+{
+    void *p = mmap(host, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+
+    if (p == MAP_FAILED) {
+        return -errno;
+    }
+    /* What physmem.c and the memory backend advise on anonymous RAM. */
+    qemu_madvise(host, len, QEMU_MADV_HUGEPAGE);
+    if (machine_mem_merge(current_machine)) {
+        qemu_madvise(host, len, QEMU_MADV_MERGEABLE);
+    }
+    if (uffd >= 0) {
+        nuksm_remap_renew(uffd, host, len);
+    } else {
+        nuksm_remap_advise(host, len);
+    }
+    return 0;
+}

@@ -1,0 +1,47 @@
+/*
+ * nuksm: changing what backs guest pages, without ever losing a write.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef HW_MEM_NUKSM_REMAP_H
+#define HW_MEM_NUKSM_REMAP_H
+
+#include "libnuksm/nuksm-proto.h"
+
+/* A non-blocking userfaultfd able to write-protect anonymous and shmem. */
+int nuksm_remap_uffd_open(Error **errp);
+
+/* Register [host, host + len) for write-protection. */
+bool nuksm_remap_register(int uffd, void *host, size_t len, Error **errp);
+
+/*
+ * Map the @pages pages at @host onto consecutive slots of a store,
+ * starting at @slot, where the content is equal.  @store_map is the
+ * store mapped read-only, @store_fd a read-only descriptor of it.
+ * Sets merged[i] for each page now mapping its slot and returns their
+ * number; *err is an errno of a failed step, 0 if none.  @delay_us widens
+ * the window between comparing and mapping, for tests (x-commit-delay).
+ */
+size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
+                             int store_fd, const uint8_t *store_map,
+                             uint64_t slot, uint32_t delay_us, bool *merged,
+                             int *err);
+
+/*
+ * Drop the anonymous pages at @host that are all zero (they read back as
+ * zero).  Never call it on a range mapping a store: MADV_DONTNEED there
+ * would expose the store.  Sets zeroed[i]; returns their number.
+ */
+size_t nuksm_remap_zero_run(int uffd, uint8_t *host, size_t pages,
+                            bool *zeroed);
+
+/*
+ * Replace [host, host + len) with fresh anonymous memory (reads as zero),
+ * with the advice QEMU gives guest RAM; registered with @uffd if >= 0.
+ * Returns 0 or -errno.
+ */
+int nuksm_remap_anonymous(int uffd, void *host, size_t len);
+
+#endif /* HW_MEM_NUKSM_REMAP_H */

@@ -1,0 +1,100 @@
+/*
+ * nuksm: state shared by the scanner thread's modules (nuksm-scan.c, the
+ * passes over RAM; nuksm-merge.c, the agent's requests).  Everything here
+ * belongs to the scanner thread unless a comment says otherwise.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef HW_MEM_NUKSM_SCAN_H
+#define HW_MEM_NUKSM_SCAN_H
+
+#include "qemu/thread.h"
+#include "nuksm.h"
+
+/* Per-page flags (one byte per guest page). */
+enum {
+    NUKSM_PAGE_STABLE   = 1 << 0,  /* digest unchanged since last pass */
+    NUKSM_PAGE_MERGED   = 1 << 1,  /* maps a store slot (see refs) */
+    NUKSM_PAGE_ZERO     = 1 << 2,  /* dropped as a zero page */
+    NUKSM_PAGE_REMAPPED = 1 << 3,  /* mapped from a store file, maybe COWed */
+};
+
+/* Scan state of one RAM block: 5 bytes per guest page. */
+typedef struct NuksmBlockState {
+    uint64_t first_page;        /* ram_addr / NUKSM_PAGE_SIZE */
+    uint64_t nr_pages;
+    uint32_t *digest;           /* low 32 bits; 0 = not hashed yet */
+    uint8_t *flags;
+} NuksmBlockState;
+
+/* A node's store, as the agent handed it over (read-only). */
+typedef struct NuksmStore {
+    int fd;                     /* -1 if not received */
+    uint8_t *map;               /* PROT_READ, MAP_SHARED */
+    uint64_t size;
+} NuksmStore;
+
+/* A request from the agent, queued by the main loop for the thread. */
+typedef struct NuksmWork {
+    NuksmMsgType type;
+    uint32_t epoch;
+    int fd;                     /* STORE only */
+    uint32_t len;
+    uint8_t payload[];
+} NuksmWork;
+
+struct NuksmScanner {
+    Nuksm *s;
+    QemuThread thread;
+
+    /* Protected by @lock, shared with the main loop */
+    QemuMutex lock;
+    QemuCond cond;
+    bool active;
+    bool quit;
+    bool restart;               /* nuksm-scan asked for a fresh pass */
+    bool zero_pages;
+    uint32_t epoch;             /* connection the thread works for */
+    uint32_t max_cpu;
+    uint64_t scan_rate;
+    GQueue work;                /* NuksmWork *, from the agent */
+    /*
+     * Scan counters are protected by @lock; merge counters (merged_pages,
+     * zero_pages, merged_per_node) by @page_lock.
+     */
+    NuksmScanStats stats;
+
+    /*
+     * Protected by @page_lock: page states, references and mappings.
+     * Taken by the thread for each chunk and each commit, and by RAM
+     * discard (any thread).
+     */
+    QemuMutex page_lock;
+    GHashTable *blocks;         /* RAM block name -> NuksmBlockState */
+    GHashTable *refs;           /* page -> NuksmSlotRef of merged pages */
+    int uffd;                   /* -1 while stepped aside */
+    NuksmStore stores[NUKSM_MAX_NODES];
+    GArray *unmerged;           /* NuksmSlotRef, to send */
+
+    /* Scanner thread only */
+    uint32_t work_epoch;        /* epoch of the last reset */
+    GArray *candidates;         /* NuksmCandidate, to send */
+    uint64_t zero_digest;
+};
+
+/* nuksm-scan.c */
+NuksmBlockState *nuksm_scan_block_state(NuksmScanner *sc, RAMBlock *rb);
+void nuksm_scan_flush_unmerged(NuksmScanner *sc, uint32_t epoch);
+
+/* nuksm-merge.c */
+void nuksm_merge_handle(NuksmScanner *sc, NuksmWork *w);
+void nuksm_merge_reset(NuksmScanner *sc, uint32_t epoch);
+void nuksm_merge_forget(NuksmScanner *sc, NuksmBlockState *bs, uint64_t idx,
+                        NuksmSlotStatus why);
+void nuksm_merge_stores_free(NuksmScanner *sc);
+bool nuksm_merge_find_page(NuksmScanner *sc, uint64_t page, RAMBlock **rb,
+                           NuksmBlockState **bs, uint64_t *index);
+
+#endif /* HW_MEM_NUKSM_SCAN_H */

@@ -1,0 +1,790 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""nuksmd's merge engine, driven by raw clients that play VMs.
+
+A VM client names its pages by index and their content by XXH3-64 digest
+(what QEMU's scanner computes), uploads content when asked, and answers
+MERGE entries as QEMU would after mapping the slot.  The store files the
+agent hands out are checked directly: read-only descriptors, the merged
+content in the slot, and pages punched out once nobody maps them.
+
+The agent keeps the references of a VM that disconnects while its
+process lives on (it still maps them): clients that must be gone for
+good play in a child process that exits (see in_child).
+"""
+
+import errno
+import fcntl
+import mmap
+import os
+import random
+import stat
+import traceback
+
+import pytest
+import xxhash
+
+from harness import (ERR_BAD_MESSAGE, MSG_CANDIDATES, MSG_GET_INFO,
+                     MSG_HELLO, MSG_INFO, MSG_LIST_VMS, MSG_MERGE,
+                     MSG_UPLOAD_REQ, MSG_VMS, NUKSM_PAGE_SIZE,
+                     STATUS_CHANGED, STATUS_GONE, VM_ENTRY, VMS, RawClient,
+                     SlotRef, VmClient, hello, pack, pack_candidates,
+                     pack_slot_refs, parse_info, run_nuksmd, wait_until)
+
+STORE_SLOTS = 1 << 24
+STORE_SIZE = STORE_SLOTS * NUKSM_PAGE_SIZE
+
+
+def content(seed):
+    """A page of pseudo-random bytes, the same for the same @seed."""
+    return random.Random(seed).randbytes(NUKSM_PAGE_SIZE)
+
+
+def digest(data):
+    return xxhash.xxh3_64_intdigest(data)
+
+
+@pytest.fixture
+def vms(request):
+    """vms(domain=, name=, target=) -> a VmClient of agent @target (the
+    agent fixture by default), closed at teardown."""
+    clients = []
+
+    def connect(domain="default", name="vm", target=None):
+        target = target or request.getfixturevalue("agent")
+        client = VmClient(target.sock, domain=domain, name=name)
+        clients.append(client)
+        return client
+    yield connect
+    for client in clients:
+        client.close()
+
+
+def store_file(agent, node=0):
+    return agent.state_dir / f"store-node{node}"
+
+
+def slot_has_data(agent, slot, node=0):
+    """Whether the store file holds a page (not a hole) at @slot."""
+    fd = os.open(store_file(agent, node), os.O_RDONLY)
+    try:
+        return os.lseek(fd, slot * NUKSM_PAGE_SIZE,
+                        os.SEEK_DATA) == slot * NUKSM_PAGE_SIZE
+    except OSError as e:
+        if e.errno == errno.ENXIO:  # no data at or after the offset
+            return False
+        raise
+    finally:
+        os.close(fd)
+
+
+def merge(uploader, others, pages, data):
+    """Merge pages[c] of every client c (uploader last) holding @data.
+
+    The others nominate their pages first, then the uploader: it is asked
+    to upload, and every client is sent a MERGE, which it answers MERGED.
+    Returns {client: [SlotRef of its MERGE entries]}.
+
+    The agent handles each client's messages in order, but not those of
+    different clients: a client's sync (see VmClient.sync) makes sure its
+    messages were handled before another client acts on them.
+    """
+    for client in others:
+        client.candidates(zip(pages[client], map(digest, data)))
+        client.info()  # nothing for it yet
+    uploader.candidates(zip(pages[uploader], map(digest, data)))
+    requests = uploader.take(MSG_UPLOAD_REQ)
+    assert [r.page for r in requests] == list(pages[uploader])
+    uploader.upload(requests, data)
+    merges = {}
+    # The uploader first: its sync shows the agent has handled the upload.
+    for client in [uploader, *others]:
+        merges[client] = client.take(MSG_MERGE)
+        assert [r.page for r in merges[client]] == list(pages[client])
+        client.merged(merges[client])
+        client.info()  # the agent handled it, and has nothing to say
+    return merges
+
+
+def list_vms(client):
+    """{client id: merged pages} from LIST_VMS."""
+    reply = client.request(MSG_LIST_VMS, 77)
+    assert reply.type == MSG_VMS
+    count, _ = VMS.unpack_from(reply.payload)
+    entries = [VM_ENTRY.unpack_from(reply.payload, VMS.size + i * VM_ENTRY.size)
+               for i in range(count)]
+    return {e[0]: e[7] for e in entries}
+
+
+def in_child(fn):
+    """Run @fn in a forked child process, which then exits: the agent
+    drops what its connections leave once the process is gone."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            fn()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child process failed"
+
+
+def control_info(agent):
+    """Info from a fresh control client (which merges nothing)."""
+    client = RawClient(agent.sock)
+    try:
+        client.request(MSG_HELLO, 1, hello())
+        reply = client.request(MSG_GET_INFO, 2)
+        assert reply.type == MSG_INFO
+        return parse_info(reply)
+    finally:
+        client.close()
+
+
+def expect_kicked(client, text):
+    """@client gets ERROR(BAD_MESSAGE) mentioning @text, then EOF."""
+    messages = client.messages_until_eof()
+    assert messages, "disconnected without an ERROR"
+    code, message = messages[-1].error()
+    assert code == ERR_BAD_MESSAGE
+    assert text in message, message
+    return message
+
+
+# ------------------------------------------------------------ the store
+
+def test_store_files_and_fds(start_agent, vms):
+    agent = start_agent("--fake-numa", "2")
+    vm = vms(target=agent)
+    assert sorted(vm.stores) == [0, 1]
+    assert vm.store_size == STORE_SIZE
+
+    assert stat.S_IMODE(agent.state_dir.stat().st_mode) == 0o700
+    for node, fd in vm.stores.items():
+        path = store_file(agent, node)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert path.stat().st_size == STORE_SIZE
+        assert path.stat().st_blocks == 0  # sparse, empty
+        st = os.fstat(fd)
+        assert (st.st_ino, st.st_dev) == (path.stat().st_ino,
+                                          path.stat().st_dev)
+
+        # Read-only: no write, no writable shared mapping.
+        assert os.fstat(fd).st_size == STORE_SIZE
+        with pytest.raises(OSError) as err:
+            os.pwrite(fd, b"x", 0)
+        assert err.value.errno in (errno.EBADF, errno.EPERM)
+        with pytest.raises(PermissionError):
+            mmap.mmap(fd, NUKSM_PAGE_SIZE, mmap.MAP_SHARED,
+                      mmap.PROT_READ | mmap.PROT_WRITE)
+        assert fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY
+    assert vm.info().store_pages == [0, 0]
+
+
+def test_state_dir_must_be_tmpfs(workdir, nuksmd_bin):
+    if fs_type(workdir) == "tmpfs":
+        pytest.skip(f"{workdir} is on tmpfs: no other filesystem to try")
+    sock = workdir / "t.sock"
+    result = run_nuksmd("--socket", sock, "--state-dir", workdir / "state")
+    assert result.returncode == 1
+    assert f"state directory {workdir / 'state'} is not on tmpfs" in \
+        result.stderr
+    assert not sock.exists()
+
+
+def fs_type(path):
+    """The type of the filesystem holding @path, from /proc/self/mounts."""
+    best, kind = "", None
+    real = os.path.realpath(path)
+    with open("/proc/self/mounts") as mounts:
+        for line in mounts:
+            _, mount_point, fs_type = line.split()[:3]
+            if (real == mount_point or
+                    real.startswith(mount_point.rstrip("/") + "/")) and \
+                    len(mount_point) >= len(best):
+                best, kind = mount_point, fs_type
+    return kind
+
+
+@pytest.mark.parametrize("kind", ["group-writable", "symlink"])
+def test_state_dir_must_be_private(workdir, shm_dir, nuksmd_bin, kind):
+    state = shm_dir / "state"
+    if kind == "symlink":
+        (shm_dir / "real").mkdir(mode=0o700)
+        state.symlink_to(shm_dir / "real")
+    else:
+        state.mkdir()
+        state.chmod(0o770)
+    result = run_nuksmd("--socket", workdir / "p.sock", "--state-dir", state)
+    assert result.returncode == 1
+    assert f"state directory {state} must be a directory (not a symlink) " \
+        f"owned by uid {os.geteuid()} that only its owner can write" in \
+        result.stderr
+    assert not (state / "store-node0").exists()
+
+
+def test_state_dir_in_use(agent, start_agent, vms):
+    other = run_nuksmd("--socket", agent.sock.with_name("other.sock"),
+                       "--state-dir", agent.state_dir)
+    assert other.returncode == 1
+    assert f"state directory {agent.state_dir} is in use by another " \
+        "nuksmd" in other.stderr
+    assert not agent.sock.with_name("other.sock").exists()
+    assert vms().info().vms == 1
+
+
+def test_state_dir_from_config(workdir, shm_dir, start_agent, vms):
+    state = shm_dir / "from-config"
+    config = workdir / "nuksmd.conf"
+    config.write_text(f"[nuksmd]\nstate-dir={state}\nrestore-grace=0\n")
+    agent = start_agent(name="cfg", state_dir=False,
+                        args=["--socket", workdir / "cfg.sock",
+                              "--config", config])
+    vms(target=agent)
+    assert (state / "store-node0").stat().st_size == STORE_SIZE
+
+
+# ------------------------------------------------------------ merging
+
+def test_two_vms_merge_one_page(agent, vms):
+    a, b = vms(name="a"), vms(name="b")
+    data = content(1)
+
+    a.candidates([(10, digest(data))])
+    assert a.info().store_pages == [0]
+    b.candidates([(20, digest(data))])
+    (request,) = b.take(MSG_UPLOAD_REQ)
+    assert request.page == 20
+    assert a.info().store_pages == [1]  # UPLOADING counts
+    b.upload([request], [data])
+
+    (merge_b,) = b.take(MSG_MERGE)
+    (merge_a,) = a.take(MSG_MERGE)
+    assert (merge_a.page, merge_b.page) == (10, 20)
+    assert merge_a[1:] == merge_b[1:] == request[1:]  # node, slot, gen
+    node, slot = request.node, request.slot
+
+    # The slot holds the upload, readable through the read-only fd.
+    assert a.read_slot(node, slot) == data
+    assert slot_has_data(agent, slot, node)
+
+    # Until the MERGED answers, nothing is shared.
+    assert a.info()[1:3] == (0, 0)
+    a.merged([merge_a])
+    b.merged([merge_b])
+    b.info()
+    info = a.info()
+    assert (info.pages_shared, info.pages_sharing) == (1, 1)
+    assert info.store_pages == [1]
+    assert list_vms(a) == {a.client_id: 1, b.client_id: 1}
+
+    # One page leaves: the slot stays for the other.
+    a.unmerged([merge_a])
+    info = a.info()
+    assert (info.pages_shared, info.pages_sharing) == (1, 0)
+    assert list_vms(b) == {a.client_id: 0, b.client_id: 1}
+    assert slot_has_data(agent, slot, node)
+
+    # The last user unmerges: the page is punched.
+    b.unmerged([merge_b])
+    b.info()
+    info = a.info()
+    assert (info.pages_shared, info.pages_sharing) == (0, 0)
+    assert info.store_pages == [0]
+    assert not slot_has_data(agent, slot, node)
+    assert store_file(agent).stat().st_blocks == 0
+
+
+def test_slot_reused_with_new_generation(agent, vms):
+    a, b = vms(), vms()
+    first = merge(b, [a], {a: [1], b: [2]}, [content(1)])
+    a.unmerged(first[a])
+    b.unmerged(first[b])
+    b.info()
+    assert a.info().store_pages == [0]
+
+    second = merge(b, [a], {a: [3], b: [4]}, [content(2)])
+    old, new = first[a][0], second[a][0]
+    assert (new.node, new.slot) == (old.node, old.slot)
+    assert new.gen == (old.gen + 1) % 2**32
+    assert a.read_slot(new.node, new.slot) == content(2)
+
+
+def test_consecutive_pages_get_consecutive_slots(agent, vms):
+    a, b = vms(), vms()
+    data = [content(100 + i) for i in range(40)]
+    merges = merge(b, [a], {a: range(1000, 1040), b: range(5000, 5040)},
+                   data)
+    slots = [r.slot for r in merges[b]]
+    assert slots == list(range(slots[0], slots[0] + 40))
+    assert [r.slot for r in merges[a]] == slots
+    info = a.info()
+    assert (info.pages_shared, info.pages_sharing) == (40, 40)
+    for r, page in zip(merges[a], data):
+        assert a.read_slot(r.node, r.slot) == page
+
+
+def test_duplicates_within_one_vm(agent, vms):
+    a = vms()
+    data = content(7)
+    a.candidates([(1, digest(data)), (2, digest(data))])
+    (request,) = a.take(MSG_UPLOAD_REQ)
+    assert request.page == 2
+    a.upload([request], [data])
+    merges = a.take(MSG_MERGE)
+    assert sorted(r.page for r in merges) == [1, 2]
+    a.merged(merges)
+    info = a.info()
+    assert (info.pages_shared, info.pages_sharing) == (1, 1)
+
+    # Known content merges at once, without an upload.
+    a.candidates([(3, digest(data))])
+    (merge3,) = a.take(MSG_MERGE)
+    assert merge3[1:] == request[1:]
+    a.merged([merge3])
+    assert a.info()[1:3] == (1, 2)
+
+
+def test_domains_never_share(agent, vms):
+    red, blue = vms(domain="red"), vms(domain="blue")
+    data = content(3)
+    red.candidates([(1, digest(data))])
+    blue.candidates([(1, digest(data))])
+    assert blue.info().store_pages == [0]
+    assert red.info().store_pages == [0]
+
+    # A second red VM matches the red page, not the blue one.
+    red2 = vms(domain="red")
+    merges = merge(red2, [], {red2: [9]}, [data])
+    assert red.take(MSG_MERGE) == [merges[red2][0]._replace(page=1)]
+    assert blue.info().store_pages == [1]
+
+    # A ready red slot is not offered to blue either.
+    blue2 = vms(domain="blue")
+    blue2.candidates([(2, digest(data))])
+    assert blue2.take(MSG_UPLOAD_REQ)[0].slot != merges[red2][0].slot
+
+
+def test_pages_join_a_slot_being_uploaded(agent, vms):
+    a, b, c = vms(), vms(), vms()
+    data = content(4)
+    a.candidates([(1, digest(data))])
+    a.info()
+    b.candidates([(2, digest(data))])
+    (request,) = b.take(MSG_UPLOAD_REQ)
+    c.candidates([(3, digest(data))])
+    assert c.info().store_pages == [1]  # c waits, no upload of its own
+
+    b.upload([request], [data])
+    for client, page in [(b, 2), (a, 1), (c, 3)]:
+        (m,) = client.take(MSG_MERGE)
+        assert m == request._replace(page=page)
+        client.merged([m])
+        client.info()
+    info = a.info()
+    assert (info.pages_shared, info.pages_sharing) == (1, 2)
+
+
+def test_changed_page_cancels_upload(agent, vms):
+    a, b = vms(), vms()
+    a.candidates([(1, digest(content(5)))])
+    a.info()
+    b.candidates([(2, digest(content(5)))])
+    (request,) = b.take(MSG_UPLOAD_REQ)
+
+    # b's page changed since its digest: the slot is dropped, no MERGE.
+    b.upload([request], [content(6)])
+    assert b.info().store_pages == [0]
+    assert a.info().store_pages == [0]
+    assert not slot_has_data(agent, request.slot)
+
+    # Nominated again, the pages merge.
+    merge(b, [a], {a: [1], b: [2]}, [content(5)])
+    assert a.info()[1:3] == (1, 1)
+
+
+def test_merge_outcomes_other_than_merged(agent, vms):
+    a, b = vms(), vms()
+    a.candidates([(1, digest(content(8)))])
+    a.info()
+    b.candidates([(2, digest(content(8)))])
+    (request,) = b.take(MSG_UPLOAD_REQ)
+    b.upload([request], [content(8)])
+    (mb,), (ma,) = b.take(MSG_MERGE), a.take(MSG_MERGE)
+
+    a.merged([ma], status=STATUS_CHANGED)
+    assert a.info()[1:3] == (0, 0)
+    b.merged([mb], status=STATUS_GONE)
+    info = b.info()
+    assert (info.pages_shared, info.store_pages) == (0, [0])
+    assert not slot_has_data(agent, request.slot)
+
+
+def test_uploader_leaving_cancels_upload(agent, vms):
+    a, b = vms(), vms()
+    a.candidates([(1, digest(content(9)))])
+    a.info()
+    b.candidates([(2, digest(content(9)))])
+    b.take(MSG_UPLOAD_REQ)
+    b.close()
+    wait_until(lambda: a.info().store_pages == [0], 5,
+               "the upload to be cancelled")
+
+    # a's page is free to merge again, with a new partner.
+    c = vms()
+    merge(c, [a], {a: [1], c: [3]}, [content(9)])
+    assert a.info()[1:3] == (1, 1)
+
+
+def test_many_pages_in_batches(agent, vms):
+    """More entries than one message holds, many uploads, and replies
+    queued while the VMs do not read them."""
+    a, b = vms(), vms()
+    n = 3000
+    data = [i.to_bytes(8, "little") * (NUKSM_PAGE_SIZE // 8)
+            for i in range(n)]
+    a.candidates(zip(range(n), map(digest, data)))
+    assert a.info().store_pages == [0]
+    b.candidates(zip(range(n), map(digest, data)))
+    msgs, _ = b.sync()
+    assert [m.type for m in msgs] == [MSG_UPLOAD_REQ] * 2  # 2729 + 271
+    requests = [r for m in msgs for r in m.slot_refs()]
+    assert sorted(r.page for r in requests) == list(range(n))
+    # 200 messages, each making two MERGEs that b and a do not read yet.
+    b.upload(requests, [data[r.page] for r in requests])
+    b.merged(b.take(MSG_MERGE))
+    b.info()
+    merges = a.take(MSG_MERGE)
+    assert len(merges) == n
+    a.merged(merges)
+    info = a.info()
+    assert (info.pages_shared, info.pages_sharing) == (n, n)
+
+
+# ------------------------------------------------------------ disconnection
+
+def test_disconnected_vm_keeps_its_pages(agent, vms):
+    """A VM whose process runs on still maps its merged pages."""
+    a, b = vms(name="a"), vms(name="b")
+    data = content(41)
+    merges = merge(b, [a], {a: [1], b: [2]}, [data])
+    ref, ref_b = merges[a][0], merges[b][0]
+    assert a.info() == (2, 1, 1, [1])
+
+    b.close()
+    wait_until(lambda: a.info().vms == 1, 5, "b's disconnection")
+    assert a.info() == (1, 1, 1, [1])  # b's reference stays, and counts
+    assert slot_has_data(agent, ref.slot, ref.node)
+    assert a.read_slot(ref.node, ref.slot) == data
+    assert "process runs on, keeping its 1 merged page" in agent.log_text()
+
+    # The same process reconnects and restores it: no double count.
+    b = vms(name="b")
+    assert "took back 1 merged page" in agent.log_text()
+    assert b.info() == (2, 1, 1, [1])
+    b.restore([ref_b])
+    assert b.info() == (2, 1, 1, [1])
+    assert list_vms(a) == {a.client_id: 1, b.client_id: 1}
+
+    # Restored, it is b's again: merging on keeps it, unmerging drops it.
+    b.candidates([(9, digest(content(49)))])  # no match: no reply
+    assert b.info() == (2, 1, 1, [1])
+    b.unmerged([ref_b])
+    assert b.info() == (2, 1, 0, [1])
+    a.unmerged([ref])
+    assert a.info() == (2, 0, 0, [0])
+    assert not slot_has_data(agent, ref.slot, ref.node)
+
+
+def test_unrestored_pages_dropped_at_first_merge_message(agent, vms):
+    a, b = vms(name="a"), vms(name="b")
+    merges = merge(b, [a], {a: [1, 2], b: [1, 2]}, [content(42), content(43)])
+    kept = merges[b][0]
+    b.close()
+    wait_until(lambda: a.info().vms == 1, 5, "b's disconnection")
+
+    # b comes back mapping only its first page (a write broke the other).
+    b = vms(name="b")
+    b.restore([kept])
+    assert b.info() == (2, 2, 2, [2])  # GET_INFO is no merge message
+    b.candidates([(9, digest(content(49)))])  # no match: no reply
+    assert b.info() == (2, 2, 1, [2])
+    assert "dropping 1 merged page it did not restore" in agent.log_text()
+    assert list_vms(a) == {a.client_id: 2, b.client_id: 1}
+
+    # Only a holds the second page now: it goes with a's reference.
+    lost = merges[a][1]
+    a.unmerged([lost])
+    assert a.info() == (2, 1, 1, [1])
+    assert not slot_has_data(agent, lost.slot, lost.node)
+
+
+def test_exited_process_drops_its_pages(agent, vms):
+    data = content(44)
+
+    def play():
+        c1, c2 = vms(), vms()
+        (ref,) = merge(c2, [c1], {c1: [1], c2: [2]}, [data])[c1]
+        c1.close()
+        c2.close()
+        # Disconnected, the process still runs: the page stays.
+        wait_until(lambda: control_info(agent).vms == 0, 5,
+                   "the disconnections")
+        assert control_info(agent) == (0, 1, 1, [1])
+        assert slot_has_data(agent, ref.slot, ref.node)
+    in_child(play)
+
+    wait_until(lambda: control_info(agent) == (0, 0, 0, [0]), 5,
+               "the exited process's pages to be dropped")
+    assert store_file(agent).stat().st_blocks == 0
+    assert agent.log_text().count("exited: dropping the 1 merged page") == 2
+
+
+# ------------------------------------------------------------ misbehaving VMs
+
+@pytest.fixture
+def bystanders(vms):
+    """Two VMs sharing a merged page, to outlive every rogue."""
+    a, b = vms(name="bystander-a"), vms(name="bystander-b")
+    merges = merge(b, [a], {a: [1], b: [1]}, [content(1000)])
+    assert a.info()[1:3] == (1, 1)
+    return a, b, merges[a][0]
+
+
+# Each rogue misbehaves and returns (its client, text of the expected
+# ERROR, clients it needed to get there).
+
+def rogue_merged_unasked(agent, vms, bystander_ref):
+    rogue = vms()
+    rogue.merged([bystander_ref])  # somebody else's page
+    return rogue, "which has no MERGE awaiting an answer", []
+
+
+def rogue_merged_twice(agent, vms, bystander_ref):
+    rogue, partner = vms(), vms()
+    merges = merge(partner, [rogue], {rogue: [5], partner: [5]},
+                   [content(2)])
+    rogue.merged(merges[rogue])
+    return rogue, "which has no MERGE awaiting an answer", [partner]
+
+
+def rogue_merged_bad_gen(agent, vms, bystander_ref):
+    rogue, partner = vms(), vms()
+    rogue.candidates([(5, digest(content(2)))])
+    rogue.info()
+    partner.candidates([(6, digest(content(2)))])
+    (request,) = partner.take(MSG_UPLOAD_REQ)
+    partner.upload([request], [content(2)])
+    partner.take(MSG_MERGE)
+    (m,) = rogue.take(MSG_MERGE)
+    rogue.merged([m._replace(gen=(m.gen + 1) % 2**32)])
+    return rogue, "stale generation", [partner]
+
+
+def rogue_upload_unasked(agent, vms, bystander_ref):
+    rogue = vms()
+    rogue.upload([bystander_ref], [content(666)])
+    return rogue, "which it was not asked to upload", []
+
+
+def rogue_upload_bad_gen(agent, vms, bystander_ref):
+    rogue, partner = vms(), vms()
+    partner.candidates([(5, digest(content(2)))])
+    partner.info()
+    rogue.candidates([(6, digest(content(2)))])
+    (request,) = rogue.take(MSG_UPLOAD_REQ)
+    rogue.upload([request._replace(gen=(request.gen - 1) % 2**32)],
+                 [content(2)])
+    return rogue, "stale generation", [partner]
+
+
+def rogue_unmerged_unmapped(agent, vms, bystander_ref):
+    rogue = vms()
+    rogue.unmerged([bystander_ref])
+    return rogue, "which does not map that slot", []
+
+
+def rogue_node_out_of_range(agent, vms, bystander_ref):
+    rogue = vms()
+    rogue.unmerged([SlotRef(1, rogue.nr_nodes, 0, 0)])
+    return rogue, f"node {rogue.nr_nodes} out of range", []
+
+
+def rogue_slot_out_of_range(agent, vms, bystander_ref):
+    rogue = vms()
+    rogue.merged([SlotRef(1, 0, STORE_SLOTS, 0)])
+    return rogue, f"slot {STORE_SLOTS} out of range", []
+
+
+def rogue_page_out_of_range(agent, vms, bystander_ref):
+    rogue = vms()
+    rogue.candidates([(1 << 52, 123)])
+    return rogue, "page 0x10000000000000 out of range", []
+
+
+def rogue_restore_free_slot(agent, vms, bystander_ref):
+    rogue = vms()
+    rogue.restore([SlotRef(1, 0, 12345, 0)])
+    return rogue, "which holds no merged page", []
+
+
+def rogue_restore_bad_gen(agent, vms, bystander_ref):
+    rogue = vms()
+    rogue.restore([bystander_ref._replace(
+        gen=(bystander_ref.gen + 1) % 2**32)])
+    return rogue, "with generation", []
+
+
+def rogue_restore_other_domain(agent, vms, bystander_ref):
+    rogue = vms(domain="elsewhere")
+    rogue.restore([bystander_ref])
+    return rogue, "belongs to another merge domain", []
+
+
+def rogue_restore_twice(agent, vms, bystander_ref):
+    rogue = vms()
+    rogue.restore([bystander_ref._replace(page=7)] * 2)
+    return rogue, "which already has a slot", []
+
+
+def rogue_sends_merge(agent, vms, bystander_ref):
+    rogue = vms()
+    rogue.send(pack(MSG_MERGE, 2, pack_slot_refs([bystander_ref])))
+    return rogue, "unexpected MERGE: only nuksmd sends it", []
+
+
+def rogue_control_client(agent, vms, bystander_ref):
+    rogue = RawClient(agent.sock)
+    rogue.request(MSG_HELLO, 1, hello())
+    rogue.send(pack(MSG_CANDIDATES, 2, pack_candidates([(1, 2)])))
+    return rogue, "CANDIDATES from a control client", []
+
+
+ROGUES = {name[len("rogue_"):]: fn for name, fn in globals().items()
+          if name.startswith("rogue_")}
+
+
+@pytest.mark.parametrize("rogue", ROGUES)
+def test_misbehaving_vm_is_disconnected(agent, vms, bystanders, rogue):
+    a, b, ref = bystanders
+
+    def play():
+        client, text, _ = ROGUES[rogue](agent, vms, ref)
+        expect_kicked(client, text)
+        assert text in agent.log_text()
+    in_child(play)
+
+    # Whatever the rogue and its partners held is gone with their process;
+    # the bystanders'
+    # page is still merged, with its content.
+    wait_until(lambda: a.info() == (2, 1, 1, [1]), 5,
+               "only the bystanders' page to be left")
+    assert a.read_slot(ref.node, ref.slot) == content(1000)
+
+    # ... and they keep working.
+    a.unmerged([ref])
+    b.unmerged([ref])
+    b.info()
+    assert a.info() == (2, 0, 0, [0])
+    assert agent.running
+
+
+# ------------------------------------------------------------ agent restart
+
+def test_restart_restores_merged_pages(start_agent, vms):
+    agent = start_agent("--restore-grace", "3")
+    a, b = vms(target=agent), vms(target=agent)
+    kept, lost = content(11), content(12)
+    merges = merge(b, [a], {a: [1, 2], b: [1, 2]}, [kept, lost])
+    assert a.info().store_pages == [2]
+    kept_ref, lost_ref = merges[a]
+    kept_ref_b = merges[b][0]
+    assert slot_has_data(agent, lost_ref.slot)
+
+    agent.kill()
+    a.close()
+    b.close()
+    agent = start_agent("--restore-grace", "3")
+    assert "store holds 2 pages from a previous run" in agent.log_text()
+
+    # Both VMs come back and restore the page they still map, and only it.
+    a, b = vms(target=agent), vms(target=agent)
+    info = a.info()
+    assert (info.pages_shared, info.store_pages) == (0, [2])
+    a.restore([kept_ref])
+    b.restore([kept_ref_b])
+    b.info()
+    info = a.info()
+    assert (info.pages_shared, info.pages_sharing) == (1, 1)
+    assert list_vms(a) == {a.client_id: 1, b.client_id: 1}
+
+    # The restored slot is known content again: a newcomer merges at once.
+    c = vms(target=agent)
+    c.candidates([(3, digest(kept))])
+    (m,) = c.take(MSG_MERGE)
+    assert m == kept_ref._replace(page=3)
+    c.merged([m])
+    assert c.info()[1:3] == (1, 2)
+
+    # Late restore with another generation is refused.
+    d = vms(target=agent)
+    d.restore([kept_ref._replace(page=9, gen=(kept_ref.gen + 1) % 2**32)])
+    expect_kicked(d, "with generation")
+
+    # Nobody restored the other page: punched after the grace period.
+    assert slot_has_data(agent, lost_ref.slot)
+    wait_until(lambda: a.info().store_pages == [1], 10,
+               "the unrestored page to be freed")
+    assert not slot_has_data(agent, lost_ref.slot)
+    assert slot_has_data(agent, kept_ref.slot)
+    assert a.read_slot(kept_ref.node, kept_ref.slot) == kept
+    assert "freed 1 store page that no VM restored" in agent.log_text()
+
+    # Too late for it now.
+    e = vms(target=agent)
+    e.restore([lost_ref._replace(page=9)])
+    expect_kicked(e, "which holds no merged page")
+
+
+def test_restart_without_restore_frees_everything(start_agent, vms):
+    agent = start_agent()
+    a, b = vms(target=agent), vms(target=agent)
+    merge(b, [a], {a: [1, 2, 3], b: [1, 2, 3]},
+          [content(21), content(22), content(23)])
+    agent.kill()
+    a.close()
+    b.close()
+
+    agent = start_agent("--restore-grace", "0")
+    wait_until(lambda: store_file(agent).stat().st_blocks == 0, 10,
+               "the store to be emptied")
+    assert vms(target=agent).info().store_pages == [0]
+
+
+def test_clean_shutdown_keeps_store(start_agent, vms):
+    """SIGTERM must not punch pages the VMs still map."""
+    agent = start_agent()
+    a, b = vms(target=agent), vms(target=agent)
+    merges = merge(b, [a], {a: [1], b: [1]}, [content(31)])
+    agent.stop()
+    ref = merges[a][0]
+    assert slot_has_data(agent, ref.slot)
+    assert a.read_slot(ref.node, ref.slot) == content(31)
+
+
+def test_vm_not_reading_is_disconnected(agent, vms):
+    """Replies queue while a VM's socket is full, up to a bound."""
+    a, b = vms(), vms()
+    sent = 0
+    try:
+        while sent < 30000:  # 30000 INFO replies: 18 MB, over the bound
+            b.send(pack(MSG_GET_INFO, 1))
+            sent += 1
+    except OSError:
+        pass  # the agent hung up on b already
+    b.messages_until_eof()
+    assert "does not read its messages, disconnecting" in agent.log_text()
+    wait_until(lambda: a.info().vms == 1, 5, "b to be gone")

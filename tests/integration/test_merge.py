@@ -1,0 +1,342 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The merge engine end to end: real nuksmd, real QEMUs (-accel qtest).
+
+Guest memory is written and read back through the qtest protocol, so
+every check is on what the guest would see.
+"""
+
+import base64
+import os
+import random
+import threading
+import time
+
+import pytest
+
+import harness
+from harness import Qtest, wait_until
+
+PAGE = 4096
+MIB = 1 << 20
+
+
+def b64write(qtest, addr, data):
+    qtest.command(f"b64write {addr:#x} {len(data):#x} "
+                  f"{base64.b64encode(data).decode()}")
+
+
+def b64read(qtest, addr, size):
+    reply = qtest.command(f"b64read {addr:#x} {size:#x}")
+    return base64.b64decode(reply.split()[1])
+
+
+def write_big(qtest, addr, data, chunk=4 * MIB):
+    for off in range(0, len(data), chunk):
+        b64write(qtest, addr + off, data[off:off + chunk])
+
+
+def read_big(qtest, addr, size, chunk=4 * MIB):
+    return b"".join(b64read(qtest, addr + off, min(chunk, size - off))
+                    for off in range(0, size, chunk))
+
+
+def pseudo_random(seed, size):
+    return random.Random(seed).randbytes(size)
+
+
+def anon_rss(pid):
+    """Anonymous memory of a process, bytes (smaps_rollup)."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Anonymous:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no Anonymous: line for pid {pid}")
+
+
+def store_bytes(state_dir):
+    """Memory the agent's store files really use (allocated blocks)."""
+    return sum(os.stat(p).st_blocks * 512
+               for p in state_dir.glob("store-node*"))
+
+
+def nuksm(vm):
+    return vm.nuksm()
+
+
+def merged_non_zero(vm):
+    info = nuksm(vm)
+    return info["merged-pages"] - info["zero-pages"]
+
+
+# Layout of each test guest: shared pages, then unique pages.
+SHARED_AT = 64 * MIB
+UNIQUE_AT = 192 * MIB
+
+
+@pytest.fixture
+def pair(agent, qtest_vm):
+    """Two 512 MiB VMs on one agent, created disabled: tests fill their
+    memory, then enable() them to scan at full speed."""
+    vms = [qtest_vm(name, extra=["-m", "512M"], agent=agent.sock,
+                    max_cpu=100, enabled="off")
+           for name in ("vm0", "vm1")]
+    for vm in vms:
+        vm.wait_state("disabled")
+    return agent, vms
+
+
+def enable(vms):
+    for vm in vms:
+        vm.cmd("qom-set", path="/objects/dedup0", property="enabled",
+               value=True)
+        vm.wait_state("active")
+
+
+def test_acceptance_two_vms(pair):
+    """64 MiB identical + 64 MiB unique per VM: the identical pages merge,
+    the unique ones do not, RSS moves into the store, content is exact."""
+    agent, vms = pair
+    shared = pseudo_random(1, 64 * MIB)
+    unique = [pseudo_random(100 + i, 64 * MIB) for i in range(2)]
+    shared_pages = len(shared) // PAGE
+    qtests = [Qtest(vm.qtest_path) for vm in vms]
+    rss_before = []
+    for i, (vm, q) in enumerate(zip(vms, qtests)):
+        write_big(q, SHARED_AT, shared)
+        write_big(q, UNIQUE_AT, unique[i])
+        rss_before.append(anon_rss(vm.pid))
+    store_before = store_bytes(agent.state_dir)
+    enable(vms)
+
+    wait_until(lambda: all(merged_non_zero(vm) >= 0.99 * shared_pages
+                           for vm in vms), 120,
+               "99% of the identical pages to merge in both VMs")
+    time.sleep(2)  # a few more passes: nothing else may merge
+
+    for vm in vms:
+        # Each shared page is merged; no unique page is (a unique page
+        # could only merge by matching another one).
+        assert shared_pages * 0.99 <= merged_non_zero(vm) <= shared_pages
+    info = vms[0].cmd("query-nuksm-agent")
+    assert shared_pages * 0.99 <= info["pages-shared"] <= shared_pages
+    # Two VMs map each shared page: one copy saved per page.
+    assert shared_pages * 0.99 <= info["pages-sharing"] <= shared_pages
+
+    for i, vm in enumerate(vms):
+        dropped = rss_before[i] - anon_rss(vm.pid)
+        assert dropped >= 60 * MIB, f"{vm.name} anonymous RSS dropped " \
+                                    f"only {dropped / MIB:.1f} MiB"
+    grown = store_bytes(agent.state_dir) - store_before
+    assert 60 * MIB <= grown <= 68 * MIB, f"store grew {grown / MIB:.1f} MiB"
+
+    for i, q in enumerate(qtests):
+        assert read_big(q, SHARED_AT, len(shared)) == shared
+        assert read_big(q, UNIQUE_AT, len(unique[i])) == unique[i]
+        q.close()
+
+
+def test_write_isolation(pair):
+    """A write to a merged page shows in that VM only, and breaks its
+    sharing (cow-breaks), never the other VM's content."""
+    agent, vms = pair
+    content = pseudo_random(7, 4 * MIB)
+    pages = len(content) // PAGE
+    qtests = [Qtest(vm.qtest_path) for vm in vms]
+    for q in qtests:
+        write_big(q, SHARED_AT, content)
+    enable(vms)
+    wait_until(lambda: all(merged_non_zero(vm) >= pages for vm in vms), 60,
+               "the pages to merge")
+
+    victim = SHARED_AT + 10 * PAGE
+    qtests[0].command(f"writeq {victim:#x} 0x1122334455667788")
+    expected0 = bytearray(content)
+    expected0[10 * PAGE:10 * PAGE + 8] = (0x1122334455667788).to_bytes(
+        8, "little")
+    assert b64read(qtests[0], SHARED_AT, len(content)) == bytes(expected0)
+    assert b64read(qtests[1], SHARED_AT, len(content)) == content
+
+    wait_until(lambda: nuksm(vms[0])["cow-breaks"] >= 1, 30,
+               "the copy-on-write break to be noticed")
+    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
+               == pages - 1, 30, "the agent to drop the broken reference")
+    for q in qtests:
+        q.close()
+
+
+def test_no_lost_write(pair):
+    """Writers hit pages while they are being merged and after: every page
+    ends with exactly what was last written.  x-commit-delay-us widens the
+    protected window so that writes do land inside it."""
+    agent, vms = pair
+    vms[0].cmd("qom-set", path="/objects/dedup0",
+               property="x-commit-delay-us", value=2000)
+    size = 16 * MIB
+    content = bytearray(pseudo_random(3, size))
+    qtests = [Qtest(vm.qtest_path) for vm in vms]
+    for q in qtests:
+        write_big(q, SHARED_AT, bytes(content))
+    # Only the writer thread uses vm0's qtest socket until it stops.
+    writer_q = qtests[0]
+    stop = threading.Event()
+    rng = random.Random(5)
+    writes = 0
+
+    def writer():
+        nonlocal writes
+        while not stop.is_set():
+            page = rng.randrange(size // PAGE)
+            off = page * PAGE + rng.randrange(PAGE // 8) * 8
+            # Most writes put back what was there: the page stays a
+            # duplicate, keeps being merged, and the write breaks the
+            # sharing again (or lands while the merge is in progress).
+            if rng.random() < 0.95:
+                value = int.from_bytes(content[off:off + 8], "little")
+            else:
+                value = rng.getrandbits(64)
+                content[off:off + 8] = value.to_bytes(8, "little")
+            writer_q.command(f"writeq {SHARED_AT + off:#x} {value:#x}")
+            writes += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    enable(vms)
+    most_merged = 0
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            info = nuksm(vms[0])
+            most_merged = max(most_merged,
+                              info["merged-pages"] - info["zero-pages"])
+            if most_merged >= 1000 and info["cow-breaks"] >= 1000:
+                break
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join()
+    assert most_merged >= 1000, "too few merges happened while writing"
+    assert nuksm(vms[0])["cow-breaks"] >= 1000, "too few writes hit merges"
+    assert read_big(qtests[0], SHARED_AT, size) == bytes(content)
+    assert read_big(qtests[1], SHARED_AT, size) == \
+        pseudo_random(3, size), "vm1 saw vm0's writes"
+    for q in qtests:
+        q.close()
+
+
+def merged_pair(pair, mib=16):
+    """Fill @mib MiB of identical content into both VMs and merge it."""
+    agent, vms = pair
+    content = pseudo_random(11, mib * MIB)
+    pages = len(content) // PAGE
+    qtests = [Qtest(vm.qtest_path) for vm in vms]
+    for q in qtests:
+        write_big(q, SHARED_AT, content)
+    enable(vms)
+    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
+               >= pages, 60, "the pages to merge")
+    return content, pages, qtests
+
+
+def test_agent_crash_and_restart(pair, start_agent):
+    """SIGKILL the agent: guests keep their memory; a new agent on the same
+    state directory gets every reference back from RESTORE.  (Merged pages
+    are never candidates again, so nothing but RESTORE can bring
+    pages-sharing back.)"""
+    agent, vms = pair
+    content, pages, qtests = merged_pair(pair)
+
+    agent.kill()
+    for vm in vms:
+        vm.wait_state("disconnected")
+    for q in qtests:
+        assert read_big(q, SHARED_AT, len(content)) == content
+
+    agent.start()
+    for vm in vms:
+        vm.wait_state("active")
+    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
+               >= pages, 10, "pages-sharing to recover from RESTORE")
+    assert vms[0].cmd("query-nuksm-agent")["pages-shared"] == pages
+    for vm in vms:
+        assert merged_non_zero(vm) == pages
+    for q in qtests:
+        assert read_big(q, SHARED_AT, len(content)) == content
+        q.close()
+
+
+def test_qemu_crash_frees_slots(pair):
+    """A QEMU that dies drops its references; slots nobody maps are
+    punched out of the store."""
+    agent, vms = pair
+    content, pages, qtests = merged_pair(pair)
+    assert store_bytes(agent.state_dir) >= pages * PAGE
+    for q in qtests:
+        q.close()
+
+    vms[1].kill()
+    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
+               == 0, 10, "vm1's references to go")
+    assert vms[0].cmd("query-nuksm-agent")["pages-shared"] == pages
+
+    vms[0].kill()
+    wait_until(lambda: harness.ctl_json(agent.sock, "status")
+               ["pages_shared"] == 0, 10, "every slot to be freed")
+    assert harness.ctl_json(agent.sock, "status")["vms"] == 0
+    wait_until(lambda: store_bytes(agent.state_dir) < 1 * MIB, 10,
+               "the store to be punched out")
+
+
+def test_migration_of_merged_memory(pair, start_vm, workdir):
+    """Migrating a VM whose pages are merged (to a file and back) restores
+    identical memory."""
+    agent, vms = pair
+    content, pages, qtests = merged_pair(pair)
+    for q in qtests:
+        q.close()
+    path = workdir / "vm0.migration"
+    vms[0].cmd("migrate", uri=f"file:{path}")
+    wait_until(lambda: vms[0].cmd("query-migrate")["status"] == "completed",
+               60, "the migration to complete")
+
+    dest = start_vm("dest", [*harness.qtest_args(
+        workdir / "dest.qtest",
+        harness.nuksm_object(id="dedup0", agent=agent.sock), mem="512M"),
+        "-incoming", f"file:{path}"])
+    wait_until(lambda: dest.cmd("query-status")["status"] == "paused"
+               or dest.cmd("query-status")["status"] == "postmigrate"
+               or dest.cmd("query-migrate").get("status") == "completed",
+               60, "the incoming migration to complete")
+    q = Qtest(dest.qtest_path)
+    assert read_big(q, SHARED_AT, len(content)) == content
+    q.close()
+
+
+def test_rogue_client_does_not_disturb_merging(pair):
+    """A client in the VMs' domain that lies about merges, and one that
+    sends garbage, are thrown out while the real VMs merge on."""
+    agent, vms = pair
+    content = pseudo_random(13, 16 * MIB)
+    pages = len(content) // PAGE
+    qtests = [Qtest(vm.qtest_path) for vm in vms]
+    for q in qtests:
+        write_big(q, SHARED_AT, content)
+    enable(vms)
+
+    liar = harness.VmClient(agent.sock, name="liar")
+    liar.merged([harness.SlotRef(page=5, node=0, slot=0, gen=1, status=0)])
+    error = liar.messages_until_eof()[-1].error()
+    assert error[0] == harness.ERR_BAD_MESSAGE
+    liar.close()
+    garbage = harness.RawClient(agent.sock)
+    garbage.send(b"\xff" * 100)
+    assert garbage.messages_until_eof()[-1].error()[0] == \
+        harness.ERR_BAD_MESSAGE
+    garbage.close()
+
+    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
+               >= pages, 60, "the real VMs to merge")
+    for vm in vms:
+        assert nuksm(vm)["state"] == "active"
+    for q in qtests:
+        assert read_big(q, SHARED_AT, len(content)) == content
+        q.close()
