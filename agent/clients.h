@@ -44,7 +44,7 @@ typedef struct NuksmClient {
     char object_id[NUKSM_NAME_LEN];
 
     uint64_t merged_pages;   /* guest pages mapped onto store pages */
-    uint64_t parked_pages;   /* of which PAGE_PARKED, not yet restored */
+    uint64_t parked_pages;   /* entries taken back, not yet restored */
 
     /* Messages the socket could not take yet (server.c) */
     GQueue txq;              /* GBytes datagrams, oldest first */

@@ -21,7 +21,7 @@ typedef struct Detached {
     int pidfd;
     guint watch;             /* pidfd readable: the process exited */
     uint16_t domain_id;      /* a domains_get() reference */
-    KeyMap pages;            /* page -> SlotId, PAGE_MAPPED */
+    KeyMap pages;            /* page -> SlotId, PAGE_MAPPED or MERGING */
 } Detached;
 
 /* A pidfd polls readable once its process has exited. */
@@ -47,8 +47,8 @@ static void detached_free(NuksmAgent *agent, Detached *d)
 /* The process is gone: nobody maps the pages any more. */
 static void detached_drop(NuksmAgent *agent, Detached *d)
 {
-    log_info("pid %ld exited: dropping the %zu merged page%s its "
-             "connection left", (long)d->pid, d->pages.count,
+    log_info("pid %ld exited: dropping the %zu parked page%s of its "
+             "connection", (long)d->pid, d->pages.count,
              d->pages.count == 1 ? "" : "s");
     ledger_release(agent, &d->pages);
     domains_put(&agent->domains, d->domain_id);
@@ -68,6 +68,7 @@ static gboolean on_process_exit(int fd, GIOCondition cond, gpointer opaque)
 
 void detached_client_leave(NuksmAgent *agent, NuksmClient *client)
 {
+    uint64_t merged = client->merged_pages;
     Detached *d;
 
     if (client->pidfd < 0 || client->pid <= 0 ||
@@ -99,9 +100,11 @@ void detached_client_leave(NuksmAgent *agent, NuksmClient *client)
     client->pidfd = -1;
     d->watch = g_unix_fd_add(d->pidfd, G_IO_IN, on_process_exit, d);
     g_queue_push_tail(&agent->detached, d);
-    log_info("%s: its process runs on, keeping its %zu merged page%s "
-             "until it reconnects or exits", client->label, d->pages.count,
-             d->pages.count == 1 ? "" : "s");
+    log_info("%s: its process runs on, keeping its %" PRIu64 " merged "
+             "page%s and %" PRIu64 " unanswered MERGE%s until it "
+             "reconnects or exits", client->label, merged,
+             merged == 1 ? "" : "s", d->pages.count - merged,
+             d->pages.count - merged == 1 ? "" : "s");
 }
 
 void detached_adopt(NuksmAgent *agent, NuksmClient *client)
@@ -117,10 +120,13 @@ void detached_adopt(NuksmAgent *agent, NuksmClient *client)
             detached_drop(agent, d);
             return;
         }
-        log_info("%s: took back %zu merged page%s of its previous "
-                 "connection, awaiting their RESTORE", client->label,
-                 d->pages.count, d->pages.count == 1 ? "" : "s");
         ledger_adopt(client, &d->pages);
+        log_info("%s: took back %" PRIu64 " merged page%s and %" PRIu64
+                 " unanswered MERGE%s of its previous connection, awaiting "
+                 "their RESTORE", client->label, client->merged_pages,
+                 client->merged_pages == 1 ? "" : "s",
+                 client->parked_pages - client->merged_pages,
+                 client->parked_pages - client->merged_pages == 1 ? "" : "s");
         domains_put(&agent->domains, d->domain_id);
         detached_free(agent, d);
         return;
@@ -129,7 +135,7 @@ void detached_adopt(NuksmAgent *agent, NuksmClient *client)
 
 void detached_restore_end(NuksmAgent *agent, NuksmClient *client)
 {
-    log_info("%s: dropping %" PRIu64 " merged page%s it did not restore",
+    log_info("%s: dropping %" PRIu64 " parked page%s it did not restore",
              client->label, client->parked_pages,
              client->parked_pages == 1 ? "" : "s");
     ledger_drop_parked(agent, client);

@@ -5,8 +5,11 @@
  * (then dropped like those of a VM that left) or connects again as a VM
  * of the same domain (then handed to the new connection as PAGE_PARKED
  * entries, which its RESTORE confirms; those it did not restore by its
- * first merge message are dropped then).  Processes are told apart by
- * pidfd; without pidfds, references are dropped at disconnection.
+ * first merge message are dropped then).  Its MERGEs without a MERGED,
+ * which it may have mapped, are parked too, as pending users of their
+ * slot: a RESTORE makes them references (from PAGE_PARKED_MERGING).
+ * Processes are told apart by pidfd; without pidfds, references are
+ * dropped at disconnection.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later

@@ -68,9 +68,9 @@ void ledger_drop(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e)
     SlotTable *t = ledger_table(agent, id);
     bool unused;
 
+    client->parked_pages -= ledger_parked(e->tag);
     if (ledger_holds_ref(e->tag)) {
         client->merged_pages--;
-        client->parked_pages -= e->tag == PAGE_PARKED;
         unused = slots_put_ref(t, slot_id_slot(id));
     } else {
         unused = slots_put_pending(t, slot_id_slot(id));
@@ -231,11 +231,15 @@ void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
         if (!e->used) {
             continue;
         }
-        if (keep && ledger_holds_ref(e->tag)) {
+        /*
+         * Past a MERGE (always for a ready slot), the VM may have mapped
+         * the slot before the connection ended without its MERGED.
+         */
+        if (keep && e->tag != PAGE_WAITING && e->tag != PAGE_UPLOADING) {
             KeyMapEntry *k = keymap_insert(keep, e->key, 0, &added);
 
             k->value = e->value;
-            k->tag = PAGE_MAPPED;
+            k->tag = ledger_holds_ref(e->tag) ? PAGE_MAPPED : PAGE_MERGING;
         } else {
             release_entry(agent, e);
         }
@@ -262,13 +266,31 @@ void ledger_adopt(NuksmClient *client, KeyMap *pages)
     keymap_destroy(&client->pages);
     client->pages = *pages;
     keymap_init(pages, pages->seed);
+    client->merged_pages = 0;
     for (size_t i = 0; i < client->pages.size; i++) {
-        if (client->pages.entries[i].used) {
-            client->pages.entries[i].tag = PAGE_PARKED;
+        KeyMapEntry *e = &client->pages.entries[i];
+
+        if (!e->used) {
+            continue;
+        }
+        if (e->tag == PAGE_MAPPED) {
+            e->tag = PAGE_PARKED;
+            client->merged_pages++;
+        } else {
+            e->tag = PAGE_PARKED_MERGING;
         }
     }
-    client->merged_pages = client->pages.count;
     client->parked_pages = client->pages.count;
+}
+
+void ledger_confirm(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e)
+{
+    client->parked_pages--;
+    if (e->tag == PAGE_PARKED_MERGING) {
+        ledger_map(agent, client, e);
+    } else {
+        e->tag = PAGE_MAPPED;
+    }
 }
 
 void ledger_drop_parked(NuksmAgent *agent, NuksmClient *client)
@@ -283,9 +305,9 @@ void ledger_drop_parked(NuksmAgent *agent, NuksmClient *client)
         if (!e->used) {
             continue;
         }
-        if (e->tag == PAGE_PARKED) {
+        if (ledger_parked(e->tag)) {
             release_entry(agent, e);
-            client->merged_pages--;
+            client->merged_pages -= e->tag == PAGE_PARKED;
         } else {
             *keymap_insert(&client->pages, e->key, 0, &added) = *e;
         }

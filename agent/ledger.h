@@ -7,7 +7,8 @@
  * the others as pending users; it is freed (punched out of the store,
  * its generation bumped) once it has neither.  A slot is never freed
  * while a VM may map it: from the MERGE that names it until the VM's
- * answer, and while the VM holds a reference.
+ * answer (a RESTORE if the connection ends first while its process
+ * lives: see detached.h), and while the VM holds a reference.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -29,12 +30,21 @@ typedef enum PageState {
     PAGE_PARKED,             /* mapped before a reconnection: holds a
                               * reference until its RESTORE or the VM's
                               * first merge message (see detached.h) */
+    PAGE_PARKED_MERGING,     /* MERGE unanswered at a reconnection: may
+                              * map the slot, a pending user until its
+                              * RESTORE or the VM's first merge message */
 } PageState;
 
 /* True if an entry in @state holds a reference on its slot. */
 static inline bool ledger_holds_ref(PageState state)
 {
     return state == PAGE_MAPPED || state == PAGE_PARKED;
+}
+
+/* True if an entry in @state was taken back and awaits its RESTORE. */
+static inline bool ledger_parked(PageState state)
+{
+    return state == PAGE_PARKED || state == PAGE_PARKED_MERGING;
 }
 
 void ledger_init(NuksmAgent *agent);
@@ -69,7 +79,7 @@ NuksmClient *ledger_client(NuksmAgent *agent, uint32_t client_id);
 void ledger_add(NuksmAgent *agent, NuksmClient *client, uint64_t page,
                 SlotId id, PageState state);
 
-/* A PAGE_MERGING entry's page now maps its slot. */
+/* A PAGE_MERGING or PAGE_PARKED_MERGING entry's page now maps its slot. */
 void ledger_map(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
 
 /* Remove an entry; its slot is freed if that was its last user. */
@@ -96,21 +106,30 @@ void ledger_free(NuksmAgent *agent, SlotId id);
 /*
  * @client leaves: drop all its entries, as if it had answered every
  * MERGE with GONE and unmerged every page.  With @keep, the entries that
- * hold a reference move there as PAGE_MAPPED instead, keeping it.
+ * hold a reference move there as PAGE_MAPPED instead, keeping it, and
+ * those with a MERGE unanswered (the VM may have mapped the slot) as
+ * PAGE_MERGING, still pending users of their slot.
  */
 void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
                          KeyMap *keep);
 
-/* Drop the references of @pages, a @keep of ledger_client_leave(). */
+/* Drop the entries of @pages, a @keep of ledger_client_leave(). */
 void ledger_release(NuksmAgent *agent, KeyMap *pages);
 
 /*
- * Hand the references of @pages, a @keep of ledger_client_leave(), to
- * @client (which has no entries yet) as PAGE_PARKED entries.
+ * Hand the entries of @pages, a @keep of ledger_client_leave(), to
+ * @client (which has no entries yet): PAGE_MAPPED ones as PAGE_PARKED,
+ * PAGE_MERGING ones as PAGE_PARKED_MERGING.
  */
 void ledger_adopt(NuksmClient *client, KeyMap *pages);
 
-/* Drop @client's PAGE_PARKED entries: its VM no longer maps them. */
+/*
+ * A RESTORE confirms @e, a parked entry of @client naming the slot it
+ * restores: it maps the slot.
+ */
+void ledger_confirm(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
+
+/* Drop @client's parked entries: its VM does not map them. */
 void ledger_drop_parked(NuksmAgent *agent, NuksmClient *client);
 
 /* Punch out and release the slots freed since the last call. */

@@ -44,8 +44,8 @@ void merge_destroy(NuksmAgent *agent);
 void merge_client_join(NuksmAgent *agent, NuksmClient *client);
 
 /*
- * A VM is going away: drop its pending merges, and its references unless
- * its process runs on (see detached.h).
+ * A VM is going away: drop its pending merges, and its references and
+ * unanswered MERGEs unless its process runs on (see detached.h).
  */
 void merge_client_leave(NuksmAgent *agent, NuksmClient *client);
 

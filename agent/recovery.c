@@ -77,12 +77,11 @@ static bool restore_one(NuksmAgent *agent, NuksmClient *client,
     KeyMapEntry *e = ledger_page(client, r->page);
     Slot *s;
 
-    if (e && e->tag == PAGE_PARKED) {
-        /* Taken back from its previous connection: it still holds it. */
+    if (e && ledger_parked(e->tag)) {
+        /* Taken back from its previous connection: it maps it. */
         if (e->value == slot_id(r->node, r->slot) &&
             ledger_slot(agent, e->value)->gen == r->gen) {
-            e->tag = PAGE_MAPPED;
-            client->parked_pages--;
+            ledger_confirm(agent, client, e);
             return true;
         }
         /* It maps another slot now. */

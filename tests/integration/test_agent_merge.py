@@ -512,7 +512,7 @@ def test_unrestored_pages_dropped_at_first_merge_message(agent, vms):
     assert b.info() == (2, 2, 2, [2])  # GET_INFO is no merge message
     b.candidates([(9, digest(content(49)))])  # no match: no reply
     assert b.info() == (2, 2, 1, [2])
-    assert "dropping 1 merged page it did not restore" in agent.log_text()
+    assert "dropping 1 parked page it did not restore" in agent.log_text()
     assert list_vms(a) == {a.client_id: 2, b.client_id: 1}
 
     # Only a holds the second page now: it goes with a's reference.
@@ -540,7 +540,93 @@ def test_exited_process_drops_its_pages(agent, vms):
     wait_until(lambda: control_info(agent) == (0, 0, 0, [0]), 5,
                "the exited process's pages to be dropped")
     assert store_file(agent).stat().st_blocks == 0
-    assert agent.log_text().count("exited: dropping the 1 merged page") == 2
+    assert agent.log_text().count("exited: dropping the 1 parked page") == 2
+
+
+def merge_unanswered_by(b, a, data):
+    """a uploads @data (its page 1) and maps it; b's page 2 gets a MERGE
+    that it leaves unanswered.  Returns (a's MERGE, b's MERGE)."""
+    b.candidates([(2, digest(data))])
+    b.info()
+    a.candidates([(1, digest(data))])
+    (request,) = a.take(MSG_UPLOAD_REQ)
+    a.upload([request], [data])
+    (ma,) = a.take(MSG_MERGE)
+    a.merged([ma])
+    a.info()
+    (mb,) = b.take(MSG_MERGE)
+    return ma, mb
+
+
+def leave_unanswered(agent, a, b, ma, mb, data):
+    """b disconnects, a unmerges: b's process may map the slot, which
+    stays (counted in store_pages only) with its content."""
+    b.close()
+    wait_until(lambda: a.info().vms == 1, 5, "b's disconnection")
+    assert "keeping its 0 merged pages and 1 unanswered MERGE" in \
+        agent.log_text()
+    assert a.info() == (1, 1, 0, [1])
+    a.unmerged([ma])
+    assert a.info() == (1, 0, 0, [1])
+    assert slot_has_data(agent, mb.slot, mb.node)
+    assert a.read_slot(mb.node, mb.slot) == data
+
+
+@pytest.mark.parametrize("restored", [True, False])
+def test_disconnected_vm_keeps_its_unanswered_merges(agent, vms, restored):
+    """QEMU maps a slot before it sends MERGED: a MERGE unanswered when
+    the connection ends may be mapped by the process running on."""
+    data = content(45)
+    a, b = vms(name="a"), vms(name="b")
+    ma, mb = merge_unanswered_by(b, a, data)
+    leave_unanswered(agent, a, b, ma, mb, data)
+
+    b = vms(name="b")
+    assert "took back 0 merged pages and 1 unanswered MERGE" in \
+        agent.log_text()
+    assert b.info() == (2, 0, 0, [1])
+    if not restored:
+        # Its process did not map it after all: gone at b's first merge.
+        b.candidates([(9, digest(content(49)))])  # no match: no reply
+        assert b.info() == (2, 0, 0, [0])
+        assert "dropping 1 parked page it did not restore" in \
+            agent.log_text()
+        assert not slot_has_data(agent, mb.slot, mb.node)
+        return
+
+    # Confirmed by RESTORE: a reference of b's, counted once.
+    b.restore([mb])
+    assert b.info() == (2, 1, 0, [1])
+    assert list_vms(a) == {a.client_id: 0, b.client_id: 1}
+    b.candidates([(9, digest(content(49)))])  # no match: no reply
+    assert b.info() == (2, 1, 0, [1])
+    assert a.read_slot(mb.node, mb.slot) == data
+
+    # A new sharer counts once more; b's reference drops like any other.
+    a.candidates([(3, digest(data))])
+    (m,) = a.take(MSG_MERGE)
+    a.merged([m])
+    assert a.info() == (2, 1, 1, [1])
+    b.unmerged([mb])
+    assert b.info() == (2, 1, 0, [1])
+    a.unmerged([m])
+    assert a.info() == (2, 0, 0, [0])
+    assert not slot_has_data(agent, mb.slot, mb.node)
+
+
+def test_exited_process_drops_its_unanswered_merges(agent, vms):
+    data = content(46)
+
+    def play():
+        a, b = vms(name="a"), vms(name="b")
+        ma, mb = merge_unanswered_by(b, a, data)
+        leave_unanswered(agent, a, b, ma, mb, data)
+    in_child(play)
+
+    wait_until(lambda: control_info(agent) == (0, 0, 0, [0]), 5,
+               "the exited process's MERGE to be dropped")
+    assert store_file(agent).stat().st_blocks == 0
+    assert "exited: dropping the 1 parked page" in agent.log_text()
 
 
 # ------------------------------------------------------------ misbehaving VMs

@@ -85,6 +85,14 @@ def pair(agent, qtest_vm):
     return agent, vms
 
 
+def fill(vms, content, at=SHARED_AT):
+    """Write @content into every VM; returns their qtest connections."""
+    qtests = [Qtest(vm.qtest_path) for vm in vms]
+    for q in qtests:
+        write_big(q, at, content)
+    return qtests
+
+
 def enable(vms):
     for vm in vms:
         vm.cmd("qom-set", path="/objects/dedup0", property="enabled",
@@ -141,9 +149,7 @@ def test_write_isolation(pair):
     agent, vms = pair
     content = pseudo_random(7, 4 * MIB)
     pages = len(content) // PAGE
-    qtests = [Qtest(vm.qtest_path) for vm in vms]
-    for q in qtests:
-        write_big(q, SHARED_AT, content)
+    qtests = fill(vms, content)
     enable(vms)
     wait_until(lambda: all(merged_non_zero(vm) >= pages for vm in vms), 60,
                "the pages to merge")
@@ -173,9 +179,7 @@ def test_no_lost_write(pair):
                property="x-commit-delay-us", value=2000)
     size = 16 * MIB
     content = bytearray(pseudo_random(3, size))
-    qtests = [Qtest(vm.qtest_path) for vm in vms]
-    for q in qtests:
-        write_big(q, SHARED_AT, bytes(content))
+    qtests = fill(vms, bytes(content))
     # Only the writer thread uses vm0's qtest socket until it stops.
     writer_q = qtests[0]
     stop = threading.Event()
@@ -228,9 +232,7 @@ def merged_pair(pair, mib=16):
     agent, vms = pair
     content = pseudo_random(11, mib * MIB)
     pages = len(content) // PAGE
-    qtests = [Qtest(vm.qtest_path) for vm in vms]
-    for q in qtests:
-        write_big(q, SHARED_AT, content)
+    qtests = fill(vms, content)
     enable(vms)
     wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
                >= pages, 60, "the pages to merge")
@@ -317,9 +319,7 @@ def test_rogue_client_does_not_disturb_merging(pair):
     agent, vms = pair
     content = pseudo_random(13, 16 * MIB)
     pages = len(content) // PAGE
-    qtests = [Qtest(vm.qtest_path) for vm in vms]
-    for q in qtests:
-        write_big(q, SHARED_AT, content)
+    qtests = fill(vms, content)
     enable(vms)
 
     liar = harness.VmClient(agent.sock, name="liar")

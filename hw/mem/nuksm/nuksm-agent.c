@@ -131,6 +131,20 @@ typedef struct NuksmTx {
     uint8_t data[];
 } NuksmTx;
 
+static void nuksm_agent_queue(Nuksm *s, uint32_t epoch, NuksmMsgType type,
+                              uint32_t seq, const void *payload, uint32_t len)
+{
+    NuksmAgentConn *c = &s->conn;
+    NuksmTx *tx = g_malloc(sizeof(*tx) + sizeof(NuksmMsgHeader) + len);
+
+    tx->epoch = epoch;
+    tx->size = nuksm_msg_pack(tx->data, type, seq, payload, len);
+    qemu_mutex_lock(&c->tx_lock);
+    g_queue_push_tail(&c->tx, tx);
+    qemu_mutex_unlock(&c->tx_lock);
+    qemu_bh_schedule(c->tx_bh);
+}
+
 /*
  * Queue a message for the agent, from any thread.  @epoch is the
  * connection it belongs to: after a reconnection it is dropped.
@@ -138,15 +152,7 @@ typedef struct NuksmTx {
 void nuksm_agent_post(Nuksm *s, uint32_t epoch, NuksmMsgType type,
                       const void *payload, uint32_t len)
 {
-    NuksmAgentConn *c = &s->conn;
-    NuksmTx *tx = g_malloc(sizeof(*tx) + sizeof(NuksmMsgHeader) + len);
-
-    tx->epoch = epoch;
-    tx->size = nuksm_msg_pack(tx->data, type, 0, payload, len);
-    qemu_mutex_lock(&c->tx_lock);
-    g_queue_push_tail(&c->tx, tx);
-    qemu_mutex_unlock(&c->tx_lock);
-    qemu_bh_schedule(c->tx_bh);
+    nuksm_agent_queue(s, epoch, type, 0, payload, len);
 }
 
 size_t nuksm_agent_backlog(Nuksm *s)
@@ -528,16 +534,12 @@ void nuksm_agent_cleanup(Nuksm *s)
 void nuksm_agent_send_priority(Nuksm *s)
 {
     NuksmMsgPriority msg = { .priority = s->priority };
-    Error *err = NULL;
 
     if (!s->conn.ready) {
         return;  /* the next HELLO carries it */
     }
-    if (!nuksm_agent_send(s, NUKSM_MSG_SET_PRIORITY, s->conn.next_seq++,
-                          &msg, sizeof(msg), &err)) {
-        nuksm_agent_disconnect(s, error_get_pretty(err));
-        error_free(err);
-    }
+    nuksm_agent_queue(s, s->conn.epoch, NUKSM_MSG_SET_PRIORITY,
+                      s->conn.next_seq++, &msg, sizeof(msg));
 }
 
 static void nuksm_request_timeout_cb(void *opaque)
@@ -575,9 +577,8 @@ int coroutine_fn nuksm_agent_request(Nuksm *s, NuksmMsgType type,
     if (c->next_seq == 0) {
         c->next_seq = 1;  /* seq 0 marks notifications */
     }
-    if (!nuksm_agent_send(s, type, req.seq, payload, len, errp)) {
-        return -EIO;
-    }
+    /* Behind what the scanner queued: the socket may be full. */
+    nuksm_agent_queue(s, c->epoch, type, req.seq, payload, len);
 
     object_ref(OBJECT(s));
     req.timeout = timer_new_ms(QEMU_CLOCK_REALTIME, nuksm_request_timeout_cb,
