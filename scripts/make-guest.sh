@@ -60,10 +60,18 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 exec </dev/console >/dev/console 2>&1
 
+# The virtio balloon driver, for RAM discard tests (-device virtio-balloon).
+for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev \
+         virtio_pci virtio_balloon; do
+    insmod /modules/$m.ko || echo "nuksm-guest: cannot load $m"
+done
+
 fill=0
+free=0
 for arg in $(cat /proc/cmdline); do
     case $arg in
     nuksm.fill=*) fill=${arg#nuksm.fill=} ;;
+    nuksm.free=1) free=1 ;;
     esac
 done
 case $fill in
@@ -80,6 +88,12 @@ if [ "$fill" -gt 0 ]; then
     done >/fill/data
     rm /fill/unit
     echo "nuksm-guest: filled $fill MiB"
+    # nuksm.free=1: give the pages back; their content stays in free RAM.
+    if [ "$free" = 1 ]; then
+        rm /fill/data
+        umount /fill
+        echo "nuksm-guest: freed $fill MiB"
+    fi
 fi
 
 echo "nuksm-guest: ready"
@@ -124,6 +138,14 @@ say "assembling the initramfs"
 initrd=$scratch/initrd
 mkdir -p "$initrd/bin"
 cp "$scratch/root/bin/busybox" "$initrd/bin/busybox"
+mkdir -p "$initrd/modules"
+for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev \
+         virtio_pci virtio_balloon; do
+    ko=$(find "$scratch/root/lib/modules" "$scratch/root/usr/lib/modules" \
+         -name "$m.ko" 2>/dev/null | head -n 1)
+    [ -n "$ko" ] || die "no $m.ko in $kpkg"
+    cp "$ko" "$initrd/modules/"
+done
 ln -s busybox "$initrd/bin/sh"
 write_init "$initrd/init"
 (cd "$initrd" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) \

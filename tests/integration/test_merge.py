@@ -166,7 +166,16 @@ def test_write_isolation(pair):
                "the copy-on-write break to be noticed")
     wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
                == pages - 1, 30, "the agent to drop the broken reference")
+
+    # Written back, the page is a duplicate again and merges again: the
+    # copy now lives inside the store mapping, which nuksm re-registered
+    # for write protection when it mapped the store there.
+    original = int.from_bytes(content[10 * PAGE:10 * PAGE + 8], "little")
+    qtests[0].command(f"writeq {victim:#x} {original:#x}")
+    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
+               == pages, 30, "the page to merge again")
     for q in qtests:
+        assert b64read(q, SHARED_AT, len(content)) == content
         q.close()
 
 
@@ -340,3 +349,98 @@ def test_rogue_client_does_not_disturb_merging(pair):
     for q in qtests:
         assert read_big(q, SHARED_AT, len(content)) == content
         q.close()
+
+
+def test_background_snapshot_of_merged_memory(pair, start_vm, workdir):
+    """A background snapshot (which write-protects guest RAM with its own
+    userfaultfd) runs while nuksm steps aside, and restores identical
+    memory.  The capability can only be switched on while nuksm holds no
+    userfaultfd, hence the enabled=off around it (docs/operations.rst)."""
+    agent, vms = pair
+    content, pages, qtests = merged_pair(pair)
+    for q in qtests:
+        q.close()
+    vm = vms[0]
+
+    def set_enabled(value):
+        vm.cmd("qom-set", path="/objects/dedup0", property="enabled",
+               value=value)
+
+    set_enabled(False)
+    vm.cmd("migrate-set-capabilities", capabilities=[
+        {"capability": "background-snapshot", "state": True}])
+    set_enabled(True)
+    vm.wait_state("active")
+    path = workdir / "vm0.snapshot"
+    vm.cmd("migrate", uri=f"file:{path}")
+    wait_until(lambda: vm.cmd("query-migrate")["status"] == "completed", 60,
+               "the background snapshot to complete")
+    vm.wait_state("active")
+    assert merged_non_zero(vm) == pages
+
+    dest = start_vm("dest", [*harness.qtest_args(
+        workdir / "dest.qtest", mem="512M"), "-incoming", f"file:{path}"])
+    wait_until(lambda: dest.cmd("query-migrate").get("status") ==
+               "completed", 60, "the snapshot to load")
+    q = Qtest(dest.qtest_path)
+    assert read_big(q, SHARED_AT, len(content)) == content
+    q.close()
+
+
+def fill_unit_pages():
+    """The distinct pages of the test guest's nuksm.fill content
+    (scripts/make-guest.sh: seq 10000000 10200000 | head -c 1MiB)."""
+    unit = "".join(f"{i}\n" for i in range(10000000, 10200001))
+    unit = unit.encode()[:MIB]
+    return {unit[off:off + PAGE] for off in range(0, MIB, PAGE)}
+
+
+def count_pages_in(path, wanted):
+    with open(path, "rb") as f:
+        data = f.read()
+    return sum(data[off:off + PAGE] in wanted
+               for off in range(0, len(data), PAGE))
+
+
+def test_balloon_discard_never_exposes_the_store(agent, start_vm, workdir):
+    """Guests free 64 MiB of identical content, nuksm merges those free
+    pages, then a balloon takes them: QEMU discards them through nuksm,
+    which maps fresh anonymous memory.  The discarded pages read zero,
+    not the store's content (MADV_DONTNEED alone would expose it)."""
+    vms = []
+    for name in ("g0", "g1"):
+        args = [str(a) + " nuksm.free=1" if str(a).startswith("console=")
+                else a for a in harness.guest_args(
+                    workdir / f"{name}.serial", 64, harness.nuksm_object(
+                        id="dedup0", agent=agent.sock, max_cpu=100))]
+        vm = start_vm(name, [*args, "-device", "virtio-balloon-pci"])
+        vm.wait_serial("nuksm-guest: freed 64 MiB", timeout=90)
+        vms.append(vm)
+    wait_until(lambda: all(merged_non_zero(vm) >= 15000 for vm in vms), 120,
+               "the freed content to merge")
+
+    fill = fill_unit_pages()
+    before = workdir / "before.mem"
+    vms[0].cmd("pmemsave", val=0, size=256 * MIB, filename=str(before))
+    fill_before = count_pages_in(before, fill)
+    merged_before = merged_non_zero(vms[0])
+    sharing_before = vms[0].cmd("query-nuksm-agent")["pages-sharing"]
+    assert fill_before >= 15000
+
+    vms[0].cmd("balloon", value=96 * MIB)
+    wait_until(lambda: vms[0].cmd("query-balloon")["actual"] <= 96 * MIB,
+               90, "the balloon to inflate")
+    wait_until(lambda: merged_non_zero(vms[0]) <= merged_before - 4000, 30,
+               "nuksm to see the discards")
+    after = workdir / "after.mem"
+    vms[0].cmd("pmemsave", val=0, size=256 * MIB, filename=str(after))
+    fill_after = count_pages_in(after, fill)
+    gone = merged_before - merged_non_zero(vms[0])
+    # The merged pages the balloon took, nearly all of them fill pages,
+    # read as something other than the store's content now (zero, until
+    # the guest writes them).
+    assert fill_before - fill_after >= 0.8 * min(gone, fill_before), \
+        f"{fill_before - fill_after} fill pages gone from guest memory, " \
+        f"but {gone} merged pages were discarded"
+    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
+               < sharing_before, 30, "the agent to drop the references")

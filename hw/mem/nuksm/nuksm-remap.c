@@ -46,8 +46,12 @@ int nuksm_remap_uffd_open(Error **errp)
                    "this kernel (needs Linux 5.19 or later for shmem)");
         return -1;
     }
-    /* Protect pages that are not populated yet as well (Linux 6.4+). */
-    features |= supported & UFFD_FEATURE_WP_UNPOPULATED;
+    /*
+     * Protect pages that are not populated yet as well (Linux 6.4+), and
+     * pages mapped from the store, a shmem file (Linux 5.19+).
+     */
+    features |= supported & (UFFD_FEATURE_WP_UNPOPULATED |
+                             UFFD_FEATURE_WP_HUGETLBFS_SHMEM);
     fd = uffd_create_fd(features, true);
     if (fd < 0) {
         error_setg_errno(errp, errno, "cannot create a userfaultfd");

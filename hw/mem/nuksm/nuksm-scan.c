@@ -551,6 +551,14 @@ void nuksm_scanner_set_active(NuksmScanner *sc, bool active, uint32_t epoch)
         qemu_cond_broadcast(&sc->cond);
     }
     qemu_mutex_unlock(&sc->lock);
+    /*
+     * Give userfaultfd back now, not when the thread gets to it: a
+     * migration starting next registers its own on the same RAM.  The
+     * thread never waits for the main loop while holding page_lock.
+     */
+    if (!active) {
+        nuksm_scan_release_uffd(sc);
+    }
 }
 
 void nuksm_scanner_set_budget(NuksmScanner *sc, uint32_t max_cpu,
