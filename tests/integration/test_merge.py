@@ -248,17 +248,22 @@ def merged_pair(pair, mib=16):
     return content, pages, qtests
 
 
-def test_agent_crash_and_restart(pair, start_agent):
-    """SIGKILL the agent: guests keep their memory; a new agent on the same
-    state directory gets every reference back from RESTORE.  (Merged pages
-    are never candidates again, so nothing but RESTORE can bring
-    pages-sharing back.)"""
+def test_agent_crash_and_restart(pair):
+    """SIGKILL the agent in the middle of merging: guests keep their
+    memory; a new agent on the same state directory gets every reference
+    back from RESTORE, and merging completes."""
     agent, vms = pair
-    content, pages, qtests = merged_pair(pair)
-
+    content = pseudo_random(17, 64 * MIB)
+    pages = len(content) // PAGE
+    qtests = fill(vms, content)
+    enable(vms)
+    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
+               >= 500, 60, "merging to start")
     agent.kill()
     for vm in vms:
         vm.wait_state("disconnected")
+    merged_at_kill = [merged_non_zero(vm) for vm in vms]
+    assert min(merged_at_kill) < pages, "the kill came after the merge"
     for q in qtests:
         assert read_big(q, SHARED_AT, len(content)) == content
 
@@ -266,10 +271,29 @@ def test_agent_crash_and_restart(pair, start_agent):
     for vm in vms:
         vm.wait_state("active")
     wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
-               >= pages, 10, "pages-sharing to recover from RESTORE")
+               == pages, 60, "merging to complete after the restart")
     assert vms[0].cmd("query-nuksm-agent")["pages-shared"] == pages
     for vm in vms:
         assert merged_non_zero(vm) == pages
+    for q in qtests:
+        assert read_big(q, SHARED_AT, len(content)) == content
+        q.close()
+
+
+def test_agent_restart_restores_references(pair):
+    """Merged pages are never nominated again, so nothing but RESTORE can
+    bring pages-sharing back after an agent restart."""
+    agent, vms = pair
+    content, pages, qtests = merged_pair(pair)
+    agent.kill()
+    for vm in vms:
+        vm.wait_state("disconnected")
+    agent.start()
+    for vm in vms:
+        vm.wait_state("active")
+    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
+               == pages, 10, "pages-sharing to recover from RESTORE")
+    assert vms[0].cmd("query-nuksm-agent")["pages-shared"] == pages
     for q in qtests:
         assert read_big(q, SHARED_AT, len(content)) == content
         q.close()

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from qemu.qmp import ExecuteError
@@ -293,3 +294,37 @@ def test_exclusions(workdir, agent, qtest_vm):
     reasons = {e["memdev"]: e["reason"] for e in spare.nuksm()["excluded"]}
     assert reasons["main"] == "not-selected"
     assert spare.nuksm()["eligible-pages"] == (8 << 20) // PAGE_SIZE
+
+
+@pytest.fixture
+def huge_pages():
+    """Reserve 8 huge pages (16 MiB) for the test, then restore the
+    host's setting.  Skips, saying why, where the host cannot."""
+    knob = Path("/proc/sys/vm/nr_hugepages")
+    try:
+        saved = int(knob.read_text())
+        knob.write_text(str(saved + 8))
+    except OSError as e:
+        pytest.skip(f"HOST CANNOT RESERVE HUGE PAGES ({e}): the hugetlbfs "
+                    f"exclusion is not tested here")
+    try:
+        free = int(next(line.split()[1] for line in
+                        open("/proc/meminfo") if
+                        line.startswith("HugePages_Free:")))
+        if free < 8:
+            pytest.skip(f"HOST HAS ONLY {free} FREE HUGE PAGES: the "
+                        f"hugetlbfs exclusion is not tested here")
+        yield
+    finally:
+        knob.write_text(str(saved))
+
+
+def test_hugetlbfs_is_excluded(agent, qtest_vm, huge_pages):
+    vm = qtest_vm("huge", agent=agent.sock, extra=[
+        "-object", "memory-backend-memfd,id=huge,size=16M,hugetlb=on,"
+                   "hugetlbsize=2M,share=off",
+        "-machine", "memory-backend=huge", "-m", "16M"])
+    reasons = {e["memdev"]: (e["reason"], e["size"])
+               for e in vm.nuksm()["excluded"]}
+    assert reasons["huge"] == ("huge-pages", 16 << 20)
+    assert vm.nuksm()["eligible-pages"] == 0

@@ -613,7 +613,9 @@ static bool exclusion_has(QDict *info, const char *memdev,
 
     QLIST_FOREACH_ENTRY(qdict_get_qlist(info, "excluded"), e) {
         QDict *ex = qobject_to(QDict, qlist_entry_obj(e));
-        if (g_str_equal(qdict_get_str(ex, "memdev"), memdev) &&
+        /* RAM blocks of devices are named after the device's path. */
+        if ((g_str_equal(qdict_get_str(ex, "memdev"), memdev) ||
+             g_str_has_suffix(qdict_get_str(ex, "memdev"), memdev)) &&
             g_str_equal(qdict_get_str(ex, "reason"), reason)) {
             return true;
         }
@@ -634,7 +636,7 @@ static void test_exclusions(void)
                       "-object memory-backend-memfd,id=m1,size=32M,share=on "
                       "-object memory-backend-ram,id=m2,size=32M "
                       "-numa node,memdev=m0 -numa node,memdev=m1 "
-                      "-numa node,memdev=m2 "
+                      "-numa node,memdev=m2 -device VGA "
                       "-object nuksm,id=dedup0,agent=%s "
                       "-object nuksm,id=only2,agent=%s,memdev=m2",
                       a.sock, a.sock);
@@ -644,6 +646,7 @@ static void test_exclusions(void)
                     (64 + 32) * 256);
     g_assert_true(exclusion_has(info, "m1", "shared"));
     g_assert_true(exclusion_has(info, "pc.bios", "rom"));
+    g_assert_true(exclusion_has(info, "/vga.vram", "device-ram"));
     g_assert_false(exclusion_has(info, "m0", "not-selected"));
     qobject_unref(resp);
 
