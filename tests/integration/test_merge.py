@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from qemu.qmp import ExecuteError
 
 import harness
 from harness import Qtest, wait_until
@@ -177,6 +178,11 @@ def test_write_isolation(pair):
     for q in qtests:
         assert b64read(q, SHARED_AT, len(content)) == content
         q.close()
+
+    # Pages mapped from the store need their object as long as the VM
+    # runs (a discard of them must go through it): it cannot be deleted.
+    with pytest.raises(ExecuteError, match="in use"):
+        vms[0].cmd("object-del", id="dedup0")
 
 
 def test_no_lost_write(pair):

@@ -211,6 +211,9 @@ static void nuksm_merge_remember(NuksmScanner *sc, NuksmBlockState *bs,
     *ref = *r;
     ref->status = NUKSM_STATUS_NONE;
     g_hash_table_replace(sc->refs, &ref->page, ref);
+    if (!(bs->flags[idx] & NUKSM_PAGE_REMAPPED)) {
+        sc->remapped_pages++;
+    }
     bs->flags[idx] |= NUKSM_PAGE_MERGED | NUKSM_PAGE_REMAPPED;
     sc->stats.merged_pages++;
     sc->stats.merged_per_node[r->node]++;
@@ -397,6 +400,9 @@ bool nuksm_scanner_discard(NuksmScanner *sc, RAMBlock *rb, void *host,
         }
         if (*flags & NUKSM_PAGE_ZERO) {
             sc->stats.zero_pages--;
+        }
+        if (*flags & NUKSM_PAGE_REMAPPED) {
+            sc->remapped_pages--;
         }
         *flags = 0;
         bs->digest[first + i] = 0;

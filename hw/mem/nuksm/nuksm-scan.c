@@ -580,6 +580,16 @@ void nuksm_scanner_kick(NuksmScanner *sc)
     qemu_mutex_unlock(&sc->lock);
 }
 
+bool nuksm_scanner_has_remapped(NuksmScanner *sc)
+{
+    bool remapped;
+
+    qemu_mutex_lock(&sc->page_lock);
+    remapped = sc->remapped_pages > 0;
+    qemu_mutex_unlock(&sc->page_lock);
+    return remapped;
+}
+
 void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmScanStats *stats)
 {
     qemu_mutex_lock(&sc->page_lock);

@@ -75,6 +75,7 @@ struct NuksmScanner {
     GHashTable *blocks;         /* RAM block name -> NuksmBlockState */
     GHashTable *refs;           /* page -> NuksmSlotRef of merged pages */
     int uffd;                   /* -1 while stepped aside */
+    uint64_t remapped_pages;    /* pages with NUKSM_PAGE_REMAPPED */
     NuksmStore stores[NUKSM_MAX_NODES];
     GArray *unmerged;           /* NuksmSlotRef, to send */
 

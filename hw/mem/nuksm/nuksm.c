@@ -425,10 +425,17 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     nuksm_agent_start(s);
 }
 
-/* A QMP command waiting for the agent still uses the object. */
+/*
+ * A QMP command waiting for the agent still uses the object; and pages
+ * it mapped from the store need it for as long as the VM runs (a discard
+ * of them must go through it).  Disable it instead.
+ */
 static bool nuksm_can_be_deleted(UserCreatable *uc)
 {
-    return QLIST_EMPTY(&NUKSM(uc)->conn.requests);
+    Nuksm *s = NUKSM(uc);
+
+    return QLIST_EMPTY(&s->conn.requests) &&
+           !(s->scanner && nuksm_scanner_has_remapped(s->scanner));
 }
 
 static void nuksm_instance_init(Object *obj)

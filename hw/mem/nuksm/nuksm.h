@@ -123,6 +123,7 @@ void nuksm_scanner_set_budget(NuksmScanner *sc, uint32_t max_cpu,
                               uint64_t scan_rate, bool zero_pages);
 void nuksm_scanner_kick(NuksmScanner *sc);
 void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmScanStats *stats);
+bool nuksm_scanner_has_remapped(NuksmScanner *sc);
 void nuksm_scanner_queue(NuksmScanner *sc, NuksmMsgType type,
                          uint32_t epoch, const void *payload, uint32_t len,
                          int fd);
