@@ -110,7 +110,8 @@ static bool nuksm_merge_slot_valid(NuksmScanner *sc, const NuksmSlotRef *r,
 {
     const NuksmStore *st = &sc->stores[r->node];
 
-    return st->fd >= 0 && r->slot + pages <= st->size / NUKSM_PAGE_SIZE;
+    return st->fd >= 0 && r->slot + pages <= st->size / NUKSM_PAGE_SIZE &&
+           r->slot + pages <= NUKSM_REF_MAX_SLOT;
 }
 
 /* Post a batch of slot references as one or more messages. */
@@ -202,15 +203,36 @@ static void nuksm_merge_upload(NuksmScanner *sc, NuksmWork *w)
     nuksm_merge_post_uploads(sc, w->epoch, refs, host, n);
 }
 
-/* Record that @page maps slot @r (page_lock held). */
+/* The slot page @idx of @bs maps (it is merged; page_lock held). */
+static NuksmSlotRef nuksm_merge_ref(NuksmBlockState *bs, uint64_t idx)
+{
+    uint64_t v = bs->refs[idx / NUKSM_REF_REGION][idx % NUKSM_REF_REGION];
+
+    return (NuksmSlotRef) {
+        .page = bs->first_page + idx,
+        .node = v & 0xff,
+        .slot = (v >> 8) & (NUKSM_REF_MAX_SLOT - 1),
+        .gen = v >> 32,
+        .status = NUKSM_STATUS_NONE,
+    };
+}
+
+/* Record that page @idx of @bs maps slot @r (page_lock held). */
 static void nuksm_merge_remember(NuksmScanner *sc, NuksmBlockState *bs,
                                  uint64_t idx, const NuksmSlotRef *r)
 {
-    NuksmSlotRef *ref = g_new(NuksmSlotRef, 1);
+    uint64_t **region;
 
-    *ref = *r;
-    ref->status = NUKSM_STATUS_NONE;
-    g_hash_table_replace(sc->refs, &ref->page, ref);
+    if (!bs->refs) {
+        bs->refs = g_new0(uint64_t *,
+                          DIV_ROUND_UP(bs->nr_pages, NUKSM_REF_REGION));
+    }
+    region = &bs->refs[idx / NUKSM_REF_REGION];
+    if (!*region) {
+        *region = g_new(uint64_t, NUKSM_REF_REGION);
+    }
+    (*region)[idx % NUKSM_REF_REGION] =
+        (uint64_t)r->gen << 32 | (uint64_t)r->slot << 8 | r->node;
     if (!(bs->flags[idx] & NUKSM_PAGE_REMAPPED)) {
         sc->remapped_pages++;
     }
@@ -226,20 +248,17 @@ static void nuksm_merge_remember(NuksmScanner *sc, NuksmBlockState *bs,
 void nuksm_merge_forget(NuksmScanner *sc, NuksmBlockState *bs, uint64_t idx,
                         NuksmSlotStatus why)
 {
-    uint64_t page = bs->first_page + idx;
-    NuksmSlotRef *ref = g_hash_table_lookup(sc->refs, &page);
     NuksmSlotRef r;
 
-    bs->flags[idx] &= ~(NUKSM_PAGE_MERGED | NUKSM_PAGE_STABLE);
-    if (!ref) {
+    if (!(bs->flags[idx] & NUKSM_PAGE_MERGED)) {
         return;
     }
-    r = *ref;
+    bs->flags[idx] &= ~(NUKSM_PAGE_MERGED | NUKSM_PAGE_STABLE);
+    r = nuksm_merge_ref(bs, idx);
     r.status = why;
     g_array_append_val(sc->unmerged, r);
     sc->stats.merged_pages--;
     sc->stats.merged_per_node[r.node]--;
-    g_hash_table_remove(sc->refs, &page);
 }
 
 /*
@@ -346,12 +365,17 @@ void nuksm_merge_reset(NuksmScanner *sc, uint32_t epoch)
     g_autoptr(GArray) restore = g_array_new(false, false,
                                             sizeof(NuksmSlotRef));
     GHashTableIter it;
-    NuksmSlotRef *ref;
+    NuksmBlockState *bs;
 
     qemu_mutex_lock(&sc->page_lock);
-    g_hash_table_iter_init(&it, sc->refs);
-    while (g_hash_table_iter_next(&it, NULL, (gpointer *)&ref)) {
-        g_array_append_val(restore, *ref);
+    g_hash_table_iter_init(&it, sc->blocks);
+    while (g_hash_table_iter_next(&it, NULL, (gpointer *)&bs)) {
+        for (uint64_t i = 0; i < bs->nr_pages; i++) {
+            if (bs->flags[i] & NUKSM_PAGE_MERGED) {
+                NuksmSlotRef r = nuksm_merge_ref(bs, i);
+                g_array_append_val(restore, r);
+            }
+        }
     }
     /* What the old connection did not get to send is moot. */
     g_array_set_size(sc->candidates, 0);

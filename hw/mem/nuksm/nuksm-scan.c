@@ -45,10 +45,21 @@
 
 static int nuksm_pagemap_fd = -1;
 
+void nuksm_scan_block_refs_free(NuksmBlockState *bs)
+{
+    for (uint64_t r = 0; bs->refs && r < DIV_ROUND_UP(bs->nr_pages,
+                                                      NUKSM_REF_REGION); r++) {
+        g_free(bs->refs[r]);
+    }
+    g_free(bs->refs);
+    bs->refs = NULL;
+}
+
 static void nuksm_block_state_free(gpointer p)
 {
     NuksmBlockState *bs = p;
 
+    nuksm_scan_block_refs_free(bs);
     g_free(bs->digest);
     g_free(bs->flags);
     g_free(bs);
@@ -67,10 +78,10 @@ NuksmBlockState *nuksm_scan_block_state(NuksmScanner *sc, RAMBlock *rb)
     if (bs->nr_pages != nr_pages || bs->first_page !=
         rb->offset / NUKSM_PAGE_SIZE) {
         /*
-         * New or resized block: forget its hashes.  Merged pages of a
-         * resized block keep their references; RAM resizing only happens
-         * for device RAM, which nuksm never touches.
+         * New or resized block: forget what we knew of it.  Only device
+         * RAM, which nuksm never touches, is ever resized.
          */
+        nuksm_scan_block_refs_free(bs);
         g_free(bs->digest);
         g_free(bs->flags);
         bs->digest = g_new0(uint32_t, nr_pages);
@@ -498,8 +509,6 @@ NuksmScanner *nuksm_scanner_new(Nuksm *s)
     sc->zero_digest = nuksm_page_digest(zero_page, NUKSM_PAGE_SIZE);
     sc->blocks = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
                                        nuksm_block_state_free);
-    sc->refs = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
-                                     g_free);
     sc->candidates = g_array_new(false, false, sizeof(NuksmCandidate));
     sc->unmerged = g_array_new(false, false, sizeof(NuksmSlotRef));
     for (int n = 0; n < NUKSM_MAX_NODES; n++) {
@@ -532,7 +541,6 @@ void nuksm_scanner_free(NuksmScanner *sc)
     }
     nuksm_merge_stores_free(sc);
     g_hash_table_destroy(sc->blocks);
-    g_hash_table_destroy(sc->refs);
     g_array_free(sc->candidates, true);
     g_array_free(sc->unmerged, true);
     qemu_cond_destroy(&sc->cond);

@@ -16,17 +16,31 @@
 /* Per-page flags (one byte per guest page). */
 enum {
     NUKSM_PAGE_STABLE   = 1 << 0,  /* digest unchanged since last pass */
-    NUKSM_PAGE_MERGED   = 1 << 1,  /* maps a store slot (see refs) */
+    NUKSM_PAGE_MERGED   = 1 << 1,  /* maps a store slot (see ->refs) */
     NUKSM_PAGE_ZERO     = 1 << 2,  /* dropped as a zero page */
     NUKSM_PAGE_REMAPPED = 1 << 3,  /* mapped from a store file, maybe COWed */
 };
 
-/* Scan state of one RAM block: 5 bytes per guest page. */
+/* Pages per region of NuksmBlockState.refs. */
+#define NUKSM_REF_REGION 512
+/* Slots a packed reference can name (its 24 bits). */
+#define NUKSM_REF_MAX_SLOT (1u << 24)
+
+/*
+ * Scan state of one RAM block: 5 bytes per guest page, plus 8 bytes per
+ * page of the 2 MiB regions where some page is merged.
+ */
 typedef struct NuksmBlockState {
     uint64_t first_page;        /* ram_addr / NUKSM_PAGE_SIZE */
     uint64_t nr_pages;
     uint32_t *digest;           /* low 32 bits; 0 = not hashed yet */
     uint8_t *flags;
+    /*
+     * The slot each merged page maps (gen << 32 | slot << 8 | node), by
+     * region of NUKSM_REF_REGION pages; a region is allocated when one of
+     * its pages first merges.
+     */
+    uint64_t **refs;
 } NuksmBlockState;
 
 /* A node's store, as the agent handed it over (read-only). */
@@ -73,7 +87,6 @@ struct NuksmScanner {
      */
     QemuMutex page_lock;
     GHashTable *blocks;         /* RAM block name -> NuksmBlockState */
-    GHashTable *refs;           /* page -> NuksmSlotRef of merged pages */
     int uffd;                   /* -1 while stepped aside */
     uint64_t remapped_pages;    /* pages with NUKSM_PAGE_REMAPPED */
     NuksmStore stores[NUKSM_MAX_NODES];
@@ -87,6 +100,7 @@ struct NuksmScanner {
 
 /* nuksm-scan.c */
 NuksmBlockState *nuksm_scan_block_state(NuksmScanner *sc, RAMBlock *rb);
+void nuksm_scan_block_refs_free(NuksmBlockState *bs);
 void nuksm_scan_flush_unmerged(NuksmScanner *sc, uint32_t epoch);
 
 /* nuksm-merge.c */
