@@ -19,7 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from qemu.qmp import ExecInterruptedError
+from qemu.qmp import ConnectError, ExecInterruptedError
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -421,10 +421,25 @@ class Vm:
                                          stderr=subprocess.STDOUT,
                                          preexec_fn=die_with_parent)
         wait_until(self._qmp_ready, 30, f"QMP socket of {self.name}")
-        self.qmp = QEMUMonitorProtocol(str(self.qmp_path))
-        self.qmp.connect()
+        self.qmp = self._qmp_connect()
         self.qmp.settimeout(30)
         return self
+
+    def _qmp_connect(self):
+        """A negotiated QMP session.  QEMU may emit an event (e.g.
+        NUKSM_AGENT_CONNECTED) between the capabilities negotiation and its
+        reply, which the legacy client takes for a failed negotiation: then
+        connect again."""
+        for _ in range(2):
+            qmp = QEMUMonitorProtocol(str(self.qmp_path))
+            try:
+                qmp.connect()
+                return qmp
+            except ConnectError:
+                qmp.close()
+        qmp = QEMUMonitorProtocol(str(self.qmp_path))
+        qmp.connect()
+        return qmp
 
     def _qmp_ready(self):
         self.check_alive()

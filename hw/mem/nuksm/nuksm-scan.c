@@ -409,12 +409,25 @@ static void nuksm_scan_take_uffd(NuksmScanner *sc)
 {
     Error *err = NULL;
     int uffd = nuksm_remap_uffd_open(&err);
+    bool active;
 
     if (uffd < 0) {
         error_reportf_err(err, "nuksm: merging disabled: ");
         return;
     }
     qemu_mutex_lock(&sc->page_lock);
+    qemu_mutex_lock(&sc->lock);
+    active = sc->active;
+    qemu_mutex_unlock(&sc->lock);
+    /*
+     * Checked under page_lock: once deactivation released userfaultfd
+     * (under page_lock too), a migration may hold its own on our RAM.
+     */
+    if (!active || sc->uffd >= 0) {
+        qemu_mutex_unlock(&sc->page_lock);
+        close(uffd);
+        return;
+    }
     sc->uffd = uffd;
     nuksm_ram_foreach_eligible(sc->s, nuksm_scan_register, sc);
     qemu_mutex_unlock(&sc->page_lock);
