@@ -64,6 +64,16 @@ def nuksm(vm):
     return vm.nuksm()
 
 
+def sharing(vm):
+    """The agent's pages-sharing, asked through @vm."""
+    return vm.cmd("query-nuksm-agent")["pages-sharing"]
+
+
+def wait_states(vms, state):
+    for vm in vms:
+        vm.wait_state(state)
+
+
 def merged_non_zero(vm):
     info = nuksm(vm)
     return info["merged-pages"] - info["zero-pages"]
@@ -165,16 +175,15 @@ def test_write_isolation(pair):
 
     wait_until(lambda: nuksm(vms[0])["cow-breaks"] >= 1, 30,
                "the copy-on-write break to be noticed")
-    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
-               == pages - 1, 30, "the agent to drop the broken reference")
+    wait_until(lambda: sharing(vms[0]) == pages - 1,
+               30, "the agent to drop the broken reference")
 
     # Written back, the page is a duplicate again and merges again: the
     # copy now lives inside the store mapping, which nuksm re-registered
     # for write protection when it mapped the store there.
     original = int.from_bytes(content[10 * PAGE:10 * PAGE + 8], "little")
     qtests[0].command(f"writeq {victim:#x} {original:#x}")
-    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
-               == pages, 30, "the page to merge again")
+    wait_until(lambda: sharing(vms[0]) == pages, 30, "the page to merge again")
     for q in qtests:
         assert b64read(q, SHARED_AT, len(content)) == content
         q.close()
@@ -249,8 +258,7 @@ def merged_pair(pair, mib=16):
     pages = len(content) // PAGE
     qtests = fill(vms, content)
     enable(vms)
-    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
-               >= pages, 60, "the pages to merge")
+    wait_until(lambda: sharing(vms[0]) >= pages, 60, "the pages to merge")
     return content, pages, qtests
 
 
@@ -263,21 +271,18 @@ def test_agent_crash_and_restart(pair):
     pages = len(content) // PAGE
     qtests = fill(vms, content)
     enable(vms)
-    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
-               >= 500, 60, "merging to start")
+    wait_until(lambda: sharing(vms[0]) >= 500, 60, "merging to start")
     agent.kill()
-    for vm in vms:
-        vm.wait_state("disconnected")
+    wait_states(vms, "disconnected")
     merged_at_kill = [merged_non_zero(vm) for vm in vms]
     assert min(merged_at_kill) < pages, "the kill came after the merge"
     for q in qtests:
         assert read_big(q, SHARED_AT, len(content)) == content
 
     agent.start()
-    for vm in vms:
-        vm.wait_state("active")
-    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
-               == pages, 60, "merging to complete after the restart")
+    wait_states(vms, "active")
+    wait_until(lambda: sharing(vms[0]) == pages,
+               60, "merging to complete after the restart")
     assert vms[0].cmd("query-nuksm-agent")["pages-shared"] == pages
     for vm in vms:
         assert merged_non_zero(vm) == pages
@@ -292,13 +297,11 @@ def test_agent_restart_restores_references(pair):
     agent, vms = pair
     content, pages, qtests = merged_pair(pair)
     agent.kill()
-    for vm in vms:
-        vm.wait_state("disconnected")
+    wait_states(vms, "disconnected")
     agent.start()
-    for vm in vms:
-        vm.wait_state("active")
-    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
-               == pages, 10, "pages-sharing to recover from RESTORE")
+    wait_states(vms, "active")
+    wait_until(lambda: sharing(vms[0]) == pages,
+               10, "pages-sharing to recover from RESTORE")
     assert vms[0].cmd("query-nuksm-agent")["pages-shared"] == pages
     for q in qtests:
         assert read_big(q, SHARED_AT, len(content)) == content
@@ -315,8 +318,7 @@ def test_qemu_crash_frees_slots(pair):
         q.close()
 
     vms[1].kill()
-    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
-               == 0, 10, "vm1's references to go")
+    wait_until(lambda: sharing(vms[0]) == 0, 10, "vm1's references to go")
     assert vms[0].cmd("query-nuksm-agent")["pages-shared"] == pages
 
     vms[0].kill()
@@ -372,8 +374,7 @@ def test_rogue_client_does_not_disturb_merging(pair):
         harness.ERR_BAD_MESSAGE
     garbage.close()
 
-    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
-               >= pages, 60, "the real VMs to merge")
+    wait_until(lambda: sharing(vms[0]) >= pages, 60, "the real VMs to merge")
     for vm in vms:
         assert nuksm(vm)["state"] == "active"
     for q in qtests:
@@ -454,7 +455,7 @@ def test_balloon_discard_never_exposes_the_store(agent, start_vm, workdir):
     vms[0].cmd("pmemsave", val=0, size=256 * MIB, filename=str(before))
     fill_before = count_pages_in(before, fill)
     merged_before = merged_non_zero(vms[0])
-    sharing_before = vms[0].cmd("query-nuksm-agent")["pages-sharing"]
+    sharing_before = sharing(vms[0])
     assert fill_before >= 15000
 
     vms[0].cmd("balloon", value=96 * MIB)
@@ -472,5 +473,5 @@ def test_balloon_discard_never_exposes_the_store(agent, start_vm, workdir):
     assert fill_before - fill_after >= 0.8 * min(gone, fill_before), \
         f"{fill_before - fill_after} fill pages gone from guest memory, " \
         f"but {gone} merged pages were discarded"
-    wait_until(lambda: vms[0].cmd("query-nuksm-agent")["pages-sharing"]
-               < sharing_before, 30, "the agent to drop the references")
+    wait_until(lambda: sharing(vms[0]) < sharing_before,
+               30, "the agent to drop the references")
