@@ -3,6 +3,9 @@
 #   make            install dependencies, build QEMU + nuksmd + nuksmctl
 #   make check      ... and run every test suite
 #   make demo       ... and boot two small VMs attached to a live agent
+#   make bench      ... and benchmark nuksm against kernel KSM (root,
+#                   about 20 minutes; docs/benchmarks.rst)
+#   make bench-quick  the same, smaller and fewer workloads (< 3 minutes)
 #
 # Entry points after a build: build/bin/{qemu-system-x86_64,nuksmd,nuksmctl}
 #
@@ -68,3 +71,25 @@ clean:
 
 distclean:
 	rm -rf $(BUILD)
+
+# NUMA lab (docs/testing.rst): a TCG guest with two NUMA nodes runs nuksmd
+# and two qtest VMs and checks with move_pages() where merged pages sit.
+.PHONY: numa-lab
+numa-lab: all guest
+	@echo "==> NUMA lab (two-node guest, physical placement)"
+	@scripts/make-numa-lab.sh
+	@scripts/numa-lab.sh
+clean: clean-numa-lab
+.PHONY: clean-numa-lab
+clean-numa-lab:
+	rm -rf $(BUILD)/numa-lab
+
+# Benchmarks against kernel KSM (docs/benchmarks.rst): root, since KSM's
+# settings are global (they are restored).  Results in bench/results/.
+.PHONY: bench bench-quick
+bench: all guest
+	@echo "==> benchmarks: nuksm and kernel KSM side by side (about 20 min)"
+	@$(VENV)/bin/python bench/run.py
+bench-quick: all
+	@echo "==> quick benchmarks: nuksm and kernel KSM side by side (< 3 min)"
+	@$(VENV)/bin/python bench/run.py --quick

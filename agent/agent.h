@@ -18,6 +18,7 @@
 #include "nuksm-proto.h"
 #include "slots.h"
 #include "store.h"
+#include "topology.h"
 #include "unstable.h"
 
 typedef struct NuksmAgent {
@@ -25,6 +26,12 @@ typedef struct NuksmAgent {
 
     NuksmPolicyId policy;        /* placement policy in force */
     uint32_t nr_nodes;           /* 1..NUKSM_MAX_NODES */
+    Topology topology;
+
+    /* NUMA placement (home.c, placement.c) */
+    uint32_t cold_windows;       /* idle windows before a page is cold */
+    guint home_timer;
+    uint64_t hot_shared[NUKSM_MAX_NODES];  /* copies hot for two owners */
 
     ClientRegistry clients;
     uint32_t next_client_id;     /* handed out on HELLO, from 1 */

@@ -45,6 +45,7 @@ void clients_remove(ClientRegistry *reg, NuksmClient *client)
         g_array_unref(client->to_merge);
         g_array_unref(client->to_upload);
     }
+    g_free(client->topology);
     g_free(client->label);
     g_free(client);
 }

@@ -58,6 +58,12 @@ typedef struct NuksmClient {
     GArray *to_merge;        /* NuksmSlotRef of the next MERGE (outbox) */
     GArray *to_upload;       /* NuksmSlotRef of the next UPLOAD_REQ */
     bool in_outbox;
+
+    /* NUMA placement (home.h): NULL topology until the VM sends it */
+    NuksmMsgTopology *topology;
+    uint8_t home[NUKSM_MAX_GNODES];
+    uint8_t home_source[NUKSM_MAX_GNODES];     /* NuksmHomeSourceId */
+    uint8_t home_streak[NUKSM_MAX_GNODES];     /* evaluations elsewhere */
 } NuksmClient;
 
 typedef struct ClientRegistry {

@@ -17,6 +17,8 @@
 
 /* Longest --restore-grace: a day. */
 #define RESTORE_GRACE_MAX 86400
+/* --cold-windows: QEMU's idle counters saturate at 255. */
+#define COLD_WINDOWS_MAX 255
 
 /*
  * A setter validates one value and stores it; @origin ("--policy" or
@@ -123,6 +125,21 @@ static bool set_restore_grace(NuksmdConfig *cfg, const char *origin,
     return true;
 }
 
+static bool set_cold_windows(NuksmdConfig *cfg, const char *origin,
+                             const char *value)
+{
+    guint64 windows;
+
+    if (!g_ascii_string_to_unsigned(value, 10, 1, COLD_WINDOWS_MAX,
+                                    &windows, NULL)) {
+        usage_error(origin, "invalid window count '%s' (allowed: 1..%u)",
+                    value, COLD_WINDOWS_MAX);
+        return false;
+    }
+    cfg->cold_windows = windows;
+    return true;
+}
+
 /* Key file keys; the command-line option of each is "--" + key. */
 static const struct {
     const char *key;
@@ -134,6 +151,7 @@ static const struct {
     { "log-level",     set_log_level },
     { "state-dir",     set_state_dir },
     { "restore-grace", set_restore_grace },
+    { "cold-windows",  set_cold_windows },
 };
 
 enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
@@ -172,7 +190,7 @@ static bool load_key_file(NuksmdConfig *cfg, const char *path)
         if (i < 0) {
             usage_error(path, "unknown key '%s' in [" CONFIG_GROUP "] "
                         "(allowed: socket, policy, fake-numa, log-level, "
-                        "state-dir, restore-grace)", *key);
+                        "state-dir, restore-grace, cold-windows)", *key);
             return false;
         }
         value = g_key_file_get_string(kf, CONFIG_GROUP, *key, &err);
@@ -208,6 +226,9 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         { "restore-grace", 0, 0, G_OPTION_ARG_STRING, &cli[5],
           "Seconds VMs have to restore their merged pages after a "
           "restart (default 10)", "SECONDS" },
+        { "cold-windows", 0, 0, G_OPTION_ARG_STRING, &cli[6],
+          "A page is cold after N hotness windows without a write "
+          "(1..255, default 3)", "N" },
         { "config", 0, 0, G_OPTION_ARG_FILENAME, &config_path,
           "Read settings from the [nuksmd] group of FILE", "FILE" },
         { "foreground", 0, 0, G_OPTION_ARG_NONE, &foreground,
@@ -227,6 +248,7 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         .log_level = NUKSMD_LOG_INFO,
         .state_dir = g_strdup(NUKSM_DEFAULT_STATE_DIR),
         .restore_grace = 10,
+        .cold_windows = 3,
     };
 
     ctx = g_option_context_new("- nuksm host agent");
@@ -234,7 +256,8 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
     g_option_context_set_description(ctx,
         "Policies: global, ksm-order, local, fair, priority, adaptive.\n"
         "The --config FILE takes the keys socket, policy, fake-numa,\n"
-        "log-level, state-dir and restore-grace in a [nuksmd] group;\n"
+        "log-level, state-dir, restore-grace and cold-windows in a\n"
+        "[nuksmd] group;\n"
         "command-line options override it.\n");
     if (!g_option_context_parse(ctx, &argc, &argv, &err)) {
         fprintf(stderr, "nuksmd: %s (see --help)\n", err->message);

@@ -20,6 +20,7 @@ typedef struct NuksmdConfig {
     NuksmdLogLevel log_level;
     char *state_dir;           /* store files, on tmpfs */
     uint32_t restore_grace;    /* seconds for VMs to restore after a restart */
+    uint32_t cold_windows;     /* hotness windows before a page is cold */
 } NuksmdConfig;
 
 /*

@@ -9,6 +9,7 @@
 
 #include "detached.h"
 #include "dispatch.h"
+#include "home.h"
 #include "log.h"
 #include "merge.h"
 #include "nuksm-config.h"
@@ -165,6 +166,7 @@ static const RequestHandler handlers[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_MERGED]       = merge_handle_merged,
     [NUKSM_MSG_UNMERGED]     = merge_handle_unmerged,
     [NUKSM_MSG_RESTORE]      = recovery_handle_restore,
+    [NUKSM_MSG_TOPOLOGY]     = home_handle_topology,
 };
 
 /* Requests of the merge engine, which only VMs take part in. */
@@ -172,7 +174,7 @@ static bool vm_only(uint16_t type)
 {
     return type == NUKSM_MSG_CANDIDATES || type == NUKSM_MSG_UPLOAD ||
            type == NUKSM_MSG_MERGED || type == NUKSM_MSG_UNMERGED ||
-           type == NUKSM_MSG_RESTORE;
+           type == NUKSM_MSG_RESTORE || type == NUKSM_MSG_TOPOLOGY;
 }
 
 /*

@@ -24,20 +24,27 @@ void index_destroy(StableIndex *ix)
     }
 }
 
-/* The top bits pick the shard; the shard's table uses the low ones. */
-static KeyMap *shard_of(const StableIndex *ix, uint16_t domain,
-                        uint64_t digest)
+/* The key of @digest's copy on @node. */
+static uint64_t node_key(uint32_t node, uint64_t digest)
 {
-    uint64_t h = key_hash(ix->seed, digest, domain);
+    const uint32_t shift = 64 - INDEX_NODE_BITS;
+
+    return (uint64_t)node << shift | (digest & ((1ull << shift) - 1));
+}
+
+/* The top bits pick the shard; the shard's table uses the low ones. */
+static KeyMap *shard_of(const StableIndex *ix, uint16_t domain, uint64_t key)
+{
+    uint64_t h = key_hash(ix->seed, key, domain);
 
     return (KeyMap *)&ix->shards[h >> (64 - INDEX_SHARD_BITS)];
 }
 
-bool index_lookup(const StableIndex *ix, uint16_t domain, uint64_t digest,
-                  SlotId *id)
+bool index_lookup(const StableIndex *ix, uint16_t domain, uint32_t node,
+                  uint64_t digest, SlotId *id)
 {
-    KeyMapEntry *e = keymap_lookup(shard_of(ix, domain, digest), digest,
-                                   domain);
+    uint64_t key = node_key(node, digest);
+    KeyMapEntry *e = keymap_lookup(shard_of(ix, domain, key), key, domain);
 
     if (e) {
         *id = e->value;
@@ -48,9 +55,10 @@ bool index_lookup(const StableIndex *ix, uint16_t domain, uint64_t digest,
 bool index_insert(StableIndex *ix, uint16_t domain, uint64_t digest,
                   SlotId id)
 {
+    uint64_t key = node_key(slot_id_node(id), digest);
     bool added;
-    KeyMapEntry *e = keymap_insert(shard_of(ix, domain, digest), digest,
-                                   domain, &added);
+    KeyMapEntry *e = keymap_insert(shard_of(ix, domain, key), key, domain,
+                                   &added);
 
     if (added) {
         e->value = id;
@@ -61,8 +69,9 @@ bool index_insert(StableIndex *ix, uint16_t domain, uint64_t digest,
 void index_remove(StableIndex *ix, uint16_t domain, uint64_t digest,
                   SlotId id)
 {
-    KeyMap *m = shard_of(ix, domain, digest);
-    KeyMapEntry *e = keymap_lookup(m, digest, domain);
+    uint64_t key = node_key(slot_id_node(id), digest);
+    KeyMap *m = shard_of(ix, domain, key);
+    KeyMapEntry *e = keymap_lookup(m, key, domain);
 
     if (e && e->value == id) {
         keymap_remove(m, e);

@@ -1,7 +1,13 @@
 /*
- * nuksmd stable index: (merge domain, digest) -> the slot holding that
- * content, for slots being uploaded or ready.  Sharded by digest so that
- * growing the index rehashes one shard at a time, never the whole index.
+ * nuksmd stable index: (merge domain, node, digest) -> the slot of that
+ * node holding that content, for slots being uploaded or ready: a content
+ * has at most one copy per node.  Sharded by digest so that growing the
+ * index rehashes one shard at a time, never the whole index.
+ *
+ * The node takes the top INDEX_NODE_BITS bits of the digest in the key:
+ * two contents whose digests differ only there share an entry, so the
+ * second one is not indexed (and merges later, or not at all).  Merges
+ * never trust a digest anyway: every page is compared with its slot.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -14,6 +20,10 @@
 #include "slots.h"
 
 #define INDEX_SHARD_BITS 6
+#define INDEX_NODE_BITS  6
+
+_Static_assert(NUKSM_MAX_NODES <= 1u << INDEX_NODE_BITS,
+               "a node fits the index key");
 
 typedef struct StableIndex {
     KeyMap shards[1u << INDEX_SHARD_BITS];
@@ -23,14 +33,18 @@ typedef struct StableIndex {
 void index_init(StableIndex *ix, uint64_t seed);
 void index_destroy(StableIndex *ix);
 
-bool index_lookup(const StableIndex *ix, uint16_t domain, uint64_t digest,
-                  SlotId *id);
+/* The copy of (@domain, @digest) on @node. */
+bool index_lookup(const StableIndex *ix, uint16_t domain, uint32_t node,
+                  uint64_t digest, SlotId *id);
 
-/* Map (@domain, @digest) to @id; false if it already maps to a slot. */
+/*
+ * Map (@domain, node of @id, @digest) to @id; false if it already maps to
+ * a slot.
+ */
 bool index_insert(StableIndex *ix, uint16_t domain, uint64_t digest,
                   SlotId id);
 
-/* Forget (@domain, @digest) if it maps to @id. */
+/* Forget (@domain, node of @id, @digest) if it maps to @id. */
 void index_remove(StableIndex *ix, uint16_t domain, uint64_t digest,
                   SlotId id);
 

@@ -16,6 +16,7 @@
 #include "agent.h"
 #include "config.h"
 #include "detached.h"
+#include "home.h"
 #include "log.h"
 #include "merge.h"
 #include "nuksm-config.h"
@@ -66,7 +67,9 @@ int main(int argc, char **argv)
     }
     log_set_level(cfg.log_level);
     agent.policy = cfg.policy;
-    agent.nr_nodes = topology_nr_nodes(cfg.fake_numa);
+    topology_init(&agent.topology, cfg.fake_numa);
+    agent.nr_nodes = agent.topology.nr_nodes;
+    agent.cold_windows = cfg.cold_windows;
     raise_fd_limit();
 
     /*
@@ -89,12 +92,14 @@ int main(int argc, char **argv)
              cfg.fake_numa ? " (fake)" : "");
 
     agent.loop = g_main_loop_new(NULL, FALSE);
+    home_start(&agent);
     sigterm = g_unix_signal_add(SIGTERM, on_quit_signal, &agent);
     sigint = g_unix_signal_add(SIGINT, on_quit_signal, &agent);
     g_main_loop_run(agent.loop);
 
     g_source_remove(sigterm);
     g_source_remove(sigint);
+    home_stop(&agent);
     server_stop(&agent);
     merge_destroy(&agent);
     g_main_loop_unref(agent.loop);

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 
 #include "detached.h"
+#include "home.h"
 #include "ledger.h"
 #include "log.h"
 #include "merge.h"
@@ -138,12 +139,16 @@ static void warn_store_full(uint32_t node)
     }
 }
 
-/* @v's candidate and the unstable entry of @u's @upage: a new slot. */
+/*
+ * @v's candidate @c and the unstable entry of @u's @upage (placed as
+ * @pv and @pu) share a new slot.
+ */
 static void start_upload(NuksmAgent *agent, NuksmClient *v,
-                         const NuksmCandidate *c, NuksmClient *u,
-                         uint64_t upage)
+                         const NuksmCandidate *c, const PlacementPage *pv,
+                         NuksmClient *u, uint64_t upage,
+                         const PlacementPage *pu)
 {
-    uint32_t node = placement_choose_node(agent, v, u);
+    uint32_t node = placement_choose_node(agent, pv, pu, c->digest);
     uint32_t slot;
     SlotId id;
     Slot *s;
@@ -166,21 +171,27 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
     outbox_add(agent, v, NUKSM_MSG_UPLOAD_REQ, c->page, id, s->gen);
 }
 
-static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
-                             const NuksmCandidate *c)
+/* The @i-th node to look at for a page of home @home: home first. */
+static uint32_t nth_node(uint32_t home, uint32_t i)
 {
-    UnstableEntry *ue;
-    NuksmClient *u;
-    SlotId id;
+    return i == 0 ? home : i <= home ? i - 1 : i;
+}
 
-    /* A page merges once: it is already merged or on its way there. */
-    if (ledger_page(v, c->page) || ledger_full(v)) {
-        return;
-    }
+/* Join a copy of @c's content that @v's page may map; false if none. */
+static bool join_copy(NuksmAgent *agent, NuksmClient *v,
+                      const NuksmCandidate *c, const PlacementPage *pv)
+{
+    for (uint32_t i = 0; i < agent->nr_nodes; i++) {
+        uint32_t node = nth_node(pv->home, i);
+        SlotId id;
+        Slot *s;
 
-    if (index_lookup(&agent->index, v->domain_id, c->digest, &id)) {
-        Slot *s = ledger_slot(agent, id);
-
+        if (!placement_may_map(agent, pv, node) ||
+            !index_lookup(&agent->index, v->domain_id, node, c->digest,
+                          &id)) {
+            continue;
+        }
+        s = ledger_slot(agent, id);
         if (s->state == SLOT_READY) {
             ledger_add(agent, v, c->page, id, PAGE_MERGING);
             outbox_add(agent, v, NUKSM_MSG_MERGE, c->page, id, s->gen);
@@ -189,24 +200,63 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
             ledger_add(agent, v, c->page, id, PAGE_WAITING);
             ledger_upload_join(agent, id, v, c->page);
         }
-        return;
+        return true;
     }
+    return false;
+}
 
-    /*
-     * Within a VM too: two of its pages with one content share a slot.
-     * The same page seen again only refreshes its entry.
-     */
-    ue = unstable_lookup(&agent->unstable, v->domain_id, c->digest);
-    u = ue ? ledger_client(agent, ue->client) : NULL;
-    if (u && !(u == v && ue->page == c->page) &&
-        !ledger_page(u, ue->page) && !ledger_full(u)) {
-        uint64_t upage = ue->page;
+/*
+ * Pair @c with an unstable entry of the same content that @v's page may
+ * share a copy with, starting its upload; false if none.  Within a VM
+ * too: two of its pages with one content share a slot.
+ */
+static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
+                          const NuksmCandidate *c, const PlacementPage *pv)
+{
+    for (uint32_t i = 0; i < agent->nr_nodes; i++) {
+        uint32_t node = nth_node(pv->home, i);
+        UnstableEntry *ue = unstable_lookup(&agent->unstable, v->domain_id,
+                                            node, c->digest);
+        NuksmClient *u = ue ? ledger_client(agent, ue->client) : NULL;
+        PlacementPage pu;
+        uint64_t upage;
 
+        if (!u || (u == v && ue->page == c->page) ||
+            ledger_page(u, ue->page) || ledger_full(u)) {
+            continue;
+        }
+        pu = (PlacementPage) { .client = u, .home = ue->node,
+                               .hot = ue->hot };
+        if (!placement_may_share(agent, pv, &pu)) {
+            continue;
+        }
+        upage = ue->page;
         unstable_remove(&agent->unstable, ue);
-        start_upload(agent, v, c, u, upage);
+        start_upload(agent, v, c, pv, u, upage, &pu);
+        return true;
+    }
+    return false;
+}
+
+static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
+                             const NuksmCandidate *c)
+{
+    PlacementPage pv = {
+        .client = v,
+        .home = home_of(v, c->gnode),
+        .hot = c->idle < agent->cold_windows,
+    };
+
+    /* A page merges once: it is already merged or on its way there. */
+    if (ledger_page(v, c->page) || ledger_full(v)) {
         return;
     }
-    unstable_set(&agent->unstable, v->domain_id, c->digest, v->id, c->page);
+    if (join_copy(agent, v, c, &pv) || pair_unstable(agent, v, c, &pv)) {
+        return;
+    }
+    /* The same page seen again only refreshes its entry. */
+    unstable_set(&agent->unstable, v->domain_id, pv.home, c->digest, v->id,
+                 c->page, pv.hot);
 }
 
 void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
@@ -216,10 +266,19 @@ void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
     const NuksmCandidate *c = (const NuksmCandidate *)(batch + 1);
 
     for (uint32_t i = 0; i < batch->count; i++) {
+        uint32_t gnodes = client->topology ? client->topology->nr_gnodes : 1;
+
         if (c[i].page >= PAGE_LIMIT) {
             server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
                           "CANDIDATES: page %#" PRIx64 " out of range",
                           c[i].page);
+            return;
+        }
+        if (c[i].gnode >= gnodes) {
+            server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+                          "CANDIDATES: guest node %u of page %#" PRIx64
+                          " out of range (%u guest node%s)", c[i].gnode,
+                          c[i].page, gnodes, gnodes == 1 ? "" : "s");
             return;
         }
         handle_candidate(agent, client, &c[i]);

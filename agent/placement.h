@@ -1,5 +1,25 @@
 /*
- * nuksmd placement: which node's store holds a new merged page.
+ * nuksmd placement: which pages may share a copy, and on which node the
+ * copy lives, under the agent's policy (see NuksmPolicyId):
+ *
+ *   global     across nodes; the copy stays on the node of the page that
+ *              completed the match
+ *   ksm-order  across nodes; like kernel KSM, which keeps the page its
+ *              scan reached last and scans VMs in the order they
+ *              registered: the copy lives on the later VM's node
+ *   local      only pages of one home node share a copy (KSM's
+ *              merge_across_nodes=0)
+ *   fair       nuKSM §4.1 for K nodes: a hot page's owner gets the copy;
+ *              copies hot for two owners alternate between their nodes;
+ *              cold copies go to the emptier of the owners' nodes
+ *   priority   nuKSM §4.2: owner i gets the copy with probability
+ *              priority_i / sum of priorities, drawn from a hash of the
+ *              content, so that a run is reproducible
+ *   adaptive   AdaptMD-H: hot pages share only within their node, cold
+ *              pages across nodes, placed as fair places cold ones
+ *
+ * A page is hot when the guest wrote it in one of the last
+ * --cold-windows hotness windows of its VM (see nuksm-hot.c in QEMU).
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -10,11 +30,25 @@
 
 #include "agent.h"
 
+typedef struct PlacementPage {
+    const NuksmClient *client;
+    uint32_t home;           /* home node of the page's guest node */
+    bool hot;
+} PlacementPage;
+
+/* May @p map a copy that lives on @node? */
+bool placement_may_map(const NuksmAgent *agent, const PlacementPage *p,
+                       uint32_t node);
+
+/* May @a and @b share one copy? */
+bool placement_may_share(const NuksmAgent *agent, const PlacementPage *a,
+                         const PlacementPage *b);
+
 /*
- * The node for a slot that @a's page and @b's page will share, under the
- * agent's policy.  Every policy places on node 0 for now.
+ * The node of a new copy of content @digest for @a, the page completing
+ * the match, and @b, the page seen before; they may share one.
  */
-uint32_t placement_choose_node(NuksmAgent *agent, const NuksmClient *a,
-                               const NuksmClient *b);
+uint32_t placement_choose_node(NuksmAgent *agent, const PlacementPage *a,
+                               const PlacementPage *b, uint64_t digest);
 
 #endif /* NUKSMD_PLACEMENT_H */

@@ -6,18 +6,16 @@
  */
 
 #include <numa.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "nuksm-proto.h"
 #include "topology.h"
 
-uint32_t topology_nr_nodes(uint32_t fake_nodes)
+static uint32_t host_nodes(void)
 {
     int nodes;
 
-    if (fake_nodes) {
-        return fake_nodes;
-    }
     if (numa_available() < 0) {
         log_info("no NUMA support on this host, using 1 node");
         return 1;
@@ -30,6 +28,37 @@ uint32_t topology_nr_nodes(uint32_t fake_nodes)
         log_warning("host has %d NUMA nodes, using the first %u",
                     nodes, NUKSM_MAX_NODES);
         return NUKSM_MAX_NODES;
+    }
+    return nodes;
+}
+
+void topology_init(Topology *t, uint32_t fake_nodes)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_CONF);
+
+    t->fake = fake_nodes != 0;
+    t->nr_nodes = t->fake ? fake_nodes : host_nodes();
+    t->nr_cpus = cpus < 1 ? 1 : cpus > CPU_SETSIZE ? CPU_SETSIZE : cpus;
+    for (uint32_t c = 0; c < t->nr_cpus; c++) {
+        int node = 0;
+
+        if (t->fake) {
+            node = (uint64_t)c * t->nr_nodes / t->nr_cpus;
+        } else if (t->nr_nodes > 1) {
+            node = numa_node_of_cpu(c);
+        }
+        t->cpu_node[c] = node >= 0 && (uint32_t)node < t->nr_nodes ? node : 0;
+    }
+}
+
+uint64_t topology_nodes_of(const Topology *t, const cpu_set_t *cpus)
+{
+    uint64_t nodes = 0;
+
+    for (uint32_t c = 0; c < t->nr_cpus; c++) {
+        if (CPU_ISSET(c, cpus)) {
+            nodes |= 1ull << t->cpu_node[c];
+        }
     }
     return nodes;
 }

@@ -46,10 +46,10 @@ void unstable_destroy(UnstableTable *u)
  * Two-choice hashing: an entry lives in the emptier of two sets, which
  * keeps sets from overflowing until the table is nearly full.
  */
-static void sets_of(const UnstableTable *u, uint16_t domain,
+static void sets_of(const UnstableTable *u, uint16_t domain, uint32_t node,
                     uint64_t digest, UnstableEntry *sets[2])
 {
-    uint64_t h = key_hash(u->seed, digest, domain);
+    uint64_t h = key_hash(u->seed, digest ^ (uint64_t)node << 56, domain);
 
     sets[0] = &u->entries[(h & (u->nr_sets - 1)) * UNSTABLE_WAYS];
     sets[1] = &u->entries[((h >> 32) & (u->nr_sets - 1)) * UNSTABLE_WAYS];
@@ -73,14 +73,15 @@ static unsigned fill_of(const UnstableEntry *set)
 }
 
 UnstableEntry *unstable_lookup(UnstableTable *u, uint16_t domain,
-                               uint64_t digest)
+                               uint32_t node, uint64_t digest)
 {
     UnstableEntry *sets[2];
 
-    sets_of(u, domain, digest, sets);
+    sets_of(u, domain, node, digest, sets);
     for (unsigned s = 0; s < 2; s++) {
         for (unsigned w = 0; w < UNSTABLE_WAYS && sets[s][w].client; w++) {
-            if (sets[s][w].digest == digest && sets[s][w].domain == domain) {
+            if (sets[s][w].digest == digest && sets[s][w].domain == domain &&
+                sets[s][w].node == node) {
                 return &sets[s][w];
             }
         }
@@ -118,7 +119,7 @@ static void place(UnstableTable *u, const UnstableEntry *e)
 {
     UnstableEntry *sets[2], *set, *victim;
 
-    sets_of(u, e->domain, e->digest, sets);
+    sets_of(u, e->domain, e->node, e->digest, sets);
     set = fill_of(sets[1]) < fill_of(sets[0]) ? sets[1] : sets[0];
     if (fill_of(set) == UNSTABLE_WAYS) {
         victim = oldest_dead(u, sets[0]);
@@ -159,16 +160,18 @@ static void grow(UnstableTable *u)
     g_free(old);
 }
 
-void unstable_set(UnstableTable *u, uint16_t domain, uint64_t digest,
-                  uint32_t client, uint64_t page)
+void unstable_set(UnstableTable *u, uint16_t domain, uint32_t node,
+                  uint64_t digest, uint32_t client, uint64_t page, bool hot)
 {
     UnstableEntry entry = {
         .digest = digest,
         .page = page,
         .client = client,
         .domain = domain,
+        .node = node,
+        .hot = hot,
     };
-    UnstableEntry *e = unstable_lookup(u, domain, digest);
+    UnstableEntry *e = unstable_lookup(u, domain, node, digest);
 
     if (e) {
         unstable_remove(u, e);

@@ -1,7 +1,7 @@
 /*
  * nuksmd unstable table: the last page seen with a digest that no slot
- * holds yet, per merge domain.  A second page with the same digest makes
- * a merge.  It is a bounded cache, not an index: set-associative (each
+ * holds yet, per merge domain and home node.  A second page with the same
+ * digest makes a merge, if the placement policy lets the two share.  It is a bounded cache, not an index: set-associative (each
  * entry may go to either of two sets), it doubles at 3/4 load until it
  * reaches its maximum size, and an insertion into full sets evicts their
  * oldest entry.  A VM flooding it with digests only pushes out candidates
@@ -25,7 +25,8 @@ typedef struct UnstableEntry {
     uint64_t page;
     uint32_t client;         /* client id; 0: empty */
     uint16_t domain;
-    uint16_t reserved;
+    uint8_t node;            /* home node of the page */
+    bool hot;                /* the page was hot (see placement.h) */
 } UnstableEntry;
 
 /*
@@ -52,14 +53,17 @@ void unstable_init(UnstableTable *u, size_t max_entries, uint64_t seed,
 void unstable_destroy(UnstableTable *u);
 
 UnstableEntry *unstable_lookup(UnstableTable *u, uint16_t domain,
-                               uint64_t digest);
+                               uint32_t node, uint64_t digest);
 
 /* Empty @e (from unstable_lookup()). */
 void unstable_remove(UnstableTable *u, UnstableEntry *e);
 
-/* (@domain, @digest) -> (@client, @page), replacing any previous value. */
-void unstable_set(UnstableTable *u, uint16_t domain, uint64_t digest,
-                  uint32_t client, uint64_t page);
+/*
+ * (@domain, @node, @digest) -> (@client, @page, @hot), replacing any
+ * previous value.
+ */
+void unstable_set(UnstableTable *u, uint16_t domain, uint32_t node,
+                  uint64_t digest, uint32_t client, uint64_t page, bool hot);
 
 static inline size_t unstable_bytes(const UnstableTable *u)
 {

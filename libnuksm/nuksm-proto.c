@@ -15,7 +15,11 @@ _Static_assert(sizeof(NuksmMsgHello) == 16 + 3 * NUKSM_NAME_LEN,
 _Static_assert(sizeof(NuksmMsgInfo) % 8 == 0, "info layout");
 _Static_assert(sizeof(NuksmVmEntry) % 8 == 0, "vm entry layout");
 _Static_assert(sizeof(NuksmSlotRef) == 24, "slot ref layout");
-_Static_assert(sizeof(NuksmCandidate) == 16, "candidate layout");
+_Static_assert(sizeof(NuksmCandidate) == 24, "candidate layout");
+_Static_assert(sizeof(NuksmMsgTopology) <= NUKSM_MSG_MAX - 16,
+               "topology fits a datagram");
+_Static_assert(NUKSM_MAX_NODES <= 256 && NUKSM_MAX_GNODES <= 256,
+               "nodes fit a byte");
 
 static const char *const policy_names[NUKSM_POLICY_ID__MAX] = {
     [NUKSM_POLICY_ID_GLOBAL]    = "global",
@@ -46,6 +50,8 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_MERGED]       = "MERGED",
     [NUKSM_MSG_UNMERGED]     = "UNMERGED",
     [NUKSM_MSG_RESTORE]      = "RESTORE",
+    [NUKSM_MSG_TOPOLOGY]     = "TOPOLOGY",
+    [NUKSM_MSG_HOME]         = "HOME",
 };
 
 const char *nuksm_msg_type_name(uint32_t type)
@@ -116,6 +122,8 @@ static size_t fixed_payload_size(uint16_t type)
     case NUKSM_MSG_SET_PRIORITY: return sizeof(NuksmMsgPriority);
     case NUKSM_MSG_INFO:         return sizeof(NuksmMsgInfo);
     case NUKSM_MSG_STORE:        return sizeof(NuksmMsgStore);
+    case NUKSM_MSG_TOPOLOGY:     return sizeof(NuksmMsgTopology);
+    case NUKSM_MSG_HOME:         return sizeof(NuksmMsgHome);
     default:                     return 0;
     }
 }
@@ -145,6 +153,77 @@ static const char *check_slot_refs(const void *p, uint32_t min, uint32_t max)
         }
         if (r[n].status < min || r[n].status > max) {
             return "status out of range in slot reference";
+        }
+    }
+    return NULL;
+}
+
+static bool all_zero(const void *p, size_t len)
+{
+    const uint8_t *b = p;
+
+    for (size_t i = 0; i < len; i++) {
+        if (b[i]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static const char *check_candidates(const void *p)
+{
+    const NuksmMsgBatch *b = p;
+    const NuksmCandidate *c = (const NuksmCandidate *)(b + 1);
+
+    for (uint32_t n = 0; n < b->count; n++) {
+        if (c[n].gnode >= NUKSM_MAX_GNODES) {
+            return "guest node out of range in CANDIDATES";
+        }
+        if (!all_zero(c[n].reserved, sizeof(c[n].reserved))) {
+            return "reserved field set in CANDIDATES";
+        }
+    }
+    return NULL;
+}
+
+static const char *check_topology(const NuksmMsgTopology *t)
+{
+    if (t->nr_gnodes < 1 || t->nr_gnodes > NUKSM_MAX_GNODES) {
+        return "guest node count out of range in TOPOLOGY";
+    }
+    if (t->nr_vcpus > NUKSM_MAX_VCPUS) {
+        return "vCPU count out of range in TOPOLOGY";
+    }
+    for (uint32_t g = 0; g < NUKSM_MAX_GNODES; g++) {
+        const NuksmGuestNode *gn = &t->gnodes[g];
+
+        if (g >= t->nr_gnodes ? !all_zero(gn, sizeof(*gn)) :
+            gn->policy > NUKSM_MEMPOLICY_INTERLEAVE || gn->reserved) {
+            return "bad guest node in TOPOLOGY";
+        }
+    }
+    for (uint32_t v = 0; v < NUKSM_MAX_VCPUS; v++) {
+        const NuksmVcpu *vc = &t->vcpus[v];
+
+        if (v >= t->nr_vcpus ? !all_zero(vc, sizeof(*vc)) :
+            !vc->tid || vc->gnode >= t->nr_gnodes) {
+            return "bad vCPU in TOPOLOGY";
+        }
+    }
+    return NULL;
+}
+
+static const char *check_home(const NuksmMsgHome *h)
+{
+    if (h->nr_gnodes < 1 || h->nr_gnodes > NUKSM_MAX_GNODES ||
+        h->reserved) {
+        return "bad guest node count in HOME";
+    }
+    for (uint32_t g = 0; g < NUKSM_MAX_GNODES; g++) {
+        if (g >= h->nr_gnodes ? h->home[g] || h->source[g] :
+            h->home[g] >= NUKSM_MAX_NODES ||
+            h->source[g] >= NUKSM_HOME__MAX) {
+            return "bad home node in HOME";
         }
     }
     return NULL;
@@ -256,8 +335,14 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
         return NULL;
     }
     case NUKSM_MSG_CANDIDATES:
-        return check_batch(p, len, sizeof(NuksmCandidate), 0) ?
-               NULL : "CANDIDATES size does not match its count";
+        if (!check_batch(p, len, sizeof(NuksmCandidate), 0)) {
+            return "CANDIDATES size does not match its count";
+        }
+        return check_candidates(p);
+    case NUKSM_MSG_TOPOLOGY:
+        return check_topology(p);
+    case NUKSM_MSG_HOME:
+        return check_home(p);
     case NUKSM_MSG_UPLOAD:
         if (!check_batch(p, len, sizeof(NuksmSlotRef), NUKSM_PAGE_SIZE)) {
             return "UPLOAD size does not match its count";

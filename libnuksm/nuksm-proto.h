@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 2u
+#define NUKSM_PROTO_VERSION 3u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -30,6 +30,8 @@
 #define NUKSM_ERROR_LEN     256u  /* human-readable error text */
 #define NUKSM_MAX_NODES     64u   /* host NUMA nodes reported per message */
 #define NUKSM_PAGE_SIZE     4096u /* the only page size nuksm deduplicates */
+#define NUKSM_MAX_GNODES    64u   /* guest NUMA nodes a VM reports */
+#define NUKSM_MAX_VCPUS     1024u /* vCPU threads a VM reports */
 
 typedef enum NuksmMsgType {
     NUKSM_MSG_HELLO        = 1,  /* client -> agent, first message */
@@ -52,6 +54,9 @@ typedef enum NuksmMsgType {
     NUKSM_MSG_MERGED       = 17, /* VM -> agent: outcome of each MERGE */
     NUKSM_MSG_UNMERGED     = 18, /* VM -> agent: pages that left their slot */
     NUKSM_MSG_RESTORE      = 19, /* VM -> agent: merged pages, on reconnect */
+    /* NUMA placement */
+    NUKSM_MSG_TOPOLOGY     = 20, /* VM -> agent: guest nodes, vCPU threads */
+    NUKSM_MSG_HOME         = 21, /* agent -> VM: host node of each guest node */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -181,6 +186,10 @@ typedef struct NuksmMsgBatch {
 typedef struct NuksmCandidate {
     uint64_t page;
     uint64_t digest;         /* nuksm_page_digest() of the content */
+    uint8_t gnode;           /* guest NUMA node of the page (TOPOLOGY) */
+    uint8_t idle;            /* hotness windows since the page was last */
+                             /* written, saturating; 255: never seen */
+    uint8_t reserved[6];     /* must be 0 */
 } NuksmCandidate;
 
 /* Outcome of a MERGE entry (MERGED), or why a page left (UNMERGED). */
@@ -203,6 +212,54 @@ typedef struct NuksmSlotRef {
     uint32_t gen;            /* slot generation: guards against reuse */
     uint32_t status;         /* NuksmSlotStatus */
 } NuksmSlotRef;
+
+/*
+ * TOPOLOGY: sent by a VM after HELLO_ACK and whenever it changes.  Guest
+ * node g's memory backend asks for @gnodes[g].host_nodes under
+ * @gnodes[g].policy; each vCPU thread (Linux tid) belongs to a guest node.
+ * Entries past @nr_gnodes and @nr_vcpus must be zero.
+ */
+typedef enum NuksmMemPolicy {        /* QEMU's HostMemPolicy */
+    NUKSM_MEMPOLICY_DEFAULT    = 0,
+    NUKSM_MEMPOLICY_PREFERRED  = 1,
+    NUKSM_MEMPOLICY_BIND       = 2,
+    NUKSM_MEMPOLICY_INTERLEAVE = 3,
+} NuksmMemPolicy;
+
+typedef struct NuksmGuestNode {
+    uint64_t host_nodes;     /* bitmap of host nodes 0..63 */
+    uint32_t policy;         /* NuksmMemPolicy */
+    uint32_t reserved;
+} NuksmGuestNode;
+
+typedef struct NuksmVcpu {
+    uint32_t tid;
+    uint32_t gnode;
+} NuksmVcpu;
+
+typedef struct NuksmMsgTopology {
+    uint32_t nr_gnodes;      /* 1..NUKSM_MAX_GNODES */
+    uint32_t nr_vcpus;       /* 0..NUKSM_MAX_VCPUS */
+    NuksmGuestNode gnodes[NUKSM_MAX_GNODES];
+    NuksmVcpu vcpus[NUKSM_MAX_VCPUS];
+} NuksmMsgTopology;
+
+/* HOME: how the agent derived a guest node's home node. */
+typedef enum NuksmHomeSourceId {
+    NUKSM_HOME_DEFAULT = 0,  /* nothing to go by: node 0 */
+    NUKSM_HOME_PINNED  = 1,  /* the vCPUs may only run on the home node */
+    NUKSM_HOME_BACKEND = 2,  /* the memory backend's host-nodes */
+    NUKSM_HOME_RUNNING = 3,  /* where the vCPUs ran most recently */
+    NUKSM_HOME__MAX,
+} NuksmHomeSourceId;
+
+/* HOME: sent to a VM after its TOPOLOGY and whenever a home changes. */
+typedef struct NuksmMsgHome {
+    uint32_t nr_gnodes;      /* as in the VM's TOPOLOGY */
+    uint32_t reserved;
+    uint8_t home[NUKSM_MAX_GNODES];    /* host (or logical) node */
+    uint8_t source[NUKSM_MAX_GNODES];  /* NuksmHomeSourceId */
+} NuksmMsgHome;
 
 #define NUKSM_BATCH_SPACE  (NUKSM_MSG_MAX - sizeof(NuksmMsgHeader) - \
                             sizeof(NuksmMsgBatch))

@@ -35,7 +35,7 @@ GUEST_READY = "nuksm-guest: ready"
 
 # Mirrors libnuksm/nuksm-proto.h.
 PROTO_MAGIC = 0x4D534B4E
-PROTO_VERSION = 2
+PROTO_VERSION = 3
 MSG_MAX = 65536
 NUKSM_PAGE_SIZE = 4096
 MSG_HELLO, MSG_HELLO_ACK, MSG_ERROR = 1, 2, 3
@@ -62,7 +62,9 @@ VMS = struct.Struct("=II")
 VM_ENTRY = struct.Struct("=IIII64s64s64sQ")
 STORE = struct.Struct("=IIQ")
 BATCH = struct.Struct("=II")
-CANDIDATE = struct.Struct("=QQ")
+# NuksmCandidate: page, digest, guest node, inactive counter
+CANDIDATE = struct.Struct("=QQBB6x")
+IDLE_NEVER = 255
 SLOTREF = struct.Struct("=QIIII")
 BATCH_SPACE = MSG_MAX - HEADER.size - BATCH.size
 CANDIDATES_MAX = BATCH_SPACE // CANDIDATE.size
@@ -139,11 +141,11 @@ SlotRef = collections.namedtuple("SlotRef", "page node slot gen status",
                                  defaults=(STATUS_NONE,))
 
 
-def pack_candidates(pairs):
-    """A CANDIDATES payload of (page, digest) pairs."""
-    pairs = list(pairs)
-    return BATCH.pack(len(pairs), 0) + \
-        b"".join(CANDIDATE.pack(page, digest) for page, digest in pairs)
+def pack_candidates(entries):
+    """A CANDIDATES payload of (page, digest[, gnode, idle]) tuples."""
+    entries = [tuple(e) + (0, IDLE_NEVER)[len(e) - 2:] for e in entries]
+    return BATCH.pack(len(entries), 0) + \
+        b"".join(CANDIDATE.pack(*e) for e in entries)
 
 
 def pack_slot_refs(refs, contents=()):

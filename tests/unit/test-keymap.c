@@ -114,20 +114,27 @@ static void test_index(void)
     SlotId id = 0;
 
     index_init(&ix, SEED);
-    g_assert_false(index_lookup(&ix, 0, 0xabc, &id));
+    g_assert_false(index_lookup(&ix, 0, 1, 0xabc, &id));
     g_assert_true(index_insert(&ix, 0, 0xabc, slot_id(1, 5)));
-    g_assert_false(index_insert(&ix, 0, 0xabc, slot_id(2, 6)));
-    g_assert_true(index_insert(&ix, 1, 0xabc, slot_id(2, 6)));
-    g_assert_true(index_lookup(&ix, 0, 0xabc, &id));
+    g_assert_false(index_insert(&ix, 0, 0xabc, slot_id(1, 6)));
+    /* One copy per node: node 2 may have its own. */
+    g_assert_true(index_insert(&ix, 0, 0xabc, slot_id(2, 6)));
+    g_assert_true(index_insert(&ix, 1, 0xabc, slot_id(2, 7)));
+    g_assert_true(index_lookup(&ix, 0, 1, 0xabc, &id));
     g_assert_cmpuint(id, ==, slot_id(1, 5));
-    g_assert_true(index_lookup(&ix, 1, 0xabc, &id));
+    g_assert_true(index_lookup(&ix, 0, 2, 0xabc, &id));
     g_assert_cmpuint(id, ==, slot_id(2, 6));
+    g_assert_false(index_lookup(&ix, 0, 0, 0xabc, &id));
+    g_assert_true(index_lookup(&ix, 1, 2, 0xabc, &id));
+    g_assert_cmpuint(id, ==, slot_id(2, 7));
 
     /* Only the slot that owns the entry removes it. */
-    index_remove(&ix, 0, 0xabc, slot_id(2, 6));
-    g_assert_true(index_lookup(&ix, 0, 0xabc, &id));
+    index_remove(&ix, 0, 0xabc, slot_id(1, 6));
+    g_assert_true(index_lookup(&ix, 0, 1, 0xabc, &id));
     index_remove(&ix, 0, 0xabc, slot_id(1, 5));
-    g_assert_false(index_lookup(&ix, 0, 0xabc, &id));
+    g_assert_false(index_lookup(&ix, 0, 1, 0xabc, &id));
+    g_assert_true(index_lookup(&ix, 0, 2, 0xabc, &id));
+    index_remove(&ix, 0, 0xabc, slot_id(2, 6));
     g_assert_cmpuint(index_count(&ix), ==, 1);
 
     for (uint64_t d = 0; d < 10000; d++) {

@@ -143,6 +143,32 @@ static size_t pack_batch(void *buf, NuksmMsgType type, uint32_t seq,
     return nuksm_msg_pack(buf, type, seq, b, len);
 }
 
+/* Two guest nodes, the second bound to host node 1, three vCPUs. */
+static NuksmMsgTopology *topology_msg(void)
+{
+    NuksmMsgTopology *t = g_new0(NuksmMsgTopology, 1);
+
+    t->nr_gnodes = 2;
+    t->gnodes[1].host_nodes = 1u << 1;
+    t->gnodes[1].policy = NUKSM_MEMPOLICY_BIND;
+    t->nr_vcpus = 3;
+    for (uint32_t v = 0; v < 3; v++) {
+        t->vcpus[v].tid = 1000 + v;
+        t->vcpus[v].gnode = v % 2;
+    }
+    return t;
+}
+
+static NuksmMsgHome home_msg(void)
+{
+    NuksmMsgHome h = { .nr_gnodes = 2 };
+
+    h.home[1] = NUKSM_MAX_NODES - 1;
+    h.source[0] = NUKSM_HOME_DEFAULT;
+    h.source[1] = NUKSM_HOME__MAX - 1;
+    return h;
+}
+
 static NuksmMsgBatch *batch_of(void *buf)
 {
     return payload_of(buf);
@@ -205,6 +231,14 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
         return pack_batch(buf, type, seq, 5);
     case NUKSM_MSG_UPLOAD:
         return pack_batch(buf, type, seq, 2);
+    case NUKSM_MSG_TOPOLOGY: {
+        g_autofree NuksmMsgTopology *t = topology_msg();
+        return nuksm_msg_pack(buf, type, seq, t, sizeof(*t));
+    }
+    case NUKSM_MSG_HOME: {
+        NuksmMsgHome h = home_msg();
+        return nuksm_msg_pack(buf, type, seq, &h, sizeof(h));
+    }
     default:
         g_assert_not_reached();
     }
@@ -717,6 +751,74 @@ static void test_reject_slot_refs(void)
     }
 }
 
+static void test_reject_topology(void)
+{
+    g_autofree NuksmMsgTopology *t = topology_msg();
+    size_t size;
+
+#define CHECK_TOPOLOGY(field, bad, why) do {                            \
+        typeof(t->field) saved = t->field;                              \
+        t->field = (bad);                                               \
+        size = nuksm_msg_pack(BUF, NUKSM_MSG_TOPOLOGY, 1, t, sizeof(*t)); \
+        assert_rejected(BUF, size, why);                                \
+        t->field = saved;                                               \
+    } while (0)
+
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_TOPOLOGY, 1, t, sizeof(*t));
+    assert_valid(BUF, size);
+    CHECK_TOPOLOGY(nr_gnodes, 0, "guest node count out of range");
+    CHECK_TOPOLOGY(nr_gnodes, NUKSM_MAX_GNODES + 1,
+                   "guest node count out of range");
+    CHECK_TOPOLOGY(nr_vcpus, NUKSM_MAX_VCPUS + 1, "vCPU count out of range");
+    CHECK_TOPOLOGY(gnodes[1].policy, NUKSM_MEMPOLICY_INTERLEAVE + 1,
+                   "bad guest node");
+    CHECK_TOPOLOGY(gnodes[0].reserved, 1, "bad guest node");
+    /* Entries past the counts must be zero. */
+    CHECK_TOPOLOGY(gnodes[2].host_nodes, 1, "bad guest node");
+    CHECK_TOPOLOGY(vcpus[3].tid, 5, "bad vCPU");
+    CHECK_TOPOLOGY(vcpus[2].gnode, 2, "bad vCPU");
+    CHECK_TOPOLOGY(vcpus[0].tid, 0, "bad vCPU");
+#undef CHECK_TOPOLOGY
+}
+
+static void test_reject_home(void)
+{
+    NuksmMsgHome h = home_msg();
+    size_t size = nuksm_msg_pack(BUF, NUKSM_MSG_HOME, 1, &h, sizeof(h));
+
+    assert_valid(BUF, size);
+    h.home[1] = NUKSM_MAX_NODES;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_HOME, 1, &h, sizeof(h));
+    assert_rejected(BUF, size, "bad home node");
+    h = home_msg();
+    h.source[0] = NUKSM_HOME__MAX;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_HOME, 1, &h, sizeof(h));
+    assert_rejected(BUF, size, "bad home node");
+    h = home_msg();
+    h.home[2] = 1;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_HOME, 1, &h, sizeof(h));
+    assert_rejected(BUF, size, "bad home node");
+    h = home_msg();
+    h.nr_gnodes = 0;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_HOME, 1, &h, sizeof(h));
+    assert_rejected(BUF, size, "bad guest node count");
+}
+
+static void test_reject_candidates(void)
+{
+    size_t size = pack_batch(BUF, NUKSM_MSG_CANDIDATES, 1, 3);
+    NuksmCandidate *c = (NuksmCandidate *)(batch_of(BUF) + 1);
+
+    c[2].gnode = NUKSM_MAX_GNODES - 1;
+    c[2].idle = 255;
+    assert_valid(BUF, size);
+    c[2].gnode = NUKSM_MAX_GNODES;
+    assert_rejected(BUF, size, "guest node out of range");
+    c[2].gnode = 0;
+    c[2].reserved[5] = 1;
+    assert_rejected(BUF, size, "reserved field set in CANDIDATES");
+}
+
 static void test_reject_store(void)
 {
     NuksmMsgStore st = { .node = NUKSM_MAX_NODES, .size = 1ull << 30 };
@@ -833,6 +935,9 @@ int main(int argc, char **argv)
     g_test_add_func("/proto/reject/batch-size", test_reject_batch_size);
     g_test_add_func("/proto/reject/slot-refs", test_reject_slot_refs);
     g_test_add_func("/proto/reject/store", test_reject_store);
+    g_test_add_func("/proto/reject/topology", test_reject_topology);
+    g_test_add_func("/proto/reject/home", test_reject_home);
+    g_test_add_func("/proto/reject/candidates", test_reject_candidates);
     g_test_add_func("/proto/vms-max-entries", test_vms_max_entries);
     g_test_add_func("/proto/policy-names", test_policy_names);
     g_test_add_func("/proto/msg-type-names", test_msg_type_names);

@@ -40,27 +40,35 @@ static void test_set_lookup(void)
     UnstableEntry *e;
 
     setup(&u, 1024);
-    g_assert_null(unstable_lookup(&u, 0, 0xd1));
-    unstable_set(&u, 0, 0xd1, 1, 100);
-    unstable_set(&u, 1, 0xd1, 2, 200);
+    g_assert_null(unstable_lookup(&u, 0, 0, 0xd1));
+    unstable_set(&u, 0, 0, 0xd1, 1, 100, false);
+    unstable_set(&u, 1, 0, 0xd1, 2, 200, false);
 
-    e = unstable_lookup(&u, 0, 0xd1);
+    e = unstable_lookup(&u, 0, 0, 0xd1);
     g_assert_nonnull(e);
     g_assert_cmpuint(e->client, ==, 1);
     g_assert_cmpuint(e->page, ==, 100);
     /* Domains are apart. */
-    g_assert_cmpuint(unstable_lookup(&u, 1, 0xd1)->client, ==, 2);
+    g_assert_cmpuint(unstable_lookup(&u, 1, 0, 0xd1)->client, ==, 2);
+    /* So are home nodes. */
+    g_assert_null(unstable_lookup(&u, 0, 1, 0xd1));
+    unstable_set(&u, 0, 1, 0xd1, 4, 400, true);
+    e = unstable_lookup(&u, 0, 1, 0xd1);
+    g_assert_cmpuint(e->client, ==, 4);
+    g_assert_true(e->hot);
+    g_assert_cmpuint(unstable_lookup(&u, 0, 0, 0xd1)->client, ==, 1);
+    unstable_remove(&u, e);
 
     /* A newer page with the digest replaces the entry. */
-    unstable_set(&u, 0, 0xd1, 3, 300);
-    e = unstable_lookup(&u, 0, 0xd1);
+    unstable_set(&u, 0, 0, 0xd1, 3, 300, false);
+    e = unstable_lookup(&u, 0, 0, 0xd1);
     g_assert_cmpuint(e->client, ==, 3);
     g_assert_cmpuint(e->page, ==, 300);
     g_assert_cmpuint(u.count, ==, 2);
 
     unstable_remove(&u, e);
-    g_assert_null(unstable_lookup(&u, 0, 0xd1));
-    g_assert_nonnull(unstable_lookup(&u, 1, 0xd1));
+    g_assert_null(unstable_lookup(&u, 0, 0, 0xd1));
+    g_assert_nonnull(unstable_lookup(&u, 1, 0, 0xd1));
     g_assert_cmpuint(u.count, ==, 1);
     teardown(&u);
 }
@@ -74,7 +82,7 @@ static void test_bound(void)
 
     setup(&u, MAX);
     for (uint64_t d = 0; d < N; d++) {
-        unstable_set(&u, 0, d, 1, d);
+        unstable_set(&u, 0, 0, d, 1, d, false);
         g_assert_cmpuint(u.count, <=, MAX);
     }
     g_assert_cmpuint(unstable_bytes(&u), ==, MAX * sizeof(UnstableEntry));
@@ -82,10 +90,10 @@ static void test_bound(void)
 
     /* The newest digests are the ones remembered. */
     for (uint64_t d = N - 64; d < N; d++) {
-        g_assert_nonnull(unstable_lookup(&u, 0, d));
+        g_assert_nonnull(unstable_lookup(&u, 0, 0, d));
     }
     for (uint64_t d = 0; d < N; d++) {
-        UnstableEntry *e = unstable_lookup(&u, 0, d);
+        UnstableEntry *e = unstable_lookup(&u, 0, 0, d);
 
         if (e) {
             g_assert_cmpuint(e->page, ==, d);
@@ -120,18 +128,18 @@ static void test_evict_dead_first(void)
     g_assert_cmpuint(u.nr_sets, ==, 4);
     for (unsigned i = 0; i < G_N_ELEMENTS(digests); i++) {
         digests[i] = d = next_digest_of_set0(d + 1);
-        unstable_set(&u, 0, d, 1, i);
+        unstable_set(&u, 0, 0, d, 1, i, false);
     }
     /* Set 0 overflowed once: the oldest, digests[0], is out. */
-    g_assert_null(unstable_lookup(&u, 0, digests[0]));
+    g_assert_null(unstable_lookup(&u, 0, 0, digests[0]));
     g_assert_cmpuint(u.count, ==, UNSTABLE_WAYS);
 
     /* Client 7 owns digests[2] and leaves; a new digest takes its place. */
-    unstable_set(&u, 0, digests[2], 7, 2);
+    unstable_set(&u, 0, 0, digests[2], 7, 2, false);
     g_hash_table_add(gone, GUINT_TO_POINTER(7));
-    unstable_set(&u, 0, digests[0], 1, 0);
+    unstable_set(&u, 0, 0, digests[0], 1, 0, false);
     for (unsigned i = 0; i < G_N_ELEMENTS(digests); i++) {
-        g_assert_true(!unstable_lookup(&u, 0, digests[i]) == (i == 2));
+        g_assert_true(!unstable_lookup(&u, 0, 0, digests[i]) == (i == 2));
     }
     teardown(&u);
 }
@@ -145,14 +153,14 @@ static void test_grow_drops_dead(void)
     setup(&u, 1u << 20);
     sets = u.nr_sets;
     for (uint64_t d = 0; d < 100; d++) {
-        unstable_set(&u, 0, d, 9, d);
+        unstable_set(&u, 0, 0, d, 9, d, false);
     }
     g_hash_table_add(gone, GUINT_TO_POINTER(9));
     for (uint64_t d = 100; u.nr_sets == sets; d++) {
-        unstable_set(&u, 0, d, 1, d);
+        unstable_set(&u, 0, 0, d, 1, d, false);
     }
     for (uint64_t d = 0; d < 100; d++) {
-        g_assert_null(unstable_lookup(&u, 0, d));
+        g_assert_null(unstable_lookup(&u, 0, 0, d));
     }
     teardown(&u);
 }

@@ -225,6 +225,7 @@ static void nuksm_agent_handle_hello_ack(Nuksm *s, const NuksmMsgHelloAck *a)
     trace_nuksm_agent_connected(nuksm_id(s), a->client_id, a->nr_nodes,
                                 a->agent_version);
     qapi_event_send_nuksm_agent_connected(nuksm_id(s), s->agent_path);
+    nuksm_numa_send_topology(s);
     nuksm_update_activity(s);
 }
 
@@ -328,6 +329,10 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
         return;
     }
 
+    if (hdr->type == NUKSM_MSG_HOME && hdr->seq == 0) {
+        nuksm_numa_handle_home(s, payload);
+        return;
+    }
     if (hdr->type == NUKSM_MSG_POLICY && hdr->seq == 0) {
         const NuksmMsgPolicy *p = payload;
         trace_nuksm_agent_policy(nuksm_id(s), nuksm_policy_name(p->policy));

@@ -239,6 +239,7 @@ static void nuksm_merge_remember(NuksmScanner *sc, NuksmBlockState *bs,
     bs->flags[idx] |= NUKSM_PAGE_MERGED | NUKSM_PAGE_REMAPPED;
     sc->stats.merged_pages++;
     sc->stats.merged_per_node[r->node]++;
+    bs->merged_per_node[r->node]++;
 }
 
 /*
@@ -259,6 +260,7 @@ void nuksm_merge_forget(NuksmScanner *sc, NuksmBlockState *bs, uint64_t idx,
     g_array_append_val(sc->unmerged, r);
     sc->stats.merged_pages--;
     sc->stats.merged_per_node[r.node]--;
+    bs->merged_per_node[r.node]--;
 }
 
 /*

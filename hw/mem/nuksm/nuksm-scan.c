@@ -62,6 +62,7 @@ static void nuksm_block_state_free(gpointer p)
     nuksm_scan_block_refs_free(bs);
     g_free(bs->digest);
     g_free(bs->flags);
+    g_free(bs->idle);
     g_free(bs);
 }
 
@@ -84,10 +85,15 @@ NuksmBlockState *nuksm_scan_block_state(NuksmScanner *sc, RAMBlock *rb)
         nuksm_scan_block_refs_free(bs);
         g_free(bs->digest);
         g_free(bs->flags);
+        g_free(bs->idle);
         bs->digest = g_new0(uint32_t, nr_pages);
         bs->flags = g_new0(uint8_t, nr_pages);
+        bs->idle = g_malloc(nr_pages);
+        memset(bs->idle, NUKSM_HOT_IDLE_MAX, nr_pages);
+        memset(bs->merged_per_node, 0, sizeof(bs->merged_per_node));
         bs->nr_pages = nr_pages;
         bs->first_page = rb->offset / NUKSM_PAGE_SIZE;
+        bs->gnode = nuksm_numa_block_gnode(rb);
     }
     return bs;
 }
@@ -130,9 +136,15 @@ static void nuksm_scan_flush_candidates(NuksmScanner *sc, uint32_t epoch)
 }
 
 static void nuksm_scan_add_candidate(NuksmScanner *sc, uint32_t epoch,
-                                     uint64_t page, uint64_t digest)
+                                     NuksmBlockState *bs, uint64_t idx,
+                                     uint64_t digest)
 {
-    NuksmCandidate c = { .page = page, .digest = digest };
+    NuksmCandidate c = {
+        .page = bs->first_page + idx,
+        .digest = digest,
+        .gnode = bs->gnode,
+        .idle = bs->idle[idx],
+    };
 
     g_array_append_val(sc->candidates, c);
     if (sc->candidates->len == NUKSM_CANDIDATES_MAX) {
@@ -186,7 +198,7 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
     qemu_mutex_unlock(&sc->lock);
 
     for (unsigned i = 0; i < count; i++) {
-        uint64_t idx = first + i, page = bs->first_page + idx;
+        uint64_t idx = first + i;
         uint8_t *p = host + i * NUKSM_PAGE_SIZE;
         uint8_t *flags = &bs->flags[idx];
         uint64_t digest;
@@ -242,7 +254,7 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
             }
             continue;
         }
-        nuksm_scan_add_candidate(sc, epoch, page, digest);
+        nuksm_scan_add_candidate(sc, epoch, bs, idx, digest);
     }
     if (nr_zero && sc->uffd >= 0) {
         nuksm_scan_drop_zero_pages(sc, bs, first, host, zero, nr_zero);

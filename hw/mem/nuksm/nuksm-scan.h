@@ -27,14 +27,17 @@ enum {
 #define NUKSM_REF_MAX_SLOT (1u << 24)
 
 /*
- * Scan state of one RAM block: 5 bytes per guest page, plus 8 bytes per
+ * Scan state of one RAM block: 6 bytes per guest page, plus 8 bytes per
  * page of the 2 MiB regions where some page is merged.
  */
 typedef struct NuksmBlockState {
     uint64_t first_page;        /* ram_addr / NUKSM_PAGE_SIZE */
     uint64_t nr_pages;
+    uint8_t gnode;              /* guest NUMA node of the block */
     uint32_t *digest;           /* low 32 bits; 0 = not hashed yet */
     uint8_t *flags;
+    uint8_t *idle;              /* inactive counters (nuksm-hot.c) */
+    uint64_t merged_per_node[NUKSM_MAX_NODES];  /* its merged pages */
     /*
      * The slot each merged page maps (gen << 32 | slot << 8 | node), by
      * region of NUKSM_REF_REGION pages; a region is allocated when one of

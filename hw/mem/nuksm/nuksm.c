@@ -129,13 +129,12 @@ NuksmInfo *nuksm_get_info(Nuksm *s)
         np->node = node;
         np->pages = stats.merged_per_node[node];
         QAPI_LIST_APPEND(tail, np);
-        /* Home nodes come with NUMA placement; until then node 0. */
-        if (node == 0) {
-            info->merged_local += np->pages;
-        } else {
-            info->merged_remote += np->pages;
-        }
     }
+    if (s->scanner) {
+        nuksm_numa_locality(s, &info->merged_local, &info->merged_remote);
+    }
+    info->home_nodes = nuksm_numa_home_list(s);
+    info->hotness = nuksm_hot_info(s);
     info->excluded = nuksm_ram_exclusions(s);
     return info;
 }
@@ -291,6 +290,25 @@ static void nuksm_set_commit_delay(Object *obj, Visitor *v, const char *name,
     }
 }
 
+static void nuksm_set_hot_window(Object *obj, Visitor *v, const char *name,
+                                 void *opaque, Error **errp)
+{
+    uint32_t value;
+
+    if (!visit_type_uint32(v, name, &value, errp)) {
+        return;
+    }
+    if (value && (value < NUKSM_HOT_WINDOW_MIN_MS ||
+                  value > NUKSM_HOT_WINDOW_MAX_MS)) {
+        error_setg(errp, "nuksm: property '%s' must be 0 (off) or between "
+                   "%u and %u ms, got %u", name, NUKSM_HOT_WINDOW_MIN_MS,
+                   NUKSM_HOT_WINDOW_MAX_MS, value);
+        return;
+    }
+    NUKSM(obj)->hot_window_ms = value;
+    trace_nuksm_set_property(name, value);
+}
+
 static void nuksm_set_max_cpu(Object *obj, Visitor *v, const char *name,
                               void *opaque, Error **errp)
 {
@@ -422,6 +440,7 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     QTAILQ_INSERT_TAIL(&nuksm_objects, s, next);
     migration_add_notifier(&s->migration_notifier, nuksm_migration_notify);
     s->vm_state = qemu_add_vm_change_state_handler(nuksm_vm_state_change, s);
+    nuksm_hot_start(s);
     nuksm_agent_start(s);
 }
 
@@ -448,6 +467,7 @@ static void nuksm_instance_init(Object *obj)
     s->max_cpu = NUKSM_DEFAULT_MAX_CPU;
     s->zero_pages = true;
     s->enabled = true;
+    s->hot_window_ms = NUKSM_DEFAULT_HOT_WINDOW_MS;
     nuksm_agent_init(s);
 }
 
@@ -463,6 +483,7 @@ static void nuksm_instance_finalize(Object *obj)
         if (s->machine_done.notify) {
             qemu_remove_machine_init_done_notifier(&s->machine_done);
         }
+        nuksm_hot_stop(s);
         nuksm_scanner_free(s->scanner);
     }
     nuksm_agent_cleanup(s);
@@ -509,6 +530,12 @@ static void nuksm_class_init(ObjectClass *oc, void *data)
                                   nuksm_set_memdev);
     object_class_property_set_description(oc, "memdev",
         "Only deduplicate this memory backend (default: all eligible RAM)");
+    object_class_property_add(oc, "hot-window", "uint32", nuksm_get_uint32,
+                              nuksm_set_hot_window, NULL,
+                              (void *)offsetof(Nuksm, hot_window_ms));
+    object_class_property_set_description(oc, "hot-window",
+        "Write-hotness sample window in ms, 0 = off, 10..600000 "
+        "(default 1000)");
     object_class_property_add(oc, "x-commit-delay-us", "uint32",
                               nuksm_get_uint32, nuksm_set_commit_delay, NULL,
                               (void *)offsetof(Nuksm, commit_delay_us));

@@ -24,6 +24,13 @@ OBJECT_DECLARE_SIMPLE_TYPE(Nuksm, NUKSM)
 #define NUKSM_DEFAULT_DOMAIN   "default"
 #define NUKSM_DEFAULT_PRIORITY 100
 #define NUKSM_DEFAULT_MAX_CPU  10
+#define NUKSM_DEFAULT_HOT_WINDOW_MS 1000
+#define NUKSM_HOT_WINDOW_MIN_MS 10
+#define NUKSM_HOT_WINDOW_MAX_MS 600000
+/* Inactive counters saturate here, and start here: never seen written. */
+#define NUKSM_HOT_IDLE_MAX     255
+/* How often a disabled hotness sampler looks whether it is wanted. */
+#define NUKSM_HOT_OFF_POLL_MS  1000
 
 typedef struct NuksmRequest NuksmRequest;
 typedef struct NuksmScanner NuksmScanner;
@@ -46,6 +53,15 @@ typedef struct NuksmAgentConn {
     QLIST_HEAD(, NuksmRequest) requests;  /* waiting for a reply */
 } NuksmAgentConn;
 
+/* Write-hotness sampling (nuksm-hot.c); main loop only. */
+typedef struct NuksmHot {
+    QEMUTimer *timer;
+    bool logging;               /* a sample window is open */
+    uint64_t samples;           /* windows harvested */
+    uint64_t hot_pages;         /* pages written in the last window */
+    char *error;                /* why dirty logging could not start */
+} NuksmHot;
+
 struct Nuksm {
     Object parent_obj;
 
@@ -58,6 +74,7 @@ struct Nuksm {
     bool zero_pages;
     char *memdev;
     bool enabled;
+    uint32_t hot_window_ms;     /* 0: no hotness sampling */
     uint32_t commit_delay_us;   /* x-commit-delay-us, tests only */
 
     /* @memdev, resolved once the machine is built */
@@ -66,6 +83,8 @@ struct Nuksm {
     bool completed;             /* user_creatable complete() ran */
     bool migrating;             /* stepped aside for migration/snapshot */
     NuksmAgentConn conn;
+    NuksmMsgHome home;          /* from the agent; zero until it says */
+    NuksmHot hot;
     NuksmScanner *scanner;
     Notifier machine_done;
     NotifierWithReturn migration_notifier;
@@ -103,6 +122,18 @@ uint64_t nuksm_ram_eligible_pages(Nuksm *s);
 NuksmExclusionList *nuksm_ram_exclusions(Nuksm *s);
 void nuksm_ram_foreach_eligible(Nuksm *s, NuksmRamFn fn, void *opaque);
 bool nuksm_ram_resolve_memdev(Nuksm *s, Error **errp);
+
+/* nuksm-numa.c */
+uint8_t nuksm_numa_block_gnode(RAMBlock *rb);
+void nuksm_numa_send_topology(Nuksm *s);
+void nuksm_numa_handle_home(Nuksm *s, const NuksmMsgHome *h);
+void nuksm_numa_locality(Nuksm *s, uint64_t *local, uint64_t *remote);
+NuksmHomeNodeList *nuksm_numa_home_list(Nuksm *s);
+
+/* nuksm-hot.c */
+void nuksm_hot_start(Nuksm *s);
+void nuksm_hot_stop(Nuksm *s);
+NuksmHotness *nuksm_hot_info(Nuksm *s);
 
 /* nuksm-scan.c */
 typedef struct NuksmScanStats {

@@ -1,0 +1,48 @@
+/*
+ * nuksmd home nodes: the host node each guest NUMA node of a VM should
+ * find its memory on, derived from where its vCPU threads may and do run.
+ *
+ * A VM sends TOPOLOGY (its guest nodes, their memory backends' host-nodes
+ * and policy, and the Linux thread id of every vCPU); the agent answers
+ * HOME and re-evaluates every HOME_PERIOD_MS, so that `taskset`, `virsh
+ * vcpupin` or a scheduler moving an unpinned VM are followed.  For each
+ * guest node, in order:
+ *
+ *   pinned   its vCPUs may only run on CPUs of one node: that node
+ *   backend  its memory backend is bound to (or prefers) host nodes: the
+ *            lowest of them
+ *   running  where most of its vCPUs ran last, once that has held for
+ *            HOME_RUNNING_STREAK evaluations (a scheduler's migrations
+ *            must not make merged pages follow every hop)
+ *   default  node 0
+ *
+ * A guest node without vCPUs (memory only) goes by all the VM's vCPUs.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSMD_HOME_H
+#define NUKSMD_HOME_H
+
+#include "agent.h"
+
+#define HOME_PERIOD_MS      1000
+#define HOME_RUNNING_STREAK 3
+
+/* Start and stop the periodic re-evaluation. */
+void home_start(NuksmAgent *agent);
+void home_stop(NuksmAgent *agent);
+
+/* TOPOLOGY from a VM: record it and send its first HOME. */
+void home_handle_topology(NuksmAgent *agent, NuksmClient *client,
+                          uint32_t seq, const void *payload);
+
+/* The home node of @client's guest node @gnode (0 before TOPOLOGY). */
+static inline uint32_t home_of(const NuksmClient *client, uint32_t gnode)
+{
+    return client->topology && gnode < client->topology->nr_gnodes ?
+           client->home[gnode] : 0;
+}
+
+#endif /* NUKSMD_HOME_H */

@@ -1,0 +1,131 @@
+/*
+ * nuksm: write hotness of guest pages, from QEMU's dirty log.
+ *
+ * nuksm has a dirty-memory client of its own (DIRTY_MEMORY_NUKSM, see
+ * qemu-patches/0005): turning its GLOBAL_DIRTY_NUKSM flag on makes the
+ * accelerator log writes (KVM dirty log or ring, TCG's notdirty path,
+ * QEMU's own writes) into nuksm's bitmap only.  Migration, calc-dirty-rate
+ * and dirty-limit keep their own flags and bitmaps: nuksm never clears
+ * theirs, and logging stays on while any of them needs it.
+ *
+ * To bound the cost, writes are sampled: logging runs for one window of
+ * hot-window ms, is harvested, then stays off for a window.  Each page
+ * has an inactive counter (AdaptMD §III-B): samples since the page was
+ * last seen written, saturating at NUKSM_HOT_IDLE_MAX, which is also
+ * where it starts.  Candidates carry it to the agent, which calls a page
+ * hot below its --cold-windows threshold.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qapi/error.h"
+#include "exec/memory.h"
+#include "exec/ramblock.h"
+#include "nuksm-scan.h"
+#include "trace.h"
+
+/* Fold the sample's writes of @rb into its pages' inactive counters. */
+static bool nuksm_hot_harvest(Nuksm *s, RAMBlock *rb, void *opaque)
+{
+    NuksmScanner *sc = s->scanner;
+    uint64_t *hot = opaque;
+    g_autofree DirtyBitmapSnapshot *snap =
+        memory_region_snapshot_and_clear_dirty(rb->mr, 0, rb->used_length,
+                                               DIRTY_MEMORY_NUKSM);
+    NuksmBlockState *bs;
+
+    qemu_mutex_lock(&sc->page_lock);
+    bs = g_hash_table_lookup(sc->blocks, rb->idstr);
+    for (uint64_t i = 0; bs && i < bs->nr_pages; i++) {
+        if (memory_region_snapshot_get_dirty(rb->mr, snap,
+                                             i * NUKSM_PAGE_SIZE,
+                                             NUKSM_PAGE_SIZE)) {
+            bs->idle[i] = 0;
+            (*hot)++;
+        } else if (bs->idle[i] < NUKSM_HOT_IDLE_MAX) {
+            bs->idle[i]++;
+        }
+    }
+    qemu_mutex_unlock(&sc->page_lock);
+    return true;
+}
+
+/* Writes logged before the window opened are not the window's. */
+static bool nuksm_hot_clear(Nuksm *s, RAMBlock *rb, void *opaque)
+{
+    g_free(memory_region_snapshot_and_clear_dirty(rb->mr, 0, rb->used_length,
+                                                  DIRTY_MEMORY_NUKSM));
+    return true;
+}
+
+static void nuksm_hot_tick(void *opaque)
+{
+    Nuksm *s = opaque;
+    NuksmHot *h = &s->hot;
+
+    if (h->logging) {
+        uint64_t hot = 0;
+
+        nuksm_ram_foreach_eligible(s, nuksm_hot_harvest, &hot);
+        memory_global_dirty_log_stop(GLOBAL_DIRTY_NUKSM);
+        h->logging = false;
+        h->samples++;
+        h->hot_pages = hot;
+        trace_nuksm_hot_sample(nuksm_id(s), h->samples, hot);
+    } else if (s->hot_window_ms && nuksm_state(s) == NUKSM_STATE_ACTIVE) {
+        Error *err = NULL;
+
+        if (memory_global_dirty_log_start(GLOBAL_DIRTY_NUKSM, &err)) {
+            nuksm_ram_foreach_eligible(s, nuksm_hot_clear, NULL);
+            h->logging = true;
+            g_clear_pointer(&h->error, g_free);
+        } else {
+            g_free(h->error);
+            h->error = g_strdup(error_get_pretty(err));
+            error_free(err);
+        }
+    }
+    timer_mod(h->timer, qemu_clock_get_ms(QEMU_CLOCK_REALTIME) +
+              (s->hot_window_ms ? s->hot_window_ms : NUKSM_HOT_OFF_POLL_MS));
+}
+
+void nuksm_hot_start(Nuksm *s)
+{
+    s->hot.timer = timer_new_ms(QEMU_CLOCK_REALTIME, nuksm_hot_tick, s);
+    timer_mod(s->hot.timer, qemu_clock_get_ms(QEMU_CLOCK_REALTIME));
+}
+
+void nuksm_hot_stop(Nuksm *s)
+{
+    NuksmHot *h = &s->hot;
+
+    if (h->logging) {
+        memory_global_dirty_log_stop(GLOBAL_DIRTY_NUKSM);
+        h->logging = false;
+    }
+    g_clear_pointer(&h->timer, timer_free);
+    g_clear_pointer(&h->error, g_free);
+}
+
+NuksmHotness *nuksm_hot_info(Nuksm *s)
+{
+    NuksmHotness *info = g_new0(NuksmHotness, 1);
+
+    info->source = s->hot_window_ms ? NUKSM_HOTNESS_SOURCE_DIRTY_LOG :
+                                      NUKSM_HOTNESS_SOURCE_OFF;
+    info->window_ms = s->hot_window_ms;
+    info->samples = s->hot.samples;
+    info->hot_pages = s->hot.hot_pages;
+    info->error = g_strdup(s->hot.error);
+    /*
+     * Access bits would tell read-hot pages too.  Idle page tracking
+     * (CONFIG_IDLE_PAGE_TRACKING) is how a stock kernel offers them.
+     */
+    info->access_bits = access("/sys/kernel/mm/page_idle/bitmap", F_OK) == 0;
+    info->access_bits_note = g_strdup(info->access_bits ?
+        "idle page tracking present, not sampled: writes only" :
+        "host kernel has no idle page tracking: writes only");
+    return info;
+}

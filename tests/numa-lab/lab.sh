@@ -1,0 +1,285 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# The NUMA lab, run by busybox sh as the /init of a guest with two NUMA
+# nodes (scripts/numa-lab.sh boots it; docs/testing.rst, "NUMA lab").
+#
+# nuksmd runs on the guest's real nodes with --policy priority; two qtest
+# VMs hold the same 48 MiB: VM A (priority 10) on node 0's CPU, VM B
+# (priority 1) on node 1's CPU.  Once merging has settled, store-nodes
+# asks move_pages() where each page of each store file physically is:
+#
+#   - every page of store-node<N> must sit on node N (nuksmd's mbind);
+#   - the merged copies must be split as the policy says: node 0, VM A's
+#     home, holds 10/11 = 90.9% of them, within 3 points.
+#
+# Prints progress lines "numa-lab: ..." and ends with exactly one verdict,
+# "numa-lab: PASS: ..." (exit 0) or "numa-lab: FAIL: ..." (exit 1).
+#
+# Kernel command line knobs: numalab.pages=N (pages of identical content,
+# default 12288), numalab.timeout=S (seconds to wait for merging, 300).
+#
+# Copyright (c) 2026 nuksm developers
+
+PATH=/lab/bin:$PATH
+
+PAGES=12288             # 48 MiB of distinct, non-zero pages in each VM
+TIMEOUT=300
+PRIO_A=10               # VM A, node 0
+PRIO_B=1                # VM B, node 1
+TOLERANCE=30            # per mille (3 percentage points)
+MAX_CPU=50              # scanner budget of each VM, percent of a core
+SOCK=/run/nuksmd.sock
+STATE=/dev/shm/state
+BLOB=/dev/shm/blob
+LOGS=/tmp
+
+for arg in $(cat /proc/cmdline); do
+    case $arg in
+    numalab.pages=*) PAGES=${arg#*=} ;;
+    numalab.timeout=*) TIMEOUT=${arg#*=} ;;
+    esac
+done
+MIN_SHARING=$((PAGES * 2 / 3))
+
+say() {
+    echo "numa-lab: $*"
+}
+
+# The last lines of the agent's and the VMs' logs, less nuksmctl's visits.
+show_logs() {
+    for log in nuksmd vmA vmB; do
+        if [ -s "$LOGS/$log.log" ]; then
+            say "--- last lines of $log's log:"
+            grep -v -e ': control client$' -e ': info: connection from pid' \
+                -e 'client [0-9]* (pid [0-9]*) disconnected$' \
+                "$LOGS/$log.log" | tail -n 10 | sed 's/^/numa-lab:   /'
+        fi
+    done
+}
+
+# A failure that stops the lab before the placement checks.
+abort() {
+    show_logs
+    say "FAIL: $*"
+    exit 1
+}
+
+# Fields of `nuksmctl --json status` (one line of JSON).
+STATUS=
+read_status() {
+    STATUS=$(nuksmctl --socket "$SOCK" --json status 2>&1) || return 1
+}
+status_num() {
+    echo "$STATUS" | sed -n "s/.*\"$1\": \([0-9]*\).*/\1/p"
+}
+status_store() {
+    echo "$STATUS" | sed -n 's/.*"store_pages": \[\([^]]*\)\].*/\1/p'
+}
+
+# Field NAME=value of a store-nodes line.
+field() {
+    echo "$2" | sed -n "s/.* $1=\([0-9]*\).*/\1/p"
+}
+
+# Per mille as a percentage with one decimal.
+pct() {
+    echo "$(($1 / 10)).$(($1 % 10))%"
+}
+
+first_cpu() {
+    sed 's/[-,].*//' "/sys/devices/system/node/node$1/cpulist"
+}
+
+node_mib() {
+    awk '/MemTotal/ { print int($4 / 1024) }' \
+        "/sys/devices/system/node/node$1/meminfo"
+}
+
+# ---------------------------------------------------------------- nodes
+say "guest kernel $(uname -r), $(nproc) CPUs"
+for n in 0 1; do
+    [ -d /sys/devices/system/node/node$n ] ||
+        abort "the guest has no NUMA node $n (boot it with two -numa nodes)"
+done
+[ -d /sys/devices/system/node/node2 ] &&
+    abort "the guest has more than two NUMA nodes"
+CPU0=$(first_cpu 0)
+CPU1=$(first_cpu 1)
+[ -n "$CPU0" ] && [ -n "$CPU1" ] ||
+    abort "a NUMA node has no CPU (node0: '$CPU0', node1: '$CPU1')"
+for n in 0 1; do
+    say "node $n: cpus $(cat /sys/devices/system/node/node$n/cpulist)," \
+        "$(node_mib $n) MiB"
+done
+
+# ---------------------------------------------------------------- agent
+nuksmd --policy priority --state-dir "$STATE" --socket "$SOCK" \
+    --log-level info >"$LOGS/nuksmd.log" 2>&1 &
+AGENT=$!
+i=0
+until read_status; do
+    i=$((i + 1))
+    kill -0 "$AGENT" 2>/dev/null || abort "nuksmd exited at start-up"
+    [ "$i" -lt 100 ] || abort "nuksmd does not answer: $STATUS"
+    sleep 0.2
+done
+NODES=$(status_num nodes)
+say "nuksmd (pid $AGENT) up: policy $(echo "$STATUS" |
+    sed -n 's/.*"policy": "\([^"]*\)".*/\1/p'), $NODES nodes"
+[ "$NODES" = 2 ] || abort "nuksmd sees $NODES NUMA nodes, not 2"
+
+# ---------------------------------------------------------------- VMs
+store-nodes --blob "$BLOB" "$PAGES" || abort "cannot write $BLOB"
+say "wrote $BLOB: $PAGES distinct pages ($((PAGES / 256)) MiB)"
+
+# start_vm NAME CPU PRIORITY: a qtest VM pinned (every thread) to CPU, its
+# RAM at 16 MiB holding the blob (QEMU's generic loader writes it in at
+# reset).  Sets VM_PID.
+start_vm() {
+    taskset -c "$2" qemu-system-x86_64 -L /lab/share/qemu \
+        -accel qtest -machine q35 -m 256M -nodefaults -display none \
+        -monitor none -qtest null -name "$1" \
+        -device loader,file="$BLOB",addr=0x1000000,force-raw=on \
+        -object nuksm,id=dedup0,agent="$SOCK",priority="$3",max-cpu=$MAX_CPU \
+        >"$LOGS/$1.log" 2>&1 &
+    VM_PID=$!
+}
+
+start_vm vmA "$CPU0" "$PRIO_A"
+VMA=$VM_PID
+start_vm vmB "$CPU1" "$PRIO_B"
+VMB=$VM_PID
+say "vmA: pid $VMA, priority $PRIO_A, pinned to cpu $CPU0 (node 0)"
+say "vmB: pid $VMB, priority $PRIO_B, pinned to cpu $CPU1 (node 1)"
+
+i=0
+while :; do
+    for pid in $VMA $VMB; do
+        kill -0 "$pid" 2>/dev/null || abort "a VM (pid $pid) exited"
+    done
+    read_status || abort "nuksmctl status: $STATUS"
+    [ "$(status_num vms)" = 2 ] && break
+    i=$((i + 1))
+    [ "$i" -lt 150 ] || abort "the VMs did not connect to nuksmd in 30 s"
+    sleep 0.2
+done
+for pid in $VMA $VMB; do
+    say "pid $pid: its threads may run on cpus $(taskset -a -c -p "$pid" |
+        sed 's/.*: //' | sort -u | tr '\n' ' ')"
+done
+nuksmctl --socket "$SOCK" vms | sed 's/^/numa-lab:   /'
+
+# ---------------------------------------------------------------- merge
+say "waiting (at most ${TIMEOUT}s) for pages_sharing >= $MIN_SHARING to settle"
+start=$(date +%s)
+last=
+stable=0
+while :; do
+    for pid in $VMA $VMB; do
+        kill -0 "$pid" 2>/dev/null || abort "a VM (pid $pid) exited"
+    done
+    kill -0 "$AGENT" 2>/dev/null || abort "nuksmd exited"
+    read_status || abort "nuksmctl status: $STATUS"
+    SHARED=$(status_num pages_shared)
+    SHARING=$(status_num pages_sharing)
+    STORE=$(status_store)
+    elapsed=$(($(date +%s) - start))
+    say "t=${elapsed}s pages_shared=$SHARED pages_sharing=$SHARING" \
+        "store_pages=[$STORE]"
+    now="$SHARING/$STORE"
+    if [ "$SHARING" -ge "$MIN_SHARING" ] && [ "$now" = "$last" ]; then
+        stable=$((stable + 1))
+        [ "$stable" -ge 3 ] && break
+    else
+        stable=0
+    fi
+    [ "$elapsed" -lt "$TIMEOUT" ] ||
+        abort "merging did not settle at pages_sharing >= $MIN_SHARING" \
+              "within ${TIMEOUT}s (pages_sharing=$SHARING)"
+    last=$now
+    sleep 2
+done
+nuksmctl --socket "$SOCK" vms | sed 's/^/numa-lab:   /'
+
+# ---------------------------------------------------------------- check
+AGENT0=${STORE%%,*}
+AGENT1=${STORE##*, }
+OUT=$(store-nodes "$STATE/store-node0" "$STATE/store-node1" 2>&1)
+rc=$?
+echo "$OUT" | sed 's/^/numa-lab: store-nodes: /'
+[ "$rc" -le 1 ] || abort "store-nodes failed (exit $rc)"
+L0=$(echo "$OUT" | grep "^$STATE/store-node0 ")
+L1=$(echo "$OUT" | grep "^$STATE/store-node1 ")
+F0=$(field pages "$L0")
+F1=$(field pages "$L1")
+F0_ON0=$(field node0 "$L0")
+F0_ON1=$(field node1 "$L0")
+F1_ON0=$(field node0 "$L1")
+F1_ON1=$(field node1 "$L1")
+ERR=$(($(field errors "$L0") + $(field errors "$L1")))
+
+problems=
+problem() {
+    say "check FAILED: $*"
+    problems="$problems${problems:+; }$*"
+}
+
+# 1. Each store file's pages are physically on its node.
+if [ "$F0_ON0" = "$F0" ] && [ "$F1_ON1" = "$F1" ] && [ "$ERR" = 0 ]; then
+    physical="every store page on its node"
+    if [ "$F0" = 0 ] || [ "$F1" = 0 ]; then
+        physical="$physical (one store empty: its binding not exercised)"
+    fi
+    say "check ok: store-node0: $F0 pages, all on node 0;" \
+        "store-node1: $F1 pages, all on node 1"
+else
+    physical="store pages off their node"
+    problem "physical placement: store-node0 has $F0_ON1 of $F0 pages on" \
+            "node 1, store-node1 has $F1_ON0 of $F1 pages on node 0," \
+            "$ERR pages not located"
+fi
+
+# 2. The files hold what nuksmd counts, and the copies are all there.
+TOTAL=$((F0 + F1))
+if [ "$F0" = "$AGENT0" ] && [ "$F1" = "$AGENT1" ]; then
+    say "check ok: the files hold the store_pages nuksmd reports" \
+        "($AGENT0, $AGENT1)"
+else
+    problem "store files hold $F0 + $F1 pages, nuksmd reports" \
+            "store_pages=[$STORE]"
+fi
+if [ "$SHARED" -lt "$MIN_SHARING" ] || [ "$TOTAL" -lt "$SHARED" ]; then
+    problem "pages_shared=$SHARED, $TOTAL store pages: fewer merged" \
+            "copies than the $MIN_SHARING expected"
+fi
+
+# 3. The split follows the policy: priority 10:1 puts 10/11 on node 0.
+WANT=$((1000 * PRIO_A / (PRIO_A + PRIO_B)))
+if [ "$TOTAL" -gt 0 ]; then
+    GOT=$((1000 * F0 / TOTAL))
+else
+    GOT=0
+fi
+DIFF=$((GOT - WANT))
+[ "$DIFF" -lt 0 ] && DIFF=$((-DIFF))
+split="node 0 holds $(pct $GOT) of $TOTAL merged copies"
+split="$split (policy priority $PRIO_A:$PRIO_B wants $(pct $WANT)"
+split="$split +-$((TOLERANCE / 10)) points)"
+if [ "$DIFF" -le "$TOLERANCE" ]; then
+    say "check ok: $split"
+else
+    hint=
+    if [ "$F1" = 0 ]; then
+        hint=": nothing was placed on node 1 (is placement by policy in yet?)"
+    fi
+    problem "policy split: $split$hint"
+fi
+
+summary="2 nodes, pages_sharing=$SHARING, store-node0=$F0 store-node1=$F1"
+if [ -z "$problems" ]; then
+    say "PASS: $summary, $physical, $split"
+    exit 0
+fi
+say "FAIL: $problems ($summary; $physical)"
+exit 1
