@@ -58,14 +58,20 @@ static uint32_t next_hot_turn(NuksmAgent *agent, uint32_t x, uint32_t y)
     return node;
 }
 
+/*
+ * A uniform draw in [0, 1) with 53 bits, from the content alone, against
+ * the owners in node order: which page completed the match (a matter of
+ * timing) does not change the outcome.
+ */
 static uint32_t by_priority(const PlacementPage *a, const PlacementPage *b,
                             uint64_t digest)
 {
-    /* A uniform draw in [0, 1) with 53 bits, from the content alone. */
+    const PlacementPage *lo = a->home < b->home ? a : b;
+    const PlacementPage *hi = lo == a ? b : a;
     double draw = (mix64(digest ^ PRIORITY_SEED) >> 11) * 0x1.0p-53;
-    double pa = a->client->priority, pb = b->client->priority;
+    double plo = lo->client->priority, phi = hi->client->priority;
 
-    return draw * (pa + pb) < pa ? a->home : b->home;
+    return draw * (plo + phi) < plo ? lo->home : hi->home;
 }
 
 uint32_t placement_choose_node(NuksmAgent *agent, const PlacementPage *a,

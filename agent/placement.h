@@ -14,7 +14,8 @@
  *              cold copies go to the emptier of the owners' nodes
  *   priority   nuKSM §4.2: owner i gets the copy with probability
  *              priority_i / sum of priorities, drawn from a hash of the
- *              content, so that a run is reproducible
+ *              content (mix64 of the digest): the same contents and
+ *              priorities place the same way in every run
  *   adaptive   AdaptMD-H: hot pages share only within their node, cold
  *              pages across nodes, placed as fair places cold ones
  *

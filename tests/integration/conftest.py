@@ -2,6 +2,7 @@
 """Fixtures: a temp dir, nuksmd agents, qtest VMs and TCG test guests."""
 
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -9,6 +10,9 @@ import pytest
 
 import harness
 from harness import Agent, Vm
+
+# Tools the tests use too (numa_tax).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 
 def require_file(path, hint):
