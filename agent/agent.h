@@ -18,6 +18,7 @@
 #include "nuksm-proto.h"
 #include "slots.h"
 #include "store.h"
+#include "replace.h"
 #include "topology.h"
 #include "unstable.h"
 
@@ -32,6 +33,10 @@ typedef struct NuksmAgent {
     uint32_t cold_windows;       /* idle windows before a page is cold */
     guint home_timer;
     uint64_t hot_shared[NUKSM_MAX_NODES];  /* copies hot for two owners */
+    GHashTable *hot_owners;      /* SlotId -> client id: fair placed the */
+                                 /* copy with the VM it is hot for */
+    uint32_t placed_hot_owner;   /* of the last placement_choose_node() */
+    Replacer replacer;           /* replace.c */
 
     ClientRegistry clients;
     uint32_t next_client_id;     /* handed out on HELLO, from 1 */

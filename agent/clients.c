@@ -44,6 +44,7 @@ void clients_remove(ClientRegistry *reg, NuksmClient *client)
     if (client->to_merge) {
         g_array_unref(client->to_merge);
         g_array_unref(client->to_upload);
+        g_array_unref(client->to_move);
     }
     g_free(client->topology);
     g_free(client->label);

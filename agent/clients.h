@@ -57,6 +57,7 @@ typedef struct NuksmClient {
     KeyMap pages;            /* page -> slot it maps or is about to (ledger) */
     GArray *to_merge;        /* NuksmSlotRef of the next MERGE (outbox) */
     GArray *to_upload;       /* NuksmSlotRef of the next UPLOAD_REQ */
+    GArray *to_move;         /* NuksmMove of the next MOVE */
     bool in_outbox;
 
     /* NUMA placement (home.h): NULL topology until the VM sends it */

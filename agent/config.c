@@ -19,6 +19,8 @@
 #define RESTORE_GRACE_MAX 86400
 /* --cold-windows: QEMU's idle counters saturate at 255. */
 #define COLD_WINDOWS_MAX 255
+/* --replace-rate: pages moved per second, at most. */
+#define REPLACE_RATE_MAX 1000000
 
 /*
  * A setter validates one value and stores it; @origin ("--policy" or
@@ -140,6 +142,22 @@ static bool set_cold_windows(NuksmdConfig *cfg, const char *origin,
     return true;
 }
 
+static bool set_replace_rate(NuksmdConfig *cfg, const char *origin,
+                             const char *value)
+{
+    guint64 rate;
+
+    if (!g_ascii_string_to_unsigned(value, 10, 0, REPLACE_RATE_MAX, &rate,
+                                    NULL)) {
+        usage_error(origin, "invalid rate '%s' (allowed: 0..%u pages per "
+                    "second, 0: never move merged pages)", value,
+                    REPLACE_RATE_MAX);
+        return false;
+    }
+    cfg->replace_rate = rate;
+    return true;
+}
+
 /* Key file keys; the command-line option of each is "--" + key. */
 static const struct {
     const char *key;
@@ -152,6 +170,7 @@ static const struct {
     { "state-dir",     set_state_dir },
     { "restore-grace", set_restore_grace },
     { "cold-windows",  set_cold_windows },
+    { "replace-rate",  set_replace_rate },
 };
 
 enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
@@ -190,7 +209,8 @@ static bool load_key_file(NuksmdConfig *cfg, const char *path)
         if (i < 0) {
             usage_error(path, "unknown key '%s' in [" CONFIG_GROUP "] "
                         "(allowed: socket, policy, fake-numa, log-level, "
-                        "state-dir, restore-grace, cold-windows)", *key);
+                        "state-dir, restore-grace, cold-windows, "
+                        "replace-rate)", *key);
             return false;
         }
         value = g_key_file_get_string(kf, CONFIG_GROUP, *key, &err);
@@ -229,6 +249,9 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         { "cold-windows", 0, 0, G_OPTION_ARG_STRING, &cli[6],
           "A page is cold after N hotness windows without a write "
           "(1..255, default 3)", "N" },
+        { "replace-rate", 0, 0, G_OPTION_ARG_STRING, &cli[7],
+          "Move at most N merged pages per second when placement "
+          "changes (default 1000, 0: never)", "N" },
         { "config", 0, 0, G_OPTION_ARG_FILENAME, &config_path,
           "Read settings from the [nuksmd] group of FILE", "FILE" },
         { "foreground", 0, 0, G_OPTION_ARG_NONE, &foreground,
@@ -249,6 +272,7 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         .state_dir = g_strdup(NUKSM_DEFAULT_STATE_DIR),
         .restore_grace = 10,
         .cold_windows = 3,
+        .replace_rate = 1000,
     };
 
     ctx = g_option_context_new("- nuksm host agent");
@@ -256,8 +280,8 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
     g_option_context_set_description(ctx,
         "Policies: global, ksm-order, local, fair, priority, adaptive.\n"
         "The --config FILE takes the keys socket, policy, fake-numa,\n"
-        "log-level, state-dir, restore-grace and cold-windows in a\n"
-        "[nuksmd] group;\n"
+        "log-level, state-dir, restore-grace, cold-windows and\n"
+        "replace-rate in a [nuksmd] group;\n"
         "command-line options override it.\n");
     if (!g_option_context_parse(ctx, &argc, &argv, &err)) {
         fprintf(stderr, "nuksmd: %s (see --help)\n", err->message);

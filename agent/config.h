@@ -21,6 +21,7 @@ typedef struct NuksmdConfig {
     char *state_dir;           /* store files, on tmpfs */
     uint32_t restore_grace;    /* seconds for VMs to restore after a restart */
     uint32_t cold_windows;     /* hotness windows before a page is cold */
+    uint32_t replace_rate;     /* merged pages moved per second, at most */
 } NuksmdConfig;
 
 /*

@@ -14,6 +14,7 @@
 #include "merge.h"
 #include "nuksm-config.h"
 #include "recovery.h"
+#include "replace.h"
 #include "server.h"
 
 /* Handler of one request type; @payload passed nuksm_msg_check(). */
@@ -81,6 +82,7 @@ static void handle_set_policy(NuksmAgent *agent, NuksmClient *client,
             send_policy(agent, other, 0);
         }
     }
+    replace_request(agent, "the policy changed");
 }
 
 static void handle_get_policy(NuksmAgent *agent, NuksmClient *client,
@@ -123,6 +125,8 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
         info.pages_sharing += t->sharing;
         info.store_pages[n] = t->nr_used;
     }
+    info.pages_moved = agent->replacer.moved;
+    info.moves_pending = replace_pending(agent);
     server_send(agent, client, NUKSM_MSG_INFO, seq, &info, sizeof(info));
 }
 
@@ -149,6 +153,11 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         memcpy(e->vm_name, vm->vm_name, sizeof(e->vm_name));
         memcpy(e->object_id, vm->object_id, sizeof(e->object_id));
         e->merged_pages = vm->merged_pages;
+        home_locality(vm, &e->merged_local, &e->merged_remote);
+        if (vm->topology) {
+            e->nr_gnodes = vm->topology->nr_gnodes;
+            memcpy(e->home, vm->home, e->nr_gnodes);
+        }
     }
     server_send(agent, client, NUKSM_MSG_VMS, seq, msg, len);
 }
@@ -167,6 +176,7 @@ static const RequestHandler handlers[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_UNMERGED]     = merge_handle_unmerged,
     [NUKSM_MSG_RESTORE]      = recovery_handle_restore,
     [NUKSM_MSG_TOPOLOGY]     = home_handle_topology,
+    [NUKSM_MSG_MOVED]        = replace_handle_moved,
 };
 
 /* Requests of the merge engine, which only VMs take part in. */
@@ -174,7 +184,8 @@ static bool vm_only(uint16_t type)
 {
     return type == NUKSM_MSG_CANDIDATES || type == NUKSM_MSG_UPLOAD ||
            type == NUKSM_MSG_MERGED || type == NUKSM_MSG_UNMERGED ||
-           type == NUKSM_MSG_RESTORE || type == NUKSM_MSG_TOPOLOGY;
+           type == NUKSM_MSG_RESTORE || type == NUKSM_MSG_TOPOLOGY ||
+           type == NUKSM_MSG_MOVED;
 }
 
 /*

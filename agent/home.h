@@ -45,4 +45,14 @@ static inline uint32_t home_of(const NuksmClient *client, uint32_t gnode)
            client->home[gnode] : 0;
 }
 
+/* The home node of @client's RAM page @page (TOPOLOGY's ranges). */
+uint32_t home_of_page(const NuksmClient *client, uint64_t page);
+
+/*
+ * @client's merged pages whose copy is on their home node, and the
+ * others.  Walks its whole table: for reports, not for hot paths.
+ */
+void home_locality(const NuksmClient *client, uint64_t *local,
+                   uint64_t *remote);
+
 #endif /* NUKSMD_HOME_H */

@@ -20,6 +20,7 @@ void ledger_init(NuksmAgent *agent)
     agent->uploads = g_hash_table_new_full(NULL, NULL, NULL,
                                            (GDestroyNotify)g_array_unref);
     agent->freeing = g_array_new(FALSE, FALSE, sizeof(SlotId));
+    agent->hot_owners = g_hash_table_new(NULL, NULL);
 }
 
 void ledger_destroy(NuksmAgent *agent)
@@ -27,6 +28,7 @@ void ledger_destroy(NuksmAgent *agent)
     g_clear_pointer(&agent->vms, g_hash_table_destroy);
     g_clear_pointer(&agent->uploads, g_hash_table_destroy);
     g_clear_pointer(&agent->freeing, g_array_unref);
+    g_clear_pointer(&agent->hot_owners, g_hash_table_destroy);
 }
 
 NuksmClient *ledger_client(NuksmAgent *agent, uint32_t client_id)
@@ -49,6 +51,37 @@ void ledger_add(NuksmAgent *agent, NuksmClient *client, uint64_t page,
         client->merged_pages++;
     } else {
         slots_get_pending(t, slot_id_slot(id));
+    }
+}
+
+void ledger_move_start(NuksmAgent *agent, NuksmClient *client,
+                       uint64_t page, SlotId to)
+{
+    bool added;
+    KeyMapEntry *e = keymap_insert(&client->pages, page, LEDGER_NS_MOVE,
+                                   &added);
+
+    g_assert(added);
+    e->value = to;
+    e->tag = PAGE_MERGING;
+    slots_get_pending(ledger_table(agent, to), slot_id_slot(to));
+}
+
+void ledger_move_done(NuksmAgent *agent, NuksmClient *client, uint64_t page)
+{
+    KeyMapEntry *move = ledger_move(client, page);
+    SlotId to = move->value, from;
+    KeyMapEntry *e;
+
+    /* Removing an entry may shift others: look the page up after. */
+    keymap_remove(&client->pages, move);
+    e = ledger_page(client, page);
+    from = e->value;
+    e->value = to;
+    slots_get_ref(ledger_table(agent, to), slot_id_slot(to));
+    slots_put_pending(ledger_table(agent, to), slot_id_slot(to));
+    if (slots_put_ref(ledger_table(agent, from), slot_id_slot(from))) {
+        ledger_free(agent, from);
     }
 }
 
@@ -187,6 +220,7 @@ void ledger_free(NuksmAgent *agent, SlotId id)
         index_remove(&agent->index, s->domain, s->digest, id);
         g_hash_table_remove(agent->uploads, GUINT_TO_POINTER(id));
     }
+    g_hash_table_remove(agent->hot_owners, GUINT_TO_POINTER(id));
     s->state = SLOT_FREEING;
     g_array_append_val(agent->freeing, id);
 }
@@ -236,7 +270,7 @@ void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
          * the slot before the connection ended without its MERGED.
          */
         if (keep && e->tag != PAGE_WAITING && e->tag != PAGE_UPLOADING) {
-            KeyMapEntry *k = keymap_insert(keep, e->key, 0, &added);
+            KeyMapEntry *k = keymap_insert(keep, e->key, e->ns, &added);
 
             k->value = e->value;
             k->tag = ledger_holds_ref(e->tag) ? PAGE_MAPPED : PAGE_MERGING;
@@ -309,7 +343,7 @@ void ledger_drop_parked(NuksmAgent *agent, NuksmClient *client)
             release_entry(agent, e);
             client->merged_pages -= e->tag == PAGE_PARKED;
         } else {
-            *keymap_insert(&client->pages, e->key, 0, &added) = *e;
+            *keymap_insert(&client->pages, e->key, e->ns, &added) = *e;
         }
     }
     client->parked_pages = 0;

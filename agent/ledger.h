@@ -3,9 +3,11 @@
  * life of slots that follows from it.
  *
  * Each VM has a table page -> (slot, PageState); a page has at most one
- * entry.  A slot counts the MAPPED entries naming it as references and
- * the others as pending users; it is freed (punched out of the store,
- * its generation bumped) once it has neither.  A slot is never freed
+ * entry, and while it moves to another copy (see replace.h) one more,
+ * in namespace LEDGER_NS_MOVE, naming the slot it moves to as PAGE_MERGING.
+ * A slot counts the MAPPED entries naming it as references and the
+ * others as pending users; it is freed (punched out of the store, its
+ * generation bumped) once it has neither.  A slot is never freed
  * while a VM may map it: from the MERGE that names it until the VM's
  * answer (a RESTORE if the connection ends first while its process
  * lives: see detached.h), and while the VM holds a reference.
@@ -21,6 +23,10 @@
 
 /* Pages (references and pending merges) one VM may hold: 256 GiB. */
 #define LEDGER_CLIENT_PAGES_MAX (1u << 26)
+
+/* Namespaces of a VM's table: its pages, and the moves of its pages. */
+#define LEDGER_NS_PAGE 0
+#define LEDGER_NS_MOVE 1
 
 typedef enum PageState {
     PAGE_WAITING = 1,        /* shares a slot whose upload is awaited */
@@ -66,6 +72,12 @@ static inline KeyMapEntry *ledger_page(NuksmClient *client, uint64_t page)
     return keymap_lookup(&client->pages, page, 0);
 }
 
+/* The move in progress of @client's @page, if any. */
+static inline KeyMapEntry *ledger_move(NuksmClient *client, uint64_t page)
+{
+    return keymap_lookup(&client->pages, page, LEDGER_NS_MOVE);
+}
+
 /* True if @client may not hold another page. */
 static inline bool ledger_full(const NuksmClient *client)
 {
@@ -78,6 +90,16 @@ NuksmClient *ledger_client(NuksmAgent *agent, uint32_t client_id);
 /* Add an entry for @page, which @client has none for. */
 void ledger_add(NuksmAgent *agent, NuksmClient *client, uint64_t page,
                 SlotId id, PageState state);
+
+/* @page of @client, mapped, starts moving to slot @to (a pending user). */
+void ledger_move_start(NuksmAgent *agent, NuksmClient *client,
+                       uint64_t page, SlotId to);
+
+/*
+ * The move of @page is done: it maps the slot it moved to and drops its
+ * reference on the one it left (freed if that was the last).
+ */
+void ledger_move_done(NuksmAgent *agent, NuksmClient *client, uint64_t page);
 
 /* A PAGE_MERGING or PAGE_PARKED_MERGING entry's page now maps its slot. */
 void ledger_map(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);

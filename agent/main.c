@@ -92,6 +92,7 @@ int main(int argc, char **argv)
              cfg.fake_numa ? " (fake)" : "");
 
     agent.loop = g_main_loop_new(NULL, FALSE);
+    replace_init(&agent, cfg.replace_rate);
     home_start(&agent);
     sigterm = g_unix_signal_add(SIGTERM, on_quit_signal, &agent);
     sigint = g_unix_signal_add(SIGINT, on_quit_signal, &agent);
@@ -100,6 +101,7 @@ int main(int argc, char **argv)
     g_source_remove(sigterm);
     g_source_remove(sigint);
     home_stop(&agent);
+    replace_destroy(&agent);
     server_stop(&agent);
     merge_destroy(&agent);
     g_main_loop_unref(agent.loop);

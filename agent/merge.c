@@ -84,6 +84,7 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     keymap_init(&client->pages, agent->index.seed);
     client->to_merge = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_upload = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
+    client->to_move = g_array_new(FALSE, FALSE, sizeof(NuksmMove));
     g_hash_table_insert(agent->vms, GUINT_TO_POINTER(client->id), client);
     detached_adopt(agent, client);
 
@@ -158,6 +159,10 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
         return;
     }
     id = slot_id(node, slot);
+    if (agent->placed_hot_owner) {
+        g_hash_table_insert(agent->hot_owners, GUINT_TO_POINTER(id),
+                            GUINT_TO_POINTER(agent->placed_hot_owner));
+    }
     s = ledger_slot(agent, id);
     s->digest = c->digest;
     s->domain = v->domain_id;

@@ -10,42 +10,67 @@
 #include "outbox.h"
 #include "server.h"
 
-void outbox_add(NuksmAgent *agent, NuksmClient *client, NuksmMsgType type,
-                uint64_t page, SlotId id, uint32_t gen)
+static NuksmSlotRef slot_ref(uint64_t page, SlotId id, uint32_t gen)
 {
-    NuksmSlotRef ref = {
+    return (NuksmSlotRef) {
         .page = page,
         .node = slot_id_node(id),
         .slot = slot_id_slot(id),
         .gen = gen,
         .status = NUKSM_STATUS_NONE,
     };
+}
 
-    g_array_append_val(type == NUKSM_MSG_MERGE ? client->to_merge
-                                               : client->to_upload, ref);
+static void add_client(NuksmAgent *agent, NuksmClient *client)
+{
     if (!client->in_outbox) {
         client->in_outbox = true;
         g_ptr_array_add(agent->outbox, client);
     }
 }
 
-static void send_batches(NuksmAgent *agent, NuksmClient *client,
-                         NuksmMsgType type, GArray *refs)
+void outbox_add(NuksmAgent *agent, NuksmClient *client, NuksmMsgType type,
+                uint64_t page, SlotId id, uint32_t gen)
 {
-    for (guint i = 0; i < refs->len; i += NUKSM_SLOTREFS_MAX) {
-        uint32_t count = MIN(refs->len - i, NUKSM_SLOTREFS_MAX);
-        uint32_t len = sizeof(NuksmMsgBatch) + count * sizeof(NuksmSlotRef);
+    NuksmSlotRef ref = slot_ref(page, id, gen);
+
+    g_array_append_val(type == NUKSM_MSG_MERGE ? client->to_merge
+                                               : client->to_upload, ref);
+    add_client(agent, client);
+}
+
+void outbox_add_move(NuksmAgent *agent, NuksmClient *client, uint64_t page,
+                     SlotId from, uint32_t from_gen, SlotId to,
+                     uint32_t to_gen)
+{
+    NuksmMove move = {
+        .from = slot_ref(page, from, from_gen),
+        .to = slot_ref(page, to, to_gen),
+    };
+
+    g_array_append_val(client->to_move, move);
+    add_client(agent, client);
+}
+
+/* Send the entries of @entries as @type batches of at most @max. */
+static void send_batches(NuksmAgent *agent, NuksmClient *client,
+                         NuksmMsgType type, GArray *entries, size_t max)
+{
+    size_t size = g_array_get_element_size(entries);
+
+    for (guint i = 0; i < entries->len; i += max) {
+        uint32_t count = MIN(entries->len - i, max);
+        uint32_t len = sizeof(NuksmMsgBatch) + count * size;
         g_autofree NuksmMsgBatch *batch = g_malloc(len);
 
         batch->count = count;
         batch->reserved = 0;
-        memcpy(batch + 1, &g_array_index(refs, NuksmSlotRef, i),
-               count * sizeof(NuksmSlotRef));
+        memcpy(batch + 1, entries->data + i * size, count * size);
         if (!server_send(agent, client, type, 0, batch, len)) {
             break;
         }
     }
-    g_array_set_size(refs, 0);
+    g_array_set_size(entries, 0);
 }
 
 void outbox_flush(NuksmAgent *agent)
@@ -53,8 +78,12 @@ void outbox_flush(NuksmAgent *agent)
     for (guint i = 0; i < agent->outbox->len; i++) {
         NuksmClient *client = g_ptr_array_index(agent->outbox, i);
 
-        send_batches(agent, client, NUKSM_MSG_UPLOAD_REQ, client->to_upload);
-        send_batches(agent, client, NUKSM_MSG_MERGE, client->to_merge);
+        send_batches(agent, client, NUKSM_MSG_UPLOAD_REQ, client->to_upload,
+                     NUKSM_SLOTREFS_MAX);
+        send_batches(agent, client, NUKSM_MSG_MERGE, client->to_merge,
+                     NUKSM_SLOTREFS_MAX);
+        send_batches(agent, client, NUKSM_MSG_MOVE, client->to_move,
+                     NUKSM_MOVES_MAX);
         client->in_outbox = false;
     }
     g_ptr_array_set_size(agent->outbox, 0);

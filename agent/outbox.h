@@ -1,6 +1,6 @@
 /*
- * nuksmd outbox: UPLOAD_REQ and MERGE entries gathered per VM while a
- * message is handled, sent as few batches (seq 0) once it is done.
+ * nuksmd outbox: UPLOAD_REQ, MERGE and MOVE entries gathered per VM while
+ * a message is handled, sent as few batches (seq 0) once it is done.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -15,7 +15,12 @@
 void outbox_add(NuksmAgent *agent, NuksmClient *client, NuksmMsgType type,
                 uint64_t page, SlotId id, uint32_t gen);
 
-/* Send everything queued, split at NUKSM_SLOTREFS_MAX entries. */
+/* Queue a MOVE of @client's @page from slot @from to slot @to. */
+void outbox_add_move(NuksmAgent *agent, NuksmClient *client, uint64_t page,
+                     SlotId from, uint32_t from_gen, SlotId to,
+                     uint32_t to_gen);
+
+/* Send everything queued, split at the largest batch a message holds. */
 void outbox_flush(NuksmAgent *agent);
 
 #endif /* NUKSMD_OUTBOX_H */

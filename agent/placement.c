@@ -58,25 +58,52 @@ static uint32_t next_hot_turn(NuksmAgent *agent, uint32_t x, uint32_t y)
     return node;
 }
 
+static bool owner_before(const PlacementPage *x, const PlacementPage *y)
+{
+    return x->home != y->home ? x->home < y->home :
+           x->client->id < y->client->id;
+}
+
 /*
  * A uniform draw in [0, 1) with 53 bits, from the content alone, against
- * the owners in node order: which page completed the match (a matter of
- * timing) does not change the outcome.
+ * the owners in a fixed order: which page completed the match (a matter
+ * of timing) does not change the outcome.
  */
-static uint32_t by_priority(const PlacementPage *a, const PlacementPage *b,
-                            uint64_t digest)
+size_t placement_priority_pick(const PlacementPage *p, size_t n,
+                               uint64_t digest)
 {
-    const PlacementPage *lo = a->home < b->home ? a : b;
-    const PlacementPage *hi = lo == a ? b : a;
     double draw = (mix64(digest ^ PRIORITY_SEED) >> 11) * 0x1.0p-53;
-    double plo = lo->client->priority, phi = hi->client->priority;
+    double total = 0, below = 0;
+    bool *taken = g_newa(bool, n);
+    size_t pick = 0;
 
-    return draw * (plo + phi) < plo ? lo->home : hi->home;
+    for (size_t i = 0; i < n; i++) {
+        total += p[i].client->priority;
+        taken[i] = false;
+    }
+    /* Owners in order, each with its share of [0, 1). */
+    for (size_t k = 0; k < n; k++) {
+        size_t first = n;
+
+        for (size_t i = 0; i < n; i++) {
+            if (!taken[i] && (first == n || owner_before(&p[i], &p[first]))) {
+                first = i;
+            }
+        }
+        taken[first] = true;
+        pick = first;
+        below += p[first].client->priority;
+        if (draw * total < below) {
+            break;
+        }
+    }
+    return pick;
 }
 
 uint32_t placement_choose_node(NuksmAgent *agent, const PlacementPage *a,
                                const PlacementPage *b, uint64_t digest)
 {
+    agent->placed_hot_owner = 0;
     if (a->home == b->home) {
         return a->home;
     }
@@ -85,14 +112,20 @@ uint32_t placement_choose_node(NuksmAgent *agent, const PlacementPage *a,
         return a->client->id >= b->client->id ? a->home : b->home;
     case NUKSM_POLICY_ID_FAIR:
         if (a->hot != b->hot) {
-            return a->hot ? a->home : b->home;
+            const PlacementPage *owner = a->hot ? a : b;
+
+            agent->placed_hot_owner = owner->client->id;
+            return owner->home;
         }
         if (a->hot) {
             return next_hot_turn(agent, a->home, b->home);
         }
         return emptier(agent, a->home, b->home);
-    case NUKSM_POLICY_ID_PRIORITY:
-        return by_priority(a, b, digest);
+    case NUKSM_POLICY_ID_PRIORITY: {
+        const PlacementPage pages[2] = { *a, *b };
+
+        return pages[placement_priority_pick(pages, 2, digest)].home;
+    }
     case NUKSM_POLICY_ID_ADAPTIVE:
         return emptier(agent, a->home, b->home);
     case NUKSM_POLICY_ID_GLOBAL:

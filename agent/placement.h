@@ -46,8 +46,19 @@ bool placement_may_share(const NuksmAgent *agent, const PlacementPage *a,
                          const PlacementPage *b);
 
 /*
+ * Which of @n pages sharing content @digest gets the copy under the
+ * priority policy: a draw from the content against their owners'
+ * priorities, owners taken by home node, then client id.  Returns an
+ * index into @p.
+ */
+size_t placement_priority_pick(const PlacementPage *p, size_t n,
+                               uint64_t digest);
+
+/*
  * The node of a new copy of content @digest for @a, the page completing
- * the match, and @b, the page seen before; they may share one.
+ * the match, and @b, the page seen before; they may share one.  When the
+ * copy goes where it does because it is hot for one owner only (fair),
+ * agent->placed_hot_owner is that owner's client id, else 0.
  */
 uint32_t placement_choose_node(NuksmAgent *agent, const PlacementPage *a,
                                const PlacementPage *b, uint64_t digest);

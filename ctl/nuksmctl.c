@@ -222,9 +222,10 @@ static void cmd_status(Ctl *ctl, bool json)
         json_string(out, policy);
         g_string_append_printf(out,
             ", \"nodes\": %u, \"vms\": %u, \"pages_shared\": %" PRIu64
-            ", \"pages_sharing\": %" PRIu64 ", \"store_pages\": [",
+            ", \"pages_sharing\": %" PRIu64 ", \"pages_moved\": %" PRIu64
+            ", \"moves_pending\": %" PRIu64 ", \"store_pages\": [",
             info->nr_nodes, info->vms, info->pages_shared,
-            info->pages_sharing);
+            info->pages_sharing, info->pages_moved, info->moves_pending);
         for (uint32_t i = 0; i < info->nr_nodes; i++) {
             g_string_append_printf(out, "%s%" PRIu64, i ? ", " : "",
                                    info->store_pages[i]);
@@ -240,6 +241,8 @@ static void cmd_status(Ctl *ctl, bool json)
     printf("VMs:            %u\n", info->vms);
     printf("pages shared:   %" PRIu64 "\n", info->pages_shared);
     printf("pages sharing:  %" PRIu64 "\n", info->pages_sharing);
+    printf("pages moved:    %" PRIu64 " (%" PRIu64 " pending)\n",
+           info->pages_moved, info->moves_pending);
     printf("store pages:\n");
     for (uint32_t i = 0; i < info->nr_nodes; i++) {
         g_autofree char *node = g_strdup_printf("node %u:", i);
@@ -266,7 +269,7 @@ static char *table_text(const char *s)
     return g_string_free(text, FALSE);
 }
 
-enum { VM_COLUMNS = 8 };
+enum { VM_COLUMNS = 11 };
 
 static void print_row(char **cells, const size_t *widths)
 {
@@ -281,11 +284,23 @@ static void print_row(char **cells, const size_t *widths)
     putchar('\n');
 }
 
+/* "0" or "0,1": the home node of each guest node; "-" before TOPOLOGY. */
+static char *home_text(const NuksmVmEntry *e)
+{
+    GString *text = g_string_new(e->nr_gnodes ? NULL : "-");
+
+    for (uint32_t g = 0; g < e->nr_gnodes; g++) {
+        g_string_append_printf(text, "%s%u", g ? "," : "", e->home[g]);
+    }
+    return g_string_free(text, FALSE);
+}
+
 static void print_vms_table(const NuksmMsgVms *vms,
                             const NuksmVmEntry *entries)
 {
     static const char *const header[VM_COLUMNS] = {
         "ID", "PID", "UID", "DOMAIN", "NAME", "OBJECT", "PRIORITY", "MERGED",
+        "LOCAL", "REMOTE", "HOME",
     };
     g_autoptr(GPtrArray) rows = g_ptr_array_new_with_free_func(
         (GDestroyNotify)g_strfreev);
@@ -303,6 +318,9 @@ static void print_vms_table(const NuksmMsgVms *vms,
         row[5] = table_text(e->object_id);
         row[6] = g_strdup_printf("%u", e->priority);
         row[7] = g_strdup_printf("%" PRIu64, e->merged_pages);
+        row[8] = g_strdup_printf("%" PRIu64, e->merged_local);
+        row[9] = g_strdup_printf("%" PRIu64, e->merged_remote);
+        row[10] = home_text(e);
         g_ptr_array_add(rows, row);
     }
 
@@ -349,8 +367,14 @@ static void cmd_vms(Ctl *ctl, bool json)
         g_string_append(out, ", \"object\": ");
         json_string(out, e->object_id);
         g_string_append_printf(out,
-            ", \"priority\": %u, \"merged_pages\": %" PRIu64 "}",
-            e->priority, e->merged_pages);
+            ", \"priority\": %u, \"merged_pages\": %" PRIu64
+            ", \"merged_local\": %" PRIu64 ", \"merged_remote\": %" PRIu64
+            ", \"home\": [", e->priority, e->merged_pages, e->merged_local,
+            e->merged_remote);
+        for (uint32_t g = 0; g < e->nr_gnodes; g++) {
+            g_string_append_printf(out, "%s%u", g ? ", " : "", e->home[g]);
+        }
+        g_string_append(out, "]}");
     }
     g_string_append(out, "]}");
     print_json(out);

@@ -16,6 +16,7 @@ _Static_assert(sizeof(NuksmMsgInfo) % 8 == 0, "info layout");
 _Static_assert(sizeof(NuksmVmEntry) % 8 == 0, "vm entry layout");
 _Static_assert(sizeof(NuksmSlotRef) == 24, "slot ref layout");
 _Static_assert(sizeof(NuksmCandidate) == 24, "candidate layout");
+_Static_assert(sizeof(NuksmMove) == 48, "move layout");
 _Static_assert(sizeof(NuksmMsgTopology) <= NUKSM_MSG_MAX - 16,
                "topology fits a datagram");
 _Static_assert(NUKSM_MAX_NODES <= 256 && NUKSM_MAX_GNODES <= 256,
@@ -52,6 +53,8 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_RESTORE]      = "RESTORE",
     [NUKSM_MSG_TOPOLOGY]     = "TOPOLOGY",
     [NUKSM_MSG_HOME]         = "HOME",
+    [NUKSM_MSG_MOVE]         = "MOVE",
+    [NUKSM_MSG_MOVED]        = "MOVED",
 };
 
 const char *nuksm_msg_type_name(uint32_t type)
@@ -186,6 +189,28 @@ static const char *check_candidates(const void *p)
     return NULL;
 }
 
+/* Moves: one page, both nodes in range; @to's status in [@min, @max]. */
+static const char *check_moves(const void *p, uint32_t min, uint32_t max)
+{
+    const NuksmMsgBatch *b = p;
+    const NuksmMove *m = (const NuksmMove *)(b + 1);
+
+    for (uint32_t n = 0; n < b->count; n++) {
+        if (m[n].from.page != m[n].to.page) {
+            return "move between two pages";
+        }
+        if (m[n].from.node >= NUKSM_MAX_NODES ||
+            m[n].to.node >= NUKSM_MAX_NODES) {
+            return "node out of range in move";
+        }
+        if (m[n].from.status != NUKSM_STATUS_NONE ||
+            m[n].to.status < min || m[n].to.status > max) {
+            return "status out of range in move";
+        }
+    }
+    return NULL;
+}
+
 static const char *check_topology(const NuksmMsgTopology *t)
 {
     if (t->nr_gnodes < 1 || t->nr_gnodes > NUKSM_MAX_GNODES) {
@@ -193,6 +218,18 @@ static const char *check_topology(const NuksmMsgTopology *t)
     }
     if (t->nr_vcpus > NUKSM_MAX_VCPUS) {
         return "vCPU count out of range in TOPOLOGY";
+    }
+    if (t->nr_ranges > NUKSM_MAX_RANGES || t->reserved) {
+        return "range count out of range in TOPOLOGY";
+    }
+    for (uint32_t r = 0; r < NUKSM_MAX_RANGES; r++) {
+        const NuksmPageRange *pr = &t->ranges[r];
+
+        if (r >= t->nr_ranges ? !all_zero(pr, sizeof(*pr)) :
+            pr->gnode >= t->nr_gnodes || pr->reserved ||
+            pr->first + pr->count < pr->first) {
+            return "bad RAM range in TOPOLOGY";
+        }
     }
     for (uint32_t g = 0; g < NUKSM_MAX_GNODES; g++) {
         const NuksmGuestNode *gn = &t->gnodes[g];
@@ -313,6 +350,9 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
         }
         e = (const NuksmVmEntry *)(v + 1);
         for (uint32_t n = 0; n < v->count; n++) {
+            if (e[n].nr_gnodes > NUKSM_MAX_GNODES || e[n].reserved) {
+                return "bad guest node count in VMS";
+            }
             if (!strfield_ok(e[n].domain, sizeof(e[n].domain)) ||
                 !strfield_ok(e[n].vm_name, sizeof(e[n].vm_name)) ||
                 !strfield_ok(e[n].object_id, sizeof(e[n].object_id))) {
@@ -339,6 +379,16 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
             return "CANDIDATES size does not match its count";
         }
         return check_candidates(p);
+    case NUKSM_MSG_MOVE:
+        if (!check_batch(p, len, sizeof(NuksmMove), 0)) {
+            return "MOVE size does not match its count";
+        }
+        return check_moves(p, NUKSM_STATUS_NONE, NUKSM_STATUS_NONE);
+    case NUKSM_MSG_MOVED:
+        if (!check_batch(p, len, sizeof(NuksmMove), 0)) {
+            return "MOVED size does not match its count";
+        }
+        return check_moves(p, NUKSM_STATUS_MERGED, NUKSM_STATUS_FAILED);
     case NUKSM_MSG_TOPOLOGY:
         return check_topology(p);
     case NUKSM_MSG_HOME:

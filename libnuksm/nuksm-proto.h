@@ -32,6 +32,7 @@
 #define NUKSM_PAGE_SIZE     4096u /* the only page size nuksm deduplicates */
 #define NUKSM_MAX_GNODES    64u   /* guest NUMA nodes a VM reports */
 #define NUKSM_MAX_VCPUS     1024u /* vCPU threads a VM reports */
+#define NUKSM_MAX_RANGES    128u  /* RAM ranges a VM reports */
 
 typedef enum NuksmMsgType {
     NUKSM_MSG_HELLO        = 1,  /* client -> agent, first message */
@@ -57,6 +58,8 @@ typedef enum NuksmMsgType {
     /* NUMA placement */
     NUKSM_MSG_TOPOLOGY     = 20, /* VM -> agent: guest nodes, vCPU threads */
     NUKSM_MSG_HOME         = 21, /* agent -> VM: host node of each guest node */
+    NUKSM_MSG_MOVE         = 22, /* agent -> VM: remap merged pages elsewhere */
+    NUKSM_MSG_MOVED        = 23, /* VM -> agent: outcome of each MOVE */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -138,6 +141,8 @@ typedef struct NuksmMsgInfo {
     uint32_t reserved;
     uint64_t pages_shared;   /* store pages in use (KSM pages_shared) */
     uint64_t pages_sharing;  /* guest pages mapping them (KSM pages_sharing) */
+    uint64_t pages_moved;    /* merged pages moved by re-placement */
+    uint64_t moves_pending;  /* moves planned, not started yet */
     uint64_t store_pages[NUKSM_MAX_NODES];  /* per node, nr_nodes valid */
 } NuksmMsgInfo;
 
@@ -150,6 +155,11 @@ typedef struct NuksmVmEntry {
     char vm_name[NUKSM_NAME_LEN];
     char object_id[NUKSM_NAME_LEN];
     uint64_t merged_pages;
+    uint64_t merged_local;   /* copy on the home of the page's guest node */
+    uint64_t merged_remote;
+    uint32_t nr_gnodes;      /* 0 before its TOPOLOGY */
+    uint32_t reserved;
+    uint8_t home[NUKSM_MAX_GNODES];  /* home node of each guest node */
 } NuksmVmEntry;
 
 /* VMS: a NuksmMsgVms followed by count NuksmVmEntry records */
@@ -170,9 +180,10 @@ typedef struct NuksmMsgStore {
 } NuksmMsgStore;
 
 /*
- * Batches: CANDIDATES, UPLOAD_REQ, UPLOAD, MERGE, MERGED, UNMERGED and
- * RESTORE are a NuksmMsgBatch followed by @count entries (NuksmCandidate
- * for CANDIDATES, NuksmSlotRef for the others); UPLOAD then carries
+ * Batches: CANDIDATES, UPLOAD_REQ, UPLOAD, MERGE, MERGED, UNMERGED,
+ * RESTORE, MOVE and MOVED are a NuksmMsgBatch followed by @count entries
+ * (NuksmCandidate for CANDIDATES, NuksmMove for MOVE and MOVED,
+ * NuksmSlotRef for the others); UPLOAD then carries
  * @count pages of content, in entry order.
  *
  * A page is named by its index in the VM's RAM address space (QEMU's
@@ -214,10 +225,11 @@ typedef struct NuksmSlotRef {
 } NuksmSlotRef;
 
 /*
- * TOPOLOGY: sent by a VM after HELLO_ACK and whenever it changes.  Guest
- * node g's memory backend asks for @gnodes[g].host_nodes under
- * @gnodes[g].policy; each vCPU thread (Linux tid) belongs to a guest node.
- * Entries past @nr_gnodes and @nr_vcpus must be zero.
+ * TOPOLOGY: sent by a VM after HELLO_ACK.  Guest node g's memory backend
+ * asks for @gnodes[g].host_nodes under @gnodes[g].policy; each vCPU
+ * thread (Linux tid) belongs to a guest node, and so does each range of
+ * eligible RAM.  Entries past @nr_gnodes, @nr_vcpus and @nr_ranges must
+ * be zero.
  */
 typedef enum NuksmMemPolicy {        /* QEMU's HostMemPolicy */
     NUKSM_MEMPOLICY_DEFAULT    = 0,
@@ -237,11 +249,22 @@ typedef struct NuksmVcpu {
     uint32_t gnode;
 } NuksmVcpu;
 
+/* Pages [first, first + count) of the VM's RAM belong to guest node @gnode. */
+typedef struct NuksmPageRange {
+    uint64_t first;
+    uint64_t count;
+    uint32_t gnode;
+    uint32_t reserved;
+} NuksmPageRange;
+
 typedef struct NuksmMsgTopology {
     uint32_t nr_gnodes;      /* 1..NUKSM_MAX_GNODES */
     uint32_t nr_vcpus;       /* 0..NUKSM_MAX_VCPUS */
+    uint32_t nr_ranges;      /* 0..NUKSM_MAX_RANGES; pages outside: node 0 */
+    uint32_t reserved;
     NuksmGuestNode gnodes[NUKSM_MAX_GNODES];
     NuksmVcpu vcpus[NUKSM_MAX_VCPUS];
+    NuksmPageRange ranges[NUKSM_MAX_RANGES];
 } NuksmMsgTopology;
 
 /* HOME: how the agent derived a guest node's home node. */
@@ -261,10 +284,23 @@ typedef struct NuksmMsgHome {
     uint8_t source[NUKSM_MAX_GNODES];  /* NuksmHomeSourceId */
 } NuksmMsgHome;
 
+/*
+ * MOVE, MOVED: a merged page moves from one slot to another holding the
+ * same content, because its placement changed.  @from.page == @to.page.
+ * MOVED sets @to.status: MERGED (the page maps @to now, no longer @from),
+ * CHANGED or FAILED (it still maps @from, or is leaving it: then an
+ * UNMERGED of @from follows), GONE (it no longer maps @from).
+ */
+typedef struct NuksmMove {
+    NuksmSlotRef from;
+    NuksmSlotRef to;
+} NuksmMove;
+
 #define NUKSM_BATCH_SPACE  (NUKSM_MSG_MAX - sizeof(NuksmMsgHeader) - \
                             sizeof(NuksmMsgBatch))
 #define NUKSM_CANDIDATES_MAX (NUKSM_BATCH_SPACE / sizeof(NuksmCandidate))
 #define NUKSM_SLOTREFS_MAX   (NUKSM_BATCH_SPACE / sizeof(NuksmSlotRef))
+#define NUKSM_MOVES_MAX      (NUKSM_BATCH_SPACE / sizeof(NuksmMove))
 #define NUKSM_UPLOAD_MAX     (NUKSM_BATCH_SPACE / \
                               (sizeof(NuksmSlotRef) + NUKSM_PAGE_SIZE))
 

@@ -44,6 +44,7 @@ MSG_SET_PRIORITY, MSG_GET_INFO, MSG_INFO = 7, 8, 9
 MSG_LIST_VMS, MSG_VMS = 10, 11
 MSG_STORE, MSG_CANDIDATES, MSG_UPLOAD_REQ, MSG_UPLOAD = 12, 13, 14, 15
 MSG_MERGE, MSG_MERGED, MSG_UNMERGED, MSG_RESTORE = 16, 17, 18, 19
+MSG_TOPOLOGY, MSG_HOME, MSG_MOVE, MSG_MOVED = 20, 21, 22, 23
 STATUS_NONE, STATUS_MERGED, STATUS_CHANGED, STATUS_GONE = 0, 1, 2, 3
 STATUS_FAILED, STATUS_COW, STATUS_DISCARDED, STATUS_RELEASED = 4, 5, 6, 7
 ERR_VERSION, ERR_BAD_MESSAGE, ERR_HANDSHAKE = 1, 2, 3
@@ -57,9 +58,9 @@ HELLO_ACK = struct.Struct("=IIII32s")
 ERROR = struct.Struct("=II256s")
 POLICY = struct.Struct("=I")
 PRIORITY = struct.Struct("=I")
-INFO = struct.Struct("=32sIIIIQQ64Q")
+INFO = struct.Struct("=32sIIIIQQQQ64Q")
 VMS = struct.Struct("=II")
-VM_ENTRY = struct.Struct("=IIII64s64s64sQ")
+VM_ENTRY = struct.Struct("=IIII64s64s64sQQQII64s")
 STORE = struct.Struct("=IIQ")
 BATCH = struct.Struct("=II")
 # NuksmCandidate: page, digest, guest node, inactive counter
@@ -205,8 +206,8 @@ Info = collections.namedtuple("Info", "vms pages_shared pages_sharing "
 
 def parse_info(msg):
     fields = INFO.unpack(msg.payload)
-    _, _, vms, nodes, _, shared, sharing = fields[:7]
-    return Info(vms, shared, sharing, list(fields[7:7 + nodes]))
+    _, _, vms, nodes, _, shared, sharing, _, _ = fields[:9]
+    return Info(vms, shared, sharing, list(fields[9:9 + nodes]))
 
 
 class VmClient(RawClient):

@@ -51,6 +51,7 @@ def test_status(agent, qtest_vm):
         "VMs": "1",
         "pages shared": "0",
         "pages sharing": "0",
+        "pages moved": "0 (0 pending)",
         "store pages": "",
     }
 
@@ -65,6 +66,8 @@ def test_status_json(agent, qtest_vm):
         "vms": 2,
         "pages_shared": 0,
         "pages_sharing": 0,
+        "pages_moved": 0,
+        "moves_pending": 0,
         "store_pages": [0] * host_nodes(),
     }
 
@@ -94,7 +97,8 @@ def test_vms_lists_connected_vms(agent, qtest_vm):
         "id": int(rows[blue.pid]["ID"]), "pid": blue.pid,
         "uid": os.getuid(),
         "domain": "blue", "name": "vm-blue", "object": "dedup-b",
-        "priority": 7, "merged_pages": 0,
+        "priority": 7, "merged_pages": 0, "merged_local": 0,
+        "merged_remote": 0, "home": [0],
     }
     assert by_pid[plain.pid]["name"] == "vm-plain"
 

@@ -15,9 +15,10 @@ import time
 import pytest
 import xxhash
 
+import harness
 from harness import Qtest, wait_until
 import numa_tax
-from test_merge import write_big
+from test_merge import read_big, write_big
 
 PAGE = 4096
 MIB = 1 << 20
@@ -92,7 +93,8 @@ def numa_pair(start_agent, qtest_vm):
                             *agent_args)
         props.setdefault("enabled", "off")
         props.setdefault("max_cpu", 100)
-        vms = [qtest_vm(f"vm{n}", agent=agent.sock, **{**props, **vm_props[n]})
+        vms = [qtest_vm(f"vm{n}", agent=agent.sock,
+                        **{**props, **vm_props[n]})
                for n in range(NODES)]
         for n, vm in enumerate(vms):
             vm.wait_state("disabled")
@@ -313,3 +315,85 @@ def test_adaptive_hot_stays_local(numa_pair):
         assert sum(locality(vm)) == REGION_PAGES, (vm.name, locality(vm))
     assert sum(store_nodes(vms[0]).values()) == REGION_PAGES
     assert locality(vms[0])[1] + locality(vms[1])[1] == REGION_PAGES
+
+
+def agent_info(vm):
+    return vm.cmd("query-nuksm-agent")
+
+
+def read_shared(vm):
+    q = Qtest(vm.qtest_path)
+    try:
+        return read_big(q, SHARED_AT, SHARED_SIZE)
+    finally:
+        q.close()
+
+
+def test_policy_switch_replaces_gradually(numa_pair, nuksmctl_bin):
+    """Switching ksm-order -> priority moves the merged copies, at most
+    --replace-rate pages per second, to exactly where priority puts
+    them; no page changes, no copy is left behind."""
+    agent, vms = numa_pair("ksm-order", "--replace-rate", "4000")
+    content = merge_shared(vms)
+    pages = SHARED_SIZE // PAGE
+    assert store_nodes(vms[0]) == {1: pages}   # vm1 registered last
+
+    harness.ctl_ok(agent.sock, "policy", "priority")
+    time.sleep(1.2)
+    moved = agent_info(vms[0])["pages-moved"]
+    assert 0 < moved < pages, f"{moved} of {pages} moves after 1.2 s"
+    expected = priority_node0(content, 100, 100)
+    wait_until(lambda: store_nodes(vms[0]).get(0, 0) == expected, 60,
+               f"{expected} copies to reach node 0")
+    wait_until(lambda: agent_info(vms[0])["moves-pending"] == 0, 10,
+               "the moves to end")
+    info = agent_info(vms[0])
+    assert info["pages-shared"] == pages, info
+    assert sum(n["pages"] for n in info["store-pages-per-node"]) == pages
+    assert store_nodes(vms[1]) == store_nodes(vms[0])
+    for vm in vms:
+        assert sum(locality(vm)) == pages
+        assert read_shared(vm) == content
+
+
+def test_home_change_moves_hot_pages(numa_pair):
+    """fair: when the VM a copy is hot for moves to another node, its
+    copies follow it."""
+    agent, vms = numa_pair("fair", *HOT_AGENT_ARGS, "--replace-rate",
+                           "20000", hot_window=50,
+                           vm_props=({}, {"hot_window": 0}))
+    rnd = random.Random(6)
+    shared, own = rnd.randbytes(REGION), rnd.randbytes(REGION)
+    q0, q1 = (Qtest(vm.qtest_path) for vm in vms)
+    write_big(q1, HOT_VM0, shared)
+    write_big(q0, HOT_VM0, own)
+    enable(vms)
+    write_loop([q0], [(0, HOT_VM0, own)], 1.5)
+    write_loop([q0], [(0, HOT_VM0, shared)], 1.0)
+    wait_until(lambda: locality(vms[0])[0] >= 0.97 * REGION_PAGES, 60,
+               "vm0's hot pages to merge local to it")
+
+    pin(vms[0].pid, node_cpus()[1])
+    wait_until(lambda: home(vms[0]) == [(1, "pinned")], 10,
+               "vm0's home to become node 1")
+    wait_until(lambda: locality(vms[0])[0] >= 0.97 * REGION_PAGES, 30,
+               "vm0's hot copies to follow it to node 1")
+    assert store_nodes(vms[0]).get(1, 0) >= 0.97 * REGION_PAGES
+    assert read_big(q0, HOT_VM0, REGION) == shared
+    assert read_big(q1, HOT_VM0, REGION) == shared
+    for q in (q0, q1):
+        q.close()
+
+
+def test_unsolicited_moved_rejected(start_agent):
+    """A VM answering a MOVE nobody sent is disconnected."""
+    agent = start_agent("--fake-numa", "2")
+    vm = harness.VmClient(agent.sock)
+    ref = harness.SlotRef(page=5, node=1, slot=3, gen=1)
+    payload = harness.BATCH.pack(1, 0) + harness.SLOTREF.pack(*ref) + \
+        harness.SLOTREF.pack(*ref._replace(node=0,
+                                           status=harness.STATUS_MERGED))
+    vm.send(harness.pack(harness.MSG_MOVED, 9, payload))
+    errors = [m.error()[1] for m in vm.messages_until_eof()
+              if m.type == harness.MSG_ERROR]
+    assert any("no MOVE awaiting an answer" in e for e in errors), errors

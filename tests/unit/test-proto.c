@@ -114,12 +114,15 @@ static size_t pack_batch(void *buf, NuksmMsgType type, uint32_t seq,
                          uint32_t count)
 {
     bool candidates = type == NUKSM_MSG_CANDIDATES;
-    size_t entry = candidates ? sizeof(NuksmCandidate) : sizeof(NuksmSlotRef);
+    bool moves = type == NUKSM_MSG_MOVE || type == NUKSM_MSG_MOVED;
+    size_t entry = candidates ? sizeof(NuksmCandidate) :
+                   moves ? sizeof(NuksmMove) : sizeof(NuksmSlotRef);
     size_t item = type == NUKSM_MSG_UPLOAD ? NUKSM_PAGE_SIZE : 0;
     size_t len = sizeof(NuksmMsgBatch) + count * (entry + item);
     g_autofree NuksmMsgBatch *b = g_malloc0(len);
     NuksmCandidate *c = (NuksmCandidate *)(b + 1);
     NuksmSlotRef *r = (NuksmSlotRef *)(b + 1);
+    NuksmMove *m = (NuksmMove *)(b + 1);
     uint8_t *pages = (uint8_t *)(b + 1) + count * entry;
 
     b->count = count;
@@ -127,6 +130,16 @@ static size_t pack_batch(void *buf, NuksmMsgType type, uint32_t seq,
         if (candidates) {
             c[n].page = 0x1000 + n;
             c[n].digest = 0xfeedface00000000ull | n;
+            continue;
+        }
+        if (moves) {
+            m[n].from = (NuksmSlotRef) { .page = 0x3000 + n, .node = 1,
+                                         .slot = 10 + n, .gen = 3 };
+            m[n].to = (NuksmSlotRef) { .page = 0x3000 + n, .node = 0,
+                                       .slot = 20 + n, .gen = 4 };
+            if (type == NUKSM_MSG_MOVED) {
+                m[n].to.status = NUKSM_STATUS_MERGED + n % 4;
+            }
             continue;
         }
         r[n].page = 0x2000 + n;
@@ -156,6 +169,10 @@ static NuksmMsgTopology *topology_msg(void)
         t->vcpus[v].tid = 1000 + v;
         t->vcpus[v].gnode = v % 2;
     }
+    t->nr_ranges = 2;
+    t->ranges[0] = (NuksmPageRange) { .first = 0, .count = 256 };
+    t->ranges[1] = (NuksmPageRange) { .first = 256, .count = 256,
+                                      .gnode = 1 };
     return t;
 }
 
@@ -231,6 +248,9 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
         return pack_batch(buf, type, seq, 5);
     case NUKSM_MSG_UPLOAD:
         return pack_batch(buf, type, seq, 2);
+    case NUKSM_MSG_MOVE:
+    case NUKSM_MSG_MOVED:
+        return pack_batch(buf, type, seq, 5);
     case NUKSM_MSG_TOPOLOGY: {
         g_autofree NuksmMsgTopology *t = topology_msg();
         return nuksm_msg_pack(buf, type, seq, t, sizeof(*t));
@@ -778,6 +798,10 @@ static void test_reject_topology(void)
     CHECK_TOPOLOGY(vcpus[3].tid, 5, "bad vCPU");
     CHECK_TOPOLOGY(vcpus[2].gnode, 2, "bad vCPU");
     CHECK_TOPOLOGY(vcpus[0].tid, 0, "bad vCPU");
+    CHECK_TOPOLOGY(nr_ranges, NUKSM_MAX_RANGES + 1, "range count");
+    CHECK_TOPOLOGY(ranges[1].gnode, 2, "bad RAM range");
+    CHECK_TOPOLOGY(ranges[1].first, UINT64_MAX, "bad RAM range");
+    CHECK_TOPOLOGY(ranges[2].count, 1, "bad RAM range");
 #undef CHECK_TOPOLOGY
 }
 
@@ -802,6 +826,30 @@ static void test_reject_home(void)
     h.nr_gnodes = 0;
     size = nuksm_msg_pack(BUF, NUKSM_MSG_HOME, 1, &h, sizeof(h));
     assert_rejected(BUF, size, "bad guest node count");
+}
+
+static void test_reject_moves(void)
+{
+    for (NuksmMsgType type = NUKSM_MSG_MOVE; type <= NUKSM_MSG_MOVED;
+         type++) {
+        size_t size = pack_batch(BUF, type, 1, 3);
+        NuksmMove *m = (NuksmMove *)(batch_of(BUF) + 1);
+        NuksmMove saved = m[2];
+
+        assert_valid(BUF, size);
+        m[2].to.page++;
+        assert_rejected(BUF, size, "move between two pages");
+        m[2] = saved;
+        m[2].to.node = NUKSM_MAX_NODES;
+        assert_rejected(BUF, size, "node out of range in move");
+        m[2] = saved;
+        m[2].from.status = NUKSM_STATUS_MERGED;
+        assert_rejected(BUF, size, "status out of range in move");
+        m[2] = saved;
+        m[2].to.status = type == NUKSM_MSG_MOVE ? NUKSM_STATUS_MERGED :
+                         NUKSM_STATUS_COW;
+        assert_rejected(BUF, size, "status out of range in move");
+    }
 }
 
 static void test_reject_candidates(void)
@@ -938,6 +986,7 @@ int main(int argc, char **argv)
     g_test_add_func("/proto/reject/topology", test_reject_topology);
     g_test_add_func("/proto/reject/home", test_reject_home);
     g_test_add_func("/proto/reject/candidates", test_reject_candidates);
+    g_test_add_func("/proto/reject/moves", test_reject_moves);
     g_test_add_func("/proto/vms-max-entries", test_vms_max_entries);
     g_test_add_func("/proto/policy-names", test_policy_names);
     g_test_add_func("/proto/msg-type-names", test_msg_type_names);

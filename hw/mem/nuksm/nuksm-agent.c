@@ -297,7 +297,8 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
     trace_nuksm_agent_recv(nuksm_id(s), hdr->type, hdr->seq, hdr->len);
     if (c->ready && (hdr->type == NUKSM_MSG_STORE ||
                      hdr->type == NUKSM_MSG_UPLOAD_REQ ||
-                     hdr->type == NUKSM_MSG_MERGE)) {
+                     hdr->type == NUKSM_MSG_MERGE ||
+                     hdr->type == NUKSM_MSG_MOVE)) {
         if (!nuksm_agent_handle_merge(s, hdr, payload, fd)) {
             if (fd >= 0) {
                 close(fd);

@@ -4,6 +4,7 @@
  *   STORE       map a node's store read-only (to compare pages with slots)
  *   UPLOAD_REQ  send the content of pages the agent makes new slots of
  *   MERGE       map pages onto slots where the content is equal
+ *   MOVE        map merged pages onto another slot of equal content
  *
  * and keeping the agent's view of our references true: UNMERGED when a
  * write or a discard ends a page's sharing, RESTORE of every reference
@@ -242,6 +243,18 @@ static void nuksm_merge_remember(NuksmScanner *sc, NuksmBlockState *bs,
     bs->merged_per_node[r->node]++;
 }
 
+/* Page @idx of @bs leaves its slot for another (page_lock held). */
+static void nuksm_merge_leave_quietly(NuksmScanner *sc, NuksmBlockState *bs,
+                                      uint64_t idx)
+{
+    NuksmSlotRef r = nuksm_merge_ref(bs, idx);
+
+    bs->flags[idx] &= ~NUKSM_PAGE_MERGED;
+    sc->stats.merged_pages--;
+    sc->stats.merged_per_node[r.node]--;
+    bs->merged_per_node[r.node]--;
+}
+
 /*
  * Page @idx of @bs no longer maps its slot: queue the agent's UNMERGED,
  * saying why (page_lock held).
@@ -340,6 +353,105 @@ static void nuksm_merge_merge(NuksmScanner *sc, NuksmWork *w)
     nuksm_merge_post_refs(sc, w->epoch, NUKSM_MSG_MERGED, r, b->count);
 }
 
+/* True if page @idx of @bs maps exactly the slot @r names. */
+static bool nuksm_merge_maps(NuksmBlockState *bs, uint64_t idx,
+                             const NuksmSlotRef *r)
+{
+    NuksmSlotRef cur;
+
+    if (!(bs->flags[idx] & NUKSM_PAGE_MERGED)) {
+        return false;
+    }
+    cur = nuksm_merge_ref(bs, idx);
+    return cur.node == r->node && cur.slot == r->slot && cur.gen == r->gen;
+}
+
+/*
+ * How many moves from @m on form one run: consecutive pages of @bs from
+ * @idx, each mapping the next slot of one run and moving to the next
+ * slot of another.
+ */
+static size_t nuksm_merge_move_run_length(NuksmScanner *sc,
+                                          NuksmBlockState *bs, uint64_t idx,
+                                          const NuksmMove *m, size_t left)
+{
+    size_t n = 1;
+
+    while (n < left && n < NUKSM_MERGE_MAX_RUN && idx + n < bs->nr_pages &&
+           m[n].to.page == m[0].to.page + n &&
+           m[n].from.node == m[0].from.node &&
+           m[n].from.slot == m[0].from.slot + n &&
+           m[n].to.node == m[0].to.node &&
+           m[n].to.slot == m[0].to.slot + n &&
+           nuksm_merge_maps(bs, idx + n, &m[n].from)) {
+        n++;
+    }
+    return nuksm_merge_slot_valid(sc, &m[0].to, n) ? n : 0;
+}
+
+/*
+ * Placement changed: remap merged pages onto a copy elsewhere, after the
+ * same comparison under write protection as a merge.  A page that no
+ * longer maps the slot it is to leave stays as it is (GONE); the COW or
+ * discard that ended its sharing is reported by UNMERGED.
+ */
+static void nuksm_merge_move(NuksmScanner *sc, NuksmWork *w)
+{
+    const NuksmMsgBatch *b = (const NuksmMsgBatch *)w->payload;
+    g_autofree NuksmMove *m = g_memdup2(b + 1, b->count * sizeof(NuksmMove));
+    bool merged[NUKSM_MERGE_MAX_RUN];
+    size_t i = 0;
+
+    RCU_READ_LOCK_GUARD();
+    qemu_mutex_lock(&sc->page_lock);
+    while (i < b->count) {
+        NuksmBlockState *bs;
+        RAMBlock *rb;
+        uint64_t idx;
+        size_t n;
+        int err;
+
+        if (!nuksm_merge_find_page(sc, m[i].to.page, &rb, &bs, &idx) ||
+            !nuksm_merge_maps(bs, idx, &m[i].from)) {
+            m[i++].to.status = NUKSM_STATUS_GONE;
+            continue;
+        }
+        n = sc->uffd < 0 ? 0 :
+            nuksm_merge_move_run_length(sc, bs, idx, &m[i], b->count - i);
+        if (!n) {
+            /* Stepped aside, or no store to move to: the page stays. */
+            m[i++].to.status = NUKSM_STATUS_FAILED;
+            continue;
+        }
+        nuksm_remap_merge_run(sc->uffd, rb->host + idx * NUKSM_PAGE_SIZE, n,
+                              sc->stores[m[i].to.node].fd,
+                              sc->stores[m[i].to.node].map, m[i].to.slot,
+                              0, merged, &err);
+        for (size_t k = 0; k < n; k++) {
+            if (merged[k]) {
+                nuksm_merge_leave_quietly(sc, bs, idx + k);
+                nuksm_merge_remember(sc, bs, idx + k, &m[i + k].to);
+                m[i + k].to.status = NUKSM_STATUS_MERGED;
+            } else {
+                m[i + k].to.status = err == ENOMEM ? NUKSM_STATUS_FAILED :
+                                                     NUKSM_STATUS_CHANGED;
+            }
+        }
+        i += n;
+    }
+    qemu_mutex_unlock(&sc->page_lock);
+    for (size_t done = 0; done < b->count; done += NUKSM_MOVES_MAX) {
+        uint32_t count = MIN(b->count - done, NUKSM_MOVES_MAX);
+        uint32_t len = sizeof(NuksmMsgBatch) + count * sizeof(NuksmMove);
+        g_autofree NuksmMsgBatch *reply = g_malloc(len);
+
+        reply->count = count;
+        reply->reserved = 0;
+        memcpy(reply + 1, m + done, count * sizeof(NuksmMove));
+        nuksm_agent_post(sc->s, w->epoch, NUKSM_MSG_MOVED, reply, len);
+    }
+}
+
 void nuksm_merge_handle(NuksmScanner *sc, NuksmWork *w)
 {
     trace_nuksm_merge_handle(w->type, w->len);
@@ -352,6 +464,9 @@ void nuksm_merge_handle(NuksmScanner *sc, NuksmWork *w)
         break;
     case NUKSM_MSG_MERGE:
         nuksm_merge_merge(sc, w);
+        break;
+    case NUKSM_MSG_MOVE:
+        nuksm_merge_move(sc, w);
         break;
     default:
         g_assert_not_reached();

@@ -4,8 +4,8 @@
  *
  * The agent knows the host (or its --fake-numa logical nodes); QEMU knows
  * the guest.  After each handshake QEMU sends TOPOLOGY: every guest node
- * with its memory backend's host-nodes and policy, and every vCPU thread
- * with its guest node.  The agent answers HOME, the home node of each
+ * with its memory backend's host-nodes and policy, every vCPU thread and
+ * every range of eligible RAM with its guest node.  The agent answers HOME, the home node of each
  * guest node, and sends it again whenever one changes (vcpupin, taskset).
  * Candidates carry their page's guest node; merged-local counts the pages
  * whose copy is on their guest node's home.
@@ -53,6 +53,21 @@ uint8_t nuksm_numa_block_gnode(RAMBlock *rb)
     return 0;
 }
 
+static bool nuksm_numa_add_range(Nuksm *s, RAMBlock *rb, void *opaque)
+{
+    NuksmMsgTopology *t = opaque;
+
+    if (t->nr_ranges == NUKSM_MAX_RANGES) {
+        return false;   /* the rest counts as guest node 0 */
+    }
+    t->ranges[t->nr_ranges++] = (NuksmPageRange) {
+        .first = rb->offset / NUKSM_PAGE_SIZE,
+        .count = rb->used_length / NUKSM_PAGE_SIZE,
+        .gnode = nuksm_numa_block_gnode(rb),
+    };
+    return true;
+}
+
 void nuksm_numa_send_topology(Nuksm *s)
 {
     MachineState *ms = MACHINE(qdev_get_machine());
@@ -83,6 +98,7 @@ void nuksm_numa_send_topology(Nuksm *s)
             t->nr_vcpus++;
         }
     }
+    nuksm_ram_foreach_eligible(s, nuksm_numa_add_range, t);
     trace_nuksm_numa_topology(nuksm_id(s), t->nr_gnodes, t->nr_vcpus);
     nuksm_agent_post(s, s->conn.epoch, NUKSM_MSG_TOPOLOGY, t, sizeof(*t));
 }

@@ -45,6 +45,8 @@ NuksmAgentInfo *coroutine_fn qmp_query_nuksm_agent(const char *id,
     info->vms = reply.vms;
     info->pages_shared = reply.pages_shared;
     info->pages_sharing = reply.pages_sharing;
+    info->pages_moved = reply.pages_moved;
+    info->moves_pending = reply.moves_pending;
     tail = &info->store_pages_per_node;
     for (uint32_t node = 0; node < reply.nr_nodes; node++) {
         NuksmNodePages *np = g_new0(NuksmNodePages, 1);

@@ -1,0 +1,348 @@
+/*
+ * nuksmd re-placement.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <inttypes.h>
+
+#include "agent.h"
+#include "home.h"
+#include "ledger.h"
+#include "log.h"
+#include "merge.h"
+#include "outbox.h"
+#include "placement.h"
+#include "replace.h"
+#include "server.h"
+
+/* A merged page of a VM, as a pass finds it. */
+typedef struct Sharer {
+    SlotId slot;
+    uint32_t client;
+    uint64_t page;
+} Sharer;
+
+/* A planned move: @client's @page leaves slot @from for a copy on @node. */
+typedef struct ReplaceMove {
+    SlotId from;
+    uint32_t client;
+    uint64_t page;
+    uint32_t node;
+} ReplaceMove;
+
+static gboolean on_tick(gpointer opaque);
+
+void replace_init(NuksmAgent *agent, uint32_t rate)
+{
+    agent->replacer = (Replacer) {
+        .rate = rate,
+        .plan = g_array_new(FALSE, FALSE, sizeof(ReplaceMove)),
+    };
+}
+
+void replace_destroy(NuksmAgent *agent)
+{
+    Replacer *r = &agent->replacer;
+
+    g_clear_handle_id(&r->pass_timer, g_source_remove);
+    g_clear_handle_id(&r->tick_timer, g_source_remove);
+    g_clear_pointer(&r->plan, g_array_unref);
+}
+
+uint64_t replace_pending(const NuksmAgent *agent)
+{
+    const Replacer *r = &agent->replacer;
+
+    return r->plan ? r->plan->len - r->next : 0;
+}
+
+static gint compare_sharers(gconstpointer a, gconstpointer b)
+{
+    const Sharer *x = a, *y = b;
+
+    return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+/* Every mapped page of every VM that has nothing parked, by slot. */
+static GArray *find_sharers(NuksmAgent *agent)
+{
+    GArray *sharers = g_array_new(FALSE, FALSE, sizeof(Sharer));
+    GHashTableIter it;
+    NuksmClient *client;
+
+    g_hash_table_iter_init(&it, agent->vms);
+    while (g_hash_table_iter_next(&it, NULL, (gpointer *)&client)) {
+        const KeyMap *m = &client->pages;
+
+        if (client->parked_pages) {
+            continue;       /* its RESTORE will tell what it maps */
+        }
+        for (size_t i = 0; i < m->size; i++) {
+            const KeyMapEntry *e = &m->entries[i];
+            Sharer s = { .slot = e->value, .client = client->id,
+                         .page = e->key };
+
+            if (e->used && e->ns == LEDGER_NS_PAGE &&
+                e->tag == PAGE_MAPPED && !ledger_move(client, e->key)) {
+                g_array_append_val(sharers, s);
+            }
+        }
+    }
+    g_array_sort(sharers, compare_sharers);
+    return sharers;
+}
+
+/*
+ * fair: the copy goes with the VM it is hot for, if that VM still maps
+ * it; else to whichever owner's node holds fewer copies, when the nodes
+ * are out of balance by more than one copy.
+ */
+static uint32_t fair_node(NuksmAgent *agent, SlotId id,
+                          const PlacementPage *p, size_t n, uint64_t *load)
+{
+    uint32_t owner = GPOINTER_TO_UINT(
+        g_hash_table_lookup(agent->hot_owners, GUINT_TO_POINTER(id)));
+    uint32_t node = slot_id_node(id), best = node;
+
+    for (size_t i = 0; i < n; i++) {
+        if (owner && p[i].client->id == owner) {
+            return p[i].home;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (load[p[i].home] < load[best]) {
+            best = p[i].home;
+        }
+    }
+    return load[node] > load[best] + 1 ? best : node;
+}
+
+/* The node the policy wants the pages of slot @id on, one copy for all. */
+static uint32_t single_copy_node(NuksmAgent *agent, SlotId id,
+                                 const PlacementPage *p, size_t n,
+                                 uint64_t *load)
+{
+    const Slot *s = ledger_slot(agent, id);
+    size_t last = 0;
+
+    switch (agent->policy) {
+    case NUKSM_POLICY_ID_KSM_ORDER:
+        for (size_t i = 1; i < n; i++) {
+            if (p[i].client->id > p[last].client->id) {
+                last = i;
+            }
+        }
+        return p[last].home;
+    case NUKSM_POLICY_ID_PRIORITY:
+        return p[placement_priority_pick(p, n, s->digest)].home;
+    case NUKSM_POLICY_ID_FAIR:
+        return fair_node(agent, id, p, n, load);
+    default:
+        return slot_id_node(id);
+    }
+}
+
+static void plan_move(Replacer *r, SlotId from, const Sharer *s,
+                      uint32_t node)
+{
+    ReplaceMove mv = { .from = from, .client = s->client, .page = s->page,
+                       .node = node };
+
+    g_array_append_val(r->plan, mv);
+}
+
+/* Plan the moves of the @n pages @sh that map slot @id. */
+static void plan_slot(NuksmAgent *agent, SlotId id, const Sharer *sh,
+                      size_t n, uint64_t *load)
+{
+    g_autofree PlacementPage *p = g_new(PlacementPage, n);
+    uint32_t node = slot_id_node(id), target;
+
+    for (size_t i = 0; i < n; i++) {
+        p[i].client = ledger_client(agent, sh[i].client);
+        p[i].home = home_of_page(p[i].client, sh[i].page);
+        p[i].hot = false;   /* a write would have ended its sharing */
+    }
+    if (agent->policy == NUKSM_POLICY_ID_LOCAL) {
+        for (size_t i = 0; i < n; i++) {
+            if (p[i].home != node) {
+                plan_move(&agent->replacer, id, &sh[i], p[i].home);
+            }
+        }
+        return;
+    }
+    target = single_copy_node(agent, id, p, n, load);
+    if (target == node) {
+        return;
+    }
+    load[node]--;
+    load[target]++;
+    for (size_t i = 0; i < n; i++) {
+        plan_move(&agent->replacer, id, &sh[i], target);
+    }
+}
+
+static gboolean on_pass(gpointer opaque)
+{
+    NuksmAgent *agent = opaque;
+    Replacer *r = &agent->replacer;
+    g_autoptr(GArray) sharers = find_sharers(agent);
+    uint64_t load[NUKSM_MAX_NODES];
+
+    r->pass_timer = 0;
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        load[n] = agent->slots[n].shared;
+    }
+    g_array_set_size(r->plan, 0);
+    r->next = 0;
+    for (guint i = 0; i < sharers->len;) {
+        const Sharer *first = &g_array_index(sharers, Sharer, i);
+        guint n = 1;
+
+        while (i + n < sharers->len &&
+               g_array_index(sharers, Sharer, i + n).slot == first->slot) {
+            n++;
+        }
+        plan_slot(agent, first->slot, first, n, load);
+        i += n;
+    }
+    log_info("re-placement: %u of %u merged pages to move under policy "
+             "%s, at most %u per second", r->plan->len, sharers->len,
+             nuksm_policy_name(agent->policy), r->rate);
+    if (r->plan->len && !r->tick_timer) {
+        r->tick_timer = g_timeout_add(REPLACE_TICK_MS, on_tick, agent);
+    }
+    return G_SOURCE_REMOVE;
+}
+
+void replace_request(NuksmAgent *agent, const char *why)
+{
+    Replacer *r = &agent->replacer;
+
+    if (!r->rate) {
+        return;
+    }
+    log_debug("re-placement requested: %s", why);
+    if (!r->pass_timer) {
+        r->pass_timer = g_timeout_add(REPLACE_DEBOUNCE_MS, on_pass, agent);
+    }
+}
+
+/*
+ * The copy of slot @from's content on @node: the one there already, or a
+ * new slot the content is copied to.  False if there is none ready and
+ * none can be made.
+ */
+static bool copy_on_node(NuksmAgent *agent, SlotId from, uint32_t node,
+                         SlotId *to)
+{
+    const Slot *s = ledger_slot(agent, from);
+    uint8_t content[NUKSM_PAGE_SIZE];
+    gpointer owner;
+    uint32_t slot;
+    Slot *t;
+
+    if (index_lookup(&agent->index, s->domain, node, s->digest, to)) {
+        return ledger_slot(agent, *to)->state == SLOT_READY;
+    }
+    if (!store_read(&agent->store, slot_id_node(from), slot_id_slot(from),
+                    content) ||
+        !slots_alloc(&agent->slots[node], &slot)) {
+        return false;
+    }
+    *to = slot_id(node, slot);
+    t = ledger_slot(agent, *to);
+    t->digest = s->digest;
+    t->domain = s->domain;
+    if (!store_write(&agent->store, node, slot, content)) {
+        ledger_free(agent, *to);
+        return false;
+    }
+    t->state = SLOT_READY;
+    index_insert(&agent->index, t->domain, t->digest, *to);
+    owner = g_hash_table_lookup(agent->hot_owners, GUINT_TO_POINTER(from));
+    if (owner) {
+        g_hash_table_insert(agent->hot_owners, GUINT_TO_POINTER(*to), owner);
+    }
+    return true;
+}
+
+/* Carry out @mv if it still makes sense. */
+static void start_move(NuksmAgent *agent, const ReplaceMove *mv)
+{
+    NuksmClient *client = ledger_client(agent, mv->client);
+    KeyMapEntry *e = client ? ledger_page(client, mv->page) : NULL;
+    SlotId to;
+
+    if (!e || e->tag != PAGE_MAPPED || e->value != mv->from ||
+        client->parked_pages || ledger_move(client, mv->page) ||
+        !copy_on_node(agent, mv->from, mv->node, &to)) {
+        return;     /* the page left, or a later pass will see to it */
+    }
+    ledger_move_start(agent, client, mv->page, to);
+    outbox_add_move(agent, client, mv->page, mv->from,
+                    ledger_slot(agent, mv->from)->gen, to,
+                    ledger_slot(agent, to)->gen);
+}
+
+static gboolean on_tick(gpointer opaque)
+{
+    NuksmAgent *agent = opaque;
+    Replacer *r = &agent->replacer;
+    guint budget = MAX(1, r->rate * REPLACE_TICK_MS / 1000);
+
+    while (budget-- && r->next < r->plan->len) {
+        start_move(agent, &g_array_index(r->plan, ReplaceMove, r->next++));
+    }
+    outbox_flush(agent);
+    ledger_flush(agent);
+    if (r->next < r->plan->len) {
+        return G_SOURCE_CONTINUE;
+    }
+    g_array_set_size(r->plan, 0);
+    r->next = 0;
+    r->tick_timer = 0;
+    return G_SOURCE_REMOVE;
+}
+
+void replace_handle_moved(NuksmAgent *agent, NuksmClient *client,
+                          uint32_t seq, const void *payload)
+{
+    const NuksmMsgBatch *batch = payload;
+    const NuksmMove *m = (const NuksmMove *)(batch + 1);
+
+    for (uint32_t i = 0; i < batch->count; i++) {
+        KeyMapEntry *move, *e;
+
+        if (!merge_check_ref(agent, client, seq, "MOVED", &m[i].from) ||
+            !merge_check_ref(agent, client, seq, "MOVED", &m[i].to)) {
+            return;
+        }
+        move = ledger_move(client, m[i].to.page);
+        if (!move || move->value != slot_id(m[i].to.node, m[i].to.slot) ||
+            ledger_slot(agent, move->value)->gen != m[i].to.gen) {
+            server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+                          "MOVED for page %#" PRIx64 " to node %u slot %u, "
+                          "which has no MOVE awaiting an answer",
+                          m[i].to.page, m[i].to.node, m[i].to.slot);
+            return;
+        }
+        if (m[i].to.status != NUKSM_STATUS_MERGED) {
+            ledger_drop(agent, client, move);
+            continue;
+        }
+        e = ledger_page(client, m[i].from.page);
+        if (!e || e->tag != PAGE_MAPPED ||
+            e->value != slot_id(m[i].from.node, m[i].from.slot)) {
+            server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+                          "MOVED for page %#" PRIx64 " from node %u slot "
+                          "%u, which it does not map", m[i].from.page,
+                          m[i].from.node, m[i].from.slot);
+            return;
+        }
+        ledger_move_done(agent, client, m[i].from.page);
+        agent->replacer.moved++;
+    }
+}

@@ -1,0 +1,64 @@
+/*
+ * nuksmd re-placement: moving merged pages to the copy their placement
+ * now asks for, after the policy changed or a VM's home node did.
+ *
+ * A pass looks at every merged page, grouped by the copy (slot) it maps,
+ * and plans moves under the policy in force:
+ *
+ *   local      each page to a copy on its own home node
+ *   ksm-order  every page of a copy to the node KSM's order picks
+ *   priority   every page of a copy to the node the priority draw picks
+ *   fair       every page of a copy to its hot owner's node, else to the
+ *              emptier node of its owners when nodes are unbalanced
+ *   global,    nothing: a merged page is never written (a write ends its
+ *   adaptive   sharing), so every merged page is cold and may stay
+ *
+ * The moves are then carried out gradually, at most --replace-rate pages
+ * per second: the agent copies the content to a slot on the target node
+ * (or finds the copy there) and asks each VM to MOVE its page, which it
+ * remaps after comparing the content under write protection, as for a
+ * merge.  A slot left by its last page is freed.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSMD_REPLACE_H
+#define NUKSMD_REPLACE_H
+
+#include <stdint.h>
+
+#include <glib.h>
+
+struct NuksmAgent;
+struct NuksmClient;
+
+/* Moves are carried out this often, each time a tenth of the rate. */
+#define REPLACE_TICK_MS 100
+/* A pass waits this long for more reasons to come (homes, policy). */
+#define REPLACE_DEBOUNCE_MS 200
+
+typedef struct Replacer {
+    uint32_t rate;           /* pages moved per second, at most */
+    guint pass_timer;        /* a pass is due */
+    guint tick_timer;        /* moves are being carried out */
+    GArray *plan;            /* ReplaceMove, in slot order */
+    guint next;              /* first move of @plan not carried out */
+    uint64_t moved;          /* pages moved (MOVED, MERGED) */
+} Replacer;
+
+void replace_init(struct NuksmAgent *agent, uint32_t rate);
+void replace_destroy(struct NuksmAgent *agent);
+
+/* Plan a pass soon, because of @why (for the log). */
+void replace_request(struct NuksmAgent *agent, const char *why);
+
+/* Moves planned and not carried out yet. */
+uint64_t replace_pending(const struct NuksmAgent *agent);
+
+/* MOVED from a VM: payload passed nuksm_msg_check. */
+void replace_handle_moved(struct NuksmAgent *agent,
+                          struct NuksmClient *client, uint32_t seq,
+                          const void *payload);
+
+#endif /* NUKSMD_REPLACE_H */
