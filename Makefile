@@ -48,7 +48,8 @@ guest: deps
 	@scripts/make-guest.sh
 
 check: all guest
-	@$(MAKE) --no-print-directory check-unit check-qtest check-integration
+	@$(MAKE) --no-print-directory check-unit check-qtest check-integration \
+	    check-numa-lab
 
 check-unit:
 	@echo "==> unit tests (libnuksm)"
@@ -74,8 +75,11 @@ distclean:
 
 # NUMA lab (docs/testing.rst): a TCG guest with two NUMA nodes runs nuksmd
 # and two qtest VMs and checks with move_pages() where merged pages sit.
-.PHONY: numa-lab
+.PHONY: numa-lab check-numa-lab
 numa-lab: all guest
+	@$(MAKE) --no-print-directory check-numa-lab
+
+check-numa-lab:
 	@echo "==> NUMA lab (two-node guest, physical placement)"
 	@scripts/make-numa-lab.sh
 	@scripts/numa-lab.sh

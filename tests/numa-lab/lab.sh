@@ -114,7 +114,8 @@ for n in 0 1; do
 done
 
 # ---------------------------------------------------------------- agent
-nuksmd --policy priority --state-dir "$STATE" --socket "$SOCK" \
+nuksmd --policy priority --replace-rate 20000 --state-dir "$STATE" \
+    --socket "$SOCK" \
     --log-level info >"$LOGS/nuksmd.log" 2>&1 &
 AGENT=$!
 i=0
@@ -276,9 +277,49 @@ else
     problem "policy split: $split$hint"
 fi
 
+# 4. Re-placement: under ksm-order every copy belongs on the node of the
+# VM that registered last (whichever said HELLO second).  The agent moves
+# them; they must then sit physically on that node, the other store empty.
+nuksmctl --socket "$SOCK" policy ksm-order >/dev/null ||
+    abort "nuksmctl policy ksm-order failed"
+start=$(date +%s)
+while :; do
+    read_status || abort "nuksmctl status: $STATUS"
+    STORE=$(status_store)
+    PENDING=$(status_num moves_pending)
+    MOVED_PAGES=$(status_num pages_moved)
+    say "re-placement: pages_moved=$MOVED_PAGES pending=$PENDING" \
+        "store_pages=[$STORE]"
+    if [ "$PENDING" = 0 ] &&
+       { [ "${STORE%%,*}" = 0 ] || [ "${STORE##*, }" = 0 ]; }; then
+        break
+    fi
+    [ $(($(date +%s) - start)) -lt "$TIMEOUT" ] || break
+    sleep 1
+done
+OUT=$(store-nodes "$STATE/store-node0" "$STATE/store-node1" 2>&1)
+echo "$OUT" | sed 's/^/numa-lab: store-nodes: /'
+L0=$(echo "$OUT" | grep "^$STATE/store-node0 ")
+L1=$(echo "$OUT" | grep "^$STATE/store-node1 ")
+M0=$(field pages "$L0")
+M1=$(field pages "$L1")
+if [ "$M0" = 0 ]; then
+    TARGET=1 EMPTY=0 HELD=$M1 ON_TARGET=$(field node1 "$L1")
+else
+    TARGET=0 EMPTY=$M1 HELD=$M0 ON_TARGET=$(field node0 "$L0")
+fi
+moved="after ksm-order: $MOVED_PAGES pages moved, store-node$TARGET holds"
+moved="$moved $HELD ($ON_TARGET on node $TARGET), the other $EMPTY"
+if [ "$EMPTY" = 0 ] && [ "$HELD" -ge "$SHARED" ] &&
+   [ "$ON_TARGET" = "$HELD" ] && [ "$MOVED_PAGES" -gt 0 ]; then
+    say "check ok: $moved"
+else
+    problem "re-placement: $moved, expected every copy on one node"
+fi
+
 summary="2 nodes, pages_sharing=$SHARING, store-node0=$F0 store-node1=$F1"
 if [ -z "$problems" ]; then
-    say "PASS: $summary, $physical, $split"
+    say "PASS: $summary, $physical, $split; $moved"
     exit 0
 fi
 say "FAIL: $problems ($summary; $physical)"
