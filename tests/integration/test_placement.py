@@ -397,3 +397,47 @@ def test_unsolicited_moved_rejected(start_agent):
     errors = [m.error()[1] for m in vm.messages_until_eof()
               if m.type == harness.MSG_ERROR]
     assert any("no MOVE awaiting an answer" in e for e in errors), errors
+
+
+def test_guest_nodes_have_their_own_home(start_agent, qtest_vm):
+    """A VM with two guest nodes: node 0's vCPU pinned to logical node 1
+    makes that its home; node 1's memory backend bound to host node 0
+    makes that its home.  Pages carry their guest node: under local, the
+    same content in both guest nodes does not merge; under global it
+    does, and merged-local/remote follow each page's own home."""
+    cpus = node_cpus()
+    agent = start_agent("--fake-numa", str(NODES), "--policy", "local",
+                        "--replace-rate", "0")
+    numa = ["-smp", "2", "-m", "256M",
+            "-object", "memory-backend-ram,id=m0,size=128M",
+            "-object", "memory-backend-ram,id=m1,size=128M,host-nodes=0,"
+                       "policy=bind",
+            "-numa", "node,nodeid=0,cpus=0,memdev=m0",
+            "-numa", "node,nodeid=1,cpus=1,memdev=m1"]
+    vm = qtest_vm("vm0", extra=numa, agent=agent.sock, max_cpu=100,
+                  enabled="off")
+    vm.wait_state("disabled")
+    vcpu0 = vm.cmd("query-cpus-fast")[0]["thread-id"]
+    os.sched_setaffinity(vcpu0, {cpus[1]})
+    wait_until(lambda: home(vm) == [(1, "pinned"), (0, "backend")], 10,
+               "guest node 0 to be home on node 1, guest node 1 on node 0")
+
+    content = random.Random(8).randbytes(REGION)
+    q = Qtest(vm.qtest_path)
+    write_big(q, 64 * MIB, content)      # guest node 0
+    write_big(q, 192 * MIB, content)     # guest node 1
+    q.close()
+    enable([vm])
+    time.sleep(3)
+    assert sum(locality(vm)) == 0, "local merged across home nodes"
+
+    vm.cmd("nuksm-set-policy", policy="global")
+    wait_until(lambda: sum(locality(vm)) >= 2 * REGION_PAGES, 30,
+               "both copies of the content to merge under global")
+    local, remote = locality(vm)
+    # One copy per content, on one of the two homes: one of the two
+    # pages sharing it is local, the other remote.
+    assert local == remote == REGION_PAGES, (local, remote)
+    rows = harness.ctl_json(agent.sock, "vms")["vms"]
+    assert [(r["home"], r["merged_local"], r["merged_remote"])
+            for r in rows] == [([1, 0], local, remote)]

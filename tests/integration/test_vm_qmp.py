@@ -2,6 +2,7 @@
 """-object nuksm in qtest VMs, observed and steered over QMP."""
 
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -12,7 +13,8 @@ import pytest
 from qemu.qmp import ExecuteError
 
 import harness
-from harness import PAGE_SIZE, POLICY_NAMES, Qtest, ctl_json, ctl_ok
+from harness import (PAGE_SIZE, POLICY_NAMES, Qtest, ctl_json, ctl_ok,
+                     wait_until)
 
 VM_PAGES = 128 * 1024 * 1024 // PAGE_SIZE
 
@@ -168,7 +170,32 @@ def test_info_nuksm(agent, qtest_vm):
     assert lines[1].startswith(f"  eligible {VM_PAGES} pages, scanned ")
     assert lines[2] == "  merged 0 (zero 0, local 0, remote 0), " \
                        "cow-breaks 0"
+    assert re.fullmatch(r"  guest node 0: home node 0 \((running|pinned)\)",
+                        lines[3]), lines[3]
+    assert re.fullmatch(r"  hotness dirty-log, window 1000 ms, \d+ samples, "
+                        r"\d+ pages written in the last", lines[4]), lines[4]
     assert "  excluded pc.bios (256 KiB): rom" in lines
+
+
+def test_hot_window_property(agent, qtest_vm):
+    """hot-window: 0 turns sampling off; out-of-range values are refused
+    naming the property and the range; sampling runs while active."""
+    vm = qtest_vm(agent=agent.sock, hot_window=20)
+    vm.wait_state("active")
+    wait_until(lambda: vm.nuksm()["hotness"]["samples"] >= 3, 10,
+               "three hotness samples")
+    hot = vm.nuksm()["hotness"]
+    assert hot["source"] == "dirty-log" and hot["window-ms"] == 20
+    assert "error" not in hot
+    assert hot["access-bits"] == os.path.exists(
+        "/sys/kernel/mm/page_idle/bitmap")
+    for bad in (5, 600001):
+        assert qmp_error(vm, "qom-set", path="/objects/dedup0",
+                         property="hot-window", value=bad) == (
+            f"nuksm: property 'hot-window' must be 0 (off) or between 10 "
+            f"and 600000 ms, got {bad}")
+    vm.cmd("qom-set", path="/objects/dedup0", property="hot-window", value=0)
+    assert vm.nuksm()["hotness"]["source"] == "off"
 
 
 def test_info_nuksm_without_object(workdir, start_vm):

@@ -128,6 +128,18 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
             monitor_printf(mon, "  node %u: %" PRIu64 " merged pages\n",
                            n->value->node, n->value->pages);
         }
+        for (NuksmHomeNodeList *h = i->home_nodes; h; h = h->next) {
+            monitor_printf(mon, "  guest node %u: home node %u (%s)\n",
+                           h->value->guest_node, h->value->host_node,
+                           NuksmHomeSource_str(h->value->source));
+        }
+        monitor_printf(mon, "  hotness %s, window %u ms, %" PRIu64
+                       " samples, %" PRIu64 " pages written in the last%s%s\n",
+                       NuksmHotnessSource_str(i->hotness->source),
+                       i->hotness->window_ms, i->hotness->samples,
+                       i->hotness->hot_pages,
+                       i->hotness->error ? "; error: " : "",
+                       i->hotness->error ?: "");
         for (NuksmExclusionList *e = i->excluded; e; e = e->next) {
             g_autofree char *size = size_to_str(e->value->size);
             monitor_printf(mon, "  excluded %s (%s): %s\n",
