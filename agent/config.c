@@ -74,19 +74,30 @@ static bool set_policy(NuksmdConfig *cfg, const char *origin,
     return true;
 }
 
+/*
+ * A decimal number in [@min, @max] into *@out; else a usage error naming
+ * @what and the range, then @unit (" seconds", or "").
+ */
+static bool parse_number(const char *origin, const char *value,
+                         uint32_t min, uint32_t max, const char *what,
+                         const char *unit, uint32_t *out)
+{
+    guint64 number;
+
+    if (!g_ascii_string_to_unsigned(value, 10, min, max, &number, NULL)) {
+        usage_error(origin, "invalid %s '%s' (allowed: %u..%u%s)", what,
+                    value, min, max, unit);
+        return false;
+    }
+    *out = number;
+    return true;
+}
+
 static bool set_fake_numa(NuksmdConfig *cfg, const char *origin,
                           const char *value)
 {
-    guint64 nodes;
-
-    if (!g_ascii_string_to_unsigned(value, 10, 1, NUKSM_MAX_NODES,
-                                    &nodes, NULL)) {
-        usage_error(origin, "invalid node count '%s' (allowed: 1..%u)",
-                    value, NUKSM_MAX_NODES);
-        return false;
-    }
-    cfg->fake_numa = nodes;
-    return true;
+    return parse_number(origin, value, 1, NUKSM_MAX_NODES, "node count", "",
+                        &cfg->fake_numa);
 }
 
 static bool set_log_level(NuksmdConfig *cfg, const char *origin,
@@ -115,47 +126,23 @@ static bool set_state_dir(NuksmdConfig *cfg, const char *origin,
 static bool set_restore_grace(NuksmdConfig *cfg, const char *origin,
                               const char *value)
 {
-    guint64 seconds;
-
-    if (!g_ascii_string_to_unsigned(value, 10, 0, RESTORE_GRACE_MAX,
-                                    &seconds, NULL)) {
-        usage_error(origin, "invalid grace period '%s' (allowed: 0..%u "
-                    "seconds)", value, RESTORE_GRACE_MAX);
-        return false;
-    }
-    cfg->restore_grace = seconds;
-    return true;
+    return parse_number(origin, value, 0, RESTORE_GRACE_MAX, "grace period",
+                        " seconds", &cfg->restore_grace);
 }
 
 static bool set_cold_windows(NuksmdConfig *cfg, const char *origin,
                              const char *value)
 {
-    guint64 windows;
-
-    if (!g_ascii_string_to_unsigned(value, 10, 1, COLD_WINDOWS_MAX,
-                                    &windows, NULL)) {
-        usage_error(origin, "invalid window count '%s' (allowed: 1..%u)",
-                    value, COLD_WINDOWS_MAX);
-        return false;
-    }
-    cfg->cold_windows = windows;
-    return true;
+    return parse_number(origin, value, 1, COLD_WINDOWS_MAX, "window count",
+                        "", &cfg->cold_windows);
 }
 
 static bool set_replace_rate(NuksmdConfig *cfg, const char *origin,
                              const char *value)
 {
-    guint64 rate;
-
-    if (!g_ascii_string_to_unsigned(value, 10, 0, REPLACE_RATE_MAX, &rate,
-                                    NULL)) {
-        usage_error(origin, "invalid rate '%s' (allowed: 0..%u pages per "
-                    "second, 0: never move merged pages)", value,
-                    REPLACE_RATE_MAX);
-        return false;
-    }
-    cfg->replace_rate = rate;
-    return true;
+    return parse_number(origin, value, 0, REPLACE_RATE_MAX, "rate",
+                        " pages per second, 0: never move merged pages",
+                        &cfg->replace_rate);
 }
 
 /* Key file keys; the command-line option of each is "--" + key. */

@@ -162,6 +162,10 @@ def test_agent_absent(workdir, nuksmctl_bin, leftover):
     ("--restore-grace", "-1", "0..86400"),
     ("--restore-grace", "86401", "0..86400"),
     ("--restore-grace", "soon", "0..86400"),
+    ("--cold-windows", "0", "1..255"),
+    ("--cold-windows", "256", "1..255"),
+    ("--replace-rate", "-5", "0..1000000 pages per second"),
+    ("--replace-rate", "fast", "0..1000000 pages per second"),
 ])
 def test_nuksmd_rejects_bad_option(workdir, nuksmd_bin, option, value,
                                    allowed):
@@ -230,6 +234,10 @@ def test_config_file_and_overrides(workdir, start_agent):
     ("[nuksmd]\nfake-numa=99\n", "nuksmd.conf: fake-numa: invalid node"),
     ("[nuksmd]\nrestore-grace=x\n",
      "nuksmd.conf: restore-grace: invalid grace period"),
+    ("[nuksmd]\ncold-windows=0\n",
+     "nuksmd.conf: cold-windows: invalid window count"),
+    ("[nuksmd]\nreplace-rate=x\n",
+     "nuksmd.conf: replace-rate: invalid rate"),
     ("[nuksmd]\nstate-dir=\n",
      "nuksmd.conf: state-dir: state directory must not be empty"),
     ("not a key file\n", "--config: cannot load"),

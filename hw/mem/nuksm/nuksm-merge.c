@@ -115,24 +115,38 @@ static bool nuksm_merge_slot_valid(NuksmScanner *sc, const NuksmSlotRef *r,
            r->slot + pages <= NUKSM_REF_MAX_SLOT;
 }
 
-/* Post a batch of slot references as one or more messages. */
-static void nuksm_merge_post_refs(NuksmScanner *sc, uint32_t epoch,
-                                  NuksmMsgType type, const NuksmSlotRef *r,
-                                  size_t n)
+/*
+ * Post @n entries of @size bytes from @entries as batches of at most
+ * @max entries each.
+ */
+static void nuksm_merge_post_batches(NuksmScanner *sc, uint32_t epoch,
+                                     NuksmMsgType type, const void *entries,
+                                     size_t size, size_t n, size_t max)
 {
+    const uint8_t *e = entries;
+
     while (n) {
-        size_t count = MIN(n, NUKSM_SLOTREFS_MAX);
-        uint32_t len = sizeof(NuksmMsgBatch) + count * sizeof(*r);
+        size_t count = MIN(n, max);
+        uint32_t len = sizeof(NuksmMsgBatch) + count * size;
         g_autofree uint8_t *buf = g_malloc(len);
         NuksmMsgBatch *b = (NuksmMsgBatch *)buf;
 
         b->count = count;
         b->reserved = 0;
-        memcpy(b + 1, r, count * sizeof(*r));
+        memcpy(b + 1, e, count * size);
         nuksm_agent_post(sc->s, epoch, type, buf, len);
-        r += count;
+        e += count * size;
         n -= count;
     }
+}
+
+/* Post slot references as one or more batches. */
+static void nuksm_merge_post_refs(NuksmScanner *sc, uint32_t epoch,
+                                  NuksmMsgType type, const NuksmSlotRef *r,
+                                  size_t n)
+{
+    nuksm_merge_post_batches(sc, epoch, type, r, sizeof(*r), n,
+                             NUKSM_SLOTREFS_MAX);
 }
 
 /*
@@ -440,16 +454,8 @@ static void nuksm_merge_move(NuksmScanner *sc, NuksmWork *w)
         i += n;
     }
     qemu_mutex_unlock(&sc->page_lock);
-    for (size_t done = 0; done < b->count; done += NUKSM_MOVES_MAX) {
-        uint32_t count = MIN(b->count - done, NUKSM_MOVES_MAX);
-        uint32_t len = sizeof(NuksmMsgBatch) + count * sizeof(NuksmMove);
-        g_autofree NuksmMsgBatch *reply = g_malloc(len);
-
-        reply->count = count;
-        reply->reserved = 0;
-        memcpy(reply + 1, m + done, count * sizeof(NuksmMove));
-        nuksm_agent_post(sc->s, w->epoch, NUKSM_MSG_MOVED, reply, len);
-    }
+    nuksm_merge_post_batches(sc, w->epoch, NUKSM_MSG_MOVED, m, sizeof(*m),
+                             b->count, NUKSM_MOVES_MAX);
 }
 
 void nuksm_merge_handle(NuksmScanner *sc, NuksmWork *w)
