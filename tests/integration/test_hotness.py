@@ -22,21 +22,23 @@ def hotness(vm):
 
 def test_writes_make_pages_hot(agent, qtest_vm):
     """Pages written during a window are counted in it; quiet windows
-    count none (qtest itself writes nothing)."""
-    vm = qtest_vm(agent=agent.sock, hot_window=100)
+    count none (qtest itself writes nothing).  Writes are sampled one
+    window out of two and a qtest write lands at one instant: rewriting
+    4 MiB every 200 ms or so for 2.5 s spans a whole 1 s window."""
+    vm = qtest_vm(agent=agent.sock, hot_window=1000)
     vm.wait_state("active")
-    wait_until(lambda: hotness(vm)["samples"] >= 2, 10, "two samples")
     q = Qtest(vm.qtest_path)
     data = random.Random(1).randbytes(4 * MIB)
     seen = 0
-    end = time.monotonic() + 3
-    while time.monotonic() < end and seen < 1024:
+    end = time.monotonic() + 2.5
+    while time.monotonic() < end:
         write_big(q, AT, data)
         seen = max(seen, hotness(vm)["hot-pages"])
     q.close()
-    assert seen >= 1024, f"at most {seen} pages seen written in a window"
     wait_until(lambda: hotness(vm)["hot-pages"] == 0, 10,
                "a window without writes")
+    assert seen >= len(data) // PAGE, \
+        f"at most {seen} pages seen written in a window"
 
 
 def test_beside_calc_dirty_rate(agent, qtest_vm):

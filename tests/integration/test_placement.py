@@ -180,10 +180,16 @@ REGION = 4 * MIB
 REGION_PAGES = REGION // PAGE
 HOT_VM0, HOT_VM1, HOT_BOTH, COLD = (32 * MIB + i * REGION for i in range(4))
 
-# Hot pages must stay hot until they merged: the longest cold threshold
-# (255 samples of 2 windows of 50 ms).
+# Writes are sampled one window out of two, and a qtest write lands at
+# one instant: the writers below rewrite each region at least every
+# 800 ms, so a 1 s window always catches every page, and writing for one
+# sample period plus one window (3 s) always spans a whole window.  Hot
+# pages must stay hot until they merged: the longest cold threshold (255
+# samples of 2 s).
+HOT_WINDOW_MS = 1000
+HOT_WARMUP_S = 3.2
 HOT_AGENT_ARGS = ("--cold-windows", "255")
-HOT_PROPS = {"hot_window": 50}
+HOT_PROPS = {"hot_window": HOT_WINDOW_MS}
 
 
 def write_loop(qtests, plan, seconds):
@@ -214,7 +220,7 @@ def hot_workload(vms, hot, cold=()):
         for at in regions:
             write_big(q, at, own.get((i, at), shared[at]))
     enable(vms)
-    write_loop(qtests, [(i, at, own[i, at]) for i, at in own], 1.5)
+    write_loop(qtests, [(i, at, own[i, at]) for i, at in own], HOT_WARMUP_S)
     write_loop(qtests, [(i, at, shared[at]) for i, at in own], 1.0)
     for q in qtests:
         q.close()
@@ -228,14 +234,14 @@ def test_fair_hot_owner_wins(numa_pair):
     """fair: a page written hot by one VM ends local to it, even when the
     other VM's cold copy completes the match (which global placement
     would favour)."""
-    agent, vms = numa_pair("fair", *HOT_AGENT_ARGS, hot_window=50,
+    agent, vms = numa_pair("fair", *HOT_AGENT_ARGS, **HOT_PROPS,
                            vm_props=({}, {"hot_window": 0}))
     rnd = random.Random(4)
     shared, own = rnd.randbytes(REGION), rnd.randbytes(REGION)
     q0, q1 = (Qtest(vm.qtest_path) for vm in vms)
     write_big(q0, HOT_VM0, own)
     enable(vms)
-    write_loop([q0], [(0, HOT_VM0, own)], 1.5)
+    write_loop([q0], [(0, HOT_VM0, own)], HOT_WARMUP_S)
     write_loop([q0], [(0, HOT_VM0, shared)], 1.0)
     # vm0's hot pages wait in the unstable table; vm1's cold ones (it
     # samples no hotness) arrive last and complete the matches.
@@ -302,7 +308,8 @@ def test_adaptive_hot_stays_local(numa_pair):
         write_big(q, HOT_BOTH, own[i])
         write_big(q, COLD, cold_shared)
     enable(vms)
-    write_loop(qtests, [(i, HOT_BOTH, own[i]) for i in range(2)], 1.5)
+    write_loop(qtests, [(i, HOT_BOTH, own[i]) for i in range(2)],
+               HOT_WARMUP_S)
     write_loop(qtests, [(i, HOT_BOTH, hot_shared) for i in range(2)], 1.0)
     for q in qtests:
         q.close()
@@ -360,7 +367,7 @@ def test_home_change_moves_hot_pages(numa_pair):
     """fair: when the VM a copy is hot for moves to another node, its
     copies follow it."""
     agent, vms = numa_pair("fair", *HOT_AGENT_ARGS, "--replace-rate",
-                           "20000", hot_window=50,
+                           "20000", **HOT_PROPS,
                            vm_props=({}, {"hot_window": 0}))
     rnd = random.Random(6)
     shared, own = rnd.randbytes(REGION), rnd.randbytes(REGION)
@@ -368,7 +375,7 @@ def test_home_change_moves_hot_pages(numa_pair):
     write_big(q1, HOT_VM0, shared)
     write_big(q0, HOT_VM0, own)
     enable(vms)
-    write_loop([q0], [(0, HOT_VM0, own)], 1.5)
+    write_loop([q0], [(0, HOT_VM0, own)], HOT_WARMUP_S)
     write_loop([q0], [(0, HOT_VM0, shared)], 1.0)
     wait_until(lambda: locality(vms[0])[0] >= 0.97 * REGION_PAGES, 60,
                "vm0's hot pages to merge local to it")

@@ -1,0 +1,232 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""One side on one workload at one budget: start the VMs, fill them,
+switch deduplication on, sample saving and CPU until done, then measure
+the steady state, memory, metadata and copy-on-write breaks."""
+
+import signal
+import statistics
+import subprocess
+import time
+
+import harness
+import procstat
+from harness import Qtest, Vm
+from workloads import MIB, PAGE, Rewriter, fill, pipeline
+
+SAMPLE_S = 0.1
+STATUS_S = 5.0
+# Without an expected saving: done once it grew less than this in PLATEAU_S.
+PLATEAU_S = 10.0
+PLATEAU_GROWTH = 0.002
+
+
+def log(msg):
+    print(f"bench: {msg}", flush=True)
+
+
+def cpu_total(parts):
+    return sum(parts.values())
+
+
+class Run:
+    def __init__(self, workload, budget, side, workdir, idle_s, cow_chunks,
+                 perf_data=None):
+        self.wl = workload
+        self.budget = budget
+        self.side = side
+        self.workdir = workdir
+        self.idle_s = idle_s
+        self.cow_chunks = cow_chunks
+        self.perf_data = perf_data
+        self.tag = f"[{workload.name}/{budget} {side.name}]"
+        self.vms = []
+        self.qtests = []
+        # QEMU's main loop counts for nuksm only when it does nothing
+        # else: no vCPU (qtest) and no rewriting through qtest.
+        self.main_loop = not workload.tcg and not workload.rewrite_rate
+
+    def start_vms(self):
+        wl = self.wl
+        for i in range(wl.vms):
+            name = f"{self.side.name}{i}"
+            if wl.tcg:
+                args = harness.guest_args(f"{self.workdir}/{name}.serial",
+                                          wl.fill_mib, mem_mib=wl.mem_mib)
+            else:
+                args = harness.qtest_args(f"{self.workdir}/{name}.qtest",
+                                          mem=f"{wl.mem_mib}M")
+            # Named threads: nuksm's scanner is found by its name.
+            vm = Vm(self.workdir, name, [*args, "-name",
+                                         f"{name},debug-threads=on",
+                                         *self.side.vm_args(i)])
+            self.vms.append(vm)
+            vm.start()
+        if wl.tcg:
+            for vm in self.vms:
+                vm.wait_serial(harness.GUEST_READY, timeout=180)
+                log(f"{self.tag} {vm.name} booted, "
+                    f"{wl.fill_mib} MiB page cache filled")
+        else:
+            for i, vm in enumerate(self.vms):
+                q = Qtest(vm.qtest_path)
+                q.sock.settimeout(120)
+                self.qtests.append(q)
+                start = time.monotonic()
+                fill(wl, q, i)
+                log(f"{self.tag} {vm.name}: {wl.mem_mib} MiB filled in "
+                    f"{time.monotonic() - start:.1f} s")
+
+    def saving(self, zero_pages=True):
+        return self.side.saving(self.vms, zero_pages=zero_pages)
+
+    def cpu(self):
+        return self.side.cpu(self.vms, main_loop=self.main_loop)
+
+    def qemu_cpu_ns(self):
+        return sum(procstat.process_cpu_ns(vm.pid) for vm in self.vms)
+
+    def sample(self, zero_pages=True):
+        t = time.monotonic() - self.t0
+        saved = self.saving(zero_pages)
+        cpu = cpu_total(self.cpu()) - self.cpu0
+        self.timeline.append((round(t, 3), saved, cpu))
+        if t >= self.next_status:
+            self.next_status += STATUS_S
+            expected = self.wl.expected_saving()
+            of = f" of {expected * PAGE / MIB:.0f}" if expected else ""
+            log(f"{self.tag} t={t:5.1f} s saved {saved * PAGE / MIB:7.1f}"
+                f"{of} MiB, CPU {cpu / 1e9:6.2f} s")
+        return t, saved
+
+    def done(self, t, saved):
+        wl = self.wl
+        if wl.duration:
+            return t >= wl.duration
+        expected = wl.expected_saving()
+        if expected is not None:
+            return saved >= 0.99 * expected
+        old = [s for ts, s, _ in self.timeline if ts <= t - PLATEAU_S]
+        return bool(old) and saved > 0 and \
+            saved - old[-1] <= PLATEAU_GROWTH * saved
+
+    def measure(self):
+        self.timeline = []
+        self.next_status = STATUS_S
+        self.parts0 = self.cpu()
+        self.cpu0 = cpu_total(self.parts0)
+        qemu_cpu0 = self.qemu_cpu_ns()
+        rewriter = None
+        if self.wl.rewrite_rate:
+            rewriter = Rewriter(self.wl, self.qtests[0])
+        self.t0 = time.monotonic()
+        self.side.enable(self.vms)
+        if rewriter:
+            rewriter.start()
+        try:
+            while True:
+                t, saved = self.sample()
+                if self.done(t, saved):
+                    break
+                if t > self.wl.timeout:
+                    log(f"{self.tag} timed out after {t:.0f} s")
+                    break
+                time.sleep(SAMPLE_S)
+            merge_end, merge_cpu = self.timeline[-1][0], self.timeline[-1][2]
+            # Steady state: whatever there was to merge is merged.
+            if not self.wl.duration:
+                idle_end = time.monotonic() + self.idle_s
+                while time.monotonic() < idle_end:
+                    time.sleep(SAMPLE_S)
+                    self.sample(zero_pages=False)
+        finally:
+            if rewriter:
+                rewriter.stop()
+        end, _, cpu_end = self.timeline[-1]
+        result = {"merge_s": merge_end, "merge_cpu_s": merge_cpu / 1e9,
+                  "merge_cpu_share": merge_cpu / 1e9 / max(merge_end, 1e-3),
+                  # Control: every thread of the QEMUs, on both sides.
+                  "qemu_cpu_s": (self.qemu_cpu_ns() - qemu_cpu0) / 1e9}
+        if self.wl.duration:
+            # The second half of a fixed-length run is its steady state.
+            half = [(t, s, c) for t, s, c in self.timeline if t >= end / 2]
+            result["idle_cpu_share"] = (cpu_end - half[0][2]) / 1e9 / \
+                max(end - half[0][0], 1e-3)
+            result["steady_saving"] = statistics.mean(s for _, s, _ in half)
+        else:
+            result["idle_cpu_share"] = (cpu_end - merge_cpu) / 1e9 / \
+                max(end - merge_end, 1e-3)
+        if rewriter:
+            result["rewrites"] = rewriter.written
+        return result
+
+    def cow_latency(self):
+        """Extra time a guest write takes on a merged page (the
+        copy-on-write break), per page: memset over merged pages minus
+        the same memset again over the now private copies.  Pages are
+        read first, as a guest would have, so both sides start from a
+        mapped read-only page."""
+        kind, addr, size = [r for r in self.wl.regions()
+                            if r[0] == "shared"][-1]
+        q = self.qtests[0]
+        chunk = 8 * MIB
+        pages = chunk // PAGE
+        per_page, private = [], []
+        for c in range(min(self.cow_chunks, size // chunk)):
+            base = addr + c * chunk
+            pipeline(q, [f"readq {base + p * PAGE:#x}" for p in range(pages)])
+            start = time.perf_counter()
+            q.memset(base, chunk, 0xa5)
+            merged = time.perf_counter() - start
+            start = time.perf_counter()
+            q.memset(base, chunk, 0x5b)
+            again = time.perf_counter() - start
+            per_page.append((merged - again) / pages * 1e9)
+            private.append(again / pages * 1e9)
+        return {"cow_break_ns": statistics.median(per_page),
+                "cow_break_ns_all": [round(x) for x in per_page],
+                "private_write_ns": statistics.median(private)}
+
+    def run(self, ksm_share=None):
+        wl = self.wl
+        log(f"{self.tag} starting {wl.vms} VMs ({wl.title})")
+        self.side.setup(self.workdir)
+        try:
+            self.start_vms()
+            self.side.after_start(self.vms, wl.mem_mib * MIB)
+            params = self.side.budget(self.budget, ksm_share=ksm_share,
+                                      vms=wl.vms)
+            log(f"{self.tag} enabling, budget {params}")
+            memory_before = self.side.memory(self.vms)
+            perf = self.perf_data and subprocess.Popen(
+                ["perf", "record", "-a", "-g", "-F", "999", "-q",
+                 "-o", str(self.perf_data)])
+            result = self.measure()
+            if perf:
+                perf.send_signal(signal.SIGINT)
+                perf.wait()
+            result.update(
+                workload=wl.name, budget=self.budget, side=self.side.name,
+                params=params, guest_pages=wl.guest_pages,
+                expected_saving=wl.expected_saving(),
+                final_saving=self.saving(),
+                memory_before=memory_before,
+                memory_after=self.side.memory(self.vms),
+                metadata=self.side.metadata(self.vms),
+                cpu_parts_s={k: (v - self.parts0[k]) / 1e9
+                             for k, v in self.cpu().items()},
+                details=self.side.details(self.vms),
+                timeline=self.timeline)
+            self.side.quiesce(self.vms)
+            if self.cow_chunks and self.qtests and not wl.rewrite_rate and \
+                    wl.expected_saving():
+                result.update(self.cow_latency())
+            log(f"{self.tag} done: saved {result['final_saving'] * PAGE / MIB:.1f}"
+                f" MiB in {result['merge_s']:.1f} s, "
+                f"{result['merge_cpu_s']:.2f} CPU-s")
+            return result
+        finally:
+            for q in self.qtests:
+                q.close()
+            for vm in self.vms:
+                vm.kill()
+            self.side.teardown()

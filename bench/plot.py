@@ -1,0 +1,60 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""PNG plots: memory saved and CPU spent over time, both sides."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend)
+
+from workloads import MIB, PAGE  # noqa: E402
+
+COLOURS = {"ksm": "tab:blue", "nuksm": "tab:orange"}
+STYLES = {"full": "-", "default": "--"}
+LABELS = {("ksm", "full"): "KSM, full throttle",
+          ("nuksm", "full"): "nuksm, full throttle",
+          ("ksm", "default"): "KSM, default budget",
+          ("nuksm", "default"): "nuksm, KSM's default CPU share"}
+
+
+def plot_workload(runs, title, path):
+    fig, (saved_ax, cpu_ax) = plt.subplots(2, 1, figsize=(8, 6.5),
+                                           sharex=True)
+    for run in runs:
+        t = [p[0] for p in run["timeline"]]
+        style = dict(color=COLOURS[run["side"]],
+                     linestyle=STYLES[run["budget"]],
+                     label=LABELS[run["side"], run["budget"]])
+        saved_ax.plot(t, [p[1] * PAGE / MIB for p in run["timeline"]],
+                      **style)
+        cpu_ax.plot(t, [p[2] / 1e9 for p in run["timeline"]], **style)
+    target = runs[0]["achievable"]
+    if target:
+        saved_ax.axhline(0.99 * target * PAGE / MIB, color="grey",
+                         linewidth=0.8, linestyle=":",
+                         label="99% of achievable")
+    saved_ax.set_ylabel("memory saved (MiB)")
+    saved_ax.set_title(title)
+    saved_ax.legend(loc="best", fontsize="small")
+    # Runs last from one second to minutes: linear to 1 s, then log.
+    saved_ax.set_xscale("symlog", linthresh=1.0)
+    saved_ax.set_xlim(left=0)
+    saved_ax.grid(alpha=0.3)
+    cpu_ax.set_ylabel("CPU spent (s)")
+    cpu_ax.set_xlabel("seconds since deduplication was switched on "
+                      "(logarithmic beyond 1 s)")
+    cpu_ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def plot_all(pairs, titles, out_dir):
+    """One PNG per workload in @out_dir; returns {workload: path}."""
+    by_workload = {}
+    for pair in pairs:
+        by_workload.setdefault(pair[0]["workload"], []).extend(pair)
+    paths = {}
+    for name, runs in by_workload.items():
+        paths[name] = out_dir / f"{name}.png"
+        plot_workload(runs, titles[name], paths[name])
+    return paths

@@ -1,0 +1,90 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""What the kernel says about a process: CPU time and memory.
+
+CPU times come from /proc/PID/task/TID/schedstat (nanoseconds on the CPU),
+the same source for ksmd, nuksmd and QEMU's threads, so both sides of a
+benchmark are measured alike.
+"""
+
+import os
+
+KIB = 1024
+
+
+def thread_cpu_ns(pid, tid):
+    """Nanoseconds thread @tid of @pid spent on a CPU; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            return int(f.read().split()[0])
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+
+
+def threads(pid):
+    """{tid: comm} of the live threads of @pid."""
+    result = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return result
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                result[int(tid)] = f.read().strip()
+        except FileNotFoundError:
+            pass
+    return result
+
+
+def process_cpu_ns(pid):
+    """CPU time of every live thread of @pid."""
+    return sum(thread_cpu_ns(pid, tid) for tid in threads(pid))
+
+
+def threads_named(pid, comm):
+    return [tid for tid, name in threads(pid).items() if name == comm]
+
+
+def smaps_rollup(pid):
+    """The fields of /proc/PID/smaps_rollup, in bytes."""
+    fields = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 3 and parts[2] == "kB":
+                fields[parts[0].rstrip(":")] = int(parts[1]) * KIB
+    return fields
+
+
+def anon_mappings(pid):
+    """(start, end) of the anonymous mappings of @pid (no file, no name)."""
+    ranges = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 5:
+                start, end = (int(x, 16) for x in parts[0].split("-"))
+                ranges.append((start, end))
+    return ranges
+
+
+def guest_ram_ranges(pid, ram_bytes):
+    """The anonymous mappings of @pid big enough to hold guest RAM of
+    @ram_bytes: taken before any merge, while guest RAM is one mapping."""
+    return [(s, e) for s, e in anon_mappings(pid) if e - s >= ram_bytes]
+
+
+def anon_outside(pid, ranges):
+    """Bytes of anonymous memory @pid has outside @ranges (guest RAM):
+    QEMU's own heap and thread stacks, and nuksm's metadata."""
+    total = 0
+    inside = False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split(maxsplit=1)[0]
+            if "-" in head and not head.endswith(":"):
+                start, end = (int(x, 16) for x in head.split("-"))
+                inside = any(s <= start and end <= e for s, e in ranges)
+            elif head == "Anonymous:" and not inside:
+                total += int(line.split()[1]) * KIB
+    return total

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Benchmarks of nuksm side by side with kernel KSM (docs/benchmarks.rst).
+
+    bench/run.py [--quick] [--workload NAME ...] [--out DIR] [--no-docs]
+                 [--perf] [--report]
+
+Each workload runs at each of its budgets on KSM first, then on nuksm
+(whose CPU share at KSM's default budget is the one KSM just used), on
+this machine, in this run.  Writes OUT/results.json and one PNG per
+workload, and replaces the run's results block in docs/benchmarks.rst.
+Must run as root (KSM's settings are global; they are restored).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT / "tests/integration")]
+
+import analyze  # noqa: E402
+import harness  # noqa: E402
+import ksm  # noqa: E402
+import plot  # noqa: E402
+import report  # noqa: E402
+from ksm_side import KsmSide  # noqa: E402
+from measure import Run, log  # noqa: E402
+from nuksm_side import NuksmSide  # noqa: E402
+from workloads import suite  # noqa: E402
+
+
+def machine(command, started):
+    with open("/proc/cpuinfo") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f
+                    if line.startswith("model name")), platform.machine())
+    with open("/proc/meminfo") as f:
+        mem_kib = int(f.readline().split()[1])
+    commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always",
+                             "--dirty"], capture_output=True,
+                            text=True).stdout.strip()
+    return {"cpu": cpu, "cores": os.cpu_count(),
+            "memory_gib": mem_kib / (1 << 20), "kernel": platform.release(),
+            "commit": commit or "unknown",
+            "date": datetime.datetime.now(datetime.timezone.utc)
+            .strftime("%Y-%m-%d %H:%M UTC"),
+            "command": command, "started": started}
+
+
+def check_prerequisites(workloads):
+    if os.geteuid() != 0:
+        sys.exit("bench: must run as root (kernel KSM's settings)")
+    if not ksm.available():
+        sys.exit("bench: /sys/kernel/mm/ksm/run is not writable: no KSM")
+    needed = [harness.QEMU, harness.NUKSMD]
+    if any(w.tcg for w in workloads):
+        needed += [harness.GUEST / "vmlinuz",
+                   harness.GUEST / "initramfs.cpio.gz"]
+    missing = [str(p) for p in needed if not Path(p).is_file()]
+    if missing:
+        sys.exit(f"bench: missing {', '.join(missing)}: run make (and "
+                 "make guest)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes, fewer workloads (< 3 minutes)")
+    parser.add_argument("--workload", action="append", metavar="NAME",
+                        help="run only this workload (repeatable)")
+    parser.add_argument("--out", type=Path,
+                        help="results directory (default bench/results/"
+                        "quick or bench/results/full)")
+    parser.add_argument("--no-docs", action="store_true",
+                        help="leave docs/benchmarks.rst alone")
+    parser.add_argument("--perf", action="store_true",
+                        help="profile nuksm's runs: perf record -a -g into "
+                        "OUT/perf-WORKLOAD-BUDGET.data")
+    parser.add_argument("--report", action="store_true",
+                        help="run nothing: redo the plots and docs from "
+                        "OUT/results.json")
+    args = parser.parse_args()
+    mode = "quick" if args.quick else "full"
+    out = args.out or HERE / "results" / mode
+    workloads = suite(args.quick)
+    if args.workload:
+        unknown = set(args.workload) - {w.name for w in workloads}
+        if unknown:
+            sys.exit(f"bench: unknown workload {', '.join(unknown)} "
+                     f"(have: {', '.join(w.name for w in workloads)})")
+        workloads = [w for w in workloads if w.name in args.workload]
+    titles = {w.name: w.title for w in workloads}
+    if args.report:
+        with open(out / "results.json") as f:
+            results = json.load(f)
+        publish(results["meta"], results["runs"], titles, out, mode,
+                not args.no_docs)
+        return
+    check_prerequisites(workloads)
+    out.mkdir(parents=True, exist_ok=True)
+
+    started = time.monotonic()
+    command = "make bench-quick" if args.quick else "make bench"
+    if args.workload or args.out:
+        command = "bench/run.py " + " ".join(sys.argv[1:])
+    meta = machine(command, datetime.datetime.now().isoformat())
+    control = ksm.Ksm()
+    meta["ksm_settings_at_start"] = control.saved
+    # Steady-state window, COW-break chunks, longest wait for other
+    # KSM-mergeable processes to go before each KSM run (seconds).
+    idle_s, cow_chunks, wait_s = (3, 4, 10) if args.quick else (10, 16, 30)
+    workdir = Path(tempfile.mkdtemp(prefix="nb-"))
+    pairs = []
+    try:
+        for wl in workloads:
+            for budget in wl.budgets:
+                ksm_run = Run(wl, budget, KsmSide(control, wait_s), workdir, idle_s,
+                              cow_chunks).run()
+                perf = args.perf and out / f"perf-{wl.name}-{budget}.data"
+                nuksm_run = Run(wl, budget, NuksmSide(), workdir, idle_s,
+                                cow_chunks, perf).run(
+                                    ksm_share=ksm_run["merge_cpu_share"])
+                pairs.append([ksm_run, nuksm_run])
+    finally:
+        control.restore()
+        shutil.rmtree(workdir, ignore_errors=True)
+    meta["elapsed_s"] = time.monotonic() - started
+
+    publish(meta, pairs, titles, out, mode, not args.no_docs)
+    log(f"results in {out} ({meta['elapsed_s'] / 60:.1f} min)")
+
+
+def publish(meta, pairs, titles, out, mode, docs):
+    """Derive the figures, write results.json, the plots and (@docs) the
+    results block of docs/benchmarks.rst; print the summary."""
+    analyze.analyze(pairs)
+    goals = analyze.goals(pairs)
+    with open(out / "results.json", "w") as f:
+        json.dump({"meta": meta, "goals": goals, "runs": pairs}, f,
+                  indent=1)
+    images = plot.plot_all(pairs, titles, out)
+    if docs:
+        report.update_docs(ROOT / "docs/benchmarks.rst", mode,
+                           report.rst_block(meta, pairs, goals, images,
+                                            ROOT / "docs"))
+    print(report.console(pairs, goals), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The workloads: what guest memory holds and what happens to it.
+
+qtest workloads (-accel qtest: no vCPU runs) fill guest RAM through the
+qtest socket: a memset of the whole region, then an 8-byte tag at the
+start of every page, so no two pages are alike unless meant to be
+(random pages differ in their first bytes too, so comparisons cost the
+same) and no page is zero.  Tags are the same in every VM for shared
+regions, and include the VM's index for unique ones.  The low 1 MiB of
+guest RAM (VGA window, BIOS shadow) is left alone.
+
+The "real" workload boots the TCG test guest (build/guest), whose init
+fills N MiB of page cache with the same content (nuksm.fill=N).
+"""
+
+import threading
+import time
+from dataclasses import dataclass
+
+import harness
+
+MIB = 1 << 20
+PAGE = harness.PAGE_SIZE
+LOW_HOLE = MIB
+BACKGROUND = 0x5a
+SHARED_TAG = 0x5348 << 48
+UNIQUE_TAG = 0x554E << 48
+
+
+@dataclass
+class Workload:
+    name: str
+    title: str
+    vms: int
+    mem_mib: int
+    # qtest: [(kind, MiB)] from LOW_HOLE on, kind "shared" or "unique"
+    layout: tuple = ()
+    # tcg: MiB of identical page cache each guest fills
+    fill_mib: int = 0
+    budgets: tuple = ("full",)
+    # Fixed measurement length (s); else until 99% of the expected saving
+    # (or, without one, until the saving stops growing).
+    duration: float = 0
+    # Guest pages rewritten per second (same content: copy-on-write only)
+    rewrite_rate: int = 0
+    timeout: float = 120
+
+    @property
+    def tcg(self):
+        return self.fill_mib > 0
+
+    @property
+    def guest_pages(self):
+        return self.vms * self.mem_mib * MIB // PAGE
+
+    def regions(self):
+        """(kind, first guest address, size) of each layout region."""
+        addr = LOW_HOLE
+        for kind, mib in self.layout:
+            yield kind, addr, mib * MIB
+            addr += mib * MIB
+
+    def expected_saving(self):
+        """Pages an ideal deduplicator saves: every VM but one's copy of
+        each shared page; None when the guest decides (tcg)."""
+        if self.tcg:
+            return None
+        shared = sum(size for kind, _, size in self.regions()
+                     if kind == "shared")
+        return (self.vms - 1) * shared // PAGE
+
+
+def pipeline(qtest, lines):
+    """Send qtest @lines without waiting for each reply (a reader thread
+    takes them), about 400k commands per second here."""
+    errors = []
+
+    def read():
+        for _ in range(len(lines)):
+            reply = qtest.reader.readline()
+            if not reply.startswith("OK"):
+                errors.append(reply)
+    reader = threading.Thread(target=read)
+    reader.start()
+    qtest.sock.sendall("".join(line + "\n" for line in lines).encode())
+    reader.join()
+    if errors:
+        raise RuntimeError(f"qtest: {errors[0]}")
+
+
+def tag(kind, vm_index, page):
+    if kind == "shared":
+        return SHARED_TAG | page
+    return UNIQUE_TAG | vm_index << 32 | page
+
+
+def fill(workload, qtest, vm_index):
+    for kind, addr, size in workload.regions():
+        qtest.memset(addr, size, BACKGROUND)
+        pipeline(qtest, [f"writeq {addr + p * PAGE:#x} "
+                         f"{tag(kind, vm_index, p):#x}"
+                         for p in range(size // PAGE)])
+
+
+class Rewriter:
+    """Rewrites shared pages of one VM with what they hold, @rate pages a
+    second in address order, round and round: the content stays a
+    duplicate, but each write breaks its sharing (UKSM's COW-broken
+    workload, §8.1.2)."""
+
+    def __init__(self, workload, qtest):
+        self.pages = [(addr + p * PAGE, tag(kind, 0, p))
+                      for kind, addr, size in workload.regions()
+                      if kind == "shared" for p in range(size // PAGE)]
+        self.rate = workload.rewrite_rate
+        self.qtest = qtest
+        self.stop_event = threading.Event()
+        self.written = 0
+        self.thread = threading.Thread(target=self._run)
+
+    def start(self):
+        self.thread.start()
+
+    def _run(self):
+        tick = 0.05
+        per_tick = max(1, int(self.rate * tick))
+        next_at = time.monotonic()
+        while not self.stop_event.is_set():
+            batch = [self.pages[(self.written + i) % len(self.pages)]
+                     for i in range(per_tick)]
+            pipeline(self.qtest, [f"writeq {a:#x} {v:#x}" for a, v in batch])
+            self.written += per_tick
+            next_at += tick
+            self.stop_event.wait(max(0.0, next_at - time.monotonic()))
+
+    def stop(self):
+        self.stop_event.set()
+        self.thread.join()
+
+
+def suite(quick):
+    """The workloads of `make bench` (@quick: of `make bench-quick`)."""
+    if quick:
+        return [
+            Workload("static", "static: 2 VMs x 64 MiB, half identical",
+                     2, 64, (("unique", 31), ("shared", 32)),
+                     budgets=("full", "default"), timeout=60),
+            Workload("many", "many VMs: 4 x 64 MiB sharing a 48 MiB image",
+                     4, 64, (("shared", 48), ("unique", 15))),
+            Workload("sparse", "sparse: 2 VMs x 128 MiB, no duplicates",
+                     2, 128, (("unique", 127),), duration=8),
+            Workload("cow", "copy-on-write heavy: 2 VMs x 64 MiB identical, "
+                     "500 pages/s rewritten", 2, 64, (("shared", 63),),
+                     duration=12, rewrite_rate=500),
+        ]
+    return [
+        Workload("static", "static: 2 VMs x 1 GiB, half identical",
+                 2, 1024, (("unique", 511), ("shared", 512)),
+                 budgets=("full", "default"), timeout=480),
+        Workload("many", "many VMs: 8 x 256 MiB sharing a 192 MiB image",
+                 8, 256, (("shared", 192), ("unique", 63))),
+        Workload("sparse", "sparse: 2 VMs x 1 GiB, no duplicates",
+                 2, 1024, (("unique", 1023),), budgets=("full", "default"),
+                 duration=20),
+        Workload("cow", "copy-on-write heavy: 2 VMs x 256 MiB identical, "
+                 "2000 pages/s rewritten", 2, 256, (("shared", 255),),
+                 budgets=("full", "default"), duration=30,
+                 rewrite_rate=2000),
+        Workload("real", "real guests: 2 TCG guests x 256 MiB, 64 MiB of "
+                 "identical page cache", 2, 256, fill_mib=64, timeout=150),
+    ]
