@@ -174,12 +174,29 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
     ledger_add(agent, u, upage, id, PAGE_WAITING);
     ledger_upload_join(agent, id, u, upage);
     outbox_add(agent, v, NUKSM_MSG_UPLOAD_REQ, c->page, id, s->gen);
+    merge_join_unstable(agent, id);
 }
 
 /* The @i-th node to look at for a page of home @home: home first. */
 static uint32_t nth_node(uint32_t home, uint32_t i)
 {
     return i == 0 ? home : i <= home ? i - 1 : i;
+}
+
+/* @v's @page shares slot @id, ready or being uploaded. */
+static void join_slot(NuksmAgent *agent, NuksmClient *v, uint64_t page,
+                      SlotId id)
+{
+    Slot *s = ledger_slot(agent, id);
+
+    if (s->state == SLOT_READY) {
+        ledger_add(agent, v, page, id, PAGE_MERGING);
+        outbox_add(agent, v, NUKSM_MSG_MERGE, page, id, s->gen);
+    } else {
+        /* Indexed but not ready: its content is on its way. */
+        ledger_add(agent, v, page, id, PAGE_WAITING);
+        ledger_upload_join(agent, id, v, page);
+    }
 }
 
 /* Join a copy of @c's content that @v's page may map; false if none. */
@@ -189,25 +206,40 @@ static bool join_copy(NuksmAgent *agent, NuksmClient *v,
     for (uint32_t i = 0; i < agent->nr_nodes; i++) {
         uint32_t node = nth_node(pv->home, i);
         SlotId id;
-        Slot *s;
 
-        if (!placement_may_map(agent, pv, node) ||
-            !index_lookup(&agent->index, v->domain_id, node, c->digest,
-                          &id)) {
-            continue;
+        if (placement_may_map(agent, pv, node) &&
+            index_lookup(&agent->index, v->domain_id, node, c->digest,
+                         &id)) {
+            join_slot(agent, v, c->page, id);
+            return true;
         }
-        s = ledger_slot(agent, id);
-        if (s->state == SLOT_READY) {
-            ledger_add(agent, v, c->page, id, PAGE_MERGING);
-            outbox_add(agent, v, NUKSM_MSG_MERGE, c->page, id, s->gen);
-        } else {
-            /* Indexed but not ready: its content is on its way. */
-            ledger_add(agent, v, c->page, id, PAGE_WAITING);
-            ledger_upload_join(agent, id, v, c->page);
-        }
-        return true;
     }
     return false;
+}
+
+void merge_join_unstable(NuksmAgent *agent, SlotId id)
+{
+    const Slot *s = ledger_slot(agent, id);
+
+    for (uint32_t node = 0; node < agent->nr_nodes; node++) {
+        UnstableEntry *ue = unstable_lookup(&agent->unstable, s->domain,
+                                            node, s->digest);
+        NuksmClient *u = ue ? ledger_client(agent, ue->client) : NULL;
+        PlacementPage pu;
+        uint64_t page;
+
+        if (!u || ledger_page(u, ue->page) || ledger_full(u)) {
+            continue;
+        }
+        pu = (PlacementPage) { .client = u, .home = ue->node,
+                               .hot = ue->hot };
+        if (!placement_may_map(agent, &pu, slot_id_node(id))) {
+            continue;
+        }
+        page = ue->page;
+        unstable_remove(&agent->unstable, ue);
+        join_slot(agent, u, page, id);
+    }
 }
 
 /*

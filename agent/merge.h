@@ -56,6 +56,14 @@ void merge_client_leave(NuksmAgent *agent, NuksmClient *client);
 bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
                      const char *what, const NuksmSlotRef *r);
 
+/*
+ * Slot @id was just indexed: the pages waiting in the unstable table with
+ * its content, and allowed to map it, share it too.  Candidates are not
+ * offered again soon once the agent has them (see nuksm-scan.c), so they
+ * must not wait for a slot that appeared after them.
+ */
+void merge_join_unstable(NuksmAgent *agent, SlotId id);
+
 /* Handlers of the VM -> agent messages; payloads passed nuksm_msg_check. */
 void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
                              uint32_t seq, const void *payload);

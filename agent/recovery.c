@@ -75,6 +75,7 @@ static bool restore_one(NuksmAgent *agent, NuksmClient *client,
     SlotTable *t = &agent->slots[r->node];
     uint8_t content[NUKSM_PAGE_SIZE];
     KeyMapEntry *e = ledger_page(client, r->page);
+    bool indexed = false;
     Slot *s;
 
     if (e && ledger_parked(e->tag)) {
@@ -114,6 +115,7 @@ static bool restore_one(NuksmAgent *agent, NuksmClient *client,
         s->state = SLOT_READY;
         index_insert(&agent->index, s->domain, s->digest,
                      slot_id(r->node, r->slot));
+        indexed = true;
     } else if (!s || s->state != SLOT_READY) {
         server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
                       "RESTORE of node %u slot %u, which holds no merged "
@@ -132,6 +134,9 @@ static bool restore_one(NuksmAgent *agent, NuksmClient *client,
     }
     ledger_add(agent, client, r->page, slot_id(r->node, r->slot),
                PAGE_MAPPED);
+    if (indexed) {
+        merge_join_unstable(agent, slot_id(r->node, r->slot));
+    }
     return true;
 }
 

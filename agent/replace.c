@@ -262,6 +262,7 @@ static bool copy_on_node(NuksmAgent *agent, SlotId from, uint32_t node,
     }
     t->state = SLOT_READY;
     index_insert(&agent->index, t->domain, t->digest, *to);
+    merge_join_unstable(agent, *to);
     owner = g_hash_table_lookup(agent->hot_owners, GUINT_TO_POINTER(from));
     if (owner) {
         g_hash_table_insert(agent->hot_owners, GUINT_TO_POINTER(*to), owner);

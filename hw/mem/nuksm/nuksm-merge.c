@@ -281,7 +281,8 @@ void nuksm_merge_forget(NuksmScanner *sc, NuksmBlockState *bs, uint64_t idx,
     if (!(bs->flags[idx] & NUKSM_PAGE_MERGED)) {
         return;
     }
-    bs->flags[idx] &= ~(NUKSM_PAGE_MERGED | NUKSM_PAGE_STABLE);
+    bs->flags[idx] &= ~(NUKSM_PAGE_MERGED | NUKSM_PAGE_STABLE |
+                        NUKSM_PAGE_OFFERED);
     r = nuksm_merge_ref(bs, idx);
     r.status = why;
     g_array_append_val(sc->unmerged, r);
@@ -316,6 +317,8 @@ static void nuksm_merge_run(NuksmScanner *sc, RAMBlock *rb,
         } else {
             r[i].status = err == ENOMEM ? NUKSM_STATUS_FAILED :
                                           NUKSM_STATUS_CHANGED;
+            /* The agent forgets it: offer it again when stable. */
+            bs->flags[idx + i] &= ~NUKSM_PAGE_OFFERED;
         }
     }
 }
@@ -351,12 +354,16 @@ static void nuksm_merge_merge(NuksmScanner *sc, NuksmWork *w)
         uint64_t idx;
         size_t n = 0;
 
+        if (!nuksm_merge_find_page(sc, r[i].page, &rb, &bs, &idx)) {
+            r[i++].status = NUKSM_STATUS_GONE;
+            continue;
+        }
         if (sc->uffd >= 0 &&
-            nuksm_merge_find_page(sc, r[i].page, &rb, &bs, &idx) &&
             !(bs->flags[idx] & (NUKSM_PAGE_MERGED | NUKSM_PAGE_ZERO))) {
             n = nuksm_merge_run_length(sc, bs, idx, &r[i], b->count - i);
         }
         if (!n) {
+            bs->flags[idx] &= ~NUKSM_PAGE_OFFERED;
             r[i++].status = NUKSM_STATUS_GONE;
             continue;
         }
@@ -494,6 +501,8 @@ void nuksm_merge_reset(NuksmScanner *sc, uint32_t epoch)
     g_hash_table_iter_init(&it, sc->blocks);
     while (g_hash_table_iter_next(&it, NULL, (gpointer *)&bs)) {
         for (uint64_t i = 0; i < bs->nr_pages; i++) {
+            /* A new agent has an empty unstable table: offer again. */
+            bs->flags[i] &= ~NUKSM_PAGE_OFFERED;
             if (bs->flags[i] & NUKSM_PAGE_MERGED) {
                 NuksmSlotRef r = nuksm_merge_ref(bs, i);
                 g_array_append_val(restore, r);

@@ -31,8 +31,18 @@
 #include "trace.h"
 
 #define NUKSM_SCAN_CHUNK_PAGES  64
-/* Rest between full passes, so an idle VM costs next to nothing. */
+/*
+ * Rest between full passes, so an idle VM costs next to nothing: 1 s,
+ * doubling after each pass that found nothing new, up to 4 s.
+ */
 #define NUKSM_SCAN_PASS_PAUSE_MS 1000
+#define NUKSM_SCAN_PASS_PAUSE_MAX_MS 4000
+/*
+ * A candidate the agent did not merge stays in its unstable table, where
+ * a later duplicate finds it; offer it again only every so many passes
+ * (each page in a different pass), in case the table forgot it.
+ */
+#define NUKSM_SCAN_REOFFER_PASSES 4
 /* How often the page-rate cap is enforced, in hashed pages. */
 #define NUKSM_SCAN_RATE_SLICE_PAGES 256
 /* Messages waiting for the socket before the scanner holds back. */
@@ -210,6 +220,7 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
                 ((pm[i] & PM_PRESENT) && !(pm[i] & PM_FILE))) {
                 nuksm_merge_forget(sc, bs, idx, NUKSM_STATUS_COW);
                 delta->cow_breaks++;
+                sc->news++;
             }
             continue;
         }
@@ -225,6 +236,7 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
             *flags &= ~NUKSM_PAGE_ZERO;
             sc->stats.zero_pages--;
             delta->cow_breaks++;
+            sc->news++;
         }
         /* 0 means "not hashed yet", so fold a zero digest to 1. */
         digest32 = (uint32_t)digest ?: 1;
@@ -234,8 +246,9 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
             if (bs->digest[idx]) {
                 delta->pages_volatile++;
             }
-            *flags &= ~NUKSM_PAGE_STABLE;
+            *flags &= ~(NUKSM_PAGE_STABLE | NUKSM_PAGE_OFFERED);
             bs->digest[idx] = digest32;
+            sc->news++;
             continue;
         }
         /*
@@ -254,9 +267,18 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
             }
             continue;
         }
+        if ((*flags & NUKSM_PAGE_OFFERED) &&
+            (sc->passes + idx) % NUKSM_SCAN_REOFFER_PASSES) {
+            continue;
+        }
+        if (!(*flags & NUKSM_PAGE_OFFERED)) {
+            *flags |= NUKSM_PAGE_OFFERED;
+            sc->news++;
+        }
         nuksm_scan_add_candidate(sc, epoch, bs, idx, digest);
     }
     if (nr_zero && sc->uffd >= 0) {
+        sc->news += nr_zero;
         nuksm_scan_drop_zero_pages(sc, bs, first, host, zero, nr_zero);
     }
     return hashed;
@@ -487,15 +509,18 @@ static void *nuksm_scan_thread(void *opaque)
             nuksm_merge_reset(sc, epoch);
         }
         trace_nuksm_scan_pass_start();
+        sc->passes++;
+        sc->news = 0;
         if (nuksm_scan_pass(sc, epoch)) {
             nuksm_scan_flush_candidates(sc, epoch);
+            sc->pause_ms = sc->news ? NUKSM_SCAN_PASS_PAUSE_MS :
+                           MIN(sc->pause_ms * 2, NUKSM_SCAN_PASS_PAUSE_MAX_MS);
             qemu_mutex_lock(&sc->lock);
             sc->stats.full_scans++;
             trace_nuksm_scan_pass_done(sc->stats.full_scans,
                                        sc->stats.pages_scanned);
             if (!sc->restart && !sc->quit) {
-                int64_t end = get_clock() +
-                              NUKSM_SCAN_PASS_PAUSE_MS * SCALE_MS;
+                int64_t end = get_clock() + sc->pause_ms * SCALE_MS;
                 /* Rest, but keep serving the agent. */
                 while (sc->active && !sc->restart && !sc->quit &&
                        get_clock() < end) {
@@ -528,6 +553,7 @@ NuksmScanner *nuksm_scanner_new(Nuksm *s)
         }
     }
     sc->s = s;
+    sc->pause_ms = NUKSM_SCAN_PASS_PAUSE_MS;
     sc->max_cpu = NUKSM_DEFAULT_MAX_CPU;
     sc->zero_pages = true;
     sc->uffd = -1;

@@ -19,6 +19,7 @@ enum {
     NUKSM_PAGE_MERGED   = 1 << 1,  /* maps a store slot (see ->refs) */
     NUKSM_PAGE_ZERO     = 1 << 2,  /* dropped as a zero page */
     NUKSM_PAGE_REMAPPED = 1 << 3,  /* mapped from a store file, maybe COWed */
+    NUKSM_PAGE_OFFERED  = 1 << 4,  /* sent to the agent as a candidate */
 };
 
 /* Pages per region of NuksmBlockState.refs. */
@@ -97,6 +98,9 @@ struct NuksmScanner {
 
     /* Scanner thread only */
     uint32_t work_epoch;        /* epoch of the last reset */
+    uint64_t passes;            /* passes started */
+    uint64_t news;              /* changes the current pass found */
+    int64_t pause_ms;           /* rest after the current pass */
     GArray *candidates;         /* NuksmCandidate, to send */
     uint64_t zero_digest;
 };
