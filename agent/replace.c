@@ -221,7 +221,14 @@ void replace_request(NuksmAgent *agent, const char *why)
 {
     Replacer *r = &agent->replacer;
 
-    if (!r->rate) {
+    /*
+     * Under global and adaptive every merged page may stay where it is:
+     * moves planned under the previous policy are dropped.
+     */
+    if (!r->rate || agent->policy == NUKSM_POLICY_ID_GLOBAL ||
+        agent->policy == NUKSM_POLICY_ID_ADAPTIVE) {
+        g_array_set_size(r->plan, 0);
+        r->next = 0;
         return;
     }
     log_debug("re-placement requested: %s", why);
