@@ -215,14 +215,19 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
         uint32_t digest32;
 
         if (*flags & NUKSM_PAGE_MERGED) {
-            /* Copy-on-write made the page anonymous: sharing is over. */
-            if ((pm[i] & PM_SWAPPED) ||
-                ((pm[i] & PM_PRESENT) && !(pm[i] & PM_FILE))) {
-                nuksm_merge_forget(sc, bs, idx, NUKSM_STATUS_COW);
-                delta->cow_breaks++;
-                sc->news++;
+            if (!(pm[i] & PM_SWAPPED) &&
+                !((pm[i] & PM_PRESENT) && !(pm[i] & PM_FILE))) {
+                continue;       /* still maps its slot */
             }
-            continue;
+            /*
+             * Copy-on-write made the page anonymous: sharing is over.
+             * Its digest is still the slot's, so if the write left the
+             * content as it was (the page is hashed below), it is
+             * offered again at once rather than a pass later.
+             */
+            nuksm_merge_forget(sc, bs, idx, NUKSM_STATUS_COW);
+            delta->cow_breaks++;
+            sc->news++;
         }
         if (!(pm[i] & PM_PRESENT)) {
             continue;
