@@ -35,7 +35,6 @@ typedef struct NuksmAgent {
     uint64_t hot_shared[NUKSM_MAX_NODES];  /* copies hot for two owners */
     GHashTable *hot_owners;      /* SlotId -> client id: fair placed the */
                                  /* copy with the VM it is hot for */
-    uint32_t placed_hot_owner;   /* of the last placement_choose_node() */
     Replacer replacer;           /* replace.c */
 
     ClientRegistry clients;

@@ -149,7 +149,9 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
                          NuksmClient *u, uint64_t upage,
                          const PlacementPage *pu)
 {
-    uint32_t node = placement_choose_node(agent, pv, pu, c->digest);
+    uint32_t hot_owner;
+    uint32_t node = placement_choose_node(agent, pv, pu, c->digest,
+                                          &hot_owner);
     uint32_t slot;
     SlotId id;
     Slot *s;
@@ -159,9 +161,9 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
         return;
     }
     id = slot_id(node, slot);
-    if (agent->placed_hot_owner) {
+    if (hot_owner) {
         g_hash_table_insert(agent->hot_owners, GUINT_TO_POINTER(id),
-                            GUINT_TO_POINTER(agent->placed_hot_owner));
+                            GUINT_TO_POINTER(hot_owner));
     }
     s = ledger_slot(agent, id);
     s->digest = c->digest;
@@ -217,23 +219,39 @@ static bool join_copy(NuksmAgent *agent, NuksmClient *v,
     return false;
 }
 
+/*
+ * The unstable entry of (@domain, @node, @digest) if its page may still
+ * merge: its VM *@u is there and the page has no slot yet.  *@pu
+ * describes the page for placement.
+ */
+static UnstableEntry *unstable_partner(NuksmAgent *agent, uint16_t domain,
+                                       uint32_t node, uint64_t digest,
+                                       NuksmClient **u, PlacementPage *pu)
+{
+    UnstableEntry *ue = unstable_lookup(&agent->unstable, domain, node,
+                                        digest);
+
+    *u = ue ? ledger_client(agent, ue->client) : NULL;
+    if (!*u || ledger_page(*u, ue->page) || ledger_full(*u)) {
+        return NULL;
+    }
+    *pu = (PlacementPage) { .client = *u, .home = ue->node,
+                            .hot = ue->hot };
+    return ue;
+}
+
 void merge_join_unstable(NuksmAgent *agent, SlotId id)
 {
     const Slot *s = ledger_slot(agent, id);
 
     for (uint32_t node = 0; node < agent->nr_nodes; node++) {
-        UnstableEntry *ue = unstable_lookup(&agent->unstable, s->domain,
-                                            node, s->digest);
-        NuksmClient *u = ue ? ledger_client(agent, ue->client) : NULL;
         PlacementPage pu;
+        NuksmClient *u;
+        UnstableEntry *ue = unstable_partner(agent, s->domain, node,
+                                             s->digest, &u, &pu);
         uint64_t page;
 
-        if (!u || ledger_page(u, ue->page) || ledger_full(u)) {
-            continue;
-        }
-        pu = (PlacementPage) { .client = u, .home = ue->node,
-                               .hot = ue->hot };
-        if (!placement_may_map(agent, &pu, slot_id_node(id))) {
+        if (!ue || !placement_may_map(agent, &pu, slot_id_node(id))) {
             continue;
         }
         page = ue->page;
@@ -251,20 +269,15 @@ static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
                           const NuksmCandidate *c, const PlacementPage *pv)
 {
     for (uint32_t i = 0; i < agent->nr_nodes; i++) {
-        uint32_t node = nth_node(pv->home, i);
-        UnstableEntry *ue = unstable_lookup(&agent->unstable, v->domain_id,
-                                            node, c->digest);
-        NuksmClient *u = ue ? ledger_client(agent, ue->client) : NULL;
         PlacementPage pu;
+        NuksmClient *u;
+        UnstableEntry *ue = unstable_partner(agent, v->domain_id,
+                                             nth_node(pv->home, i),
+                                             c->digest, &u, &pu);
         uint64_t upage;
 
-        if (!u || (u == v && ue->page == c->page) ||
-            ledger_page(u, ue->page) || ledger_full(u)) {
-            continue;
-        }
-        pu = (PlacementPage) { .client = u, .home = ue->node,
-                               .hot = ue->hot };
-        if (!placement_may_share(agent, pv, &pu)) {
+        if (!ue || (u == v && ue->page == c->page) ||
+            !placement_may_share(agent, pv, &pu)) {
             continue;
         }
         upage = ue->page;

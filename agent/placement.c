@@ -101,9 +101,10 @@ size_t placement_priority_pick(const PlacementPage *p, size_t n,
 }
 
 uint32_t placement_choose_node(NuksmAgent *agent, const PlacementPage *a,
-                               const PlacementPage *b, uint64_t digest)
+                               const PlacementPage *b, uint64_t digest,
+                               uint32_t *hot_owner)
 {
-    agent->placed_hot_owner = 0;
+    *hot_owner = 0;
     if (a->home == b->home) {
         return a->home;
     }
@@ -114,7 +115,7 @@ uint32_t placement_choose_node(NuksmAgent *agent, const PlacementPage *a,
         if (a->hot != b->hot) {
             const PlacementPage *owner = a->hot ? a : b;
 
-            agent->placed_hot_owner = owner->client->id;
+            *hot_owner = owner->client->id;
             return owner->home;
         }
         if (a->hot) {

@@ -58,9 +58,10 @@ size_t placement_priority_pick(const PlacementPage *p, size_t n,
  * The node of a new copy of content @digest for @a, the page completing
  * the match, and @b, the page seen before; they may share one.  When the
  * copy goes where it does because it is hot for one owner only (fair),
- * agent->placed_hot_owner is that owner's client id, else 0.
+ * *@hot_owner is that owner's client id, else 0.
  */
 uint32_t placement_choose_node(NuksmAgent *agent, const PlacementPage *a,
-                               const PlacementPage *b, uint64_t digest);
+                               const PlacementPage *b, uint64_t digest,
+                               uint32_t *hot_owner);
 
 #endif /* NUKSMD_PLACEMENT_H */

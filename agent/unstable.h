@@ -1,8 +1,9 @@
 /*
  * nuksmd unstable table: the last page seen with a digest that no slot
  * holds yet, per merge domain and home node.  A second page with the same
- * digest makes a merge, if the placement policy lets the two share.  It is a bounded cache, not an index: set-associative (each
- * entry may go to either of two sets), it doubles at 3/4 load until it
+ * digest makes a merge, if the placement policy lets the two share.  It
+ * is a bounded cache, not an index: set-associative (each entry may go
+ * to either of two sets), it doubles at 3/4 load until it
  * reaches its maximum size, and an insertion into full sets evicts their
  * oldest entry.  A VM flooding it with digests only pushes out candidates
  * (delays merges), never exhausts memory.

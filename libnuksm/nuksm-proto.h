@@ -57,8 +57,8 @@ typedef enum NuksmMsgType {
     NUKSM_MSG_RESTORE      = 19, /* VM -> agent: merged pages, on reconnect */
     /* NUMA placement */
     NUKSM_MSG_TOPOLOGY     = 20, /* VM -> agent: guest nodes, vCPU threads */
-    NUKSM_MSG_HOME         = 21, /* agent -> VM: host node of each guest node */
-    NUKSM_MSG_MOVE         = 22, /* agent -> VM: remap merged pages elsewhere */
+    NUKSM_MSG_HOME         = 21, /* agent -> VM: home of each guest node */
+    NUKSM_MSG_MOVE         = 22, /* agent -> VM: remap merged pages */
     NUKSM_MSG_MOVED        = 23, /* VM -> agent: outcome of each MOVE */
     NUKSM_MSG__MAX,
 } NuksmMsgType;

@@ -5,8 +5,9 @@
  * The agent knows the host (or its --fake-numa logical nodes); QEMU knows
  * the guest.  After each handshake QEMU sends TOPOLOGY: every guest node
  * with its memory backend's host-nodes and policy, every vCPU thread and
- * every range of eligible RAM with its guest node.  The agent answers HOME, the home node of each
- * guest node, and sends it again whenever one changes (vcpupin, taskset).
+ * every range of eligible RAM with its guest node.  The agent answers
+ * HOME, the home node of each guest node, and sends it again whenever one
+ * changes (vcpupin, taskset).
  * Candidates carry their page's guest node; merged-local counts the pages
  * whose copy is on their guest node's home.
  *
@@ -43,9 +44,8 @@ uint8_t nuksm_numa_block_gnode(RAMBlock *rb)
     MachineState *ms = MACHINE(qdev_get_machine());
     Object *owner = memory_region_owner(rb->mr);
 
-    for (uint32_t g = 0; g < nuksm_numa_nr_gnodes(); g++) {
-        if (ms->numa_state && ms->numa_state->num_nodes &&
-            OBJECT(ms->numa_state->nodes[g].node_memdev) == owner) {
+    for (uint32_t g = 0; ms->numa_state && g < nuksm_numa_nr_gnodes(); g++) {
+        if (OBJECT(ms->numa_state->nodes[g].node_memdev) == owner) {
             return g;
         }
     }
