@@ -14,6 +14,7 @@
 
 #include "clients.h"
 #include "domains.h"
+#include "mappers.h"
 #include "index.h"
 #include "nuksm-proto.h"
 #include "slots.h"
@@ -42,6 +43,7 @@ typedef struct NuksmAgent {
 
     /* Merge engine, owned by merge.c and its helpers. */
     Store store;
+    Mappers mappers;             /* processes given the store */
     SlotTable slots[NUKSM_MAX_NODES];
     StableIndex index;
     UnstableTable unstable;
@@ -51,7 +53,11 @@ typedef struct NuksmAgent {
     GArray *freeing;             /* SlotIds to punch out, then release */
     GPtrArray *outbox;           /* clients with batches to send */
     GQueue detached;             /* parked references (detached.c) */
-    guint restore_timer;         /* punches unrestored slots when it fires */
+    /* Orphans (recovery.c) */
+    uint64_t orphan_pages;       /* slots in SLOT_ORPHAN */
+    guint orphan_timer;          /* next look at who maps them */
+    uint64_t orphans_logged;     /* orphan_pages when last logged */
+    bool orphans_unscannable;    /* the last look could not see them all */
 
     /* Listening socket, owned by server.c. */
     char *socket_path;

@@ -45,6 +45,7 @@ typedef struct NuksmClient {
 
     uint64_t merged_pages;   /* guest pages mapped onto store pages */
     uint64_t parked_pages;   /* entries taken back, not yet restored */
+    uint64_t refused_pages;  /* RESTORE entries refused */
 
     /* Messages the socket could not take yet (server.c) */
     GQueue txq;              /* GBytes datagrams, oldest first */

@@ -14,6 +14,7 @@
 #include "detached.h"
 #include "ledger.h"
 #include "log.h"
+#include "recovery.h"
 
 typedef struct Detached {
     NuksmAgent *agent;
@@ -50,7 +51,7 @@ static void detached_drop(NuksmAgent *agent, Detached *d)
     log_info("pid %ld exited: dropping the %zu parked page%s of its "
              "connection", (long)d->pid, d->pages.count,
              d->pages.count == 1 ? "" : "s");
-    ledger_release(agent, &d->pages);
+    ledger_release(agent, &d->pages, false);
     domains_put(&agent->domains, d->domain_id);
     detached_free(agent, d);
 }
@@ -66,21 +67,38 @@ static gboolean on_process_exit(int fd, GIOCondition cond, gpointer opaque)
     return G_SOURCE_REMOVE;
 }
 
+/*
+ * @client leaves without a watch on its process: the slots that only its
+ * pages used become orphans, freed once no process maps them.
+ */
+static void leave_unwatched(NuksmAgent *agent, NuksmClient *client)
+{
+    KeyMap keep;
+
+    keymap_init(&keep, client->pages.seed);
+    ledger_client_leave(agent, client, &keep);
+    ledger_release(agent, &keep, true);
+    recovery_watch_orphans(agent);
+}
+
 void detached_client_leave(NuksmAgent *agent, NuksmClient *client)
 {
     uint64_t merged = client->merged_pages;
     Detached *d;
 
-    if (client->pidfd < 0 || client->pid <= 0 ||
-        !process_alive(client->pidfd)) {
+    if (client->pidfd < 0 || client->pid <= 0) {
+        leave_unwatched(agent, client);
+        return;
+    }
+    if (!process_alive(client->pidfd)) {
         ledger_client_leave(agent, client, NULL);
         return;
     }
     if (agent->detached.length >= DETACHED_MAX) {
-        log_warning("%s: too many detached VMs (limit %u), dropping its "
-                    "merged pages although its process runs", client->label,
-                    DETACHED_MAX);
-        ledger_client_leave(agent, client, NULL);
+        log_warning("%s: too many detached VMs (limit %u): the pages only "
+                    "it merged stay in the store until its process no "
+                    "longer maps them", client->label, DETACHED_MAX);
+        leave_unwatched(agent, client);
         return;
     }
 

@@ -8,8 +8,10 @@
  * first merge message are dropped then).  Its MERGEs without a MERGED,
  * which it may have mapped, are parked too, as pending users of their
  * slot: a RESTORE makes them references (from PAGE_PARKED_MERGING).
- * Processes are told apart by pidfd; without pidfds, references are
- * dropped at disconnection.
+ * Processes are told apart by pidfd.  Without a pidfd, or beyond
+ * DETACHED_MAX parked connections, the references are dropped at
+ * disconnection, but the slots that only they used stay as orphans
+ * until no process maps them (recovery.h).
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later

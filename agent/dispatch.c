@@ -127,6 +127,7 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
     }
     info.pages_moved = agent->replacer.moved;
     info.moves_pending = replace_pending(agent);
+    info.orphan_pages = agent->orphan_pages;
     server_send(agent, client, NUKSM_MSG_INFO, seq, &info, sizeof(info));
 }
 

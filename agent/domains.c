@@ -5,6 +5,8 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
+#include <string.h>
+
 #include "clients.h"
 #include "domains.h"
 
@@ -14,6 +16,7 @@ _Static_assert(CLIENTS_MAX < UINT16_MAX, "domain ids are 16 bits");
 typedef struct Domain {
     char *name;
     uint16_t id;
+    uint32_t key;
     unsigned users;
 } Domain;
 
@@ -25,17 +28,36 @@ static void domain_free(gpointer p)
     g_free(dom);
 }
 
-void domains_init(Domains *d)
+void domains_init(Domains *d, const void *secret, size_t secret_len)
 {
     d->by_name = g_hash_table_new_full(g_str_hash, g_str_equal, NULL,
                                        domain_free);
     d->by_id = g_ptr_array_new();
+    d->secret = g_bytes_new(secret, secret_len);
 }
 
 void domains_destroy(Domains *d)
 {
     g_clear_pointer(&d->by_name, g_hash_table_destroy);
     g_clear_pointer(&d->by_id, g_ptr_array_unref);
+    g_clear_pointer(&d->secret, g_bytes_unref);
+}
+
+/* HMAC-SHA256 of @name, cut to 32 bits. */
+static uint32_t make_key(const Domains *d, const char *name)
+{
+    gsize secret_len, len;
+    const guchar *secret = g_bytes_get_data(d->secret, &secret_len);
+    g_autoptr(GHmac) hmac = g_hmac_new(G_CHECKSUM_SHA256, secret,
+                                       secret_len);
+    uint8_t digest[32];
+    uint32_t key;
+
+    len = sizeof(digest);
+    g_hmac_update(hmac, (const guchar *)name, strlen(name));
+    g_hmac_get_digest(hmac, digest, &len);
+    memcpy(&key, digest, sizeof(key));
+    return key ? key : 1;
 }
 
 uint16_t domains_get(Domains *d, const char *name)
@@ -58,10 +80,18 @@ uint16_t domains_get(Domains *d, const char *name)
     dom = g_new0(Domain, 1);
     dom->name = g_strdup(name);
     dom->id = id;
+    dom->key = make_key(d, name);
     dom->users = 1;
     g_ptr_array_index(d->by_id, id) = dom;
     g_hash_table_insert(d->by_name, dom->name, dom);
     return id;
+}
+
+uint32_t domains_key(const Domains *d, uint16_t id)
+{
+    const Domain *dom = g_ptr_array_index(d->by_id, id);
+
+    return dom->key;
 }
 
 void domains_put(Domains *d, uint16_t id)

@@ -161,19 +161,35 @@ static GArray *steal_sharers(NuksmAgent *agent, SlotId id)
     return sharers;
 }
 
+bool ledger_fill(NuksmAgent *agent, SlotId id, const void *content)
+{
+    Slot *s = ledger_slot(agent, id);
+    SlotRecord rec = {
+        .gen = s->gen,
+        .domain_key = domains_key(&agent->domains, s->domain),
+    };
+
+    if (!store_write(&agent->store, slot_id_node(id), slot_id_slot(id),
+                     content) ||
+        !store_set_record(&agent->store, slot_id_node(id), slot_id_slot(id),
+                          &rec)) {
+        return false;
+    }
+    s->state = SLOT_READY;
+    return true;
+}
+
 void ledger_upload_complete(NuksmAgent *agent, SlotId id,
                             const void *content)
 {
     Slot *s = ledger_slot(agent, id);
     g_autoptr(GArray) sharers = NULL;
 
-    if (!store_write(&agent->store, slot_id_node(id), slot_id_slot(id),
-                     content)) {
+    if (!ledger_fill(agent, id, content)) {
         ledger_upload_cancel(agent, id);
         return;
     }
     sharers = steal_sharers(agent, id);
-    s->state = SLOT_READY;
     for (guint i = 0; i < sharers->len; i++) {
         const Sharer *sharer = &g_array_index(sharers, Sharer, i);
         NuksmClient *client;
@@ -216,7 +232,9 @@ void ledger_free(NuksmAgent *agent, SlotId id)
     if (s->state == SLOT_FREEING) {
         return;
     }
-    if (s->state != SLOT_ORPHAN) {
+    if (s->state == SLOT_ORPHAN) {
+        agent->orphan_pages--;
+    } else {
         index_remove(&agent->index, s->domain, s->digest, id);
         g_hash_table_remove(agent->uploads, GUINT_TO_POINTER(id));
     }
@@ -225,11 +243,24 @@ void ledger_free(NuksmAgent *agent, SlotId id)
     g_array_append_val(agent->freeing, id);
 }
 
+void ledger_orphan(NuksmAgent *agent, SlotId id)
+{
+    Slot *s = ledger_slot(agent, id);
+
+    g_assert(s->state == SLOT_READY && !s->refs && !s->pending);
+    index_remove(&agent->index, s->domain, s->digest, id);
+    g_hash_table_remove(agent->hot_owners, GUINT_TO_POINTER(id));
+    s->state = SLOT_ORPHAN;
+    agent->orphan_pages++;
+}
+
 /*
- * Give up the slot use of @e, an entry its table no longer holds.  The
- * caller adjusts merged_pages and parked_pages.
+ * Give up the slot use of @e, an entry its table no longer holds.  A
+ * slot that becomes unused is freed, or kept as an orphan if its page
+ * @may_be_mapped.  The caller adjusts merged_pages and parked_pages.
  */
-static void release_entry(NuksmAgent *agent, const KeyMapEntry *e)
+static void release_entry(NuksmAgent *agent, const KeyMapEntry *e,
+                          bool may_be_mapped)
 {
     SlotTable *t = ledger_table(agent, e->value);
     bool unused;
@@ -244,7 +275,10 @@ static void release_entry(NuksmAgent *agent, const KeyMapEntry *e)
     } else {
         unused = slots_put_pending(t, slot_id_slot(e->value));
     }
-    if (unused) {
+    if (unused && may_be_mapped &&
+        slots_get(t, slot_id_slot(e->value))->state == SLOT_READY) {
+        ledger_orphan(agent, e->value);
+    } else if (unused) {
         ledger_free(agent, e->value);
     }
 }
@@ -275,7 +309,7 @@ void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
             k->value = e->value;
             k->tag = ledger_holds_ref(e->tag) ? PAGE_MAPPED : PAGE_MERGING;
         } else {
-            release_entry(agent, e);
+            release_entry(agent, e, false);
         }
     }
     client->merged_pages = 0;
@@ -284,11 +318,11 @@ void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
     domains_put(&agent->domains, client->domain_id);
 }
 
-void ledger_release(NuksmAgent *agent, KeyMap *pages)
+void ledger_release(NuksmAgent *agent, KeyMap *pages, bool may_be_mapped)
 {
     for (size_t i = 0; i < pages->size; i++) {
         if (pages->entries[i].used) {
-            release_entry(agent, &pages->entries[i]);
+            release_entry(agent, &pages->entries[i], may_be_mapped);
         }
     }
     keymap_destroy(pages);
@@ -340,7 +374,7 @@ void ledger_drop_parked(NuksmAgent *agent, NuksmClient *client)
             continue;
         }
         if (ledger_parked(e->tag)) {
-            release_entry(agent, e);
+            release_entry(agent, e, false);
             client->merged_pages -= e->tag == PAGE_PARKED;
         } else {
             *keymap_insert(&client->pages, e->key, e->ns, &added) = *e;

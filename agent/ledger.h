@@ -108,6 +108,13 @@ void ledger_map(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
 void ledger_drop(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
 
 /*
+ * Write @content into slot @id, whose digest and domain are set, and
+ * record it (store.h): it becomes SLOT_READY.  False, with the slot left
+ * as it was, if the store cannot take it.
+ */
+bool ledger_fill(NuksmAgent *agent, SlotId id, const void *content);
+
+/*
  * Uploads.  A new slot starts SLOT_UPLOADING with the pages that will
  * share it, the uploader's one first; more may join until the content
  * arrives.  The upload then either completes (the content is stored and
@@ -126,6 +133,14 @@ void ledger_upload_cancel(NuksmAgent *agent, SlotId id);
 void ledger_free(NuksmAgent *agent, SlotId id);
 
 /*
+ * Keep @id, an unused SLOT_READY slot that some process may still map
+ * although no reference says so, as a SLOT_ORPHAN: out of the index, its
+ * content and record kept until a RESTORE takes it back or no process
+ * maps it any more (recovery.h).
+ */
+void ledger_orphan(NuksmAgent *agent, SlotId id);
+
+/*
  * @client leaves: drop all its entries, as if it had answered every
  * MERGE with GONE and unmerged every page.  With @keep, the entries that
  * hold a reference move there as PAGE_MAPPED instead, keeping it, and
@@ -135,8 +150,12 @@ void ledger_free(NuksmAgent *agent, SlotId id);
 void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
                          KeyMap *keep);
 
-/* Drop the entries of @pages, a @keep of ledger_client_leave(). */
-void ledger_release(NuksmAgent *agent, KeyMap *pages);
+/*
+ * Drop the entries of @pages, a @keep of ledger_client_leave().  With
+ * @may_be_mapped (its process may still map them), the slots that become
+ * unused are kept as orphans instead of being freed.
+ */
+void ledger_release(NuksmAgent *agent, KeyMap *pages, bool may_be_mapped);
 
 /*
  * Hand the entries of @pages, a @keep of ledger_client_leave(), to

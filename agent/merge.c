@@ -46,13 +46,15 @@ bool merge_init(NuksmAgent *agent, const char *state_dir,
     if (!store_open(&agent->store, state_dir, agent->nr_nodes, bind_nodes)) {
         return false;
     }
+    mappers_open(&agent->mappers, state_dir);
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
         slots_init(&agent->slots[n], STORE_SLOTS, gen);
     }
     index_init(&agent->index, seed);
     unstable_init(&agent->unstable, UNSTABLE_MAX_ENTRIES, seed,
                   client_alive, agent);
-    domains_init(&agent->domains);
+    domains_init(&agent->domains, agent->store.secret,
+                 sizeof(agent->store.secret));
     ledger_init(agent);
     agent->outbox = g_ptr_array_new();
     log_info("store in %s: %u file%s of %" PRIu64 " GiB (sparse)",
@@ -74,6 +76,7 @@ void merge_destroy(NuksmAgent *agent)
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
         slots_destroy(&agent->slots[n]);
     }
+    mappers_close(&agent->mappers);
     store_close(&agent->store);
 }
 
@@ -88,6 +91,10 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     g_hash_table_insert(agent->vms, GUINT_TO_POINTER(client->id), client);
     detached_adopt(agent, client);
 
+    /* Before it gets the store: it may map slots from now on. */
+    if (client->pid > 0) {
+        mappers_add(&agent->mappers, client->pid);
+    }
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
         NuksmMsgStore msg = { .node = n, .size = STORE_SIZE };
 
@@ -104,24 +111,31 @@ void merge_client_leave(NuksmAgent *agent, NuksmClient *client)
     }
 }
 
+char *merge_ref_problem(NuksmAgent *agent, const NuksmSlotRef *r)
+{
+    if (r->node >= agent->nr_nodes) {
+        return g_strdup_printf("node %u out of range (%u node%s)", r->node,
+                               agent->nr_nodes,
+                               agent->nr_nodes == 1 ? "" : "s");
+    }
+    if (r->slot >= STORE_SLOTS) {
+        return g_strdup_printf("slot %u out of range (%u slots per node)",
+                               r->slot, STORE_SLOTS);
+    }
+    if (r->page >= PAGE_LIMIT) {
+        return g_strdup_printf("page %#" PRIx64 " out of range", r->page);
+    }
+    return NULL;
+}
+
 bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
                      const char *what, const NuksmSlotRef *r)
 {
-    if (r->node >= agent->nr_nodes) {
-        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
-                      "%s: node %u out of range (%u node%s)", what, r->node,
-                      agent->nr_nodes, agent->nr_nodes == 1 ? "" : "s");
-        return false;
-    }
-    if (r->slot >= STORE_SLOTS) {
-        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
-                      "%s: slot %u out of range (%u slots per node)", what,
-                      r->slot, STORE_SLOTS);
-        return false;
-    }
-    if (r->page >= PAGE_LIMIT) {
-        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
-                      "%s: page %#" PRIx64 " out of range", what, r->page);
+    g_autofree char *problem = merge_ref_problem(agent, r);
+
+    if (problem) {
+        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE, "%s: %s",
+                      what, problem);
         return false;
     }
     return true;

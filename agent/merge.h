@@ -49,6 +49,9 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client);
  */
 void merge_client_leave(NuksmAgent *agent, NuksmClient *client);
 
+/* What is out of range in @r (to be freed), or NULL if nothing is. */
+char *merge_ref_problem(NuksmAgent *agent, const NuksmSlotRef *r);
+
 /*
  * Check that @r names a node, slot and page that exist; else reject
  * @client (naming @what) and return false.

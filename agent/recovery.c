@@ -1,5 +1,5 @@
 /*
- * nuksmd crash recovery.
+ * nuksmd recovery: orphans and RESTORE.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -9,38 +9,98 @@
 
 #include "ledger.h"
 #include "log.h"
+#include "mapwatch.h"
 #include "merge.h"
 #include "nuksm-digest.h"
 #include "recovery.h"
 #include "server.h"
 
-static gboolean on_grace_over(gpointer opaque)
+/* Free the orphans no process maps; false if that cannot be told. */
+static bool reap_orphans(NuksmAgent *agent, uint64_t *freed)
 {
-    NuksmAgent *agent = opaque;
-    uint64_t freed = 0;
+    g_autoptr(GArray) mapped = g_array_new(FALSE, FALSE, sizeof(SlotRange));
+    g_autoptr(GArray) pids = mappers_live(&agent->mappers);
+    struct stat files[NUKSM_MAX_NODES];
 
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        if (fstat(agent->store.files[n].fd, &files[n]) < 0) {
+            return false;
+        }
+    }
+    if (!mapwatch_scan(files, agent->nr_nodes, NUKSM_PAGE_SIZE,
+                       (pid_t *)pids->data, pids->len, mapped)) {
+        return false;
+    }
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
         SlotTable *t = &agent->slots[n];
 
         for (uint32_t s = 0; s < t->top; s++) {
             if (slots_in_use(t, s) &&
-                slots_get(t, s)->state == SLOT_ORPHAN) {
+                slots_get(t, s)->state == SLOT_ORPHAN &&
+                !mapwatch_covers(mapped, n, s)) {
                 ledger_free(agent, slot_id(n, s));
-                freed++;
+                (*freed)++;
             }
         }
     }
     ledger_flush(agent);
-    log_info("restore grace period over: freed %" PRIu64 " store page%s "
-             "that no VM restored", freed, freed == 1 ? "" : "s");
-    agent->restore_timer = 0;
+    return true;
+}
+
+static gboolean on_orphan_timer(gpointer opaque)
+{
+    NuksmAgent *agent = opaque;
+    uint64_t freed = 0;
+
+    agent->orphan_timer = 0;
+    if (!agent->orphan_pages) {
+        return G_SOURCE_REMOVE;
+    }
+    if (!reap_orphans(agent, &freed)) {
+        if (!agent->orphans_unscannable) {
+            log_warning("cannot read the mappings of every VM process "
+                        "(/proc/<pid>/maps): keeping all %" PRIu64 " orphan "
+                        "store page%s, which they may map",
+                        agent->orphan_pages,
+                        agent->orphan_pages == 1 ? "" : "s");
+        }
+        agent->orphans_unscannable = true;
+    } else {
+        agent->orphans_unscannable = false;
+    }
+    if (freed) {
+        log_info("freed %" PRIu64 " orphan store page%s that no process "
+                 "maps", freed, freed == 1 ? "" : "s");
+    }
+    if (agent->orphan_pages != agent->orphans_logged) {
+        if (agent->orphan_pages) {
+            log_info("keeping %" PRIu64 " orphan store page%s that live "
+                     "processes still map without a reference: looking "
+                     "again every %u s", agent->orphan_pages,
+                     agent->orphan_pages == 1 ? "" : "s",
+                     ORPHAN_RECHECK_SECONDS);
+        }
+        agent->orphans_logged = agent->orphan_pages;
+    }
+    recovery_watch_orphans(agent);
     return G_SOURCE_REMOVE;
+}
+
+static void watch_after(NuksmAgent *agent, uint32_t seconds)
+{
+    if (agent->orphan_pages && !agent->orphan_timer) {
+        agent->orphan_timer = g_timeout_add_seconds(seconds, on_orphan_timer,
+                                                    agent);
+    }
+}
+
+void recovery_watch_orphans(NuksmAgent *agent)
+{
+    watch_after(agent, ORPHAN_RECHECK_SECONDS);
 }
 
 void recovery_start(NuksmAgent *agent, uint32_t grace)
 {
-    uint64_t orphans = 0;
-
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
         uint32_t start, end, from = 0;
 
@@ -48,96 +108,124 @@ void recovery_start(NuksmAgent *agent, uint32_t grace)
             for (uint32_t s = start; s < end; s++) {
                 slots_claim_orphan(&agent->slots[n], s);
             }
-            orphans += end - start;
+            agent->orphan_pages += end - start;
             from = end;
         }
     }
-    if (orphans) {
+    if (agent->orphan_pages) {
         log_info("store holds %" PRIu64 " page%s from a previous run: VMs "
-                 "have %u s to restore them", orphans,
-                 orphans == 1 ? "" : "s", grace);
-        agent->restore_timer = g_timeout_add_seconds(grace, on_grace_over,
-                                                     agent);
+                 "have %u s to restore them before those no process maps "
+                 "are freed", agent->orphan_pages,
+                 agent->orphan_pages == 1 ? "" : "s", grace);
+        watch_after(agent, grace);
     }
 }
 
 void recovery_stop(NuksmAgent *agent)
 {
-    if (agent->restore_timer) {
-        g_source_remove(agent->restore_timer);
-        agent->restore_timer = 0;
+    if (agent->orphan_timer) {
+        g_source_remove(agent->orphan_timer);
+        agent->orphan_timer = 0;
     }
 }
 
-static bool restore_one(NuksmAgent *agent, NuksmClient *client,
-                        uint32_t seq, const NuksmSlotRef *r)
+/*
+ * Make orphan @s the slot @r names again, if the slot's record says it
+ * holds @client's domain's content at @r's generation; else say why not.
+ */
+static char *adopt_orphan(NuksmAgent *agent, NuksmClient *client,
+                          const NuksmSlotRef *r, Slot *s)
 {
-    SlotTable *t = &agent->slots[r->node];
     uint8_t content[NUKSM_PAGE_SIZE];
-    KeyMapEntry *e = ledger_page(client, r->page);
-    bool indexed = false;
+    SlotRecord rec;
+
+    if (!store_get_record(&agent->store, r->node, r->slot, &rec) ||
+        !store_read(&agent->store, r->node, r->slot, content)) {
+        return g_strdup_printf("node %u slot %u cannot be read", r->node,
+                               r->slot);
+    }
+    if (!rec.domain_key) {
+        return g_strdup_printf("node %u slot %u has no record of what it "
+                               "holds", r->node, r->slot);
+    }
+    if (rec.gen != r->gen) {
+        return g_strdup_printf("node %u slot %u has generation %u, not %u",
+                               r->node, r->slot, rec.gen, r->gen);
+    }
+    if (rec.domain_key != domains_key(&agent->domains, client->domain_id)) {
+        return g_strdup_printf("node %u slot %u belongs to another merge "
+                               "domain", r->node, r->slot);
+    }
+    /*
+     * New candidates merge with it, unless another slot of the domain
+     * has that content.
+     */
+    s->gen = rec.gen;
+    s->domain = client->domain_id;
+    s->digest = nuksm_page_digest(content, NUKSM_PAGE_SIZE);
+    s->state = SLOT_READY;
+    agent->orphan_pages--;
+    index_insert(&agent->index, s->domain, s->digest,
+                 slot_id(r->node, r->slot));
+    return NULL;
+}
+
+/* Why @client cannot restore @r, or NULL once it is restored. */
+static char *restore_one(NuksmAgent *agent, NuksmClient *client,
+                         const NuksmSlotRef *r)
+{
+    char *problem = merge_ref_problem(agent, r);
+    KeyMapEntry *e;
+    bool adopted = false;
     Slot *s;
 
+    if (problem) {
+        return problem;
+    }
+    e = ledger_page(client, r->page);
     if (e && ledger_parked(e->tag)) {
         /* Taken back from its previous connection: it maps it. */
         if (e->value == slot_id(r->node, r->slot) &&
             ledger_slot(agent, e->value)->gen == r->gen) {
             ledger_confirm(agent, client, e);
-            return true;
+            return NULL;
         }
         /* It maps another slot now. */
         ledger_drop(agent, client, e);
         e = NULL;
     }
     if (e) {
-        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
-                      "RESTORE of page %#" PRIx64 ", which already has a "
-                      "slot", r->page);
-        return false;
+        return g_strdup_printf("page %#" PRIx64 " already has a slot",
+                               r->page);
     }
     if (ledger_full(client)) {
-        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
-                      "RESTORE of more than %u pages",
-                      LEDGER_CLIENT_PAGES_MAX);
-        return false;
+        return g_strdup_printf("more than %u pages",
+                               LEDGER_CLIENT_PAGES_MAX);
     }
-    s = slots_in_use(t, r->slot) ? slots_get(t, r->slot) : NULL;
-    if (s && s->state == SLOT_ORPHAN &&
-        store_read(&agent->store, r->node, r->slot, content)) {
-        /*
-         * The first VM to restore a page sets its generation; the content
-         * gives its digest, and it becomes a slot that new candidates
-         * merge with, unless another slot of the domain has that content.
-         */
-        s->gen = r->gen;
-        s->domain = client->domain_id;
-        s->digest = nuksm_page_digest(content, NUKSM_PAGE_SIZE);
-        s->state = SLOT_READY;
-        index_insert(&agent->index, s->domain, s->digest,
-                     slot_id(r->node, r->slot));
-        indexed = true;
+    s = slots_in_use(&agent->slots[r->node], r->slot) ?
+        slots_get(&agent->slots[r->node], r->slot) : NULL;
+    if (s && s->state == SLOT_ORPHAN) {
+        problem = adopt_orphan(agent, client, r, s);
+        if (problem) {
+            return problem;
+        }
+        adopted = true;
     } else if (!s || s->state != SLOT_READY) {
-        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
-                      "RESTORE of node %u slot %u, which holds no merged "
-                      "page", r->node, r->slot);
-        return false;
+        return g_strdup_printf("node %u slot %u holds no merged page",
+                               r->node, r->slot);
     } else if (s->gen != r->gen) {
-        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
-                      "RESTORE of node %u slot %u with generation %u, but "
-                      "it is %u", r->node, r->slot, r->gen, s->gen);
-        return false;
+        return g_strdup_printf("node %u slot %u has generation %u, not %u",
+                               r->node, r->slot, s->gen, r->gen);
     } else if (s->domain != client->domain_id) {
-        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
-                      "RESTORE of node %u slot %u, which belongs to another "
-                      "merge domain", r->node, r->slot);
-        return false;
+        return g_strdup_printf("node %u slot %u belongs to another merge "
+                               "domain", r->node, r->slot);
     }
     ledger_add(agent, client, r->page, slot_id(r->node, r->slot),
                PAGE_MAPPED);
-    if (indexed) {
+    if (adopted) {
         merge_join_unstable(agent, slot_id(r->node, r->slot));
     }
-    return true;
+    return NULL;
 }
 
 void recovery_handle_restore(NuksmAgent *agent, NuksmClient *client,
@@ -145,13 +233,37 @@ void recovery_handle_restore(NuksmAgent *agent, NuksmClient *client,
 {
     const NuksmMsgBatch *batch = payload;
     const NuksmSlotRef *refs = (const NuksmSlotRef *)(batch + 1);
+    g_autofree NuksmMsgBatch *refused =
+        g_malloc(sizeof(*refused) + batch->count * sizeof(NuksmSlotRef));
+    NuksmSlotRef *out = (NuksmSlotRef *)(refused + 1);
+    g_autofree char *first = NULL;
 
+    *refused = (NuksmMsgBatch) { 0 };
     for (uint32_t i = 0; i < batch->count; i++) {
-        if (!merge_check_ref(agent, client, seq, "RESTORE", &refs[i]) ||
-            !restore_one(agent, client, seq, &refs[i])) {
-            return;
+        char *problem = restore_one(agent, client, &refs[i]);
+
+        if (!problem) {
+            continue;
+        }
+        out[refused->count++] = refs[i];
+        if (first) {
+            g_free(problem);
+        } else {
+            first = problem;
         }
     }
-    log_debug("%s: restored %u merged page%s", client->label, batch->count,
+    log_debug("%s: restored %u of %u merged page%s", client->label,
+              batch->count - refused->count, batch->count,
               batch->count == 1 ? "" : "s");
+    if (!refused->count) {
+        return;
+    }
+    /* A misbehaving VM could send many: warn of the first only. */
+    log_msg(client->refused_pages ? NUKSMD_LOG_DEBUG : NUKSMD_LOG_WARNING,
+        "%s: refused %u RESTORE entr%s (the first: %s); the VM offers "
+        "those pages again", client->label, refused->count,
+        refused->count == 1 ? "y" : "ies", first);
+    client->refused_pages += refused->count;
+    server_send(agent, client, NUKSM_MSG_REFUSED, 0, refused,
+                sizeof(*refused) + refused->count * sizeof(NuksmSlotRef));
 }

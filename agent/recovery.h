@@ -1,10 +1,24 @@
 /*
- * nuksmd crash recovery.  The store files outlive the agent, and so do
- * the VMs' mappings of them.  A new agent takes every page it finds in
- * the store as an orphan; VMs that reconnect send RESTORE for the pages
- * they still map, which makes them slots again with their generation and
- * references.  Once the grace period is over, the orphans nobody restored
- * are punched out.
+ * nuksmd recovery: orphans and RESTORE.
+ *
+ * The store files outlive the agent, and so do the VMs' mappings of them.
+ * An orphan is a store page that holds content no VM has a reference on
+ * that the agent knows of, but that a live process may still map:
+ *
+ * - every page a new agent finds in the store, until a RESTORE takes it
+ *   back;
+ * - the slots of a VM that disconnected while its process could not be
+ *   watched (detached.h).
+ *
+ * A RESTORE entry takes an orphan back only if its generation and domain
+ * are those of the slot's record (store.h), which no client can change;
+ * the first claim does not decide.  An entry that does not match is
+ * refused alone (REFUSED), and the VM keeps its other pages.
+ *
+ * An orphan is freed only once no process maps it (mapwatch.h): first
+ * @grace seconds after the start, then every ORPHAN_RECHECK_SECONDS while
+ * orphans remain.  A VM stopped across a restart therefore keeps its
+ * pages however long it stays stopped, and restores them when it runs.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -15,8 +29,17 @@
 
 #include "agent.h"
 
-/* Claim the store's pages as orphans; free them @grace seconds later. */
+/* Seconds between two looks at who maps the orphans that remain. */
+#define ORPHAN_RECHECK_SECONDS 10
+
+/*
+ * Claim the pages found in the store as orphans; the first look at who
+ * maps them comes @grace seconds later.
+ */
 void recovery_start(NuksmAgent *agent, uint32_t grace);
+
+/* New orphans were made: make sure somebody looks at them. */
+void recovery_watch_orphans(NuksmAgent *agent);
 
 void recovery_stop(NuksmAgent *agent);
 

@@ -263,11 +263,10 @@ static bool copy_on_node(NuksmAgent *agent, SlotId from, uint32_t node,
     t = ledger_slot(agent, *to);
     t->digest = s->digest;
     t->domain = s->domain;
-    if (!store_write(&agent->store, node, slot, content)) {
+    if (!ledger_fill(agent, *to, content)) {
         ledger_free(agent, *to);
         return false;
     }
-    t->state = SLOT_READY;
     index_insert(&agent->index, t->domain, t->digest, *to);
     merge_join_unstable(agent, *to);
     owner = g_hash_table_lookup(agent->hot_owners, GUINT_TO_POINTER(from));

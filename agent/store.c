@@ -115,20 +115,72 @@ static void bind_to_node(StoreFile *f, uint32_t node)
     }
 }
 
+/* Open or create <state-dir>/@name, mode 0600, read-write. */
+static int open_private(const Store *st, const char *name)
+{
+    g_autofree char *path = g_build_filename(st->dir, name, NULL);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    struct stat sb;
+
+    if (fd < 0) {
+        log_error("cannot open %s: %s", path, g_strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+        log_error("%s is not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    if (fchmod(fd, 0600) < 0) {
+        log_error("cannot set up %s: %s", path, g_strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/*
+ * The secret that keys domain names, made once per state directory so
+ * that records outlive the agent that wrote them.
+ */
+static bool load_secret(Store *st)
+{
+    int fd = open_private(st, "secret");
+    ssize_t n;
+    bool ok = true;
+
+    if (fd < 0) {
+        return false;
+    }
+    n = pread(fd, st->secret, sizeof(st->secret), 0);
+    if (n != sizeof(st->secret)) {
+        for (size_t i = 0; i < sizeof(st->secret); i += 4) {
+            uint32_t r = g_random_int();
+
+            memcpy(st->secret + i, &r, 4);
+        }
+        ok = pwrite(fd, st->secret, sizeof(st->secret), 0) ==
+             sizeof(st->secret);
+        if (!ok) {
+            log_error("cannot write %s/secret: %s", st->dir,
+                      g_strerror(errno));
+        }
+    }
+    close(fd);
+    return ok;
+}
+
 static bool open_file(Store *st, uint32_t node, bool bind)
 {
     g_autofree char *name = g_strdup_printf("store-node%u", node);
+    g_autofree char *records = g_strdup_printf("slots-node%u", node);
     g_autofree char *path = g_build_filename(st->dir, name, NULL);
     StoreFile *f = &st->files[node];
     struct stat sb;
 
-    f->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (f->fd < 0) {
-        log_error("cannot open %s: %s", path, g_strerror(errno));
-        return false;
-    }
-    if (fstat(f->fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-        log_error("%s is not a regular file", path);
+    f->records_fd = open_private(st, records);
+    f->fd = open_private(st, name);
+    if (f->records_fd < 0 || f->fd < 0 || fstat(f->fd, &sb) < 0) {
         return false;
     }
     if ((uint64_t)sb.st_size > STORE_SIZE) {
@@ -137,7 +189,7 @@ static bool open_file(Store *st, uint32_t node, bool bind)
         return false;
     }
     /* Growing a file keeps its content: a restart finds its pages. */
-    if (fchmod(f->fd, 0600) < 0 || ftruncate(f->fd, STORE_SIZE) < 0) {
+    if (ftruncate(f->fd, STORE_SIZE) < 0) {
         log_error("cannot set up %s: %s", path, g_strerror(errno));
         return false;
     }
@@ -175,6 +227,7 @@ bool store_open(Store *st, const char *dir, uint32_t nr_nodes, bool bind)
     };
     for (uint32_t n = 0; n < NUKSM_MAX_NODES; n++) {
         st->files[n].fd = st->files[n].ro_fd = -1;
+        st->files[n].records_fd = -1;
     }
 
     if (g_mkdir_with_parents(dir, 0700) < 0) {
@@ -182,7 +235,8 @@ bool store_open(Store *st, const char *dir, uint32_t nr_nodes, bool bind)
                   g_strerror(errno));
         goto fail;
     }
-    if (!check_owner(dir) || !check_tmpfs(dir) || !lock_dir(st)) {
+    if (!check_owner(dir) || !check_tmpfs(dir) || !lock_dir(st) ||
+        !load_secret(st)) {
         goto fail;
     }
     for (uint32_t n = 0; n < nr_nodes; n++) {
@@ -213,6 +267,10 @@ void store_close(Store *st)
         if (f->fd >= 0) {
             close(f->fd);
             f->fd = -1;
+        }
+        if (f->records_fd >= 0) {
+            close(f->records_fd);
+            f->records_fd = -1;
         }
     }
     if (st->lock_fd >= 0) {
@@ -250,12 +308,55 @@ bool store_read(const Store *st, uint32_t node, uint32_t slot,
     return true;
 }
 
+bool store_set_record(Store *st, uint32_t node, uint32_t slot,
+                      const SlotRecord *rec)
+{
+    ssize_t n = pwrite(st->files[node].records_fd, rec, sizeof(*rec),
+                       (off_t)slot * sizeof(*rec));
+
+    if (n != sizeof(*rec)) {
+        log_warning("cannot record slot %u of store node %u: %s", slot,
+                    node, n < 0 ? g_strerror(errno) : "short write");
+        return false;
+    }
+    return true;
+}
+
+bool store_get_record(const Store *st, uint32_t node, uint32_t slot,
+                      SlotRecord *rec)
+{
+    ssize_t n = pread(st->files[node].records_fd, rec, sizeof(*rec),
+                      (off_t)slot * sizeof(*rec));
+
+    if (n == 0) {
+        /* Past the end: never recorded. */
+        *rec = (SlotRecord) { 0 };
+        return true;
+    }
+    if (n != sizeof(*rec)) {
+        log_warning("cannot read the record of slot %u of store node %u: "
+                    "%s", slot, node,
+                    n < 0 ? g_strerror(errno) : "short read");
+        return false;
+    }
+    return true;
+}
+
+/* Punch [@off, @off + @len) out of @fd: whole pages go, the rest is zeroed. */
+static bool punch(int fd, off_t off, off_t len)
+{
+    return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
+                     len) == 0;
+}
+
 void store_punch(Store *st, uint32_t node, uint32_t slot, uint32_t count)
 {
-    if (fallocate(st->files[node].fd,
-                  FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                  (off_t)slot * NUKSM_PAGE_SIZE,
-                  (off_t)count * NUKSM_PAGE_SIZE) < 0) {
+    const StoreFile *f = &st->files[node];
+
+    if (!punch(f->fd, (off_t)slot * NUKSM_PAGE_SIZE,
+               (off_t)count * NUKSM_PAGE_SIZE) ||
+        !punch(f->records_fd, (off_t)slot * sizeof(SlotRecord),
+               (off_t)count * sizeof(SlotRecord))) {
         log_warning("cannot free slots %u..%u of store node %u: %s",
                     slot, slot + count - 1, node, g_strerror(errno));
     }

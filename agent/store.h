@@ -5,6 +5,9 @@
  *
  * Files, not anonymous memfds, so that a restarted agent finds the pages
  * that VMs still map and can punch out the ones nobody maps any more.
+ * Beside each store file, <state-dir>/slots-node<n> keeps a SlotRecord
+ * per slot VMs were told to map, so that a restarted agent knows each
+ * page's generation and domain instead of believing what clients claim.
  * They must live on tmpfs: merged pages are memory, never written back.
  * Each file has a fixed sparse size, so that QEMU maps it once.  The
  * agent is the only writer; VMs get read-only descriptors.
@@ -22,12 +25,26 @@
 #include "nuksm-proto.h"
 #include "slots.h"
 
+/* Bytes of the state directory's secret, which keys domain names. */
+#define STORE_SECRET_LEN 32
+
 /* Pages and bytes of a store file: 2^24 pages, 64 GiB, all sparse. */
 #define STORE_SLOTS (1u << SLOT_BITS)
 #define STORE_SIZE  ((uint64_t)STORE_SLOTS * NUKSM_PAGE_SIZE)
 
+/*
+ * What a restarted agent must know of a slot's content, at offset
+ * slot * sizeof(SlotRecord) of the node's record file (mode 0600, never
+ * given to VMs).  All zero: no record.
+ */
+typedef struct SlotRecord {
+    uint32_t gen;            /* the generation VMs were told */
+    uint32_t domain_key;     /* domains_key() of its domain, never 0 */
+} SlotRecord;
+
 typedef struct StoreFile {
     int fd;                  /* read-write, the agent's own */
+    int records_fd;          /* SlotRecords, read-write */
     int ro_fd;               /* read-only, what VMs receive */
     void *map;               /* STORE_SIZE bytes, shared: carries the */
                              /* node binding, never accessed */
@@ -36,6 +53,7 @@ typedef struct StoreFile {
 typedef struct Store {
     char *dir;
     int lock_fd;             /* flock()ed: one agent per state directory */
+    uint8_t secret[STORE_SECRET_LEN];  /* <state-dir>/secret */
     uint32_t nr_nodes;
     StoreFile files[NUKSM_MAX_NODES];
 } Store;
@@ -60,7 +78,19 @@ bool store_write(Store *st, uint32_t node, uint32_t slot,
 bool store_read(const Store *st, uint32_t node, uint32_t slot,
                 void *content);
 
-/* Give the pages of @count slots from @slot back to the system. */
+/*
+ * The record of a slot that holds content.  store_set_record() goes
+ * through the file like store_write(), and fails the same way.
+ */
+bool store_set_record(Store *st, uint32_t node, uint32_t slot,
+                      const SlotRecord *rec);
+bool store_get_record(const Store *st, uint32_t node, uint32_t slot,
+                      SlotRecord *rec);
+
+/*
+ * Give the pages of @count slots from @slot back to the system, and
+ * clear their records.
+ */
 void store_punch(Store *st, uint32_t node, uint32_t slot, uint32_t count);
 
 /*

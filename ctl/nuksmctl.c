@@ -223,9 +223,11 @@ static void cmd_status(Ctl *ctl, bool json)
         g_string_append_printf(out,
             ", \"nodes\": %u, \"vms\": %u, \"pages_shared\": %" PRIu64
             ", \"pages_sharing\": %" PRIu64 ", \"pages_moved\": %" PRIu64
-            ", \"moves_pending\": %" PRIu64 ", \"store_pages\": [",
+            ", \"moves_pending\": %" PRIu64 ", \"orphan_pages\": %" PRIu64
+            ", \"store_pages\": [",
             info->nr_nodes, info->vms, info->pages_shared,
-            info->pages_sharing, info->pages_moved, info->moves_pending);
+            info->pages_sharing, info->pages_moved, info->moves_pending,
+            info->orphan_pages);
         for (uint32_t i = 0; i < info->nr_nodes; i++) {
             g_string_append_printf(out, "%s%" PRIu64, i ? ", " : "",
                                    info->store_pages[i]);
@@ -243,6 +245,7 @@ static void cmd_status(Ctl *ctl, bool json)
     printf("pages sharing:  %" PRIu64 "\n", info->pages_sharing);
     printf("pages moved:    %" PRIu64 " (%" PRIu64 " pending)\n",
            info->pages_moved, info->moves_pending);
+    printf("orphan pages:   %" PRIu64 "\n", info->orphan_pages);
     printf("store pages:\n");
     for (uint32_t i = 0; i < info->nr_nodes; i++) {
         g_autofree char *node = g_strdup_printf("node %u:", i);

@@ -55,6 +55,7 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_HOME]         = "HOME",
     [NUKSM_MSG_MOVE]         = "MOVE",
     [NUKSM_MSG_MOVED]        = "MOVED",
+    [NUKSM_MSG_REFUSED]      = "REFUSED",
 };
 
 const char *nuksm_msg_type_name(uint32_t type)
@@ -401,6 +402,7 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
     case NUKSM_MSG_UPLOAD_REQ:
     case NUKSM_MSG_MERGE:
     case NUKSM_MSG_RESTORE:
+    case NUKSM_MSG_REFUSED:
         if (!check_batch(p, len, sizeof(NuksmSlotRef), 0)) {
             return "batch size does not match its count";
         }

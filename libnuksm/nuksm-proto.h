@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 3u
+#define NUKSM_PROTO_VERSION 4u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -60,6 +60,8 @@ typedef enum NuksmMsgType {
     NUKSM_MSG_HOME         = 21, /* agent -> VM: home of each guest node */
     NUKSM_MSG_MOVE         = 22, /* agent -> VM: remap merged pages */
     NUKSM_MSG_MOVED        = 23, /* VM -> agent: outcome of each MOVE */
+    /* Recovery */
+    NUKSM_MSG_REFUSED      = 24, /* agent -> VM: RESTORE entries not taken */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -143,6 +145,8 @@ typedef struct NuksmMsgInfo {
     uint64_t pages_sharing;  /* guest pages mapping them (KSM pages_sharing) */
     uint64_t pages_moved;    /* merged pages moved by re-placement */
     uint64_t moves_pending;  /* moves planned, not started yet */
+    uint64_t orphan_pages;   /* store pages without a known reference, */
+                             /* kept while a process may map them */
     uint64_t store_pages[NUKSM_MAX_NODES];  /* per node, nr_nodes valid */
 } NuksmMsgInfo;
 
@@ -181,8 +185,8 @@ typedef struct NuksmMsgStore {
 
 /*
  * Batches: CANDIDATES, UPLOAD_REQ, UPLOAD, MERGE, MERGED, UNMERGED,
- * RESTORE, MOVE and MOVED are a NuksmMsgBatch followed by @count entries
- * (NuksmCandidate for CANDIDATES, NuksmMove for MOVE and MOVED,
+ * RESTORE, REFUSED, MOVE and MOVED are a NuksmMsgBatch followed by
+ * @count entries (NuksmCandidate for CANDIDATES, NuksmMove for MOVE and MOVED,
  * NuksmSlotRef for the others); UPLOAD then carries
  * @count pages of content, in entry order.
  *
@@ -205,7 +209,8 @@ typedef struct NuksmCandidate {
 
 /* Outcome of a MERGE entry (MERGED), or why a page left (UNMERGED). */
 typedef enum NuksmSlotStatus {
-    NUKSM_STATUS_NONE      = 0,  /* UPLOAD_REQ, UPLOAD, MERGE, RESTORE */
+    NUKSM_STATUS_NONE      = 0,  /* UPLOAD_REQ, UPLOAD, MERGE, RESTORE, */
+                                 /* REFUSED */
     NUKSM_STATUS_MERGED    = 1,  /* MERGED: the page now maps the slot */
     NUKSM_STATUS_CHANGED   = 2,  /* MERGED: content differs from the slot */
     NUKSM_STATUS_GONE      = 3,  /* MERGED: page not mergeable any more */
@@ -223,6 +228,14 @@ typedef struct NuksmSlotRef {
     uint32_t gen;            /* slot generation: guards against reuse */
     uint32_t status;         /* NuksmSlotStatus */
 } NuksmSlotRef;
+
+/*
+ * REFUSED: RESTORE entries the agent did not take (the slot holds no
+ * content it knows of, another generation or another domain's content).
+ * The VM may keep mapping such a slot: the agent keeps a slot's content
+ * while any process maps it.  It holds no reference on it any more, so
+ * it sends no UNMERGED for it and offers the page again as a candidate.
+ */
 
 /*
  * TOPOLOGY: sent by a VM after HELLO_ACK.  Guest node g's memory backend

@@ -35,7 +35,7 @@ GUEST_READY = "nuksm-guest: ready"
 
 # Mirrors libnuksm/nuksm-proto.h.
 PROTO_MAGIC = 0x4D534B4E
-PROTO_VERSION = 3
+PROTO_VERSION = 4
 MSG_MAX = 65536
 NUKSM_PAGE_SIZE = 4096
 MSG_HELLO, MSG_HELLO_ACK, MSG_ERROR = 1, 2, 3
@@ -45,6 +45,7 @@ MSG_LIST_VMS, MSG_VMS = 10, 11
 MSG_STORE, MSG_CANDIDATES, MSG_UPLOAD_REQ, MSG_UPLOAD = 12, 13, 14, 15
 MSG_MERGE, MSG_MERGED, MSG_UNMERGED, MSG_RESTORE = 16, 17, 18, 19
 MSG_TOPOLOGY, MSG_HOME, MSG_MOVE, MSG_MOVED = 20, 21, 22, 23
+MSG_REFUSED = 24
 STATUS_NONE, STATUS_MERGED, STATUS_CHANGED, STATUS_GONE = 0, 1, 2, 3
 STATUS_FAILED, STATUS_COW, STATUS_DISCARDED, STATUS_RELEASED = 4, 5, 6, 7
 ERR_VERSION, ERR_BAD_MESSAGE, ERR_HANDSHAKE = 1, 2, 3
@@ -58,7 +59,7 @@ HELLO_ACK = struct.Struct("=IIII32s")
 ERROR = struct.Struct("=II256s")
 POLICY = struct.Struct("=I")
 PRIORITY = struct.Struct("=I")
-INFO = struct.Struct("=32sIIIIQQQQ64Q")
+INFO = struct.Struct("=32sIIIIQQQQQ64Q")
 VMS = struct.Struct("=II")
 VM_ENTRY = struct.Struct("=IIII64s64s64sQQQII64s")
 STORE = struct.Struct("=IIQ")
@@ -201,13 +202,13 @@ class RawClient:
 
 # Counters of an INFO message; store_pages has one entry per node.
 Info = collections.namedtuple("Info", "vms pages_shared pages_sharing "
-                              "store_pages")
+                              "store_pages orphan_pages")
 
 
 def parse_info(msg):
     fields = INFO.unpack(msg.payload)
-    _, _, vms, nodes, _, shared, sharing, _, _ = fields[:9]
-    return Info(vms, shared, sharing, list(fields[9:9 + nodes]))
+    _, _, vms, nodes, _, shared, sharing, _, _, orphans = fields[:10]
+    return Info(vms, shared, sharing, list(fields[10:10 + nodes]), orphans)
 
 
 class VmClient(RawClient):
@@ -215,6 +216,7 @@ class VmClient(RawClient):
 
     def __init__(self, path, domain="default", name="vm", timeout=5.0):
         super().__init__(path, timeout)
+        self.domain = domain
         self.seq = 1
         self.stores = {}  # node -> read-only fd of its store file
         reply = self.request(MSG_HELLO, 1, hello(

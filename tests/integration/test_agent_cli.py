@@ -52,6 +52,7 @@ def test_status(agent, qtest_vm):
         "pages shared": "0",
         "pages sharing": "0",
         "pages moved": "0 (0 pending)",
+        "orphan pages": "0",
         "store pages": "",
     }
 
@@ -68,6 +69,7 @@ def test_status_json(agent, qtest_vm):
         "pages_sharing": 0,
         "pages_moved": 0,
         "moves_pending": 0,
+        "orphan_pages": 0,
         "store_pages": [0] * host_nodes(),
     }
 

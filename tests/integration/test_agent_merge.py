@@ -25,6 +25,7 @@ import xxhash
 
 from harness import (ERR_BAD_MESSAGE, MSG_CANDIDATES, MSG_GET_INFO,
                      MSG_HELLO, MSG_INFO, MSG_LIST_VMS, MSG_MERGE,
+                     MSG_REFUSED,
                      MSG_UPLOAD_REQ, MSG_VMS, NUKSM_PAGE_SIZE,
                      STATUS_CHANGED, STATUS_GONE, VM_ENTRY, VMS, RawClient,
                      SlotRef, VmClient, hello, pack, pack_candidates,
@@ -472,11 +473,11 @@ def test_disconnected_vm_keeps_its_pages(agent, vms):
     data = content(41)
     merges = merge(b, [a], {a: [1], b: [2]}, [data])
     ref, ref_b = merges[a][0], merges[b][0]
-    assert a.info() == (2, 1, 1, [1])
+    assert a.info() == (2, 1, 1, [1], 0)
 
     b.close()
     wait_until(lambda: a.info().vms == 1, 5, "b's disconnection")
-    assert a.info() == (1, 1, 1, [1])  # b's reference stays, and counts
+    assert a.info() == (1, 1, 1, [1], 0)  # b's reference stays, and counts
     assert slot_has_data(agent, ref.slot, ref.node)
     assert a.read_slot(ref.node, ref.slot) == data
     assert "process runs on, keeping its 1 merged page" in agent.log_text()
@@ -484,18 +485,18 @@ def test_disconnected_vm_keeps_its_pages(agent, vms):
     # The same process reconnects and restores it: no double count.
     b = vms(name="b")
     assert "took back 1 merged page" in agent.log_text()
-    assert b.info() == (2, 1, 1, [1])
+    assert b.info() == (2, 1, 1, [1], 0)
     b.restore([ref_b])
-    assert b.info() == (2, 1, 1, [1])
+    assert b.info() == (2, 1, 1, [1], 0)
     assert list_vms(a) == {a.client_id: 1, b.client_id: 1}
 
     # Restored, it is b's again: merging on keeps it, unmerging drops it.
     b.candidates([(9, digest(content(49)))])  # no match: no reply
-    assert b.info() == (2, 1, 1, [1])
+    assert b.info() == (2, 1, 1, [1], 0)
     b.unmerged([ref_b])
-    assert b.info() == (2, 1, 0, [1])
+    assert b.info() == (2, 1, 0, [1], 0)
     a.unmerged([ref])
-    assert a.info() == (2, 0, 0, [0])
+    assert a.info() == (2, 0, 0, [0], 0)
     assert not slot_has_data(agent, ref.slot, ref.node)
 
 
@@ -509,16 +510,16 @@ def test_unrestored_pages_dropped_at_first_merge_message(agent, vms):
     # b comes back mapping only its first page (a write broke the other).
     b = vms(name="b")
     b.restore([kept])
-    assert b.info() == (2, 2, 2, [2])  # GET_INFO is no merge message
+    assert b.info() == (2, 2, 2, [2], 0)  # GET_INFO is no merge message
     b.candidates([(9, digest(content(49)))])  # no match: no reply
-    assert b.info() == (2, 2, 1, [2])
+    assert b.info() == (2, 2, 1, [2], 0)
     assert "dropping 1 parked page it did not restore" in agent.log_text()
     assert list_vms(a) == {a.client_id: 2, b.client_id: 1}
 
     # Only a holds the second page now: it goes with a's reference.
     lost = merges[a][1]
     a.unmerged([lost])
-    assert a.info() == (2, 1, 1, [1])
+    assert a.info() == (2, 1, 1, [1], 0)
     assert not slot_has_data(agent, lost.slot, lost.node)
 
 
@@ -533,11 +534,11 @@ def test_exited_process_drops_its_pages(agent, vms):
         # Disconnected, the process still runs: the page stays.
         wait_until(lambda: control_info(agent).vms == 0, 5,
                    "the disconnections")
-        assert control_info(agent) == (0, 1, 1, [1])
+        assert control_info(agent) == (0, 1, 1, [1], 0)
         assert slot_has_data(agent, ref.slot, ref.node)
     in_child(play)
 
-    wait_until(lambda: control_info(agent) == (0, 0, 0, [0]), 5,
+    wait_until(lambda: control_info(agent) == (0, 0, 0, [0], 0), 5,
                "the exited process's pages to be dropped")
     assert store_file(agent).stat().st_blocks == 0
     assert agent.log_text().count("exited: dropping the 1 parked page") == 2
@@ -565,9 +566,9 @@ def leave_unanswered(agent, a, b, ma, mb, data):
     wait_until(lambda: a.info().vms == 1, 5, "b's disconnection")
     assert "keeping its 0 merged pages and 1 unanswered MERGE" in \
         agent.log_text()
-    assert a.info() == (1, 1, 0, [1])
+    assert a.info() == (1, 1, 0, [1], 0)
     a.unmerged([ma])
-    assert a.info() == (1, 0, 0, [1])
+    assert a.info() == (1, 0, 0, [1], 0)
     assert slot_has_data(agent, mb.slot, mb.node)
     assert a.read_slot(mb.node, mb.slot) == data
 
@@ -584,11 +585,11 @@ def test_disconnected_vm_keeps_its_unanswered_merges(agent, vms, restored):
     b = vms(name="b")
     assert "took back 0 merged pages and 1 unanswered MERGE" in \
         agent.log_text()
-    assert b.info() == (2, 0, 0, [1])
+    assert b.info() == (2, 0, 0, [1], 0)
     if not restored:
         # Its process did not map it after all: gone at b's first merge.
         b.candidates([(9, digest(content(49)))])  # no match: no reply
-        assert b.info() == (2, 0, 0, [0])
+        assert b.info() == (2, 0, 0, [0], 0)
         assert "dropping 1 parked page it did not restore" in \
             agent.log_text()
         assert not slot_has_data(agent, mb.slot, mb.node)
@@ -596,21 +597,21 @@ def test_disconnected_vm_keeps_its_unanswered_merges(agent, vms, restored):
 
     # Confirmed by RESTORE: a reference of b's, counted once.
     b.restore([mb])
-    assert b.info() == (2, 1, 0, [1])
+    assert b.info() == (2, 1, 0, [1], 0)
     assert list_vms(a) == {a.client_id: 0, b.client_id: 1}
     b.candidates([(9, digest(content(49)))])  # no match: no reply
-    assert b.info() == (2, 1, 0, [1])
+    assert b.info() == (2, 1, 0, [1], 0)
     assert a.read_slot(mb.node, mb.slot) == data
 
     # A new sharer counts once more; b's reference drops like any other.
     a.candidates([(3, digest(data))])
     (m,) = a.take(MSG_MERGE)
     a.merged([m])
-    assert a.info() == (2, 1, 1, [1])
+    assert a.info() == (2, 1, 1, [1], 0)
     b.unmerged([mb])
-    assert b.info() == (2, 1, 0, [1])
+    assert b.info() == (2, 1, 0, [1], 0)
     a.unmerged([m])
-    assert a.info() == (2, 0, 0, [0])
+    assert a.info() == (2, 0, 0, [0], 0)
     assert not slot_has_data(agent, mb.slot, mb.node)
 
 
@@ -623,7 +624,7 @@ def test_exited_process_drops_its_unanswered_merges(agent, vms):
         leave_unanswered(agent, a, b, ma, mb, data)
     in_child(play)
 
-    wait_until(lambda: control_info(agent) == (0, 0, 0, [0]), 5,
+    wait_until(lambda: control_info(agent) == (0, 0, 0, [0], 0), 5,
                "the exited process's MERGE to be dropped")
     assert store_file(agent).stat().st_blocks == 0
     assert "exited: dropping the 1 parked page" in agent.log_text()
@@ -711,31 +712,6 @@ def rogue_page_out_of_range(agent, vms, bystander_ref):
     return rogue, "page 0x10000000000000 out of range", []
 
 
-def rogue_restore_free_slot(agent, vms, bystander_ref):
-    rogue = vms()
-    rogue.restore([SlotRef(1, 0, 12345, 0)])
-    return rogue, "which holds no merged page", []
-
-
-def rogue_restore_bad_gen(agent, vms, bystander_ref):
-    rogue = vms()
-    rogue.restore([bystander_ref._replace(
-        gen=(bystander_ref.gen + 1) % 2**32)])
-    return rogue, "with generation", []
-
-
-def rogue_restore_other_domain(agent, vms, bystander_ref):
-    rogue = vms(domain="elsewhere")
-    rogue.restore([bystander_ref])
-    return rogue, "belongs to another merge domain", []
-
-
-def rogue_restore_twice(agent, vms, bystander_ref):
-    rogue = vms()
-    rogue.restore([bystander_ref._replace(page=7)] * 2)
-    return rogue, "which already has a slot", []
-
-
 def rogue_sends_merge(agent, vms, bystander_ref):
     rogue = vms()
     rogue.send(pack(MSG_MERGE, 2, pack_slot_refs([bystander_ref])))
@@ -766,7 +742,7 @@ def test_misbehaving_vm_is_disconnected(agent, vms, bystanders, rogue):
     # Whatever the rogue and its partners held is gone with their process;
     # the bystanders'
     # page is still merged, with its content.
-    wait_until(lambda: a.info() == (2, 1, 1, [1]), 5,
+    wait_until(lambda: a.info() == (2, 1, 1, [1], 0), 5,
                "only the bystanders' page to be left")
     assert a.read_slot(ref.node, ref.slot) == content(1000)
 
@@ -774,8 +750,60 @@ def test_misbehaving_vm_is_disconnected(agent, vms, bystanders, rogue):
     a.unmerged([ref])
     b.unmerged([ref])
     b.info()
-    assert a.info() == (2, 0, 0, [0])
+    assert a.info() == (2, 0, 0, [0], 0)
     assert agent.running
+
+
+# Each bad RESTORE returns (its client, the entries it sent, the text that
+# says why the agent refused the last one).
+
+def bad_restore_free_slot(vms, bystander_ref):
+    client = vms()
+    return client, [SlotRef(1, 0, 12345, 0)], "holds no merged page"
+
+
+def bad_restore_bad_gen(vms, bystander_ref):
+    client = vms()
+    return client, [bystander_ref._replace(
+        gen=(bystander_ref.gen + 1) % 2**32)], "has generation"
+
+
+def bad_restore_other_domain(vms, bystander_ref):
+    return vms(domain="elsewhere"), [bystander_ref], \
+        "belongs to another merge domain"
+
+
+def bad_restore_twice(vms, bystander_ref):
+    # The first entry is a valid one: it is restored, the second refused.
+    return vms(), [bystander_ref._replace(page=7)] * 2, "already has a slot"
+
+
+def bad_restore_out_of_range(vms, bystander_ref):
+    return vms(), [bystander_ref._replace(node=5)], "node 5 out of range"
+
+
+BAD_RESTORES = {name[len("bad_restore_"):]: fn
+                for name, fn in globals().items()
+                if name.startswith("bad_restore_")}
+
+
+@pytest.mark.parametrize("kind", BAD_RESTORES)
+def test_bad_restore_entry_is_refused_alone(agent, vms, bystanders, kind):
+    """A RESTORE entry the agent cannot verify comes back in REFUSED,
+    alone: the VM stays connected and keeps what it restored."""
+    a, b, ref = bystanders
+    client, entries, why = BAD_RESTORES[kind](vms, ref)
+    client.restore(entries)
+    assert client.take(MSG_REFUSED) == entries[-1:]
+    assert why in agent.log_text()
+    restored = len(entries) - 1
+    assert client.info()[1:3] == (1, 1 + restored)
+
+    # Still connected, and merging.
+    c = vms(domain=client.domain)
+    merge(c, [client], {client: [40], c: [40]}, [content(7)])
+    assert client.info()[1:3] == (2, 2 + restored)
+    assert a.read_slot(ref.node, ref.slot) == content(1000)
 
 
 # ------------------------------------------------------------ agent restart
@@ -815,10 +843,11 @@ def test_restart_restores_merged_pages(start_agent, vms):
     c.merged([m])
     assert c.info()[1:3] == (1, 2)
 
-    # Late restore with another generation is refused.
+    # Late restore with another generation is refused, alone.
     d = vms(target=agent)
-    d.restore([kept_ref._replace(page=9, gen=(kept_ref.gen + 1) % 2**32)])
-    expect_kicked(d, "with generation")
+    bad = kept_ref._replace(page=9, gen=(kept_ref.gen + 1) % 2**32)
+    d.restore([bad])
+    assert d.take(MSG_REFUSED) == [bad]
 
     # Nobody restored the other page: punched after the grace period.
     assert slot_has_data(agent, lost_ref.slot)
@@ -827,12 +856,14 @@ def test_restart_restores_merged_pages(start_agent, vms):
     assert not slot_has_data(agent, lost_ref.slot)
     assert slot_has_data(agent, kept_ref.slot)
     assert a.read_slot(kept_ref.node, kept_ref.slot) == kept
-    assert "freed 1 store page that no VM restored" in agent.log_text()
+    assert "freed 1 orphan store page that no process maps" in \
+        agent.log_text()
 
     # Too late for it now.
     e = vms(target=agent)
     e.restore([lost_ref._replace(page=9)])
-    expect_kicked(e, "which holds no merged page")
+    assert e.take(MSG_REFUSED) == [lost_ref._replace(page=9)]
+    assert "holds no merged page" in agent.log_text()
 
 
 def test_restart_without_restore_frees_everything(start_agent, vms):

@@ -6,12 +6,15 @@ every check is on what the guest would see.
 """
 
 import base64
+import contextlib
 import os
 import random
+import signal
 import threading
 import time
 
 import pytest
+import xxhash
 from qemu.qmp import ExecuteError
 
 import harness
@@ -84,9 +87,8 @@ SHARED_AT = 64 * MIB
 UNIQUE_AT = 192 * MIB
 
 
-@pytest.fixture
-def pair(agent, qtest_vm):
-    """Two 512 MiB VMs on one agent, created disabled: tests fill their
+def make_pair(agent, qtest_vm):
+    """Two 512 MiB VMs on @agent, created disabled: tests fill their
     memory, then enable() them to scan at full speed."""
     vms = [qtest_vm(name, extra=["-m", "512M"], agent=agent.sock,
                     max_cpu=100, enabled="off")
@@ -94,6 +96,11 @@ def pair(agent, qtest_vm):
     for vm in vms:
         vm.wait_state("disabled")
     return agent, vms
+
+
+@pytest.fixture
+def pair(agent, qtest_vm):
+    return make_pair(agent, qtest_vm)
 
 
 def fill(vms, content, at=SHARED_AT):
@@ -305,6 +312,132 @@ def test_agent_restart_restores_references(pair):
     assert vms[0].cmd("query-nuksm-agent")["pages-shared"] == pages
     for q in qtests:
         assert read_big(q, SHARED_AT, len(content)) == content
+        q.close()
+
+
+@contextlib.contextmanager
+def stopped(*vms):
+    """@vms' processes stopped (SIGSTOP) for the duration."""
+    for vm in vms:
+        os.kill(vm.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for vm in vms:
+            os.kill(vm.pid, signal.SIGCONT)
+
+
+def agent_status(agent):
+    return harness.ctl_json(agent.sock, "status")
+
+
+def merge_elsewhere(agent, pages, seed):
+    """Two raw clients merge @pages new pages: the agent allocates (and
+    would reuse) slots.  Returns the clients, to be closed."""
+    data = [pseudo_random(seed + i, PAGE) for i in range(pages)]
+    digests = [xxhash.xxh3_64_intdigest(d) for d in data]
+    a, b = (harness.VmClient(agent.sock) for _ in range(2))
+    a.candidates(zip(range(pages), digests))
+    a.info()
+    b.candidates(zip(range(pages), digests))
+    requests = b.take(harness.MSG_UPLOAD_REQ)
+    b.upload(requests, [data[r.page] for r in requests])
+    for client in (b, a):
+        refs = client.take(harness.MSG_MERGE)
+        assert len(refs) == pages
+        client.merged(refs)
+        client.info()
+    return a, b
+
+
+def test_stopped_vm_keeps_its_pages_across_agent_restarts(start_agent,
+                                                          qtest_vm):
+    """The only VM mapping merged pages is stopped while the agent
+    restarts, for longer than the restore grace: the new agent sees the
+    mappings and keeps the pages however long it stays stopped, then the
+    VM restores them."""
+    agent = start_agent("--restore-grace", "1")
+    pair_ = make_pair(agent, qtest_vm)
+    content, pages, qtests = merged_pair(pair_, mib=4)
+    vm0, vm1 = pair_[1]
+    vm1.kill()
+    wait_until(lambda: agent_status(agent)["pages_sharing"] == 0, 10,
+               "vm1's references to go")
+    assert agent_status(agent)["pages_shared"] == pages
+
+    with stopped(vm0):
+        agent.kill()
+        agent.start()
+        wait_until(lambda: "keeping %d orphan store pages" % pages
+                   in agent.log_text(), 20,
+                   "the new agent to look at who maps its orphans")
+        assert agent_status(agent)["orphan_pages"] == pages
+        # Other VMs merge meanwhile: freed slots would be reused now.
+        clients = merge_elsewhere(agent, pages, seed=500)
+        assert agent_status(agent)["pages_shared"] == pages
+
+    vm0.wait_state("active")
+    wait_until(lambda: agent_status(agent)["orphan_pages"] == 0, 20,
+               "vm0 to restore its pages")
+    assert agent_status(agent)["pages_shared"] == 2 * pages
+    assert merged_non_zero(vm0) == pages
+    assert read_big(qtests[0], SHARED_AT, len(content)) == content
+    for c in clients:
+        c.close()
+    for q in qtests:
+        q.close()
+
+
+def vm_client_ids(agent, vms):
+    """pid -> client id of each of @vms connected to @agent."""
+    pids = {vm.pid for vm in vms}
+    return {vm["pid"]: vm["id"]
+            for vm in harness.ctl_json(agent.sock, "vms")["vms"]
+            if vm["pid"] in pids}
+
+
+def first_data_slot(agent):
+    fd = os.open(agent.state_dir / "store-node0", os.O_RDONLY)
+    try:
+        return os.lseek(fd, 0, os.SEEK_DATA) // PAGE
+    finally:
+        os.close(fd)
+
+
+def test_rogue_restore_after_restart_takes_nothing(start_agent, qtest_vm):
+    """A client first to connect after an agent restart RESTOREs a merged
+    page with a made-up generation: it is refused, the VMs restore every
+    page without being disconnected, and nothing is freed under them."""
+    agent = start_agent("--restore-grace", "2")
+    pair_ = make_pair(agent, qtest_vm)
+    content, pages, qtests = merged_pair(pair_, mib=4)
+    vms = pair_[1]
+
+    with stopped(*vms):
+        agent.kill()
+        agent.start()
+        rogue = harness.VmClient(agent.sock, name="rogue")
+        fake = harness.SlotRef(page=1, node=0, slot=first_data_slot(agent),
+                               gen=12345)
+        rogue.restore([fake])
+        assert rogue.take(harness.MSG_REFUSED) == [fake]
+
+    wait_states(vms, "active")
+    wait_until(lambda: sharing(vms[0]) == pages, 20,
+               "the VMs to restore every page")
+    ids = vm_client_ids(agent, vms)
+    assert len(ids) == 2
+    # Every page is a slot again: the reaper has nothing to free.
+    assert agent_status(agent)["orphan_pages"] == 0
+    clients = merge_elsewhere(agent, pages, seed=900)
+    for q in qtests:
+        assert read_big(q, SHARED_AT, len(content)) == content
+    assert sharing(vms[0]) == 2 * pages
+    # Connected once since the restart, never thrown out.
+    assert vm_client_ids(agent, vms) == ids
+    for c in [rogue, *clients]:
+        c.close()
+    for q in qtests:
         q.close()
 
 

@@ -298,7 +298,8 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
     if (c->ready && (hdr->type == NUKSM_MSG_STORE ||
                      hdr->type == NUKSM_MSG_UPLOAD_REQ ||
                      hdr->type == NUKSM_MSG_MERGE ||
-                     hdr->type == NUKSM_MSG_MOVE)) {
+                     hdr->type == NUKSM_MSG_MOVE ||
+                     hdr->type == NUKSM_MSG_REFUSED)) {
         if (!nuksm_agent_handle_merge(s, hdr, payload, fd)) {
             if (fd >= 0) {
                 close(fd);

@@ -5,6 +5,7 @@
  *   UPLOAD_REQ  send the content of pages the agent makes new slots of
  *   MERGE       map pages onto slots where the content is equal
  *   MOVE        map merged pages onto another slot of equal content
+ *   REFUSED     RESTORE entries the agent did not take back
  *
  * and keeping the agent's view of our references true: UNMERGED when a
  * write or a discard ends a page's sharing, RESTORE of every reference
@@ -257,7 +258,11 @@ static void nuksm_merge_remember(NuksmScanner *sc, NuksmBlockState *bs,
     bs->merged_per_node[r->node]++;
 }
 
-/* Page @idx of @bs leaves its slot for another (page_lock held). */
+/*
+ * Page @idx of @bs no longer counts as merged, and the agent is not told:
+ * it moved to another slot, or the agent refused its RESTORE (page_lock
+ * held).
+ */
 static void nuksm_merge_leave_quietly(NuksmScanner *sc, NuksmBlockState *bs,
                                       uint64_t idx)
 {
@@ -465,6 +470,33 @@ static void nuksm_merge_move(NuksmScanner *sc, NuksmWork *w)
                              b->count, NUKSM_MOVES_MAX);
 }
 
+/*
+ * The agent holds no reference for these pages: they keep mapping their
+ * slot (the agent keeps it while we map it), but we stop reporting them
+ * and offer them again, so that they merge anew and leave that slot.
+ */
+static void nuksm_merge_refused(NuksmScanner *sc, NuksmWork *w)
+{
+    const NuksmMsgBatch *b = (const NuksmMsgBatch *)w->payload;
+    const NuksmSlotRef *r = (const NuksmSlotRef *)(b + 1);
+
+    RCU_READ_LOCK_GUARD();
+    qemu_mutex_lock(&sc->page_lock);
+    for (uint32_t i = 0; i < b->count; i++) {
+        NuksmBlockState *bs;
+        RAMBlock *rb;
+        uint64_t idx;
+
+        if (nuksm_merge_find_page(sc, r[i].page, &rb, &bs, &idx) &&
+            nuksm_merge_maps(bs, idx, &r[i])) {
+            trace_nuksm_merge_refused(r[i].page, r[i].node, r[i].slot);
+            nuksm_merge_leave_quietly(sc, bs, idx);
+            bs->flags[idx] &= ~(NUKSM_PAGE_STABLE | NUKSM_PAGE_OFFERED);
+        }
+    }
+    qemu_mutex_unlock(&sc->page_lock);
+}
+
 void nuksm_merge_handle(NuksmScanner *sc, NuksmWork *w)
 {
     trace_nuksm_merge_handle(w->type, w->len);
@@ -480,6 +512,9 @@ void nuksm_merge_handle(NuksmScanner *sc, NuksmWork *w)
         break;
     case NUKSM_MSG_MOVE:
         nuksm_merge_move(sc, w);
+        break;
+    case NUKSM_MSG_REFUSED:
+        nuksm_merge_refused(sc, w);
         break;
     default:
         g_assert_not_reached();

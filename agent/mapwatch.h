@@ -1,0 +1,58 @@
+/*
+ * nuksmd map watch: which store slots live processes map, read from
+ * /proc/<pid>/maps.
+ *
+ * A VM maps a merged page as a private mapping of its slot over guest
+ * RAM (QEMU's own read-only view of the whole store is a shared mapping,
+ * and so is the agent's).  A slot that some process maps privately must
+ * keep its content, whatever the agent knows of that process: after an
+ * agent restart, a stopped or slow VM has not restored its pages yet.
+ * The kernel's view is the only one no client can lie about.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSMD_MAPWATCH_H
+#define NUKSMD_MAPWATCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <glib.h>
+
+/* Slots [first, end) of store file @file, mapped privately somewhere. */
+typedef struct SlotRange {
+    uint32_t file;
+    uint32_t first;
+    uint32_t end;
+} SlotRange;
+
+/* One line of /proc/<pid>/maps. */
+typedef struct MapsLine {
+    uint64_t start, end;     /* addresses */
+    uint64_t offset;         /* in the file */
+    uint32_t dev_major, dev_minor;
+    uint64_t inode;
+    bool private;            /* MAP_PRIVATE ('p'), not shared ('s') */
+} MapsLine;
+
+/* Parse @line; false if it is not a maps line. */
+bool mapwatch_parse_line(const char *line, MapsLine *out);
+
+/*
+ * Append to @ranges (of SlotRange) the slots of the files of @files
+ * (index = SlotRange.file) that the processes @pids map privately,
+ * @page_size bytes a slot, then sort them.  False if the mappings of one
+ * of them that lives could not be read: @ranges is then incomplete.
+ */
+bool mapwatch_scan(const struct stat *files, uint32_t nr_files,
+                   uint32_t page_size, const pid_t *pids, guint nr_pids,
+                   GArray *ranges);
+
+/* True if slot @slot of @file lies in @ranges, as mapwatch_scan() left it. */
+bool mapwatch_covers(const GArray *ranges, uint32_t file, uint32_t slot);
+
+#endif /* NUKSMD_MAPWATCH_H */
