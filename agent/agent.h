@@ -53,6 +53,12 @@ typedef struct NuksmAgent {
     GArray *freeing;             /* SlotIds to punch out, then release */
     GPtrArray *outbox;           /* clients with batches to send */
     GQueue detached;             /* parked references (detached.c) */
+    /* What holds back new merges (conditions.c) */
+    uint32_t conditions;         /* NuksmCondition bits */
+    char *condition_reasons[NUKSM_COND_COUNT];  /* per bit, while set */
+    gint64 store_retry_at;       /* store full: next try, monotonic us */
+    uint64_t memory_max;         /* heap budget, bytes (--memory-max) */
+
     /* Orphans (recovery.c) */
     uint64_t orphan_pages;       /* slots in SLOT_ORPHAN */
     guint orphan_timer;          /* next look at who maps them */

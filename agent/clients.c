@@ -35,6 +35,9 @@ void clients_remove(ClientRegistry *reg, NuksmClient *client)
     if (client->out_watch) {
         g_source_remove(client->out_watch);
     }
+    if (client->hello_timer) {
+        g_source_remove(client->hello_timer);
+    }
     g_queue_clear_full(&client->txq, (GDestroyNotify)g_bytes_unref);
     close(client->fd);
     if (client->pidfd >= 0) {
@@ -78,6 +81,56 @@ void clients_set_hello(NuksmClient *client, uint32_t id,
 unsigned clients_count(const ClientRegistry *reg)
 {
     return reg->list.length;
+}
+
+unsigned clients_count_handshakes(const ClientRegistry *reg, uid_t uid)
+{
+    unsigned n = 0;
+
+    for (GList *l = reg->list.head; l; l = l->next) {
+        const NuksmClient *c = l->data;
+
+        n += !c->dead && !c->hello_done && c->uid == uid;
+    }
+    return n;
+}
+
+/* Live clients that completed HELLO in @role, and match @match. */
+static unsigned count_role(const ClientRegistry *reg, NuksmClientRole role,
+                           bool (*match)(const NuksmClient *, long),
+                           long value)
+{
+    unsigned n = 0;
+
+    for (GList *l = reg->list.head; l; l = l->next) {
+        const NuksmClient *c = l->data;
+
+        n += !c->dead && c->hello_done && c->role == role &&
+             match(c, value);
+    }
+    return n;
+}
+
+static bool has_uid(const NuksmClient *c, long uid)
+{
+    return c->uid == (uid_t)uid;
+}
+
+static bool has_pid(const NuksmClient *c, long pid)
+{
+    return c->pid == (pid_t)pid;
+}
+
+unsigned clients_count_role_of_uid(const ClientRegistry *reg,
+                                   NuksmClientRole role, uid_t uid)
+{
+    return count_role(reg, role, has_uid, uid);
+}
+
+unsigned clients_count_role_of_pid(const ClientRegistry *reg,
+                                   NuksmClientRole role, pid_t pid)
+{
+    return count_role(reg, role, has_pid, pid);
 }
 
 bool clients_is_vm(const NuksmClient *client)

@@ -19,12 +19,30 @@
 /* Connections beyond this are refused; keeps fds and LIST_VMS bounded. */
 #define CLIENTS_MAX 1024u
 
+/*
+ * Beyond CLIENTS_MAX, room kept for root's connections, so that an
+ * administrator's nuksmctl still gets in when others fill the agent.
+ */
+#define CLIENTS_ROOT_RESERVE 16u
+
+/*
+ * What one client cannot exceed to the others' cost: connections of one
+ * uid that have not sent HELLO yet (each has HANDSHAKE_SECONDS to send
+ * it), control connections of one uid, VM connections of one process
+ * (one per nuksm object).
+ */
+#define HANDSHAKE_SECONDS 5
+#define CLIENT_HANDSHAKES_PER_UID 16u
+#define CLIENT_CONTROLS_PER_UID 16u
+#define CLIENT_VMS_PER_PID 16u
+
 struct NuksmAgent;
 
 typedef struct NuksmClient {
     struct NuksmAgent *agent;
     int fd;
     guint watch;             /* g_unix_fd_add() source for fd */
+    guint hello_timer;       /* closes it if no HELLO comes in time */
     pid_t pid;               /* SO_PEERCRED at connect time */
     int pidfd;               /* of the peer process, or -1 */
     uid_t uid;
@@ -87,6 +105,15 @@ void clients_set_hello(NuksmClient *client, uint32_t id,
                        const NuksmMsgHello *hello);
 
 unsigned clients_count(const ClientRegistry *reg);
+
+/* Live connections of @uid that have not sent HELLO yet. */
+unsigned clients_count_handshakes(const ClientRegistry *reg, uid_t uid);
+
+/* Live clients that completed HELLO in @role from @uid, or from @pid. */
+unsigned clients_count_role_of_uid(const ClientRegistry *reg,
+                                   NuksmClientRole role, uid_t uid);
+unsigned clients_count_role_of_pid(const ClientRegistry *reg,
+                                   NuksmClientRole role, pid_t pid);
 
 /* Live clients that completed HELLO as NUKSM_ROLE_VM. */
 bool clients_is_vm(const NuksmClient *client);

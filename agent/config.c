@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "nuksm-config.h"
@@ -21,6 +22,9 @@
 #define COLD_WINDOWS_MAX 255
 /* --replace-rate: pages moved per second, at most. */
 #define REPLACE_RATE_MAX 1000000
+/* --memory-max: MiB of heap for nuksmd's tables, 16 MiB to 1 TiB. */
+#define MEMORY_MAX_MIN 16
+#define MEMORY_MAX_MAX (1u << 20)
 
 /*
  * A setter validates one value and stores it; @origin ("--policy" or
@@ -145,6 +149,22 @@ static bool set_replace_rate(NuksmdConfig *cfg, const char *origin,
                         &cfg->replace_rate);
 }
 
+static bool set_memory_max(NuksmdConfig *cfg, const char *origin,
+                           const char *value)
+{
+    return parse_number(origin, value, MEMORY_MAX_MIN, MEMORY_MAX_MAX,
+                        "memory budget", " MiB", &cfg->memory_max_mib);
+}
+
+/* A quarter of the host's memory, in MiB, within the allowed range. */
+static uint32_t default_memory_max(void)
+{
+    uint64_t bytes = (uint64_t)sysconf(_SC_PHYS_PAGES) *
+                     sysconf(_SC_PAGESIZE);
+
+    return CLAMP(bytes / 4 >> 20, MEMORY_MAX_MIN, MEMORY_MAX_MAX);
+}
+
 /* Key file keys; the command-line option of each is "--" + key. */
 static const struct {
     const char *key;
@@ -158,6 +178,7 @@ static const struct {
     { "restore-grace", set_restore_grace },
     { "cold-windows",  set_cold_windows },
     { "replace-rate",  set_replace_rate },
+    { "memory-max",    set_memory_max },
 };
 
 enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
@@ -197,7 +218,7 @@ static bool load_key_file(NuksmdConfig *cfg, const char *path)
             usage_error(path, "unknown key '%s' in [" CONFIG_GROUP "] "
                         "(allowed: socket, policy, fake-numa, log-level, "
                         "state-dir, restore-grace, cold-windows, "
-                        "replace-rate)", *key);
+                        "replace-rate, memory-max)", *key);
             return false;
         }
         value = g_key_file_get_string(kf, CONFIG_GROUP, *key, &err);
@@ -239,6 +260,9 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         { "replace-rate", 0, 0, G_OPTION_ARG_STRING, &cli[7],
           "Move at most N merged pages per second when placement "
           "changes (default 1000, 0: never)", "N" },
+        { "memory-max", 0, 0, G_OPTION_ARG_STRING, &cli[8],
+          "Hold back new merges while nuksmd's tables use more than MIB "
+          "(16..1048576, default a quarter of the host's memory)", "MIB" },
         { "config", 0, 0, G_OPTION_ARG_FILENAME, &config_path,
           "Read settings from the [nuksmd] group of FILE", "FILE" },
         { "foreground", 0, 0, G_OPTION_ARG_NONE, &foreground,
@@ -260,6 +284,7 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         .restore_grace = 10,
         .cold_windows = 3,
         .replace_rate = 1000,
+        .memory_max_mib = default_memory_max(),
     };
 
     ctx = g_option_context_new("- nuksm host agent");
@@ -267,8 +292,8 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
     g_option_context_set_description(ctx,
         "Policies: global, ksm-order, local, fair, priority, adaptive.\n"
         "The --config FILE takes the keys socket, policy, fake-numa,\n"
-        "log-level, state-dir, restore-grace, cold-windows and\n"
-        "replace-rate in a [nuksmd] group;\n"
+        "log-level, state-dir, restore-grace, cold-windows,\n"
+        "replace-rate and memory-max in a [nuksmd] group;\n"
         "command-line options override it.\n");
     if (!g_option_context_parse(ctx, &argc, &argv, &err)) {
         fprintf(stderr, "nuksmd: %s (see --help)\n", err->message);

@@ -22,6 +22,7 @@ typedef struct NuksmdConfig {
     uint32_t restore_grace;    /* seconds for VMs to restore after a restart */
     uint32_t cold_windows;     /* hotness windows before a page is cold */
     uint32_t replace_rate;     /* merged pages moved per second, at most */
+    uint32_t memory_max_mib;   /* heap budget of nuksmd's tables */
 } NuksmdConfig;
 
 /*

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "merge.h"
 #include "nuksm-config.h"
+#include "conditions.h"
 #include "recovery.h"
 #include "replace.h"
 #include "server.h"
@@ -31,6 +32,22 @@ static void handle_hello(NuksmAgent *agent, NuksmClient *client,
         .nr_nodes = agent->nr_nodes,
     };
 
+    if (hello->role == NUKSM_ROLE_CONTROL &&
+        clients_count_role_of_uid(&agent->clients, NUKSM_ROLE_CONTROL,
+                                  client->uid) >= CLIENT_CONTROLS_PER_UID) {
+        server_reject(agent, client, seq, NUKSM_ERR_HANDSHAKE,
+                      "too many control connections of uid %u (limit %u)",
+                      (unsigned)client->uid, CLIENT_CONTROLS_PER_UID);
+        return;
+    }
+    if (hello->role == NUKSM_ROLE_VM &&
+        clients_count_role_of_pid(&agent->clients, NUKSM_ROLE_VM,
+                                  client->pid) >= CLIENT_VMS_PER_PID) {
+        server_reject(agent, client, seq, NUKSM_ERR_HANDSHAKE,
+                      "too many VM connections of pid %ld (limit %u)",
+                      (long)client->pid, CLIENT_VMS_PER_PID);
+        return;
+    }
     clients_set_hello(client, agent->next_client_id++, hello);
     ack.client_id = client->id;
     nuksm_strfield_set(ack.agent_version, sizeof(ack.agent_version),
@@ -128,6 +145,9 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
     info.pages_moved = agent->replacer.moved;
     info.moves_pending = replace_pending(agent);
     info.orphan_pages = agent->orphan_pages;
+    info.conditions = agent->conditions;
+    conditions_describe(agent, info.condition_reason,
+                        sizeof(info.condition_reason));
     server_send(agent, client, NUKSM_MSG_INFO, seq, &info, sizeof(info));
 }
 

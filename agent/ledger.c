@@ -5,7 +5,9 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
+#include "conditions.h"
 #include "ledger.h"
+#include "merge.h"
 #include "outbox.h"
 
 /* A page waiting for a slot's upload. */
@@ -169,12 +171,19 @@ bool ledger_fill(NuksmAgent *agent, SlotId id, const void *content)
         .domain_key = domains_key(&agent->domains, s->domain),
     };
 
-    if (!store_write(&agent->store, slot_id_node(id), slot_id_slot(id),
-                     content) ||
-        !store_set_record(&agent->store, slot_id_node(id), slot_id_slot(id),
-                          &rec)) {
+    int err = store_write(&agent->store, slot_id_node(id),
+                          slot_id_slot(id), content);
+
+    if (!err) {
+        err = store_set_record(&agent->store, slot_id_node(id),
+                               slot_id_slot(id), &rec);
+    }
+    if (err) {
+        merge_store_full(agent, "cannot write to the store in %s: %s",
+                         agent->store.dir, g_strerror(err));
         return false;
     }
+    conditions_clear(agent, NUKSM_COND_STORE_FULL);
     s->state = SLOT_READY;
     return true;
 }

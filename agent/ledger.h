@@ -110,7 +110,8 @@ void ledger_drop(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
 /*
  * Write @content into slot @id, whose digest and domain are set, and
  * record it (store.h): it becomes SLOT_READY.  False, with the slot left
- * as it was, if the store cannot take it.
+ * as it was and the store-full condition set, if the store cannot take
+ * it.
  */
 bool ledger_fill(NuksmAgent *agent, SlotId id, const void *content);
 

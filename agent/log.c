@@ -39,10 +39,18 @@ const char *log_level_names(void)
     return "error, warning, info, debug";
 }
 
+static void log_text(NuksmdLogLevel level, const char *text)
+{
+    /* Format the whole line first so it reaches stderr in one write. */
+    g_autofree char *line = g_strdup_printf("nuksmd: %s: %s\n",
+                                            level_names[level], text);
+
+    fputs(line, stderr);
+}
+
 void log_msg(NuksmdLogLevel level, const char *fmt, ...)
 {
     g_autofree char *text = NULL;
-    g_autofree char *line = NULL;
     va_list ap;
 
     if (level > max_level) {
@@ -51,8 +59,35 @@ void log_msg(NuksmdLogLevel level, const char *fmt, ...)
     va_start(ap, fmt);
     text = g_strdup_vprintf(fmt, ap);
     va_end(ap);
+    log_text(level, text);
+}
 
-    /* Format the whole line first so it reaches stderr in one write. */
-    line = g_strdup_printf("nuksmd: %s: %s\n", level_names[level], text);
-    fputs(line, stderr);
+void log_limited(LogLimit *limit, unsigned interval, NuksmdLogLevel level,
+                 const char *fmt, ...)
+{
+    gint64 now = g_get_monotonic_time();
+    g_autofree char *text = NULL;
+    va_list ap;
+
+    if (limit->last &&
+        now - limit->last < (gint64)interval * G_USEC_PER_SEC) {
+        limit->held++;
+        return;
+    }
+    va_start(ap, fmt);
+    text = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    if (limit->held) {
+        g_autofree char *more = g_strdup_printf(
+            "%s (and %u more like it in the last %u s)", text, limit->held,
+            interval);
+
+        g_free(text);
+        text = g_steal_pointer(&more);
+    }
+    limit->last = now;
+    limit->held = 0;
+    if (level <= max_level) {
+        log_text(level, text);
+    }
 }

@@ -70,6 +70,7 @@ int main(int argc, char **argv)
     topology_init(&agent.topology, cfg.fake_numa);
     agent.nr_nodes = agent.topology.nr_nodes;
     agent.cold_windows = cfg.cold_windows;
+    agent.memory_max = (uint64_t)cfg.memory_max_mib << 20;
     raise_fd_limit();
 
     /*

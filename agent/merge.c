@@ -6,7 +6,10 @@
  */
 
 #include <inttypes.h>
+#include <malloc.h>
+#include <stdarg.h>
 
+#include "conditions.h"
 #include "detached.h"
 #include "home.h"
 #include "ledger.h"
@@ -24,8 +27,16 @@
 /* A page index names a page of a 64-bit RAM address space. */
 #define PAGE_LIMIT (UINT64_MAX / NUKSM_PAGE_SIZE + 1)
 
-/* Seconds between two "store full" warnings. */
-#define STORE_FULL_WARN_SECONDS 60
+/*
+ * Pages of one VM on their way to a slot (waiting for an upload,
+ * uploading, or sent a MERGE it has not answered): 256 MiB of guest
+ * memory in flight, far more than a VM merging at full speed has, and a
+ * bound on what one client that never uploads or answers can hold.
+ */
+#define CLIENT_IN_FLIGHT_MAX (1u << 16)
+
+/* The memory budget holds again below this share of it, in percent. */
+#define MEMORY_RESUME_PERCENT 90
 
 static bool client_alive(uint32_t client_id, void *opaque)
 {
@@ -70,6 +81,7 @@ void merge_destroy(NuksmAgent *agent)
     detached_destroy(agent);
     g_clear_pointer(&agent->outbox, g_ptr_array_unref);
     ledger_destroy(agent);
+    conditions_destroy(agent);
     domains_destroy(&agent->domains);
     unstable_destroy(&agent->unstable);
     index_destroy(&agent->index);
@@ -101,6 +113,20 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
         server_send_fd(agent, client, NUKSM_MSG_STORE, 0, &msg, sizeof(msg),
                        agent->store.files[n].ro_fd);
     }
+    conditions_send(agent, client);
+}
+
+void merge_store_full(NuksmAgent *agent, const char *fmt, ...)
+{
+    g_autofree char *reason = NULL;
+    va_list ap;
+
+    va_start(ap, fmt);
+    reason = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    conditions_set(agent, NUKSM_COND_STORE_FULL, "%s", reason);
+    agent->store_retry_at = g_get_monotonic_time() +
+                            STORE_RETRY_SECONDS * G_USEC_PER_SEC;
 }
 
 void merge_client_leave(NuksmAgent *agent, NuksmClient *client)
@@ -141,17 +167,38 @@ bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
     return true;
 }
 
-static void warn_store_full(uint32_t node)
+/*
+ * False while the store was found full and the next try is not due:
+ * no slot is allocated then, so a full store costs no futile uploads.
+ */
+static bool store_has_room(NuksmAgent *agent)
 {
-    static gint64 last_warning;
-    gint64 now = g_get_monotonic_time();
+    return !conditions_hold(agent, NUKSM_COND_STORE_FULL) ||
+           g_get_monotonic_time() >= agent->store_retry_at;
+}
 
-    if (!last_warning ||
-        now - last_warning > STORE_FULL_WARN_SECONDS * G_USEC_PER_SEC) {
-        last_warning = now;
-        log_warning("store node %u is full (%u pages): not merging more "
-                    "pages there", node, STORE_SLOTS);
+/*
+ * False while nuksmd's heap is over its budget: no new candidate is
+ * taken then.  A budget that held is held until usage falls back below
+ * MEMORY_RESUME_PERCENT of it.
+ */
+static bool memory_has_room(NuksmAgent *agent)
+{
+    struct mallinfo2 mi = mallinfo2();
+    uint64_t used = mi.uordblks + mi.hblkhd;
+    bool over = conditions_hold(agent, NUKSM_COND_AGENT_MEMORY);
+    uint64_t limit = over ? agent->memory_max / 100 * MEMORY_RESUME_PERCENT
+                          : agent->memory_max;
+
+    if (used < limit) {
+        conditions_clear(agent, NUKSM_COND_AGENT_MEMORY);
+        return true;
     }
+    conditions_set(agent, NUKSM_COND_AGENT_MEMORY,
+                   "nuksmd's tables use %" PRIu64 " MiB of its %" PRIu64
+                   " MiB budget (--memory-max)", used >> 20,
+                   agent->memory_max >> 20);
+    return false;
 }
 
 /*
@@ -170,8 +217,12 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
     SlotId id;
     Slot *s;
 
+    if (!store_has_room(agent)) {
+        return;
+    }
     if (!slots_alloc(&agent->slots[node], &slot)) {
-        warn_store_full(node);
+        merge_store_full(agent, "store node %u holds its %u pages", node,
+                         STORE_SLOTS);
         return;
     }
     id = slot_id(node, slot);
@@ -312,7 +363,8 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
     };
 
     /* A page merges once: it is already merged or on its way there. */
-    if (ledger_page(v, c->page) || ledger_full(v)) {
+    if (ledger_page(v, c->page) || ledger_full(v) ||
+        v->pages.count - v->merged_pages >= CLIENT_IN_FLIGHT_MAX) {
         return;
     }
     if (join_copy(agent, v, c, &pv) || pair_unstable(agent, v, c, &pv)) {
@@ -329,6 +381,9 @@ void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
     const NuksmMsgBatch *batch = payload;
     const NuksmCandidate *c = (const NuksmCandidate *)(batch + 1);
 
+    if (!memory_has_room(agent)) {
+        return;
+    }
     for (uint32_t i = 0; i < batch->count; i++) {
         uint32_t gnodes = client->topology ? client->topology->nr_gnodes : 1;
 

@@ -49,6 +49,13 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client);
  */
 void merge_client_leave(NuksmAgent *agent, NuksmClient *client);
 
+/*
+ * The store takes no new page, for the reason @fmt says: hold back new
+ * slots for STORE_RETRY_SECONDS, then try again (conditions.h).
+ */
+void merge_store_full(NuksmAgent *agent, const char *fmt, ...)
+    G_GNUC_PRINTF(2, 3);
+
 /* What is out of range in @r (to be freed), or NULL if nothing is. */
 char *merge_ref_problem(NuksmAgent *agent, const NuksmSlotRef *r);
 

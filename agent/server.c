@@ -6,6 +6,7 @@
  */
 
 #include <errno.h>
+#include <malloc.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -32,9 +33,20 @@
 
 /*
  * Bytes queued for a client whose socket is full, beyond which it counts
- * as not reading its messages: room for a burst of MERGE batches.
+ * as not reading its messages: room for a burst of MERGE batches.  Each
+ * datagram is counted with what queueing it allocates besides its bytes
+ * (a GBytes, a list link, their malloc headers), so that many small
+ * messages cost no more than the limit says.
  */
 #define CLIENT_TXQ_MAX (8u << 20)
+#define TXQ_ENTRY_OVERHEAD 128u
+
+/*
+ * A client that leaves with this much queued or this many pages: give
+ * the heap it used back to the system.
+ */
+#define TRIM_AFTER_TXQ_BYTES (1u << 20)
+#define TRIM_AFTER_PAGES (1u << 16)
 
 static void fill_addr(struct sockaddr_un *addr, const char *path)
 {
@@ -140,11 +152,11 @@ static gboolean on_client_writable(int fd, GIOCondition cond,
 static bool queue_datagram(NuksmClient *client, const void *buf,
                            size_t size)
 {
-    if (client->txq_bytes + size > CLIENT_TXQ_MAX) {
+    if (client->txq_bytes + size + TXQ_ENTRY_OVERHEAD > CLIENT_TXQ_MAX) {
         return false;
     }
     g_queue_push_tail(&client->txq, g_bytes_new(buf, size));
-    client->txq_bytes += size;
+    client->txq_bytes += size + TXQ_ENTRY_OVERHEAD;
     if (!client->out_watch) {
         log_debug("%s: socket full, queueing messages", client->label);
         client->out_watch = g_unix_fd_add(client->fd, G_IO_OUT,
@@ -219,19 +231,29 @@ void server_reject(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
     client->dead = true;
 }
 
-/* Free the clients marked dead while handling the current event. */
+/*
+ * Free the clients marked dead while handling the current event.  glibc
+ * keeps freed heap for reuse: give it back when a big client went, so
+ * that a flood leaves no lasting cost.
+ */
 static void reap_clients(NuksmAgent *agent)
 {
     GList *l = agent->clients.list.head;
+    bool trim = false;
 
     while (l) {
         NuksmClient *client = l->data;
 
         l = l->next;
         if (client->dead) {
+            trim |= client->txq_bytes >= TRIM_AFTER_TXQ_BYTES ||
+                    client->pages.count >= TRIM_AFTER_PAGES;
             merge_client_leave(agent, client);
             clients_remove(&agent->clients, client);
         }
+    }
+    if (trim) {
+        malloc_trim(0);
     }
 }
 
@@ -270,7 +292,7 @@ static gboolean on_client_writable(int fd, GIOCondition cond,
             break;
         }
         g_queue_pop_head(&client->txq);
-        client->txq_bytes -= size;
+        client->txq_bytes -= size + TXQ_ENTRY_OVERHEAD;
         g_bytes_unref(bytes);
     }
     if (!client->dead) {
@@ -316,6 +338,37 @@ static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
 }
 
 static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque);
+
+static gboolean on_hello_timeout(gpointer opaque)
+{
+    NuksmClient *client = opaque;
+
+    client->hello_timer = 0;
+    if (!client->hello_done && !client->dead) {
+        server_reject(client->agent, client, 0, NUKSM_ERR_HANDSHAKE,
+                      "no HELLO within %d s", HANDSHAKE_SECONDS);
+        finish_event(client->agent);
+    }
+    return G_SOURCE_REMOVE;
+}
+
+/* Why a connection of @cred cannot be served now, or NULL. */
+static char *admission_problem(NuksmAgent *agent, const struct ucred *cred)
+{
+    unsigned limit = CLIENTS_MAX + (cred->uid == 0 ? CLIENTS_ROOT_RESERVE : 0);
+
+    if (clients_count(&agent->clients) >= limit) {
+        return g_strdup_printf("too many clients (limit %u)", CLIENTS_MAX);
+    }
+    if (clients_count_handshakes(&agent->clients, cred->uid) >=
+        CLIENT_HANDSHAKES_PER_UID) {
+        return g_strdup_printf("too many connections of uid %u awaiting "
+                               "their HELLO (limit %u)",
+                               (unsigned)cred->uid,
+                               CLIENT_HANDSHAKES_PER_UID);
+    }
+    return NULL;
+}
 
 static gboolean resume_accept(gpointer opaque)
 {
@@ -372,6 +425,7 @@ static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque)
     NuksmAgent *agent = opaque;
     struct ucred cred = { 0 };
     socklen_t cred_len = sizeof(cred);
+    g_autofree char *problem = NULL;
     NuksmClient *client;
     int cfd;
 
@@ -399,19 +453,22 @@ static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque)
     if (getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) < 0) {
         log_warning("cannot get peer credentials: %s", g_strerror(errno));
     }
-    if (clients_count(&agent->clients) >= CLIENTS_MAX) {
-        g_autofree char *text =
-            g_strdup_printf("too many clients (limit %u)", CLIENTS_MAX);
+    problem = admission_problem(agent, &cred);
+    if (problem) {
+        static LogLimit refusals;
 
-        log_warning("refusing connection from pid %ld: %s",
-                    (long)cred.pid, text);
-        refuse_connection(agent, cfd, text);
+        log_limited(&refusals, LOG_LIMIT_SECONDS, NUKSMD_LOG_WARNING,
+                    "refusing connection from pid %ld uid %u: %s",
+                    (long)cred.pid, (unsigned)cred.uid, problem);
+        refuse_connection(agent, cfd, problem);
         return G_SOURCE_CONTINUE;
     }
 
     client = clients_add(&agent->clients, agent, cfd, cred.pid,
                          peer_pidfd(cfd, cred.pid), cred.uid, cred.gid);
     client->watch = g_unix_fd_add(cfd, G_IO_IN, on_client_ready, client);
+    client->hello_timer = g_timeout_add_seconds(HANDSHAKE_SECONDS,
+                                                on_hello_timeout, client);
     log_info("connection from pid %ld uid %u gid %u", (long)cred.pid,
              (unsigned)cred.uid, (unsigned)cred.gid);
     return G_SOURCE_CONTINUE;

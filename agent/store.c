@@ -280,18 +280,19 @@ void store_close(Store *st)
     g_clear_pointer(&st->dir, g_free);
 }
 
-bool store_write(Store *st, uint32_t node, uint32_t slot,
-                 const void *content)
+/* pwrite() all of @buf; 0 or an errno (ENOSPC for a short write). */
+static int write_all(int fd, const void *buf, size_t len, off_t off)
 {
-    ssize_t n = pwrite(st->files[node].fd, content, NUKSM_PAGE_SIZE,
-                       (off_t)slot * NUKSM_PAGE_SIZE);
+    ssize_t n = pwrite(fd, buf, len, off);
 
-    if (n != NUKSM_PAGE_SIZE) {
-        log_warning("cannot write slot %u of store node %u: %s", slot, node,
-                    n < 0 ? g_strerror(errno) : "short write");
-        return false;
-    }
-    return true;
+    return n == (ssize_t)len ? 0 : n < 0 ? errno : ENOSPC;
+}
+
+int store_write(Store *st, uint32_t node, uint32_t slot,
+                const void *content)
+{
+    return write_all(st->files[node].fd, content, NUKSM_PAGE_SIZE,
+                     (off_t)slot * NUKSM_PAGE_SIZE);
 }
 
 bool store_read(const Store *st, uint32_t node, uint32_t slot,
@@ -308,18 +309,11 @@ bool store_read(const Store *st, uint32_t node, uint32_t slot,
     return true;
 }
 
-bool store_set_record(Store *st, uint32_t node, uint32_t slot,
-                      const SlotRecord *rec)
+int store_set_record(Store *st, uint32_t node, uint32_t slot,
+                     const SlotRecord *rec)
 {
-    ssize_t n = pwrite(st->files[node].records_fd, rec, sizeof(*rec),
-                       (off_t)slot * sizeof(*rec));
-
-    if (n != sizeof(*rec)) {
-        log_warning("cannot record slot %u of store node %u: %s", slot,
-                    node, n < 0 ? g_strerror(errno) : "short write");
-        return false;
-    }
-    return true;
+    return write_all(st->files[node].records_fd, rec, sizeof(*rec),
+                     (off_t)slot * sizeof(*rec));
 }
 
 bool store_get_record(const Store *st, uint32_t node, uint32_t slot,

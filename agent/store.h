@@ -69,12 +69,14 @@ bool store_open(Store *st, const char *dir, uint32_t nr_nodes, bool bind);
 void store_close(Store *st);
 
 /*
- * Write or read the page of a slot.  Writes go through the file, not the
- * mapping: a full tmpfs or memory cgroup then fails the write instead of
- * killing the agent with SIGBUS.  Both log and return false on failure.
+ * Write the page of a slot: 0 or an errno.  Writes go through the file,
+ * not the mapping: a full tmpfs (ENOSPC) or memory cgroup (ENOMEM) then
+ * fails the write instead of killing the agent with SIGBUS.
  */
-bool store_write(Store *st, uint32_t node, uint32_t slot,
-                 const void *content);
+int store_write(Store *st, uint32_t node, uint32_t slot,
+                const void *content);
+
+/* Read the page of a slot; logs and returns false on failure. */
 bool store_read(const Store *st, uint32_t node, uint32_t slot,
                 void *content);
 
@@ -82,8 +84,8 @@ bool store_read(const Store *st, uint32_t node, uint32_t slot,
  * The record of a slot that holds content.  store_set_record() goes
  * through the file like store_write(), and fails the same way.
  */
-bool store_set_record(Store *st, uint32_t node, uint32_t slot,
-                      const SlotRecord *rec);
+int store_set_record(Store *st, uint32_t node, uint32_t slot,
+                     const SlotRecord *rec);
 bool store_get_record(const Store *st, uint32_t node, uint32_t slot,
                       SlotRecord *rec);
 

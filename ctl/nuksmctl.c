@@ -232,7 +232,16 @@ static void cmd_status(Ctl *ctl, bool json)
             g_string_append_printf(out, "%s%" PRIu64, i ? ", " : "",
                                    info->store_pages[i]);
         }
-        g_string_append(out, "]}");
+        g_string_append(out, "], \"conditions\": [");
+        for (uint32_t bit = 1, n = 0; bit & NUKSM_COND_ALL; bit <<= 1) {
+            if (info->conditions & bit) {
+                g_string_append(out, n++ ? ", " : "");
+                json_string(out, nuksm_condition_name(bit));
+            }
+        }
+        g_string_append(out, "], \"condition_reason\": ");
+        json_string(out, info->condition_reason);
+        g_string_append(out, "}");
         print_json(out);
         return;
     }
@@ -246,6 +255,8 @@ static void cmd_status(Ctl *ctl, bool json)
     printf("pages moved:    %" PRIu64 " (%" PRIu64 " pending)\n",
            info->pages_moved, info->moves_pending);
     printf("orphan pages:   %" PRIu64 "\n", info->orphan_pages);
+    printf("merging:        %s\n", info->conditions ?
+           info->condition_reason : "not held back");
     printf("store pages:\n");
     for (uint32_t i = 0; i < info->nr_nodes; i++) {
         g_autofree char *node = g_strdup_printf("node %u:", i);

@@ -56,6 +56,7 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_MOVE]         = "MOVE",
     [NUKSM_MSG_MOVED]        = "MOVED",
     [NUKSM_MSG_REFUSED]      = "REFUSED",
+    [NUKSM_MSG_CONDITION]    = "CONDITION",
 };
 
 const char *nuksm_msg_type_name(uint32_t type)
@@ -128,6 +129,7 @@ static size_t fixed_payload_size(uint16_t type)
     case NUKSM_MSG_STORE:        return sizeof(NuksmMsgStore);
     case NUKSM_MSG_TOPOLOGY:     return sizeof(NuksmMsgTopology);
     case NUKSM_MSG_HOME:         return sizeof(NuksmMsgHome);
+    case NUKSM_MSG_CONDITION:    return sizeof(NuksmMsgCondition);
     default:                     return 0;
     }
 }
@@ -328,7 +330,8 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
         return len == 0 ? NULL : "unexpected payload";
     case NUKSM_MSG_INFO: {
         const NuksmMsgInfo *i = p;
-        if (!strfield_ok(i->agent_version, sizeof(i->agent_version))) {
+        if (!strfield_ok(i->agent_version, sizeof(i->agent_version)) ||
+            !strfield_ok(i->condition_reason, sizeof(i->condition_reason))) {
             return "unterminated string in INFO";
         }
         if (i->policy >= NUKSM_POLICY_ID__MAX) {
@@ -336,6 +339,22 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
         }
         if (i->nr_nodes < 1 || i->nr_nodes > NUKSM_MAX_NODES) {
             return "node count out of range in INFO";
+        }
+        if (i->conditions & ~NUKSM_COND_ALL) {
+            return "unknown condition in INFO";
+        }
+        return NULL;
+    }
+    case NUKSM_MSG_CONDITION: {
+        const NuksmMsgCondition *c = p;
+        if (c->conditions & ~NUKSM_COND_ALL) {
+            return "unknown condition in CONDITION";
+        }
+        if (c->reserved) {
+            return "reserved field set in CONDITION";
+        }
+        if (!strfield_ok(c->reason, sizeof(c->reason))) {
+            return "unterminated string in CONDITION";
         }
         return NULL;
     }
@@ -419,6 +438,15 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
         return check_slot_refs(p, NUKSM_STATUS_COW, NUKSM_STATUS_RELEASED);
     default:
         return "unknown message type";
+    }
+}
+
+const char *nuksm_condition_name(NuksmCondition cond)
+{
+    switch (cond) {
+    case NUKSM_COND_STORE_FULL:   return "store-full";
+    case NUKSM_COND_AGENT_MEMORY: return "agent-memory";
+    default:                      return NULL;
     }
 }
 

@@ -62,6 +62,7 @@ typedef enum NuksmMsgType {
     NUKSM_MSG_MOVED        = 23, /* VM -> agent: outcome of each MOVE */
     /* Recovery */
     NUKSM_MSG_REFUSED      = 24, /* agent -> VM: RESTORE entries not taken */
+    NUKSM_MSG_CONDITION    = 25, /* agent -> VM: what stops merging now */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -135,12 +136,38 @@ typedef struct NuksmMsgPriority {
     uint32_t priority;   /* NUKSM_PRIORITY_MIN..MAX */
 } NuksmMsgPriority;
 
+/*
+ * Conditions of the agent that hold back new merges (pages still join
+ * copies that exist): CONDITION, INFO.
+ */
+typedef enum NuksmCondition {
+    NUKSM_COND_STORE_FULL   = 1u << 0,   /* the store takes no new page */
+    NUKSM_COND_AGENT_MEMORY = 1u << 1,   /* nuksmd's memory budget is used */
+} NuksmCondition;
+
+#define NUKSM_COND_COUNT 2
+#define NUKSM_COND_ALL ((1u << NUKSM_COND_COUNT) - 1)
+
+/* "store-full", "agent-memory"; NULL for anything else. */
+const char *nuksm_condition_name(NuksmCondition cond);
+
+/*
+ * CONDITION: sent to every VM after its STOREs, and whenever the
+ * conditions change (seq 0).
+ */
+typedef struct NuksmMsgCondition {
+    uint32_t conditions;     /* NuksmCondition bits in force */
+    uint32_t reserved;
+    char reason[NUKSM_ERROR_LEN];   /* for humans, with figures; */
+                                    /* empty when no condition holds */
+} NuksmMsgCondition;
+
 typedef struct NuksmMsgInfo {
     char agent_version[NUKSM_VERSION_LEN];
     uint32_t policy;         /* NuksmPolicyId */
     uint32_t vms;            /* connected VM clients */
     uint32_t nr_nodes;       /* 1..NUKSM_MAX_NODES */
-    uint32_t reserved;
+    uint32_t conditions;     /* NuksmCondition bits in force */
     uint64_t pages_shared;   /* store pages in use (KSM pages_shared) */
     uint64_t pages_sharing;  /* guest pages mapping them (KSM pages_sharing) */
     uint64_t pages_moved;    /* merged pages moved by re-placement */
@@ -148,6 +175,7 @@ typedef struct NuksmMsgInfo {
     uint64_t orphan_pages;   /* store pages without a known reference, */
                              /* kept while a process may map them */
     uint64_t store_pages[NUKSM_MAX_NODES];  /* per node, nr_nodes valid */
+    char condition_reason[NUKSM_ERROR_LEN]; /* as in CONDITION */
 } NuksmMsgInfo;
 
 typedef struct NuksmVmEntry {

@@ -45,7 +45,8 @@ MSG_LIST_VMS, MSG_VMS = 10, 11
 MSG_STORE, MSG_CANDIDATES, MSG_UPLOAD_REQ, MSG_UPLOAD = 12, 13, 14, 15
 MSG_MERGE, MSG_MERGED, MSG_UNMERGED, MSG_RESTORE = 16, 17, 18, 19
 MSG_TOPOLOGY, MSG_HOME, MSG_MOVE, MSG_MOVED = 20, 21, 22, 23
-MSG_REFUSED = 24
+MSG_REFUSED, MSG_CONDITION = 24, 25
+COND_STORE_FULL, COND_AGENT_MEMORY = 1, 2
 STATUS_NONE, STATUS_MERGED, STATUS_CHANGED, STATUS_GONE = 0, 1, 2, 3
 STATUS_FAILED, STATUS_COW, STATUS_DISCARDED, STATUS_RELEASED = 4, 5, 6, 7
 ERR_VERSION, ERR_BAD_MESSAGE, ERR_HANDSHAKE = 1, 2, 3
@@ -59,7 +60,7 @@ HELLO_ACK = struct.Struct("=IIII32s")
 ERROR = struct.Struct("=II256s")
 POLICY = struct.Struct("=I")
 PRIORITY = struct.Struct("=I")
-INFO = struct.Struct("=32sIIIIQQQQQ64Q")
+INFO = struct.Struct("=32sIIIIQQQQQ64Q256s")
 VMS = struct.Struct("=II")
 VM_ENTRY = struct.Struct("=IIII64s64s64sQQQII64s")
 STORE = struct.Struct("=IIQ")
@@ -205,6 +206,17 @@ Info = collections.namedtuple("Info", "vms pages_shared pages_sharing "
                               "store_pages orphan_pages")
 
 
+# A CONDITION message: NuksmCondition bits and the reason.
+Condition = collections.namedtuple("Condition", "bits reason")
+CONDITION = struct.Struct("=II256s")
+
+
+def parse_condition(msg):
+    bits, reserved, reason = CONDITION.unpack(msg.payload)
+    assert reserved == 0
+    return Condition(bits, cstr(reason))
+
+
 def parse_info(msg):
     fields = INFO.unpack(msg.payload)
     _, _, vms, nodes, _, shared, sharing, _, _, orphans = fields[:10]
@@ -233,6 +245,10 @@ class VmClient(RawClient):
             assert msg.seq == 0 and reserved == 0
             self.stores[node] = fds[0]
             self.store_size = size
+        msg = self.recv()
+        assert msg.type == MSG_CONDITION and msg.seq == 0, \
+            f"expected CONDITION after the STOREs, got type {msg.type}"
+        self.condition = parse_condition(msg)
 
     def close(self):
         for fd in self.stores.values():
@@ -275,6 +291,9 @@ class VmClient(RawClient):
     def sync(self):
         """(messages before the reply, Info) of a GET_INFO round trip.
 
+        CONDITION messages are not among them: the last one is kept in
+        self.condition.
+
         The agent handles a client's messages in order and sends what one
         produces before it reads the next: the messages are everything
         the agent sent this client so far.
@@ -286,7 +305,10 @@ class VmClient(RawClient):
             assert msg is not None, "nuksmd hung up"
             if msg.type == MSG_INFO and msg.seq == self.seq:
                 return messages, parse_info(msg)
-            messages.append(msg)
+            if msg.type == MSG_CONDITION:
+                self.condition = parse_condition(msg)
+            else:
+                messages.append(msg)
 
     def info(self):
         """Info, when the agent has nothing else to say to this client."""

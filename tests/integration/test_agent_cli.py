@@ -53,6 +53,7 @@ def test_status(agent, qtest_vm):
         "pages sharing": "0",
         "pages moved": "0 (0 pending)",
         "orphan pages": "0",
+        "merging": "not held back",
         "store pages": "",
     }
 
@@ -71,6 +72,8 @@ def test_status_json(agent, qtest_vm):
         "moves_pending": 0,
         "orphan_pages": 0,
         "store_pages": [0] * host_nodes(),
+        "conditions": [],
+        "condition_reason": "",
     }
 
 

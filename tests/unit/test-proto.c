@@ -260,6 +260,11 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
         NuksmMsgHome h = home_msg();
         return nuksm_msg_pack(buf, type, seq, &h, sizeof(h));
     }
+    case NUKSM_MSG_CONDITION: {
+        NuksmMsgCondition c = { .conditions = NUKSM_COND_ALL };
+        nuksm_strfield_set(c.reason, sizeof(c.reason), "store full");
+        return nuksm_msg_pack(buf, type, seq, &c, sizeof(c));
+    }
     default:
         g_assert_not_reached();
     }
@@ -830,6 +835,30 @@ static void test_reject_home(void)
     assert_rejected(BUF, size, "bad guest node count");
 }
 
+static void test_reject_condition(void)
+{
+    NuksmMsgCondition c = { .conditions = NUKSM_COND_STORE_FULL };
+    size_t size = nuksm_msg_pack(BUF, NUKSM_MSG_CONDITION, 0, &c, sizeof(c));
+    NuksmMsgInfo i = info_msg();
+
+    assert_valid(BUF, size);
+    c.conditions = NUKSM_COND_ALL + 1;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_CONDITION, 0, &c, sizeof(c));
+    assert_rejected(BUF, size, "unknown condition");
+    c.conditions = 0;
+    c.reserved = 1;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_CONDITION, 0, &c, sizeof(c));
+    assert_rejected(BUF, size, "reserved field");
+    c.reserved = 0;
+    memset(c.reason, 'x', sizeof(c.reason));
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_CONDITION, 0, &c, sizeof(c));
+    assert_rejected(BUF, size, "unterminated string");
+
+    i.conditions = 1u << 31;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_INFO, 0, &i, sizeof(i));
+    assert_rejected(BUF, size, "unknown condition in INFO");
+}
+
 static void test_reject_moves(void)
 {
     for (NuksmMsgType type = NUKSM_MSG_MOVE; type <= NUKSM_MSG_MOVED;
@@ -989,6 +1018,7 @@ int main(int argc, char **argv)
     g_test_add_func("/proto/reject/home", test_reject_home);
     g_test_add_func("/proto/reject/candidates", test_reject_candidates);
     g_test_add_func("/proto/reject/moves", test_reject_moves);
+    g_test_add_func("/proto/reject/condition", test_reject_condition);
     g_test_add_func("/proto/vms-max-entries", test_vms_max_entries);
     g_test_add_func("/proto/policy-names", test_policy_names);
     g_test_add_func("/proto/msg-type-names", test_msg_type_names);

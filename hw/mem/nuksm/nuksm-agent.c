@@ -84,6 +84,9 @@ static void nuksm_agent_disconnect(Nuksm *s, const char *reason)
     close(c->fd);
     c->fd = -1;
     c->ready = false;
+    /* The next agent says what holds then. */
+    c->conditions = 0;
+    g_clear_pointer(&c->condition_reason, g_free);
     nuksm_agent_set_error(s, reason);
     qemu_mutex_lock(&c->tx_lock);
     g_queue_clear_full(&c->tx, g_free);
@@ -277,6 +280,21 @@ static bool nuksm_agent_handle_merge(Nuksm *s, const NuksmMsgHeader *hdr,
     return true;
 }
 
+/* What holds back merging agent-wide: kept for query-nuksm. */
+static void nuksm_agent_handle_condition(Nuksm *s,
+                                         const NuksmMsgCondition *msg)
+{
+    NuksmAgentConn *c = &s->conn;
+
+    if (msg->conditions != c->conditions) {
+        trace_nuksm_agent_condition(nuksm_id(s), msg->conditions,
+                                    msg->reason);
+    }
+    c->conditions = msg->conditions;
+    g_free(c->condition_reason);
+    c->condition_reason = msg->conditions ? g_strdup(msg->reason) : NULL;
+}
+
 static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
                                        int fd)
 {
@@ -343,6 +361,10 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
     }
     if (hdr->type == NUKSM_MSG_POLICY) {
         c->policy = ((const NuksmMsgPolicy *)payload)->policy;
+    }
+    if (hdr->type == NUKSM_MSG_CONDITION && hdr->seq == 0) {
+        nuksm_agent_handle_condition(s, payload);
+        return;
     }
     nuksm_agent_handle_reply(s, hdr, payload);
 }
@@ -536,6 +558,7 @@ void nuksm_agent_cleanup(Nuksm *s)
     g_queue_clear_full(&c->tx, g_free);
     qemu_mutex_destroy(&c->tx_lock);
     g_clear_pointer(&c->last_error, g_free);
+    g_clear_pointer(&c->condition_reason, g_free);
 }
 
 void nuksm_agent_send_priority(Nuksm *s)

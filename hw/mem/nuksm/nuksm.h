@@ -42,6 +42,8 @@ typedef struct NuksmAgentConn {
     uint32_t client_id;         /* from HELLO_ACK */
     uint32_t nr_nodes;          /* from HELLO_ACK */
     int policy;                 /* NuksmPolicyId, -1 until known */
+    uint32_t conditions;        /* NuksmCondition bits the agent reports */
+    char *condition_reason;     /* why, while conditions is not 0 */
     uint32_t next_seq;
     uint32_t epoch;             /* counts completed handshakes */
     QemuMutex tx_lock;          /* the scanner thread posts messages too */

@@ -1,0 +1,94 @@
+/*
+ * nuksmd conditions.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "conditions.h"
+#include "log.h"
+#include "server.h"
+
+/* For logs, by bit number. */
+static const char *const names[] = {
+    [0] = "store full",
+    [1] = "agent memory budget used",
+};
+
+_Static_assert(G_N_ELEMENTS(names) == NUKSM_COND_COUNT, "a name per bit");
+
+static unsigned bit_index(NuksmCondition cond)
+{
+    return __builtin_ctz(cond);
+}
+
+void conditions_describe(const NuksmAgent *agent, char *field, size_t len)
+{
+    g_autoptr(GString) reason = g_string_new(NULL);
+
+    for (unsigned i = 0; i < NUKSM_COND_COUNT; i++) {
+        if (agent->conditions & (1u << i)) {
+            g_string_append_printf(reason, "%s%s", reason->len ? "; " : "",
+                                   agent->condition_reasons[i]);
+        }
+    }
+    nuksm_strfield_set(field, len, reason->str);
+}
+
+void conditions_send(NuksmAgent *agent, NuksmClient *client)
+{
+    NuksmMsgCondition msg = { .conditions = agent->conditions };
+
+    conditions_describe(agent, msg.reason, sizeof(msg.reason));
+    server_send(agent, client, NUKSM_MSG_CONDITION, 0, &msg, sizeof(msg));
+}
+
+static void broadcast(NuksmAgent *agent)
+{
+    for (GList *l = agent->clients.list.head; l; l = l->next) {
+        NuksmClient *client = l->data;
+
+        if (clients_is_vm(client)) {
+            conditions_send(agent, client);
+        }
+    }
+}
+
+void conditions_set(NuksmAgent *agent, NuksmCondition cond,
+                    const char *fmt, ...)
+{
+    unsigned i = bit_index(cond);
+    va_list ap;
+
+    if (agent->conditions & cond) {
+        return;
+    }
+    g_free(agent->condition_reasons[i]);
+    va_start(ap, fmt);
+    agent->condition_reasons[i] = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    agent->conditions |= cond;
+    log_warning("%s: %s; no new merges until it ends", names[i],
+                agent->condition_reasons[i]);
+    broadcast(agent);
+}
+
+void conditions_clear(NuksmAgent *agent, NuksmCondition cond)
+{
+    unsigned i = bit_index(cond);
+
+    if (!(agent->conditions & cond)) {
+        return;
+    }
+    agent->conditions &= ~cond;
+    g_clear_pointer(&agent->condition_reasons[i], g_free);
+    log_info("%s no more: merging resumes", names[i]);
+    broadcast(agent);
+}
+
+void conditions_destroy(NuksmAgent *agent)
+{
+    for (unsigned i = 0; i < G_N_ELEMENTS(agent->condition_reasons); i++) {
+        g_clear_pointer(&agent->condition_reasons[i], g_free);
+    }
+}
