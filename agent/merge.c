@@ -21,7 +21,10 @@
 #include "recovery.h"
 #include "server.h"
 
-/* Candidates remembered per agent: at most 96 MiB of unstable table. */
+/*
+ * Candidates remembered per agent: at most 96 MiB of unstable table, and
+ * at most a quarter of the memory budget, since the table never shrinks.
+ */
 #define UNSTABLE_MAX_ENTRIES (1u << 22)
 
 /* A page index names a page of a 64-bit RAM address space. */
@@ -62,8 +65,10 @@ bool merge_init(NuksmAgent *agent, const char *state_dir,
         slots_init(&agent->slots[n], STORE_SLOTS, gen);
     }
     index_init(&agent->index, seed);
-    unstable_init(&agent->unstable, UNSTABLE_MAX_ENTRIES, seed,
-                  client_alive, agent);
+    unstable_init(&agent->unstable,
+                  MIN(UNSTABLE_MAX_ENTRIES,
+                      agent->memory_max / 4 / sizeof(UnstableEntry)),
+                  seed, client_alive, agent);
     domains_init(&agent->domains, agent->store.secret,
                  sizeof(agent->store.secret));
     ledger_init(agent);

@@ -1,0 +1,310 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Floods and exhaustion: one client cannot take what others need.
+
+Each test plays a misbehaving client with raw sockets against a real
+nuksmd while well-behaved clients merge, and checks the bound that holds
+it back, the agent's memory, and that the others are not disturbed.
+"""
+
+import os
+import socket
+import subprocess
+import traceback
+
+import pytest
+import xxhash
+
+import harness
+from harness import (COND_AGENT_MEMORY, COND_STORE_FULL, ERR_HANDSHAKE,
+                     MSG_GET_POLICY, MSG_MERGE, MSG_UPLOAD_REQ, RawClient,
+                     VmClient, pack, wait_until)
+
+PAGE = harness.NUKSM_PAGE_SIZE
+MIB = 1 << 20
+# Mirrors agent/merge.c and agent/clients.h.
+CLIENT_IN_FLIGHT_MAX = 1 << 16
+CLIENT_HANDSHAKES_PER_UID = 16
+NOBODY = 65534
+
+
+def page(seed):
+    return seed.to_bytes(8, "little") * (PAGE // 8)
+
+
+def digest(data):
+    return xxhash.xxh3_64_intdigest(data)
+
+
+def rss(pid):
+    """Resident memory of a process, bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def status(agent):
+    return harness.ctl_json(agent.sock, "status")
+
+
+def merge_pages(agent, pages, seed, domain="honest", keep=None):
+    """Two clients of @domain merge @pages pages: the number merged.  The
+    clients then leave, and their slots are freed, unless they are added
+    to the list @keep."""
+    data = [page(seed + i) for i in range(pages)]
+    a, b = VmClient(agent.sock, domain), VmClient(agent.sock, domain)
+    try:
+        a.candidates((i, digest(d)) for i, d in enumerate(data))
+        a.info()
+        b.candidates((i, digest(d)) for i, d in enumerate(data))
+        requests = b.take(MSG_UPLOAD_REQ)
+        b.upload(requests, [data[r.page] for r in requests])
+        merged = 0
+        for client in (b, a):
+            refs = client.take(MSG_MERGE)
+            client.merged(refs)
+            client.info()
+            merged += len(refs)
+        return merged // 2
+    finally:
+        if keep is None:
+            a.close()
+            b.close()
+        else:
+            keep += [a, b]
+
+
+def merge_first(client, data):
+    """@client merges two of its pages holding @data: the UPLOAD_REQ."""
+    client.candidates([(0, digest(data)), (1 << 40, digest(data))])
+    requests = client.take(MSG_UPLOAD_REQ)
+    client.upload(requests, [data])
+    client.merged(client.take(MSG_MERGE))
+    client.info()
+    return requests
+
+
+def test_self_pairing_client_never_uploading_is_bounded(agent):
+    """A client that pairs its own candidates and never uploads holds at
+    most CLIENT_IN_FLIGHT_MAX pages in flight; other domains merge on,
+    and the agent answers at once after it leaves."""
+    rss_before = rss(agent.pid)
+    rogue = VmClient(agent.sock, domain="rogue")
+    pairs = 150_000
+    # Pages 2i and 2i+1 share a content: every pair asks for a new slot.
+    rogue.candidates((p, 1_000_000 + p // 2) for p in range(2 * pairs))
+    requests = rogue.take(MSG_UPLOAD_REQ)
+    assert 0 < len(requests) <= CLIENT_IN_FLIGHT_MAX // 2
+    store_pages = sum(status(agent)["store_pages"])
+    assert store_pages == len(requests)
+
+    assert merge_pages(agent, 1000, seed=7) == 1000
+    assert rss(agent.pid) - rss_before < 64 * MIB
+
+    rogue.close()
+    # The rogue's uploads go with its connection; the honest pages stay,
+    # parked while their (this test's) process lives.
+    wait_until(lambda: sum(status(agent)["store_pages"]) == 1000, 10,
+               "the rogue's slots to be freed")
+
+
+def test_candidates_waiting_on_one_slot_are_bounded(agent):
+    """Candidates joining a slot whose upload never comes stop at
+    CLIENT_IN_FLIGHT_MAX; the rest are not even remembered."""
+    rss_before = rss(agent.pid)
+    rogue = VmClient(agent.sock, domain="rogue")
+    rogue.candidates((p, 42) for p in range(300_000))
+    (request,) = rogue.take(MSG_UPLOAD_REQ)
+    assert status(agent)["store_pages"][0] == 1
+    # The pages are in flight: each one costs a table entry, no more.
+    assert rss(agent.pid) - rss_before < 64 * MIB
+    assert merge_pages(agent, 500, seed=9) == 500
+    rogue.close()
+
+
+def test_client_not_reading_costs_at_most_its_queue(agent):
+    """Requests whose small replies are never read: the client is
+    disconnected once its queue, counted with its overhead, passes 8 MiB,
+    and the memory goes back once it is gone."""
+    merge_pages(agent, 10, seed=500_000)  # warm up the agent's heap
+    rss_before = rss(agent.pid)
+    hogs = []
+    for _ in range(3):
+        hog = RawClient(agent.sock, timeout=0.5)
+        hog.request(harness.MSG_HELLO, 1, harness.hello())
+        request = pack(MSG_GET_POLICY, 2)
+        try:
+            for _ in range(200_000):
+                hog.send(request)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            pass
+        hogs.append(hog)
+    wait_until(lambda: status(agent)["vms"] == 0 and
+               "does not read its messages" in agent.log_text(), 10,
+               "the hogs to be disconnected")
+    assert agent.log_text().count("does not read its messages") == 3
+    for hog in hogs:
+        hog.close()
+    wait_until(lambda: rss(agent.pid) - rss_before < 16 * MIB, 10,
+               "the agent to give the queues' memory back")
+    assert merge_pages(agent, 100, seed=5) == 100
+
+
+def silent_connections(sock, count):
+    """In a child running as nobody: connect @count times, send nothing.
+    Returns the child, which prints how many connections were refused at
+    once and waits for a line on stdin before closing them."""
+    code = f"""
+import os, socket, sys
+os.setgid({NOBODY}); os.setuid({NOBODY})
+socks, refused = [], 0
+for _ in range({count}):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect({str(sock)!r})
+    s.settimeout(0.2)
+    try:
+        if s.recv(65536):
+            refused += 1
+    except TimeoutError:
+        pass
+    socks.append(s)
+print(refused, flush=True)
+for s in socks:
+    s.settimeout(15)
+closed = 0
+for s in socks:
+    try:
+        while s.recv(65536):
+            pass
+    except OSError:
+        pass
+    closed += 1
+print(closed, flush=True)
+sys.stdin.readline()
+"""
+    return subprocess.Popen(["/usr/bin/python3", "-c", code],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, preexec_fn=harness.die_with_parent)
+
+
+def test_silent_connections_time_out(agent):
+    """Connections that never send HELLO: one uid holds at most 16 at a
+    time, each for 5 s; VMs and root's nuksmctl get in meanwhile."""
+    # Let nobody reach the socket (mkdtemp made its directory 0700).
+    os.chmod(agent.sock.parent, 0o711)
+    os.chmod(agent.sock, 0o666)
+    child = silent_connections(agent.sock, 40)
+    try:
+        refused = int(child.stdout.readline())
+        assert refused == 40 - CLIENT_HANDSHAKES_PER_UID
+        # Others are served while the silent ones hang on.
+        assert status(agent)["vms"] == 0
+        vm = VmClient(agent.sock)
+        vm.close()
+        closed = int(child.stdout.readline())
+        assert closed == 40
+        assert agent.log_text().count("no HELLO within 5 s") == \
+            CLIENT_HANDSHAKES_PER_UID
+        assert "awaiting their HELLO" in agent.log_text()
+    finally:
+        child.communicate("\n", timeout=30)
+    assert status(agent)["vms"] == 0
+
+
+@pytest.fixture
+def small_tmpfs(workdir):
+    """A 1 MiB tmpfs, unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    path = workdir / "small"
+    path.mkdir(mode=0o700)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700",
+                    "nuksm-test", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def test_store_full_is_one_visible_condition(start_agent, small_tmpfs):
+    """A store on a full tmpfs: one condition, visible in nuksmctl and to
+    the VMs, logged once; merging resumes when room comes back."""
+    agent = start_agent(args=["--socket", small_tmpfs.parent / "nuksmd.sock",
+                              "--state-dir", small_tmpfs / "state"],
+                        state_dir=False)
+    watcher = VmClient(agent.sock, domain="other")
+    assert watcher.condition.bits == 0
+
+    merged, holders = 0, []
+    for round_ in range(4):
+        merged += merge_pages(agent, 400, seed=10_000 * (round_ + 1),
+                              keep=holders)
+    assert merged < 4 * 400
+    st = status(agent)
+    assert st["conditions"] == ["store-full"]
+    assert "cannot write to the store" in st["condition_reason"]
+    watcher.info()
+    assert watcher.condition.bits == COND_STORE_FULL
+    assert agent.log_text().count("store full:") == 1
+
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_tmpfs)],
+                   check=True)
+    wait_until(lambda: merge_pages(agent, 50, seed=99_000 + merged) == 50,
+               30, "merging to resume once the store has room")
+    assert status(agent)["conditions"] == []
+    watcher.info()
+    assert watcher.condition.bits == 0
+    assert "store full no more" in agent.log_text()
+    for client in [watcher, *holders]:
+        client.close()
+
+
+def in_child(fn):
+    """Run @fn in a forked child, which then exits: the agent drops what
+    its connections held once the process is gone."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            fn()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    _, status_ = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status_) == 0, "the child failed"
+
+
+def test_memory_budget_holds_back_candidates(start_agent):
+    """Past --memory-max no candidate is taken, which nuksmctl and the VMs
+    see; once the flood's process is gone, merging resumes."""
+    agent = start_agent("--memory-max", "16")
+    watcher = VmClient(agent.sock, domain="other")
+
+    def flood():
+        client = VmClient(agent.sock, domain="rogue")
+        # Each round joins 65536 more pages to one slot: references pile.
+        merge_first(client, page(77))
+        for round_ in range(64):
+            first = 1 + round_ * CLIENT_IN_FLIGHT_MAX
+            client.candidates((p, digest(page(77))) for p in
+                              range(first, first + CLIENT_IN_FLIGHT_MAX))
+            client.merged(client.take(MSG_MERGE))
+            client.info()
+            if status(agent)["conditions"]:
+                break
+        st = status(agent)
+        assert st["conditions"] == ["agent-memory"]
+        assert "--memory-max" in st["condition_reason"]
+        watcher.info()
+        assert watcher.condition.bits == COND_AGENT_MEMORY
+        assert merge_pages(agent, 10, seed=1) == 0
+    in_child(flood)
+
+    wait_until(lambda: merge_pages(agent, 10, seed=2) == 10, 30,
+               "merging to resume once the flood is gone")
+    assert status(agent)["conditions"] == []
+    assert agent.log_text().count("agent memory budget used:") == 1
+    watcher.close()
