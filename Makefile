@@ -6,6 +6,8 @@
 #   make bench      ... and benchmark nuksm against kernel KSM (root,
 #                   about 20 minutes; docs/benchmarks.rst)
 #   make bench-quick  the same, smaller and fewer workloads (< 3 minutes)
+#   make soak       ... and churn eight VMs for SOAK_SECONDS (default 1800)
+#                   while the agent is killed again and again
 #
 # Entry points after a build: build/bin/{qemu-system-x86_64,nuksmd,nuksmctl}
 #
@@ -87,6 +89,15 @@ clean: clean-numa-lab
 .PHONY: clean-numa-lab
 clean-numa-lab:
 	rm -rf $(BUILD)/numa-lab
+
+# Soak (tests/integration/test_soak.py): eight VMs churning while the
+# agent is killed again and again; make check runs it for a minute.
+SOAK_SECONDS ?= 1800
+.PHONY: soak
+soak: all
+	@echo "==> soak: $(SOAK_SECONDS) s of churn, agent kills, stopped VMs"
+	@NUKSM_SOAK_SECONDS=$(SOAK_SECONDS) $(VENV)/bin/python -m pytest -s \
+	    tests/integration/test_soak.py
 
 # Benchmarks against kernel KSM (docs/benchmarks.rst): root, since KSM's
 # settings are global (they are restored).  Results in bench/results/.

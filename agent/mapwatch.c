@@ -6,11 +6,13 @@
  */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include "mapwatch.h"
 
@@ -54,10 +56,12 @@ static bool scan_process(pid_t pid, const struct stat *files,
                 m.dev_major == major(files[i].st_dev) &&
                 m.dev_minor == minor(files[i].st_dev)) {
                 SlotRange r = {
+                    .pid = pid,
                     .file = i,
                     .first = m.offset / page_size,
                     .end = m.offset / page_size +
                            (m.end - m.start) / page_size,
+                    .addr = m.start,
                 };
 
                 g_array_append_val(ranges, r);
@@ -71,36 +75,6 @@ static bool scan_process(pid_t pid, const struct stat *files,
     return ok;
 }
 
-static gint compare_ranges(gconstpointer a, gconstpointer b)
-{
-    const SlotRange *x = a, *y = b;
-
-    if (x->file != y->file) {
-        return x->file < y->file ? -1 : 1;
-    }
-    return x->first < y->first ? -1 : x->first > y->first;
-}
-
-/* Sort @ranges and merge those that overlap or touch. */
-static void normalise(GArray *ranges)
-{
-    guint out = 0;
-
-    g_array_sort(ranges, compare_ranges);
-    for (guint i = 0; i < ranges->len; i++) {
-        SlotRange *r = &g_array_index(ranges, SlotRange, i);
-        SlotRange *last = out ? &g_array_index(ranges, SlotRange, out - 1)
-                              : NULL;
-
-        if (last && last->file == r->file && r->first <= last->end) {
-            last->end = MAX(last->end, r->end);
-        } else {
-            g_array_index(ranges, SlotRange, out++) = *r;
-        }
-    }
-    g_array_set_size(ranges, out);
-}
-
 bool mapwatch_scan(const struct stat *files, uint32_t nr_files,
                    uint32_t page_size, const pid_t *pids, guint nr_pids,
                    GArray *ranges)
@@ -111,31 +85,36 @@ bool mapwatch_scan(const struct stat *files, uint32_t nr_files,
         complete &= scan_process(pids[i], files, nr_files, page_size,
                                  ranges);
     }
-    normalise(ranges);
     return complete;
 }
 
-bool mapwatch_covers(const GArray *ranges, uint32_t file, uint32_t slot)
-{
-    guint lo = 0, hi = ranges->len;
-    const SlotRange *r;
+/* Bits of a /proc/<pid>/pagemap entry (Documentation/admin-guide/mm). */
+#define PM_PRESENT (1ull << 63)
+#define PM_SWAPPED (1ull << 62)
+#define PM_FILE    (1ull << 61)
 
+bool mapwatch_reads_slot(const SlotRange *r, uint32_t slot,
+                         uint32_t page_size)
+{
+    g_autofree char *path = g_strdup_printf("/proc/%ld/pagemap",
+                                            (long)r->pid);
+    uint64_t addr = r->addr + (uint64_t)(slot - r->first) * page_size;
+    uint64_t pm;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    bool ok;
+
+    if (fd < 0) {
+        return true;
+    }
+    ok = pread(fd, &pm, sizeof(pm), addr / page_size * sizeof(pm)) ==
+         sizeof(pm);
+    close(fd);
+    if (!ok) {
+        return true;
+    }
     /*
-     * The last range starting at or before (file, slot) is the only one
-     * that can hold it: they do not overlap.
+     * A present page that is not the file's, or one in swap, is the
+     * process's own copy; a page not faulted in yet would read the slot.
      */
-    while (lo < hi) {
-        guint mid = lo + (hi - lo) / 2;
-        r = &g_array_index(ranges, SlotRange, mid);
-        if (r->file < file || (r->file == file && r->first <= slot)) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    if (!lo) {
-        return false;
-    }
-    r = &g_array_index(ranges, SlotRange, lo - 1);
-    return r->file == file && slot < r->end;
+    return !(pm & PM_SWAPPED) && (!(pm & PM_PRESENT) || (pm & PM_FILE));
 }

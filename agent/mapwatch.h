@@ -1,6 +1,6 @@
 /*
  * nuksmd map watch: which store slots live processes map, read from
- * /proc/<pid>/maps.
+ * /proc/<pid>/maps and /proc/<pid>/pagemap.
  *
  * A VM maps a merged page as a private mapping of its slot over guest
  * RAM (QEMU's own read-only view of the whole store is a shared mapping,
@@ -8,6 +8,11 @@
  * keep its content, whatever the agent knows of that process: after an
  * agent restart, a stopped or slow VM has not restored its pages yet.
  * The kernel's view is the only one no client can lie about.
+ *
+ * A mapping outlives the sharing of its page: after copy-on-write the
+ * page is the process's own (anonymous) and the slot is no longer read
+ * through it, though the mapping still names the slot.  The page's
+ * pagemap entry tells the two apart.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -23,11 +28,16 @@
 
 #include <glib.h>
 
-/* Slots [first, end) of store file @file, mapped privately somewhere. */
+/*
+ * A private mapping of store file @file by process @pid: its slots
+ * [first, end), the first at address @addr.
+ */
 typedef struct SlotRange {
+    pid_t pid;
     uint32_t file;
     uint32_t first;
     uint32_t end;
+    uint64_t addr;
 } SlotRange;
 
 /* One line of /proc/<pid>/maps. */
@@ -43,16 +53,21 @@ typedef struct MapsLine {
 bool mapwatch_parse_line(const char *line, MapsLine *out);
 
 /*
- * Append to @ranges (of SlotRange) the slots of the files of @files
- * (index = SlotRange.file) that the processes @pids map privately,
- * @page_size bytes a slot, then sort them.  False if the mappings of one
- * of them that lives could not be read: @ranges is then incomplete.
+ * Append to @ranges (of SlotRange) the private mappings of the files
+ * @files (index = SlotRange.file) that the processes @pids have,
+ * @page_size bytes a slot.  False if the mappings of one of them that
+ * lives could not be read: @ranges is then incomplete.
  */
 bool mapwatch_scan(const struct stat *files, uint32_t nr_files,
                    uint32_t page_size, const pid_t *pids, guint nr_pids,
                    GArray *ranges);
 
-/* True if slot @slot of @file lies in @ranges, as mapwatch_scan() left it. */
-bool mapwatch_covers(const GArray *ranges, uint32_t file, uint32_t slot);
+/*
+ * Whether the page of @r's process that maps slot @slot (inside @r)
+ * still reads the slot: false once copy-on-write made it the process's
+ * own.  True whenever that cannot be told.
+ */
+bool mapwatch_reads_slot(const SlotRange *r, uint32_t slot,
+                         uint32_t page_size);
 
 #endif /* NUKSMD_MAPWATCH_H */

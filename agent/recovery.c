@@ -15,11 +15,32 @@
 #include "recovery.h"
 #include "server.h"
 
-/* Free the orphans no process maps; false if that cannot be told. */
+/*
+ * Mark in @used (a set of SlotIds) the orphans that the page @r maps
+ * still reads.
+ */
+static void mark_used_orphans(NuksmAgent *agent, const SlotRange *r,
+                              GHashTable *used)
+{
+    SlotTable *t = &agent->slots[r->file];
+
+    for (uint32_t s = r->first; s < MIN(r->end, t->top); s++) {
+        SlotId id = slot_id(r->file, s);
+
+        if (slots_in_use(t, s) && slots_get(t, s)->state == SLOT_ORPHAN &&
+            !g_hash_table_contains(used, GUINT_TO_POINTER(id)) &&
+            mapwatch_reads_slot(r, s, NUKSM_PAGE_SIZE)) {
+            g_hash_table_add(used, GUINT_TO_POINTER(id));
+        }
+    }
+}
+
+/* Free the orphans no process reads; false if that cannot be told. */
 static bool reap_orphans(NuksmAgent *agent, uint64_t *freed)
 {
     g_autoptr(GArray) mapped = g_array_new(FALSE, FALSE, sizeof(SlotRange));
     g_autoptr(GArray) pids = mappers_live(&agent->mappers);
+    g_autoptr(GHashTable) used = g_hash_table_new(NULL, NULL);
     struct stat files[NUKSM_MAX_NODES];
 
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
@@ -31,13 +52,17 @@ static bool reap_orphans(NuksmAgent *agent, uint64_t *freed)
                        (pid_t *)pids->data, pids->len, mapped)) {
         return false;
     }
+    for (guint i = 0; i < mapped->len; i++) {
+        mark_used_orphans(agent, &g_array_index(mapped, SlotRange, i), used);
+    }
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
         SlotTable *t = &agent->slots[n];
 
         for (uint32_t s = 0; s < t->top; s++) {
             if (slots_in_use(t, s) &&
                 slots_get(t, s)->state == SLOT_ORPHAN &&
-                !mapwatch_covers(mapped, n, s)) {
+                !g_hash_table_contains(used,
+                                       GUINT_TO_POINTER(slot_id(n, s)))) {
                 ledger_free(agent, slot_id(n, s));
                 (*freed)++;
             }
@@ -70,12 +95,12 @@ static gboolean on_orphan_timer(gpointer opaque)
     }
     if (freed) {
         log_info("freed %" PRIu64 " orphan store page%s that no process "
-                 "maps", freed, freed == 1 ? "" : "s");
+                 "reads", freed, freed == 1 ? "" : "s");
     }
     if (agent->orphan_pages != agent->orphans_logged) {
         if (agent->orphan_pages) {
             log_info("keeping %" PRIu64 " orphan store page%s that live "
-                     "processes still map without a reference: looking "
+                     "processes still read without a reference: looking "
                      "again every %u s", agent->orphan_pages,
                      agent->orphan_pages == 1 ? "" : "s",
                      ORPHAN_RECHECK_SECONDS);

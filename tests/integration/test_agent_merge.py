@@ -856,7 +856,7 @@ def test_restart_restores_merged_pages(start_agent, vms):
     assert not slot_has_data(agent, lost_ref.slot)
     assert slot_has_data(agent, kept_ref.slot)
     assert a.read_slot(kept_ref.node, kept_ref.slot) == kept
-    assert "freed 1 orphan store page that no process maps" in \
+    assert "freed 1 orphan store page that no process reads" in \
         agent.log_text()
 
     # Too late for it now.

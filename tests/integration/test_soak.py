@@ -1,0 +1,214 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Soak: many VMs churning while the agent is killed again and again.
+
+Eight qtest VMs hold pages drawn from a small pool of contents, so that
+they merge with each other and within themselves.  The test keeps a model
+of every page and, for NUKSM_SOAK_SECONDS (default 60; `make soak` runs
+longer), rewrites pages with new or the same content (copy-on-write,
+rewrites), SIGKILLs and restarts the agent, keeps some VMs SIGSTOPped
+across restarts for longer than the restore grace, and SIGKILLs one VM.
+The last third of the run churns on without kills.  At the end every page
+of every VM must equal its model, the store must hold exactly the pages
+that VMs reference, and the last agent's memory must not have grown over
+that third.  A summary goes to $BUILD/soak.json.
+"""
+
+import base64
+import json
+import os
+import random
+import signal
+import time
+
+import harness
+from harness import Qtest, wait_until
+
+PAGE = 4096
+MIB = 1 << 20
+VMS = 8
+REGION_AT = 64 * MIB       # the pages under test, in each VM
+REGION_PAGES = 2048        # 8 MiB each
+POOL = 48                  # distinct contents
+CHURN_PAGES = 96           # pages rewritten per step
+RESTART_EVERY = 20         # steps between two agent kills
+GRACE = 1                  # --restore-grace of the agents, seconds
+
+
+def content(index):
+    """Page content number @index of the pool."""
+    return random.Random(index).randbytes(PAGE)
+
+
+def rss(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def status(agent):
+    return harness.ctl_json(agent.sock, "status")
+
+
+class Guest:
+    """A VM, its qtest connection and the model of its pages."""
+
+    def __init__(self, vm, rng):
+        self.vm = vm
+        self.qtest = Qtest(vm.qtest_path)
+        self.model = [rng.randrange(POOL) for _ in range(REGION_PAGES)]
+        self.stopped = False
+        self.alive = True
+
+    def write(self, pages, rng, fresh):
+        """Write pool contents to @pages; with @fresh, contents they may
+        not have had (copy-on-write), else their own (a rewrite)."""
+        for p in pages:
+            if fresh:
+                self.model[p] = rng.randrange(POOL)
+            data = base64.b64encode(content(self.model[p])).decode()
+            self.qtest.command(f"b64write {REGION_AT + p * PAGE:#x} "
+                               f"{PAGE:#x} {data}")
+
+    def check(self):
+        """Read every page back: the number of pages checked."""
+        chunk = 256
+        for first in range(0, REGION_PAGES, chunk):
+            reply = self.qtest.command(f"b64read "
+                                       f"{REGION_AT + first * PAGE:#x} "
+                                       f"{chunk * PAGE:#x}")
+            data = base64.b64decode(reply.split()[1])
+            for i in range(chunk):
+                got = data[i * PAGE:(i + 1) * PAGE]
+                assert got == content(self.model[first + i]), \
+                    f"{self.vm.name}: page {first + i} differs from its model"
+        return REGION_PAGES
+
+    def stop(self):
+        os.kill(self.vm.pid, signal.SIGSTOP)
+        self.stopped = True
+
+    def cont(self):
+        os.kill(self.vm.pid, signal.SIGCONT)
+        self.stopped = False
+
+
+def settled(agent, guests):
+    """Merging has caught up: no orphan, every slot referenced, and the
+    VMs' merged pages add up to the agent's references."""
+    st = status(agent)
+    merged = sum(g.vm.nuksm()["merged-pages"] - g.vm.nuksm()["zero-pages"]
+                 for g in guests if g.alive)
+    return (st["orphan_pages"] == 0 and
+            sum(st["store_pages"]) == st["pages_shared"] and
+            merged == st["pages_shared"] + st["pages_sharing"])
+
+
+def store_data_pages(state_dir):
+    """Pages that hold data in the store files (not holes)."""
+    pages = 0
+    for path in state_dir.glob("store-node*"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            pos = 0
+            while True:
+                try:
+                    data = os.lseek(fd, pos, os.SEEK_DATA)
+                except OSError:
+                    break
+                hole = os.lseek(fd, data, os.SEEK_HOLE)
+                pages += (hole - data) // PAGE
+                pos = hole
+        finally:
+            os.close(fd)
+    return pages
+
+
+def test_soak(start_agent, qtest_vm):
+    seconds = float(os.environ.get("NUKSM_SOAK_SECONDS", "60"))
+    rng = random.Random(int(os.environ.get("NUKSM_SOAK_SEED", "1")))
+    agent = start_agent("--restore-grace", str(GRACE))
+    guests = []
+    for i in range(VMS):
+        vm = qtest_vm(f"soak{i}", agent=agent.sock, max_cpu=100)
+        guests.append(Guest(vm, rng))
+    for g in guests:
+        g.write(range(REGION_PAGES), rng, fresh=False)
+        g.vm.wait_state("active")
+    wait_until(lambda: status(agent)["pages_sharing"] > REGION_PAGES, 120,
+               "the first merges")
+    wait_until(lambda: settled(agent, guests), 120, "merging to settle")
+
+    summary = {"seconds": seconds, "vms": VMS, "agent_kills": 0,
+               "vms_stopped_across_restarts": 0, "vm_kills": 0,
+               "pages_written": 0, "pages_checked": 0}
+    start = time.monotonic()
+    step = 0
+    rss_calm = None
+    while time.monotonic() - start < seconds:
+        step += 1
+        calm = time.monotonic() - start > seconds * 2 / 3
+        if calm and rss_calm is None:
+            # From here on the same agent runs to the end.
+            for g in guests:
+                if g.stopped:
+                    g.cont()
+            wait_until(lambda: settled(agent, [g for g in guests
+                                               if g.alive]),
+                       120, "merging to settle")
+            rss_calm = rss(agent.pid)
+        running = [g for g in guests if g.alive and not g.stopped]
+        g = rng.choice(running)
+        pages = rng.sample(range(REGION_PAGES), CHURN_PAGES)
+        g.write(pages, rng, fresh=rng.random() < 0.7)
+        summary["pages_written"] += CHURN_PAGES
+
+        if step % RESTART_EVERY == 0 and not calm:
+            # Some VMs sleep through the restart and its grace period.
+            sleepers = rng.sample(running, rng.randrange(0, 3))
+            for s in sleepers:
+                s.stop()
+            agent.kill()
+            log_before = len(agent.log_text())
+            agent.start()
+            summary["agent_kills"] += 1
+            summary["vms_stopped_across_restarts"] += len(sleepers)
+            for r in running:
+                if r not in sleepers:
+                    r.vm.wait_state("active")
+            if sleepers:
+                # The new agent looked at who maps its orphans, after the
+                # grace period, and the sleepers' pages were still there.
+                wait_until(lambda: status(agent)["orphan_pages"] == 0 or
+                           "keeping" in agent.log_text()[log_before:],
+                           10 + GRACE, "the new agent's look at orphans")
+            for s in sleepers:
+                s.cont()
+        if not summary["vm_kills"] and (step > 3 * RESTART_EVERY or calm):
+            victim = rng.choice([g for g in running if not g.stopped])
+            victim.vm.kill()
+            victim.alive = False
+            summary["vm_kills"] += 1
+
+    for g in guests:
+        if g.stopped:
+            g.cont()
+    live = [g for g in guests if g.alive]
+    for g in live:
+        g.vm.wait_state("active")
+    wait_until(lambda: settled(agent, live), 120, "merging to settle")
+    for g in live:
+        summary["pages_checked"] += g.check()
+    st = status(agent)
+    assert store_data_pages(agent.state_dir) == sum(st["store_pages"])
+    summary["agent_rss_calm"] = rss_calm
+    summary["agent_rss_last"] = rss(agent.pid)
+    summary["pages_shared"] = st["pages_shared"]
+    summary["pages_sharing"] = st["pages_sharing"]
+    (harness.BUILD / "soak.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary))
+    assert summary["agent_kills"] >= 2 and summary["vm_kills"] == 1
+    assert summary["agent_rss_last"] <= rss_calm + 8 * MIB
+    for g in live:
+        g.qtest.close()
