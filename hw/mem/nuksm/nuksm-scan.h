@@ -20,8 +20,7 @@ enum {
     NUKSM_PAGE_ZERO     = 1 << 2,  /* dropped as a zero page */
     NUKSM_PAGE_REMAPPED = 1 << 3,  /* mapped from a store file, maybe COWed */
     NUKSM_PAGE_OFFERED  = 1 << 4,  /* sent to the agent as a candidate */
-    NUKSM_PAGE_HELD     = 1 << 5,  /* merge refused by the mapping budget:
-                                    * not offered until merging resumes */
+    NUKSM_PAGE_HELD     = 1 << 5,  /* refused for lack of mappings */
 };
 
 /* Pages per region of NuksmBlockState.refs. */
