@@ -195,7 +195,8 @@ static void nuksm_maps_resume(NuksmScanner *sc)
 void nuksm_maps_tick(NuksmScanner *sc, bool force)
 {
     int64_t now = get_clock();
-    int64_t period = MIN(MAX(sc->maps.counted * NUKSM_MAPS_COUNT_NS_PER_MAP,
+    int64_t period = MIN(MAX((int64_t)sc->maps.counted *
+                             NUKSM_MAPS_COUNT_NS_PER_MAP,
                              NUKSM_MAPS_COUNT_MIN_NS),
                          NUKSM_MAPS_COUNT_MAX_NS);
     uint64_t budget;
