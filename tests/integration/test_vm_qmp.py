@@ -174,6 +174,10 @@ def test_info_nuksm(agent, qtest_vm):
                         lines[3]), lines[3]
     assert re.fullmatch(r"  hotness dirty-log, window 1000 ms, \d+ samples, "
                         r"\d+ pages written in the last", lines[4]), lines[4]
+    limit = int(open("/proc/sys/vm/max_map_count").read())
+    budget = limit - max(4096, limit // 10)
+    assert re.fullmatch(rf"  mappings \d+, budget {budget} of "
+                        rf"vm.max_map_count {limit}", lines[5]), lines[5]
     assert "  excluded pc.bios (256 KiB): rom" in lines
 
 

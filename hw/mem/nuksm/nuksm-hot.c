@@ -74,7 +74,7 @@ static void nuksm_hot_tick(void *opaque)
         h->samples++;
         h->hot_pages = hot;
         trace_nuksm_hot_sample(nuksm_id(s), h->samples, hot);
-    } else if (s->hot_window_ms && nuksm_state(s) == NUKSM_STATE_ACTIVE) {
+    } else if (s->hot_window_ms && nuksm_is_running(s)) {
         Error *err = NULL;
 
         if (memory_global_dirty_log_start(GLOBAL_DIRTY_NUKSM, &err)) {

@@ -297,8 +297,23 @@ void nuksm_merge_forget(NuksmScanner *sc, NuksmBlockState *bs, uint64_t idx,
 }
 
 /*
+ * Refuse a run for lack of mappings: the agent forgets it (FAILED), and
+ * the scanner holds the pages back until merging resumes (nuksm-maps.c).
+ */
+static void nuksm_merge_hold(NuksmBlockState *bs, uint64_t idx,
+                             NuksmSlotRef *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        r[i].status = NUKSM_STATUS_FAILED;
+        bs->flags[idx + i] &= ~NUKSM_PAGE_OFFERED;
+        bs->flags[idx + i] |= NUKSM_PAGE_HELD;
+    }
+}
+
+/*
  * Commit one run: @n entries of @r naming consecutive pages of one block
- * and consecutive slots of one node.  Fills in each entry's status.
+ * and consecutive slots of one node, if the mapping budget allows.
+ * Fills in each entry's status.
  */
 static void nuksm_merge_run(NuksmScanner *sc, RAMBlock *rb,
                             NuksmBlockState *bs, uint64_t idx,
@@ -306,8 +321,15 @@ static void nuksm_merge_run(NuksmScanner *sc, RAMBlock *rb,
 {
     bool merged[NUKSM_MERGE_MAX_RUN];
     NuksmStore *st = &sc->stores[r->node];
+    int64_t edges;
     int err;
 
+    if (!nuksm_maps_afford(sc, nuksm_maps_cost(bs, idx, n, false, r->node,
+                                               r->slot), n)) {
+        nuksm_merge_hold(bs, idx, r, n);
+        return;
+    }
+    edges = nuksm_maps_window(bs, idx, n);
     nuksm_remap_merge_run(sc->uffd, rb->host + idx * NUKSM_PAGE_SIZE, n,
                           st->fd, st->map, r->slot,
                           qatomic_read(&sc->s->commit_delay_us), merged,
@@ -319,12 +341,17 @@ static void nuksm_merge_run(NuksmScanner *sc, RAMBlock *rb,
         if (merged[i]) {
             r[i].status = NUKSM_STATUS_MERGED;
             nuksm_merge_remember(sc, bs, idx + i, &r[i]);
+        } else if (err == ENOMEM) {
+            nuksm_merge_hold(bs, idx + i, &r[i], 1);
         } else {
-            r[i].status = err == ENOMEM ? NUKSM_STATUS_FAILED :
-                                          NUKSM_STATUS_CHANGED;
+            r[i].status = NUKSM_STATUS_CHANGED;
             /* The agent forgets it: offer it again when stable. */
             bs->flags[idx + i] &= ~NUKSM_PAGE_OFFERED;
         }
+    }
+    nuksm_maps_account(sc, nuksm_maps_window(bs, idx, n) - edges);
+    if (err == ENOMEM) {
+        nuksm_maps_exhausted(sc);
     }
 }
 
@@ -344,15 +371,25 @@ static size_t nuksm_merge_run_length(NuksmScanner *sc, NuksmBlockState *bs,
     return nuksm_merge_slot_valid(sc, r, n) ? n : 0;
 }
 
+/* A run of a MERGE batch: @n entries from @first on. */
+typedef struct NuksmMergeRun {
+    size_t first, n;
+    RAMBlock *rb;
+    NuksmBlockState *bs;
+    uint64_t idx;
+} NuksmMergeRun;
+
 static void nuksm_merge_merge(NuksmScanner *sc, NuksmWork *w)
 {
     const NuksmMsgBatch *b = (const NuksmMsgBatch *)w->payload;
     g_autofree NuksmSlotRef *r = g_memdup2(b + 1,
                                            b->count * sizeof(NuksmSlotRef));
-    size_t i = 0;
+    g_autofree NuksmMergeRun *runs = g_new(NuksmMergeRun, b->count);
+    size_t i = 0, nr_runs = 0;
 
     RCU_READ_LOCK_GUARD();
     qemu_mutex_lock(&sc->page_lock);
+    nuksm_maps_tick(sc, false);
     while (i < b->count) {
         NuksmBlockState *bs;
         RAMBlock *rb;
@@ -372,8 +409,27 @@ static void nuksm_merge_merge(NuksmScanner *sc, NuksmWork *w)
             r[i++].status = NUKSM_STATUS_GONE;
             continue;
         }
-        nuksm_merge_run(sc, rb, bs, idx, &r[i], n);
+        runs[nr_runs++] = (NuksmMergeRun) { i, n, rb, bs, idx };
         i += n;
+    }
+    /*
+     * Runs that cost no mapping (they continue or join runs already
+     * mapped) first, then the others while the mapping budget lasts.
+     */
+    for (size_t k = 0; k < nr_runs; k++) {
+        NuksmMergeRun *m = &runs[k];
+
+        if (nuksm_maps_cost(m->bs, m->idx, m->n, false, r[m->first].node,
+                            r[m->first].slot) <= 0) {
+            nuksm_merge_run(sc, m->rb, m->bs, m->idx, &r[m->first], m->n);
+            m->n = 0;
+        }
+    }
+    for (size_t k = 0; k < nr_runs; k++) {
+        if (runs[k].n) {
+            nuksm_merge_run(sc, runs[k].rb, runs[k].bs, runs[k].idx,
+                            &r[runs[k].first], runs[k].n);
+        }
     }
     qemu_mutex_unlock(&sc->page_lock);
     nuksm_merge_post_refs(sc, w->epoch, NUKSM_MSG_MERGED, r, b->count);
@@ -434,6 +490,7 @@ static void nuksm_merge_move(NuksmScanner *sc, NuksmWork *w)
         NuksmBlockState *bs;
         RAMBlock *rb;
         uint64_t idx;
+        int64_t edges;
         size_t n;
         int err;
 
@@ -444,11 +501,22 @@ static void nuksm_merge_move(NuksmScanner *sc, NuksmWork *w)
         }
         n = sc->uffd < 0 ? 0 :
             nuksm_merge_move_run_length(sc, bs, idx, &m[i], b->count - i);
+        if (n && !nuksm_maps_afford(sc, nuksm_maps_cost(bs, idx, n, false,
+                                                        m[i].to.node,
+                                                        m[i].to.slot), 0)) {
+            /* Out of mappings: the pages stay where they are. */
+            for (size_t k = 0; k < n; k++) {
+                m[i + k].to.status = NUKSM_STATUS_FAILED;
+            }
+            i += n;
+            continue;
+        }
         if (!n) {
             /* Stepped aside, or no store to move to: the page stays. */
             m[i++].to.status = NUKSM_STATUS_FAILED;
             continue;
         }
+        edges = nuksm_maps_window(bs, idx, n);
         nuksm_remap_merge_run(sc->uffd, rb->host + idx * NUKSM_PAGE_SIZE, n,
                               sc->stores[m[i].to.node].fd,
                               sc->stores[m[i].to.node].map, m[i].to.slot,
@@ -462,6 +530,10 @@ static void nuksm_merge_move(NuksmScanner *sc, NuksmWork *w)
                 m[i + k].to.status = err == ENOMEM ? NUKSM_STATUS_FAILED :
                                                      NUKSM_STATUS_CHANGED;
             }
+        }
+        nuksm_maps_account(sc, nuksm_maps_window(bs, idx, n) - edges);
+        if (err == ENOMEM) {
+            nuksm_maps_exhausted(sc);
         }
         i += n;
     }
@@ -567,6 +639,7 @@ bool nuksm_scanner_discard(NuksmScanner *sc, RAMBlock *rb, void *host,
     uint64_t count = len / NUKSM_PAGE_SIZE;
     NuksmBlockState *bs;
     bool remapped = false;
+    int64_t edges;
     int ret;
 
     qemu_mutex_lock(&sc->page_lock);
@@ -578,6 +651,8 @@ bool nuksm_scanner_discard(NuksmScanner *sc, RAMBlock *rb, void *host,
         qemu_mutex_unlock(&sc->page_lock);
         return false;
     }
+    count = MIN(count, bs->nr_pages - first);
+    edges = nuksm_maps_window(bs, first, count);
     ret = nuksm_remap_anonymous(sc->uffd, host, len);
     if (ret < 0) {
         error_report("nuksm: cannot restore anonymous memory over a "
@@ -598,6 +673,8 @@ bool nuksm_scanner_discard(NuksmScanner *sc, RAMBlock *rb, void *host,
         *flags = 0;
         bs->digest[first + i] = 0;
     }
+    /* The anonymous mapping gives back the mappings it replaced. */
+    nuksm_maps_account(sc, nuksm_maps_window(bs, first, count) - edges);
     qemu_mutex_lock(&sc->lock);
     nuksm_scan_flush_unmerged(sc, sc->epoch);
     qemu_mutex_unlock(&sc->lock);

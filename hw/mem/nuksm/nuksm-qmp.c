@@ -116,6 +116,7 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
         if (i->agent_error) {
             monitor_printf(mon, "  agent error: %s\n", i->agent_error);
         }
+
         monitor_printf(mon, "  eligible %" PRIu64 " pages, scanned %"
                        PRIu64 " in %" PRIu64 " full passes, volatile %"
                        PRIu64 "\n", i->eligible_pages, i->pages_scanned,
@@ -140,6 +141,13 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
                        i->hotness->hot_pages,
                        i->hotness->error ? "; error: " : "",
                        i->hotness->error ?: "");
+        monitor_printf(mon, "  mappings %" PRIu64 ", budget %" PRIu64
+                       " of vm.max_map_count %" PRIu64 "\n", i->mappings,
+                       i->mappings_budget, i->mappings_limit);
+        if (i->has_limit) {
+            monitor_printf(mon, "  limited by %s: %s\n",
+                           NuksmLimit_str(i->limit), i->limit_reason);
+        }
         for (NuksmExclusionList *e = i->excluded; e; e = e->next) {
             g_autofree char *size = size_to_str(e->value->size);
             monitor_printf(mon, "  excluded %s (%s): %s\n",

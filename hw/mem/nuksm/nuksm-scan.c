@@ -272,6 +272,10 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
             }
             continue;
         }
+        /* Refused for lack of mappings: offered when merging resumes. */
+        if (*flags & NUKSM_PAGE_HELD) {
+            continue;
+        }
         if ((*flags & NUKSM_PAGE_OFFERED) &&
             (sc->passes + idx) % NUKSM_SCAN_REOFFER_PASSES) {
             continue;
@@ -513,6 +517,9 @@ static void *nuksm_scan_thread(void *opaque)
         if (sc->work_epoch != epoch) {
             nuksm_merge_reset(sc, epoch);
         }
+        qemu_mutex_lock(&sc->page_lock);
+        nuksm_maps_tick(sc, false);
+        qemu_mutex_unlock(&sc->page_lock);
         trace_nuksm_scan_pass_start();
         sc->passes++;
         sc->news = 0;
@@ -530,8 +537,15 @@ static void *nuksm_scan_thread(void *opaque)
                 while (sc->active && !sc->restart && !sc->quit &&
                        get_clock() < end) {
                     nuksm_scan_serve(sc);
+                    /* Limited, see within a second whether it is over. */
+                    qemu_mutex_unlock(&sc->lock);
+                    qemu_mutex_lock(&sc->page_lock);
+                    nuksm_maps_tick(sc, false);
+                    qemu_mutex_unlock(&sc->page_lock);
+                    qemu_mutex_lock(&sc->lock);
                     qemu_cond_timedwait(&sc->cond, &sc->lock,
-                                        MAX(1, (end - get_clock()) /
+                                        MAX(1, MIN(end - get_clock(),
+                                                   NANOSECONDS_PER_SECOND) /
                                             SCALE_MS));
                 }
             }
@@ -570,6 +584,7 @@ NuksmScanner *nuksm_scanner_new(Nuksm *s)
     for (int n = 0; n < NUKSM_MAX_NODES; n++) {
         sc->stores[n].fd = -1;
     }
+    nuksm_maps_init(sc);
     g_queue_init(&sc->work);
     qemu_mutex_init(&sc->lock);
     qemu_mutex_init(&sc->page_lock);
@@ -644,6 +659,11 @@ void nuksm_scanner_kick(NuksmScanner *sc)
     qemu_mutex_unlock(&sc->lock);
 }
 
+bool nuksm_scanner_limited(NuksmScanner *sc)
+{
+    return qatomic_read(&sc->maps.limited);
+}
+
 bool nuksm_scanner_has_remapped(NuksmScanner *sc)
 {
     bool remapped;
@@ -660,6 +680,10 @@ void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmScanStats *stats)
     qemu_mutex_lock(&sc->lock);
     *stats = sc->stats;
     qemu_mutex_unlock(&sc->lock);
+    stats->maps_in_use = nuksm_maps_in_use(sc);
+    stats->maps_limit = sc->maps.limit;
+    stats->maps_budget = nuksm_maps_budget(sc->maps.limit);
+    stats->maps_limited = sc->maps.limited;
     qemu_mutex_unlock(&sc->page_lock);
 }
 

@@ -20,6 +20,7 @@ enum {
     NUKSM_PAGE_ZERO     = 1 << 2,  /* dropped as a zero page */
     NUKSM_PAGE_REMAPPED = 1 << 3,  /* mapped from a store file, maybe COWed */
     NUKSM_PAGE_OFFERED  = 1 << 4,  /* sent to the agent as a candidate */
+    NUKSM_PAGE_HELD     = 1 << 5,  /* refused for lack of mappings */
 };
 
 /* Pages per region of NuksmBlockState.refs. */
@@ -53,6 +54,21 @@ typedef struct NuksmStore {
     uint8_t *map;               /* PROT_READ, MAP_SHARED */
     uint64_t size;
 } NuksmStore;
+
+/*
+ * The mapping budget (nuksm-maps.c): how many mappings (VMAs) the process
+ * uses against vm.max_map_count.  Protected by @page_lock, like every
+ * change of what backs guest pages; @limited is also read atomically.
+ */
+typedef struct NuksmMaps {
+    uint64_t limit;             /* vm.max_map_count, as last read */
+    uint64_t counted;           /* lines of /proc/self/maps, last count */
+    int64_t delta;              /* what our changes added since (model) */
+    int64_t counted_at;         /* get_clock() of the last count */
+    int64_t limit_read_at;      /* get_clock() of the last limit read */
+    bool limited;               /* costly merges are being refused */
+    uint64_t held;              /* pages refused while limited */
+} NuksmMaps;
 
 /* A request from the agent, queued by the main loop for the thread. */
 typedef struct NuksmWork {
@@ -95,6 +111,7 @@ struct NuksmScanner {
     uint64_t remapped_pages;    /* pages with NUKSM_PAGE_REMAPPED */
     NuksmStore stores[NUKSM_MAX_NODES];
     GArray *unmerged;           /* NuksmSlotRef, to send */
+    NuksmMaps maps;
 
     /* Scanner thread only */
     uint32_t work_epoch;        /* epoch of the last reset */
@@ -118,5 +135,17 @@ void nuksm_merge_forget(NuksmScanner *sc, NuksmBlockState *bs, uint64_t idx,
 void nuksm_merge_stores_free(NuksmScanner *sc);
 bool nuksm_merge_find_page(NuksmScanner *sc, uint64_t page, RAMBlock **rb,
                            NuksmBlockState **bs, uint64_t *index);
+
+/* nuksm-maps.c (page_lock held unless said otherwise) */
+void nuksm_maps_init(NuksmScanner *sc);
+void nuksm_maps_tick(NuksmScanner *sc, bool force);
+int64_t nuksm_maps_cost(NuksmBlockState *bs, uint64_t idx, uint64_t n,
+                        bool anon, uint8_t node, uint64_t slot);
+int64_t nuksm_maps_window(NuksmBlockState *bs, uint64_t idx, uint64_t n);
+bool nuksm_maps_afford(NuksmScanner *sc, int64_t cost, uint64_t pages);
+void nuksm_maps_account(NuksmScanner *sc, int64_t delta);
+void nuksm_maps_exhausted(NuksmScanner *sc);
+uint64_t nuksm_maps_in_use(NuksmScanner *sc);
+uint64_t nuksm_maps_budget(uint64_t limit);
 
 #endif /* HW_MEM_NUKSM_SCAN_H */

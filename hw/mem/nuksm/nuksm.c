@@ -18,8 +18,11 @@
 #include "qemu/osdep.h"
 #include <sys/un.h>
 #include "qapi/error.h"
+#include "qapi/qapi-events-nuksm.h"
 #include "qapi/visitor.h"
 #include "qemu/cutils.h"
+#include "qemu/error-report.h"
+#include "qemu/main-loop.h"
 #include "exec/cpu-common.h"
 #include "qom/object_interfaces.h"
 #include "hw/qdev-core.h"
@@ -49,16 +52,65 @@ NuksmState nuksm_state(Nuksm *s)
     if (s->migrating || runstate_check(RUN_STATE_INMIGRATE)) {
         return NUKSM_STATE_PAUSED;
     }
+    if (s->scanner && nuksm_scanner_limited(s->scanner)) {
+        return NUKSM_STATE_LIMITED;
+    }
     return NUKSM_STATE_ACTIVE;
+}
+
+/* Scanning and merging, maybe held back by a limit. */
+bool nuksm_is_running(Nuksm *s)
+{
+    NuksmState state = nuksm_state(s);
+
+    return state == NUKSM_STATE_ACTIVE || state == NUKSM_STATE_LIMITED;
 }
 
 /* Start or stop the scanner to match the object's state. */
 void nuksm_update_activity(Nuksm *s)
 {
     if (s->scanner) {
-        nuksm_scanner_set_active(s->scanner,
-                                 nuksm_state(s) == NUKSM_STATE_ACTIVE,
+        nuksm_scanner_set_active(s->scanner, nuksm_is_running(s),
                                  s->conn.epoch);
+    }
+}
+
+/* Human text for @limit-reason and NUKSM_MERGING_LIMITED. */
+char *nuksm_limit_reason(const NuksmScanStats *stats)
+{
+    return g_strdup_printf("%" PRIu64 " of %" PRIu64 " mappings in use "
+                           "(vm.max_map_count), %" PRIu64 " kept for QEMU",
+                           stats->maps_in_use, stats->maps_limit,
+                           stats->maps_limit - stats->maps_budget);
+}
+
+/*
+ * The scanner entered or left the limited state: tell QMP clients once
+ * per transition (events are only emitted from the main loop).
+ */
+static void nuksm_maps_changed(void *opaque)
+{
+    Nuksm *s = opaque;
+    NuksmScanStats stats;
+    g_autofree char *reason = NULL;
+
+    nuksm_scanner_get_stats(s->scanner, &stats);
+    if (stats.maps_limited == s->limit_reported) {
+        return;
+    }
+    s->limit_reported = stats.maps_limited;
+    trace_nuksm_limit_event(nuksm_id(s), stats.maps_limited);
+    if (stats.maps_limited) {
+        reason = nuksm_limit_reason(&stats);
+        warn_report("nuksm '%s': merging limited: %s", nuksm_id(s), reason);
+        qapi_event_send_nuksm_merging_limited(nuksm_id(s),
+                                              NUKSM_LIMIT_MAP_COUNT, reason);
+    } else {
+        info_report("nuksm '%s': merging resumed: %" PRIu64 " of %" PRIu64
+                    " mappings in use", nuksm_id(s), stats.maps_in_use,
+                    stats.maps_limit);
+        qapi_event_send_nuksm_merging_resumed(nuksm_id(s),
+                                              NUKSM_LIMIT_MAP_COUNT);
     }
 }
 
@@ -111,6 +163,14 @@ NuksmInfo *nuksm_get_info(Nuksm *s)
                                        nuksm_policy_name(s->conn.policy),
                                        NUKSM_POLICY_GLOBAL, &error_abort);
     }
+    if (info->state == NUKSM_STATE_LIMITED) {
+        info->has_limit = true;
+        info->limit = NUKSM_LIMIT_MAP_COUNT;
+        info->limit_reason = nuksm_limit_reason(&stats);
+    }
+    info->mappings = stats.maps_in_use;
+    info->mappings_limit = stats.maps_limit;
+    info->mappings_budget = stats.maps_budget;
     info->eligible_pages = nuksm_ram_eligible_pages(s);
     info->pages_scanned = stats.pages_scanned;
     info->full_scans = stats.full_scans;
@@ -434,6 +494,7 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     }
     s->completed = true;
     ram_block_discard_remapped = nuksm_discard_remapped;
+    s->maps_bh = qemu_bh_new(nuksm_maps_changed, s);
     s->scanner = nuksm_scanner_new(s);
     nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate,
                                  s->zero_pages);
@@ -485,6 +546,7 @@ static void nuksm_instance_finalize(Object *obj)
         }
         nuksm_hot_stop(s);
         nuksm_scanner_free(s->scanner);
+        qemu_bh_delete(s->maps_bh);
     }
     nuksm_agent_cleanup(s);
     g_free(s->agent_path);

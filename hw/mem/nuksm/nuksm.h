@@ -88,6 +88,8 @@ struct Nuksm {
     NuksmMsgHome home;          /* from the agent; zero until it says */
     NuksmHot hot;
     NuksmScanner *scanner;
+    QEMUBH *maps_bh;            /* the scanner's limited state changed */
+    bool limit_reported;        /* NUKSM_MERGING_LIMITED was emitted last */
     Notifier machine_done;
     NotifierWithReturn migration_notifier;
     VMChangeStateEntry *vm_state;
@@ -96,6 +98,7 @@ struct Nuksm {
 
 /* nuksm.c */
 NuksmState nuksm_state(Nuksm *s);
+bool nuksm_is_running(Nuksm *s);
 const char *nuksm_id(Nuksm *s);
 Nuksm *nuksm_find(const char *id, Error **errp);
 Nuksm *nuksm_first_connected(Error **errp);
@@ -146,7 +149,13 @@ typedef struct NuksmScanStats {
     uint64_t zero_pages;        /* pages dropped as zero */
     uint64_t cow_breaks;
     uint64_t merged_per_node[NUKSM_MAX_NODES];
+    uint64_t maps_in_use;       /* the process's mappings (VMAs) */
+    uint64_t maps_limit;        /* vm.max_map_count */
+    uint64_t maps_budget;       /* the most nuksm lets the process reach */
+    bool maps_limited;          /* merges held back by the budget */
 } NuksmScanStats;
+
+char *nuksm_limit_reason(const NuksmScanStats *stats);
 
 NuksmScanner *nuksm_scanner_new(Nuksm *s);
 void nuksm_scanner_free(NuksmScanner *sc);
@@ -157,6 +166,7 @@ void nuksm_scanner_set_budget(NuksmScanner *sc, uint32_t max_cpu,
 void nuksm_scanner_kick(NuksmScanner *sc);
 void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmScanStats *stats);
 bool nuksm_scanner_has_remapped(NuksmScanner *sc);
+bool nuksm_scanner_limited(NuksmScanner *sc);
 void nuksm_scanner_queue(NuksmScanner *sc, NuksmMsgType type,
                          uint32_t epoch, const void *payload, uint32_t len,
                          int fd);

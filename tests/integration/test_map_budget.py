@@ -1,0 +1,251 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The mapping budget (hw/mem/nuksm/nuksm-maps.c): merging never uses the
+mappings QEMU needs for itself.
+
+Each isolated merged page costs QEMU up to two mappings (VMAs), and a
+process may hold at most vm.max_map_count of them.  These tests lower
+that limit (a host-wide sysctl: they need root, and always put the
+original value back) to a little above what two qtest VMs use, make
+scattered duplicates, and check that nuksm stops merging at its budget,
+says so, keeps QEMU working, and resumes when the limit is raised.
+"""
+
+import base64
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import Qtest, wait_until
+
+PAGE = 4096
+MIB = 1 << 20
+MAX_MAP_COUNT = Path("/proc/sys/vm/max_map_count")
+# nuksm-maps.c: the headroom kept for QEMU.
+RESERVE = 4096
+# Where the test content goes in each VM (256 MiB of RAM).
+AT = 64 * MIB
+
+
+def headroom(limit):
+    return max(RESERVE, limit // 10)
+
+
+def map_count(pid):
+    """The mappings of process @pid, counted as nuksm does."""
+    with open(f"/proc/{pid}/maps", "rb") as f:
+        return f.read().count(b"\n")
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of process @pid (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def b64write(qtest, addr, data):
+    qtest.command(f"b64write {addr:#x} {len(data):#x} "
+                  f"{base64.b64encode(data).decode()}")
+
+
+def b64read(qtest, addr, size):
+    reply = qtest.command(f"b64read {addr:#x} {size:#x}")
+    return base64.b64decode(reply.split()[1])
+
+
+def write_big(qtest, addr, data, chunk=4 * MIB):
+    for off in range(0, len(data), chunk):
+        b64write(qtest, addr + off, data[off:off + chunk])
+
+
+def merged_non_zero(vm):
+    info = vm.nuksm()
+    return info["merged-pages"] - info["zero-pages"]
+
+
+@pytest.fixture
+def max_map_count():
+    """set(value) changes vm.max_map_count; the original value is put
+    back at teardown whatever happened (set.original holds it)."""
+    if os.geteuid() != 0:
+        pytest.skip("changing vm.max_map_count needs root")
+    original = MAX_MAP_COUNT.read_text().strip()
+
+    def set_limit(value):
+        MAX_MAP_COUNT.write_text(f"{value}\n")
+
+    set_limit.original = int(original)
+    try:
+        yield set_limit
+    finally:
+        MAX_MAP_COUNT.write_text(original + "\n")
+        assert MAX_MAP_COUNT.read_text().strip() == original
+
+
+@pytest.fixture
+def two_vms(agent, qtest_vm):
+    """Two 256 MiB qtest VMs on one agent, disabled until enable()."""
+    vms = [qtest_vm(name, extra=["-m", "256M"], agent=agent.sock,
+                    max_cpu=100, enabled="off")
+           for name in ("vm0", "vm1")]
+    for vm in vms:
+        vm.wait_state("disabled")
+    return vms
+
+
+def enable(vms):
+    for vm in vms:
+        vm.cmd("qom-set", path="/objects/dedup0", property="enabled",
+               value=True)
+
+
+def scattered(vm_index, pages):
+    """@pages pages: the even ones the same in every VM (and distinct
+    from each other), the odd ones unique to VM @vm_index."""
+    content = bytearray(random.Random(21).randbytes(pages * PAGE))
+    unique = random.Random(100 + vm_index).randbytes(pages * PAGE)
+    for p in range(1, pages, 2):
+        content[p * PAGE:(p + 1) * PAGE] = unique[p * PAGE:(p + 1) * PAGE]
+    return bytes(content)
+
+
+def test_merging_stops_at_the_map_budget(two_vms, max_map_count):
+    """With vm.max_map_count a little above what the VMs use, scattered
+    duplicates merge up to the budget and no further: the state becomes
+    limited (map-count) with NUKSM_MERGING_LIMITED once, the mappings
+    stay within the budget, nothing spins, and QEMU still allocates
+    (object-add, a 4 MiB qtest read, HMP xp).  Raising the limit again
+    resumes merging (NUKSM_MERGING_RESUMED) and every duplicate merges.
+
+    Without the budget, merging runs into the limit and the 4 MiB read
+    makes GLib abort QEMU."""
+    vms = two_vms
+    pages = 12288                       # 48 MiB, 6144 duplicates per VM
+    contents = [scattered(i, pages) for i in range(len(vms))]
+    qtests = [Qtest(vm.qtest_path) for vm in vms]
+    for q, content in zip(qtests, contents):
+        write_big(q, AT, content)
+
+    # Room for about 4000 isolated merges per VM (8000 mappings) above
+    # what the VMs use now and the headroom nuksm keeps.
+    base = max(map_count(vm.pid) for vm in vms)
+    limit = base + RESERVE + 8000
+    assert headroom(limit) == RESERVE
+    max_map_count(limit)
+    enable(vms)
+
+    for vm in vms:
+        event = vm.wait_event("NUKSM_MERGING_LIMITED", timeout=60)
+        assert event["data"]["id"] == "dedup0"
+        assert event["data"]["limit"] == "map-count"
+        assert f"of {limit} mappings in use (vm.max_map_count), " \
+               f"{RESERVE} kept for QEMU" in event["data"]["reason"]
+        info = vm.nuksm()
+        assert info["state"] == "limited"
+        assert info["limit"] == "map-count"
+        assert "vm.max_map_count" in info["limit-reason"]
+        assert info["mappings-limit"] == limit
+        assert info["mappings-budget"] == limit - RESERVE
+        assert "limited by map-count" in vm.hmp("info nuksm")
+
+    # Merging stopped at the budget, and stays there without spinning:
+    # the pages refused are held back, not offered again and again.
+    time.sleep(1)
+    cpu = [cpu_seconds(vm.pid) for vm in vms]
+    merged = [merged_non_zero(vm) for vm in vms]
+    window = 4.0
+    time.sleep(window)
+    for i, vm in enumerate(vms):
+        info = vm.nuksm()
+        used = cpu_seconds(vm.pid) - cpu[i]
+        assert info["state"] == "limited"
+        assert merged_non_zero(vm) == merged[i], "merging went on"
+        assert 1000 < merged[i] < pages // 2, \
+            f"{vm.name}: {merged[i]} pages merged"
+        assert info["mappings"] <= info["mappings-budget"]
+        real = map_count(vm.pid)
+        assert real <= info["mappings-budget"] + 64, \
+            f"{vm.name}: {real} mappings, budget {info['mappings-budget']}"
+        assert used < 0.05 * window, \
+            f"{vm.name} used {used:.2f} s of CPU in {window} s at the limit"
+        print(f"{vm.name}: limited with {merged[i]} merged pages, "
+              f"{real} mappings (nuksm says {info['mappings']}), budget "
+              f"{info['mappings-budget']}, limit {limit}, CPU "
+              f"{100 * used / window:.1f}%")
+        # No second event while the limit holds.
+        assert all(e["event"] != "NUKSM_MERGING_LIMITED"
+                   for e in vm.qmp.get_events(wait=False))
+
+    # QEMU still allocates what it needs.
+    vm = vms[0]
+    vm.cmd("object-add", **{"qom-type": "memory-backend-ram",
+                            "id": "extra", "size": 64 * MIB})
+    vm.cmd("object-del", id="extra")
+    assert b64read(qtests[0], AT, 4 * MIB) == contents[0][:4 * MIB]
+    out = vm.hmp(f"xp /32768xg {AT:#x}")
+    assert out.count("\n") >= 16384
+    for vm in vms:
+        vm.check_alive()
+
+    # A raised limit takes effect at once: merging resumes.
+    max_map_count(max_map_count.original)
+    for vm in vms:
+        event = vm.wait_event("NUKSM_MERGING_RESUMED", timeout=30)
+        assert event["data"] == {"id": "dedup0", "limit": "map-count"}
+        info = vm.wait_state("active")
+        assert "limit" not in info and "limit-reason" not in info
+    wait_until(lambda: all(merged_non_zero(vm) >= pages // 2
+                           for vm in vms), 120,
+               "every duplicate to merge once resumed")
+    for q, content in zip(qtests, contents):
+        assert b64read(q, AT, len(content)) == content
+        q.close()
+
+
+def test_mappings_per_merged_page(two_vms, capsys):
+    """What merging costs in mappings: a run of contiguous duplicates
+    costs a few mappings in all, scattered duplicates two per page, and
+    nuksm's own estimate of the mappings in use stays close to the real
+    count.  The figures are quoted in docs/operations.rst."""
+    vms = two_vms
+    runs = 4096                         # 16 MiB of contiguous duplicates
+    isolated = 2048                     # every other page of 16 MiB
+    qtests = [Qtest(vm.qtest_path) for vm in vms]
+    contiguous = random.Random(5).randbytes(runs * PAGE)
+    for q in qtests:
+        write_big(q, AT, contiguous)
+    before = [map_count(vm.pid) for vm in vms]
+    enable(vms)
+    wait_until(lambda: all(merged_non_zero(vm) >= runs for vm in vms), 120,
+               "the contiguous duplicates to merge")
+    time.sleep(2)       # a few passes more: nothing else merges
+    added_run = [map_count(vm.pid) - b for vm, b in zip(vms, before)]
+
+    before = [map_count(vm.pid) for vm in vms]
+    for i, q in enumerate(qtests):
+        write_big(q, AT + 32 * MIB, scattered(i, 2 * isolated))
+    wait_until(lambda: all(merged_non_zero(vm) >= runs + isolated
+                           for vm in vms), 120,
+               "the scattered duplicates to merge")
+    time.sleep(2)
+    for i, vm in enumerate(vms):
+        added = map_count(vm.pid) - before[i]
+        info = vm.nuksm()
+        assert info["state"] == "active"
+        assert added_run[i] <= 64, \
+            f"{runs} contiguous merged pages cost {added_run[i]} mappings"
+        assert 2 * isolated - 64 <= added <= 2 * isolated + 64, \
+            f"{isolated} isolated merged pages cost {added} mappings"
+        assert abs(info["mappings"] - map_count(vm.pid)) <= 64, \
+            f"nuksm estimates {info['mappings']} mappings, there are " \
+            f"{map_count(vm.pid)}"
+        with capsys.disabled():
+            print(f"\n{vm.name}: {runs} contiguous merged pages: "
+                  f"{added_run[i]:+d} mappings "
+                  f"({added_run[i] / runs:.4f} per page); {isolated} "
+                  f"isolated: {added:+d} ({added / isolated:.2f} per page)")
+    for q in qtests:
+        q.close()
