@@ -227,14 +227,18 @@ def small_tmpfs(workdir):
         subprocess.run(["umount", "-l", str(path)], check=True)
 
 
-def test_store_full_is_one_visible_condition(start_agent, small_tmpfs):
-    """A store on a full tmpfs: one condition, visible in nuksmctl and to
-    the VMs, logged once; merging resumes when room comes back."""
+def test_store_full_is_one_visible_condition(start_agent, small_tmpfs,
+                                             qtest_vm):
+    """A store on a full tmpfs: one condition, visible in nuksmctl and in
+    a real VM's query-nuksm with one event, logged once; merging resumes
+    when room comes back."""
     agent = start_agent(args=["--socket", small_tmpfs.parent / "nuksmd.sock",
                               "--state-dir", small_tmpfs / "state"],
                         state_dir=False)
     watcher = VmClient(agent.sock, domain="other")
     assert watcher.condition.bits == 0
+    vm = qtest_vm(agent=agent.sock)
+    vm.wait_state("active")
 
     merged, holders = 0, []
     for round_ in range(4):
@@ -247,6 +251,11 @@ def test_store_full_is_one_visible_condition(start_agent, small_tmpfs):
     watcher.info()
     assert watcher.condition.bits == COND_STORE_FULL
     assert agent.log_text().count("store full:") == 1
+    info = vm.wait_state("limited")
+    assert info["limit"] == "store-full"
+    assert "cannot write to the store" in info["limit-reason"]
+    event = vm.wait_event("NUKSM_MERGING_LIMITED")
+    assert event["data"]["limit"] == "store-full"
 
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_tmpfs)],
                    check=True)
@@ -256,6 +265,9 @@ def test_store_full_is_one_visible_condition(start_agent, small_tmpfs):
     watcher.info()
     assert watcher.condition.bits == 0
     assert "store full no more" in agent.log_text()
+    vm.wait_state("active")
+    event = vm.wait_event("NUKSM_MERGING_RESUMED")
+    assert event["data"]["limit"] == "store-full"
     for client in [watcher, *holders]:
         client.close()
 

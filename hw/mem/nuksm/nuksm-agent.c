@@ -293,6 +293,7 @@ static void nuksm_agent_handle_condition(Nuksm *s,
     c->conditions = msg->conditions;
     g_free(c->condition_reason);
     c->condition_reason = msg->conditions ? g_strdup(msg->reason) : NULL;
+    nuksm_limit_changed(s);
 }
 
 static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,

@@ -40,8 +40,36 @@ const char *nuksm_id(Nuksm *s)
     return object_get_canonical_path_component(OBJECT(s));
 }
 
+/*
+ * The limit that holds back merging now, the object's own first, or
+ * NUKSM_LIMIT__MAX if none does.
+ */
+static NuksmLimit nuksm_limit(Nuksm *s, const NuksmScanStats *stats)
+{
+    if (stats->maps_limited) {
+        return NUKSM_LIMIT_MAP_COUNT;
+    }
+    if (s->conn.conditions & NUKSM_COND_STORE_FULL) {
+        return NUKSM_LIMIT_STORE_FULL;
+    }
+    if (s->conn.conditions & NUKSM_COND_AGENT_MEMORY) {
+        return NUKSM_LIMIT_AGENT_MEMORY;
+    }
+    return NUKSM_LIMIT__MAX;
+}
+
+static void nuksm_get_scan_stats(Nuksm *s, NuksmScanStats *stats)
+{
+    *stats = (NuksmScanStats) { 0 };
+    if (s->scanner) {
+        nuksm_scanner_get_stats(s->scanner, stats);
+    }
+}
+
 NuksmState nuksm_state(Nuksm *s)
 {
+    NuksmScanStats stats;
+
     if (!s->enabled) {
         return NUKSM_STATE_DISABLED;
     }
@@ -52,7 +80,8 @@ NuksmState nuksm_state(Nuksm *s)
     if (s->migrating || runstate_check(RUN_STATE_INMIGRATE)) {
         return NUKSM_STATE_PAUSED;
     }
-    if (s->scanner && nuksm_scanner_limited(s->scanner)) {
+    nuksm_get_scan_stats(s, &stats);
+    if (nuksm_limit(s, &stats) != NUKSM_LIMIT__MAX) {
         return NUKSM_STATE_LIMITED;
     }
     return NUKSM_STATE_ACTIVE;
@@ -76,42 +105,49 @@ void nuksm_update_activity(Nuksm *s)
 }
 
 /* Human text for @limit-reason and NUKSM_MERGING_LIMITED. */
-char *nuksm_limit_reason(const NuksmScanStats *stats)
+static char *nuksm_limit_reason(Nuksm *s, NuksmLimit limit,
+                                const NuksmScanStats *stats)
 {
-    return g_strdup_printf("%" PRIu64 " of %" PRIu64 " mappings in use "
-                           "(vm.max_map_count), %" PRIu64 " kept for QEMU",
-                           stats->maps_in_use, stats->maps_limit,
-                           stats->maps_limit - stats->maps_budget);
+    if (limit == NUKSM_LIMIT_MAP_COUNT) {
+        return g_strdup_printf("%" PRIu64 " of %" PRIu64 " mappings in use "
+                               "(vm.max_map_count), %" PRIu64 " kept for "
+                               "QEMU", stats->maps_in_use, stats->maps_limit,
+                               stats->maps_limit - stats->maps_budget);
+    }
+    return g_strdup_printf("agent: %s", s->conn.condition_reason);
 }
 
-/*
- * The scanner entered or left the limited state: tell QMP clients once
- * per transition (events are only emitted from the main loop).
- */
-static void nuksm_maps_changed(void *opaque)
+void nuksm_limit_changed(Nuksm *s)
 {
-    Nuksm *s = opaque;
     NuksmScanStats stats;
+    NuksmLimit limit;
     g_autofree char *reason = NULL;
 
-    nuksm_scanner_get_stats(s->scanner, &stats);
-    if (stats.maps_limited == s->limit_reported) {
+    nuksm_get_scan_stats(s, &stats);
+    limit = nuksm_limit(s, &stats);
+    if (limit == s->limit_reported) {
         return;
     }
-    s->limit_reported = stats.maps_limited;
-    trace_nuksm_limit_event(nuksm_id(s), stats.maps_limited);
-    if (stats.maps_limited) {
-        reason = nuksm_limit_reason(&stats);
-        warn_report("nuksm '%s': merging limited: %s", nuksm_id(s), reason);
-        qapi_event_send_nuksm_merging_limited(nuksm_id(s),
-                                              NUKSM_LIMIT_MAP_COUNT, reason);
-    } else {
-        info_report("nuksm '%s': merging resumed: %" PRIu64 " of %" PRIu64
-                    " mappings in use", nuksm_id(s), stats.maps_in_use,
-                    stats.maps_limit);
+    trace_nuksm_limit_event(nuksm_id(s), limit);
+    if (s->limit_reported != NUKSM_LIMIT__MAX) {
+        info_report("nuksm '%s': merging no longer limited by %s",
+                    nuksm_id(s), NuksmLimit_str(s->limit_reported));
         qapi_event_send_nuksm_merging_resumed(nuksm_id(s),
-                                              NUKSM_LIMIT_MAP_COUNT);
+                                              s->limit_reported);
     }
+    s->limit_reported = limit;
+    if (limit != NUKSM_LIMIT__MAX) {
+        reason = nuksm_limit_reason(s, limit, &stats);
+        warn_report("nuksm '%s': merging limited by %s: %s", nuksm_id(s),
+                    NuksmLimit_str(limit), reason);
+        qapi_event_send_nuksm_merging_limited(nuksm_id(s), limit, reason);
+    }
+}
+
+/* The scanner entered or left the map-count limit (main loop). */
+static void nuksm_maps_changed(void *opaque)
+{
+    nuksm_limit_changed(opaque);
 }
 
 Nuksm *nuksm_find(const char *id, Error **errp)
@@ -145,12 +181,10 @@ Nuksm *nuksm_first_connected(Error **errp)
 NuksmInfo *nuksm_get_info(Nuksm *s)
 {
     NuksmInfo *info = g_new0(NuksmInfo, 1);
-    NuksmScanStats stats = { 0 };
+    NuksmScanStats stats;
     NuksmNodePagesList **tail;
 
-    if (s->scanner) {
-        nuksm_scanner_get_stats(s->scanner, &stats);
-    }
+    nuksm_get_scan_stats(s, &stats);
     info->id = g_strdup(nuksm_id(s));
     info->state = nuksm_state(s);
     info->agent = g_strdup(s->agent_path);
@@ -165,8 +199,8 @@ NuksmInfo *nuksm_get_info(Nuksm *s)
     }
     if (info->state == NUKSM_STATE_LIMITED) {
         info->has_limit = true;
-        info->limit = NUKSM_LIMIT_MAP_COUNT;
-        info->limit_reason = nuksm_limit_reason(&stats);
+        info->limit = nuksm_limit(s, &stats);
+        info->limit_reason = nuksm_limit_reason(s, info->limit, &stats);
     }
     info->mappings = stats.maps_in_use;
     info->mappings_limit = stats.maps_limit;
@@ -529,6 +563,7 @@ static void nuksm_instance_init(Object *obj)
     s->zero_pages = true;
     s->enabled = true;
     s->hot_window_ms = NUKSM_DEFAULT_HOT_WINDOW_MS;
+    s->limit_reported = NUKSM_LIMIT__MAX;
     nuksm_agent_init(s);
 }
 

@@ -89,7 +89,8 @@ struct Nuksm {
     NuksmHot hot;
     NuksmScanner *scanner;
     QEMUBH *maps_bh;            /* the scanner's limited state changed */
-    bool limit_reported;        /* NUKSM_MERGING_LIMITED was emitted last */
+    NuksmLimit limit_reported;  /* of the last NUKSM_MERGING_LIMITED, */
+                                /* NUKSM_LIMIT__MAX since RESUMED */
     Notifier machine_done;
     NotifierWithReturn migration_notifier;
     VMChangeStateEntry *vm_state;
@@ -98,6 +99,13 @@ struct Nuksm {
 
 /* nuksm.c */
 NuksmState nuksm_state(Nuksm *s);
+
+/*
+ * The limit holding back merging may have changed (the map budget, the
+ * agent's conditions, the connection): emit NUKSM_MERGING_RESUMED and
+ * NUKSM_MERGING_LIMITED for the change, once.  Main loop only.
+ */
+void nuksm_limit_changed(Nuksm *s);
 bool nuksm_is_running(Nuksm *s);
 const char *nuksm_id(Nuksm *s);
 Nuksm *nuksm_find(const char *id, Error **errp);
@@ -155,7 +163,6 @@ typedef struct NuksmScanStats {
     bool maps_limited;          /* merges held back by the budget */
 } NuksmScanStats;
 
-char *nuksm_limit_reason(const NuksmScanStats *stats);
 
 NuksmScanner *nuksm_scanner_new(Nuksm *s);
 void nuksm_scanner_free(NuksmScanner *sc);
