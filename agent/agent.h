@@ -15,6 +15,7 @@
 #include "clients.h"
 #include "domains.h"
 #include "mappers.h"
+#include "memcg.h"
 #include "index.h"
 #include "nuksm-proto.h"
 #include "slots.h"
@@ -44,6 +45,7 @@ typedef struct NuksmAgent {
     /* Merge engine, owned by merge.c and its helpers. */
     Store store;
     Mappers mappers;             /* processes given the store */
+    Memcg memcg;                 /* the room left in our memory cgroup */
     SlotTable slots[NUKSM_MAX_NODES];
     StableIndex index;
     UnstableTable unstable;

@@ -4,8 +4,10 @@
  * nuksmctl status (INFO) and sent to every VM (CONDITION), whose
  * query-nuksm shows it.
  *
- * - Store full: no new slot is made, but pages still join the copies
- *   that exist; every STORE_RETRY_SECONDS one new slot is tried again.
+ * - Store full (a failed write, a node's store out of slots, or the
+ *   memory cgroup near its limit: memcg.h): no new slot is made, but
+ *   pages still join the copies that exist; every STORE_RETRY_SECONDS
+ *   one new slot is tried again.
  * - Agent memory: no candidate is taken while nuksmd's heap is over its
  *   budget (--memory-max); candidates that come after it fell back below
  *   90% of it are.

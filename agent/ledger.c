@@ -183,6 +183,7 @@ bool ledger_fill(NuksmAgent *agent, SlotId id, const void *content)
                          agent->store.dir, g_strerror(err));
         return false;
     }
+    memcg_charge(&agent->memcg, NUKSM_PAGE_SIZE);
     conditions_clear(agent, NUKSM_COND_STORE_FULL);
     s->state = SLOT_READY;
     return true;

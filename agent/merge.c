@@ -61,6 +61,7 @@ bool merge_init(NuksmAgent *agent, const char *state_dir,
         return false;
     }
     mappers_open(&agent->mappers, state_dir);
+    memcg_init(&agent->memcg);
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
         slots_init(&agent->slots[n], STORE_SLOTS, gen);
     }
@@ -94,6 +95,7 @@ void merge_destroy(NuksmAgent *agent)
         slots_destroy(&agent->slots[n]);
     }
     mappers_close(&agent->mappers);
+    memcg_destroy(&agent->memcg);
     store_close(&agent->store);
 }
 
@@ -173,13 +175,26 @@ bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
 }
 
 /*
- * False while the store was found full and the next try is not due:
- * no slot is allocated then, so a full store costs no futile uploads.
+ * False while the store was found full and the next try is not due, or
+ * while the agent's memory cgroup is near its limit (where the OOM
+ * killer would strike instead of a failed write): no slot is allocated
+ * then, so a full store costs no futile uploads.
  */
 static bool store_has_room(NuksmAgent *agent)
 {
-    return !conditions_hold(agent, NUKSM_COND_STORE_FULL) ||
-           g_get_monotonic_time() >= agent->store_retry_at;
+    uint64_t limit;
+
+    if (conditions_hold(agent, NUKSM_COND_STORE_FULL) &&
+        g_get_monotonic_time() < agent->store_retry_at) {
+        return false;
+    }
+    if (memcg_room(&agent->memcg, &limit) < NUKSM_PAGE_SIZE) {
+        merge_store_full(agent, "nuksmd's memory cgroup is within its "
+                         "headroom of its %" PRIu64 " MiB limit",
+                         limit >> 20);
+        return false;
+    }
+    return true;
 }
 
 /*
