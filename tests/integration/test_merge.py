@@ -441,6 +441,35 @@ def test_rogue_restore_after_restart_takes_nothing(start_agent, qtest_vm):
         q.close()
 
 
+def test_refused_pages_merge_anew(start_agent, qtest_vm):
+    """After a restart that lost the slot records (as a store from an
+    older agent would have none), every RESTORE entry is refused: the VMs
+    keep their memory, merge it anew into new slots, and the old ones are
+    freed once nothing reads them."""
+    agent = start_agent("--restore-grace", "1")
+    pair_ = make_pair(agent, qtest_vm)
+    content, pages, qtests = merged_pair(pair_, mib=2)
+    vms = pair_[1]
+
+    with stopped(*vms):
+        agent.kill()
+        for records in agent.state_dir.glob("slots-node*"):
+            records.write_bytes(b"")
+        agent.start()
+    wait_until(lambda: "refused" in agent.log_text(), 20,
+               "the RESTORE entries to be refused")
+    wait_until(lambda: sharing(vms[0]) == pages and
+               agent_status(agent)["orphan_pages"] == 0, 60,
+               "the pages to merge anew and the old slots to go")
+    assert agent_status(agent)["pages_shared"] == pages
+    for vm in vms:
+        assert vm.nuksm()["state"] == "active"
+        assert merged_non_zero(vm) == pages
+    for q in qtests:
+        assert read_big(q, SHARED_AT, len(content)) == content
+        q.close()
+
+
 def test_qemu_crash_frees_slots(pair):
     """A QEMU that dies drops its references; slots nobody maps are
     punched out of the store."""

@@ -544,8 +544,9 @@ static void nuksm_merge_move(NuksmScanner *sc, NuksmWork *w)
 
 /*
  * The agent holds no reference for these pages: they keep mapping their
- * slot (the agent keeps it while we map it), but we stop reporting them
+ * slot (the agent keeps it while we read it), but we stop reporting them
  * and offer them again, so that they merge anew and leave that slot.
+ * The scanner hashes only resident pages: a read makes each one so.
  */
 static void nuksm_merge_refused(NuksmScanner *sc, NuksmWork *w)
 {
@@ -564,6 +565,7 @@ static void nuksm_merge_refused(NuksmScanner *sc, NuksmWork *w)
             trace_nuksm_merge_refused(r[i].page, r[i].node, r[i].slot);
             nuksm_merge_leave_quietly(sc, bs, idx);
             bs->flags[idx] &= ~(NUKSM_PAGE_STABLE | NUKSM_PAGE_OFFERED);
+            (void)*(volatile uint8_t *)(rb->host + idx * NUKSM_PAGE_SIZE);
         }
     }
     qemu_mutex_unlock(&sc->page_lock);
