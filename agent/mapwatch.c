@@ -93,28 +93,29 @@ bool mapwatch_scan(const struct stat *files, uint32_t nr_files,
 #define PM_SWAPPED (1ull << 62)
 #define PM_FILE    (1ull << 61)
 
-bool mapwatch_reads_slot(const SlotRange *r, uint32_t slot,
-                         uint32_t page_size)
+void mapwatch_reads_slots(const SlotRange *r, uint32_t first,
+                          uint32_t count, uint32_t page_size, bool *reads)
 {
     g_autofree char *path = g_strdup_printf("/proc/%ld/pagemap",
                                             (long)r->pid);
-    uint64_t addr = r->addr + (uint64_t)(slot - r->first) * page_size;
-    uint64_t pm;
+    g_autofree uint64_t *pm = g_new(uint64_t, count);
+    uint64_t addr = r->addr + (uint64_t)(first - r->first) * page_size;
+    size_t bytes = count * sizeof(*pm);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    bool ok;
+    bool ok = fd >= 0 &&
+              pread(fd, pm, bytes, addr / page_size * sizeof(*pm)) ==
+              (ssize_t)bytes;
 
-    if (fd < 0) {
-        return true;
+    if (fd >= 0) {
+        close(fd);
     }
-    ok = pread(fd, &pm, sizeof(pm), addr / page_size * sizeof(pm)) ==
-         sizeof(pm);
-    close(fd);
-    if (!ok) {
-        return true;
+    for (uint32_t i = 0; i < count; i++) {
+        /*
+         * A present page that is not the file's, or one in swap, is the
+         * process's own copy; a page not faulted in yet would read the
+         * slot.
+         */
+        reads[i] = !ok || (!(pm[i] & PM_SWAPPED) &&
+                           (!(pm[i] & PM_PRESENT) || (pm[i] & PM_FILE)));
     }
-    /*
-     * A present page that is not the file's, or one in swap, is the
-     * process's own copy; a page not faulted in yet would read the slot.
-     */
-    return !(pm & PM_SWAPPED) && (!(pm & PM_PRESENT) || (pm & PM_FILE));
 }

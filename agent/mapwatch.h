@@ -63,11 +63,12 @@ bool mapwatch_scan(const struct stat *files, uint32_t nr_files,
                    GArray *ranges);
 
 /*
- * Whether the page of @r's process that maps slot @slot (inside @r)
- * still reads the slot: false once copy-on-write made it the process's
- * own.  True whenever that cannot be told.
+ * Whether the pages of @r's process that map slots [@first, @first +
+ * @count) (inside @r) still read them: @reads[i] for slot @first + i,
+ * false once copy-on-write made the page the process's own.  True
+ * wherever that cannot be told.
  */
-bool mapwatch_reads_slot(const SlotRange *r, uint32_t slot,
-                         uint32_t page_size);
+void mapwatch_reads_slots(const SlotRange *r, uint32_t first,
+                          uint32_t count, uint32_t page_size, bool *reads);
 
 #endif /* NUKSMD_MAPWATCH_H */

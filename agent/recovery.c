@@ -15,22 +15,43 @@
 #include "recovery.h"
 #include "server.h"
 
+/* Slots whose pages are looked up in pagemap at once. */
+#define REAP_CHUNK 4096u
+
+static bool is_orphan(SlotTable *t, uint32_t slot)
+{
+    return slots_in_use(t, slot) &&
+           slots_get(t, slot)->state == SLOT_ORPHAN;
+}
+
 /*
- * Mark in @used (a set of SlotIds) the orphans that the page @r maps
- * still reads.
+ * Mark in @used (a set of SlotIds) the orphans that the pages @r maps
+ * still read.  Only the parts of @r with orphans are looked up.
  */
 static void mark_used_orphans(NuksmAgent *agent, const SlotRange *r,
                               GHashTable *used)
 {
     SlotTable *t = &agent->slots[r->file];
+    uint32_t end = MIN(r->end, t->top);
+    bool reads[REAP_CHUNK];
 
-    for (uint32_t s = r->first; s < MIN(r->end, t->top); s++) {
-        SlotId id = slot_id(r->file, s);
+    for (uint32_t first = r->first; first < end; first += REAP_CHUNK) {
+        uint32_t n = MIN(REAP_CHUNK, end - first);
+        uint32_t i = 0;
 
-        if (slots_in_use(t, s) && slots_get(t, s)->state == SLOT_ORPHAN &&
-            !g_hash_table_contains(used, GUINT_TO_POINTER(id)) &&
-            mapwatch_reads_slot(r, s, NUKSM_PAGE_SIZE)) {
-            g_hash_table_add(used, GUINT_TO_POINTER(id));
+        while (i < n && !is_orphan(t, first + i)) {
+            i++;
+        }
+        if (i == n) {
+            continue;
+        }
+        mapwatch_reads_slots(r, first, n, NUKSM_PAGE_SIZE, reads);
+        for (; i < n; i++) {
+            if (reads[i] && is_orphan(t, first + i)) {
+                g_hash_table_add(used,
+                                 GUINT_TO_POINTER(slot_id(r->file,
+                                                          first + i)));
+            }
         }
     }
 }
@@ -59,8 +80,7 @@ static bool reap_orphans(NuksmAgent *agent, uint64_t *freed)
         SlotTable *t = &agent->slots[n];
 
         for (uint32_t s = 0; s < t->top; s++) {
-            if (slots_in_use(t, s) &&
-                slots_get(t, s)->state == SLOT_ORPHAN &&
+            if (is_orphan(t, s) &&
                 !g_hash_table_contains(used,
                                        GUINT_TO_POINTER(slot_id(n, s)))) {
                 ledger_free(agent, slot_id(n, s));

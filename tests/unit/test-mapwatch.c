@@ -69,9 +69,13 @@ static bool reads(const GArray *ranges, uint32_t file, uint32_t slot)
     for (guint i = 0; i < ranges->len; i++) {
         const SlotRange *r = &g_array_index(ranges, SlotRange, i);
 
-        if (r->file == file && slot >= r->first && slot < r->end &&
-            mapwatch_reads_slot(r, slot, PAGE)) {
-            return true;
+        bool read;
+
+        if (r->file == file && slot >= r->first && slot < r->end) {
+            mapwatch_reads_slots(r, slot, 1, PAGE, &read);
+            if (read) {
+                return true;
+            }
         }
     }
     return false;
@@ -128,6 +132,17 @@ static void test_scan(void)
 
         g_assert_cmpint(reads(ranges, 1, s), ==, read);
         g_assert_false(reads(ranges, 0, s));
+    }
+
+    /* A whole range at once says the same. */
+    for (guint i = 0; i < ranges->len; i++) {
+        const SlotRange *r = &g_array_index(ranges, SlotRange, i);
+        bool read[8];
+
+        if (r->first == 4) {
+            mapwatch_reads_slots(r, 4, 4, PAGE, read);
+            g_assert_true(read[0] && read[1] && read[2] && !read[3]);
+        }
     }
 
     g_array_set_size(ranges, 0);
