@@ -1,7 +1,10 @@
 # nuksm: NUMA-aware memory deduplication for QEMU/KVM.
 #
 #   make            install dependencies, build QEMU + nuksmd + nuksmctl
-#   make check      ... and run every test suite (sanitizers included)
+#   make check      ... and run every test suite (sanitizers and a short
+#                   fuzzing run included)
+#   make fuzz       fuzz the protocol decoder and the agent's message
+#                   handling, 10 minutes per target (FUZZ_SECONDS=)
 #   make demo       ... and boot two small VMs attached to a live agent
 #   make bench      ... and benchmark nuksm against kernel KSM (root,
 #                   about 20 minutes; docs/benchmarks.rst)
@@ -25,7 +28,8 @@ export NUKSMD     := $(BIN)/nuksmd
 export NUKSMCTL   := $(BIN)/nuksmctl
 
 .PHONY: all deps tools qemu guest check check-unit check-qtest \
-        check-integration check-sanitize demo clean distclean
+        check-integration check-sanitize check-fuzz fuzz demo clean \
+        distclean
 
 all: tools qemu
 
@@ -49,7 +53,7 @@ guest: deps
 
 check: all guest
 	@$(MAKE) --no-print-directory check-unit check-qtest check-integration \
-	    check-numa-lab check-sanitize
+	    check-numa-lab check-sanitize check-fuzz
 
 check-unit:
 	@echo "==> unit tests (libnuksm)"
@@ -87,12 +91,27 @@ check-sanitize: deps
 	    NUKSMD=$(SAN_BUILD)/nuksmd NUKSMCTL=$(SAN_BUILD)/nuksmctl \
 	    $(VENV)/bin/python -m pytest -m "not qemu" tests/integration
 
+# libFuzzer targets (tests/fuzz/README.rst), clang with ASan and UBSan:
+# a short run in make check, a long one in make fuzz.  Crashing inputs
+# land in $(BUILD)/fuzz/artifacts/.
+FUZZ_CHECK_SECONDS ?= 30
+FUZZ_SECONDS ?= 600
+
+check-fuzz: deps
+	@echo "==> fuzzing: $(FUZZ_CHECK_SECONDS) s per target"
+	@scripts/fuzz.sh $(FUZZ_CHECK_SECONDS)
+
+fuzz: deps
+	@echo "==> fuzzing: $(FUZZ_SECONDS) s per target"
+	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
 demo: all guest
 	@$(VENV)/bin/python scripts/demo.py
 
 clean:
 	rm -rf $(BUILD)/meson $(BUILD)/qemu $(BUILD)/bin $(BUILD)/guest \
-	       $(BUILD)/demo $(BUILD)/meson-asan $(BUILD)/sanitize-logs
+	       $(BUILD)/demo $(BUILD)/meson-asan $(BUILD)/meson-fuzz \
+	       $(BUILD)/sanitize-logs
 
 distclean:
 	rm -rf $(BUILD)
