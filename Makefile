@@ -1,7 +1,10 @@
 # nuksm: NUMA-aware memory deduplication for QEMU/KVM.
 #
 #   make            install dependencies, build QEMU + nuksmd + nuksmctl
-#   make check      ... and run every test suite
+#   make check      ... and run every test suite (sanitizers and a short
+#                   fuzzing run included)
+#   make fuzz       fuzz the protocol decoder and the agent's message
+#                   handling, 10 minutes per target (FUZZ_SECONDS=)
 #   make demo       ... and boot two small VMs attached to a live agent
 #   make bench      ... and benchmark nuksm against kernel KSM (root,
 #                   about 20 minutes; docs/benchmarks.rst)
@@ -27,7 +30,8 @@ export NUKSMD     := $(BIN)/nuksmd
 export NUKSMCTL   := $(BIN)/nuksmctl
 
 .PHONY: all deps tools qemu guest check check-unit check-qtest \
-        check-integration demo clean distclean
+        check-integration check-sanitize check-fuzz fuzz demo clean \
+        distclean
 
 all: tools qemu
 
@@ -51,7 +55,7 @@ guest: deps
 
 check: all guest
 	@$(MAKE) --no-print-directory check-unit check-qtest check-integration \
-	    check-numa-lab
+	    check-numa-lab check-sanitize check-fuzz
 
 check-unit:
 	@echo "==> unit tests (libnuksm)"
@@ -65,12 +69,51 @@ check-integration:
 	@echo "==> integration tests (pytest, qemu.qmp, real guests)"
 	@$(VENV)/bin/python -m pytest tests/integration
 
+# ASan + UBSan build of libnuksm, nuksmd, nuksmctl and the unit tests
+# (gcc).  Any report fails: UBSan's halt on the first, LeakSanitizer
+# checks every exit (nuksmd's after SIGTERM too), and the integration
+# tests that need no QEMU fail on any report file their programs leave in
+# $(SAN_LOGS) (tests/integration/conftest.py).
+SAN_BUILD := $(BUILD)/meson-asan
+SAN_LOGS  := $(BUILD)/sanitize-logs
+SAN_ENV   := ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
+             UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+             G_SLICE=always-malloc
+
+check-sanitize: deps
+	@echo "==> sanitizers (ASan, LeakSanitizer, UBSan): unit tests and the" \
+	      "agent-only integration tests"
+	@test -f $(SAN_BUILD)/build.ninja || \
+	    $(MESON) setup -Dwerror=true -Db_sanitize=address,undefined \
+	        -Db_lundef=false $(SAN_BUILD)
+	@ninja -C $(SAN_BUILD)
+	@$(SAN_ENV) $(MESON) test -C $(SAN_BUILD) --print-errorlogs
+	@rm -rf $(SAN_LOGS)
+	@$(SAN_ENV) NUKSM_SANITIZER_LOGS=$(SAN_LOGS) \
+	    NUKSMD=$(SAN_BUILD)/nuksmd NUKSMCTL=$(SAN_BUILD)/nuksmctl \
+	    $(VENV)/bin/python -m pytest -m "not qemu" tests/integration
+
+# libFuzzer targets (tests/fuzz/README.rst), clang with ASan and UBSan:
+# a short run in make check, a long one in make fuzz.  Crashing inputs
+# land in $(BUILD)/fuzz/artifacts/.
+FUZZ_CHECK_SECONDS ?= 30
+FUZZ_SECONDS ?= 600
+
+check-fuzz: deps
+	@echo "==> fuzzing: $(FUZZ_CHECK_SECONDS) s per target"
+	@scripts/fuzz.sh $(FUZZ_CHECK_SECONDS)
+
+fuzz: deps
+	@echo "==> fuzzing: $(FUZZ_SECONDS) s per target"
+	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
 demo: all guest
 	@$(VENV)/bin/python scripts/demo.py
 
 clean:
 	rm -rf $(BUILD)/meson $(BUILD)/qemu $(BUILD)/bin $(BUILD)/guest \
-	       $(BUILD)/demo
+	       $(BUILD)/demo $(BUILD)/meson-asan $(BUILD)/meson-fuzz \
+	       $(BUILD)/sanitize-logs
 
 distclean:
 	rm -rf $(BUILD)

@@ -16,12 +16,8 @@
 #include "agent.h"
 #include "config.h"
 #include "detached.h"
-#include "home.h"
+#include "lifecycle.h"
 #include "log.h"
-#include "merge.h"
-#include "nuksm-config.h"
-#include "server.h"
-#include "topology.h"
 
 static gboolean on_quit_signal(gpointer opaque)
 {
@@ -54,10 +50,7 @@ static void raise_fd_limit(void)
 
 int main(int argc, char **argv)
 {
-    NuksmAgent agent = {
-        .listen_fd = -1,
-        .next_client_id = 1,
-    };
+    NuksmAgent agent;
     NuksmdConfig cfg;
     guint sigterm, sigint;
 
@@ -66,46 +59,19 @@ int main(int argc, char **argv)
         return 2;
     }
     log_set_level(cfg.log_level);
-    agent.policy = cfg.policy;
-    topology_init(&agent.topology, cfg.fake_numa);
-    agent.nr_nodes = agent.topology.nr_nodes;
-    agent.cold_windows = cfg.cold_windows;
-    agent.memory_max = (uint64_t)cfg.memory_max_mib << 20;
     raise_fd_limit();
-
-    /*
-     * The socket first: a second agent started by mistake must fail on
-     * it with a clear message, before it touches the store.
-     */
-    if (!server_start(&agent, cfg.socket_path)) {
+    if (!agent_start(&agent, &cfg)) {
         config_clear(&cfg);
         return 1;
     }
-    if (!merge_init(&agent, cfg.state_dir, cfg.restore_grace,
-                    !cfg.fake_numa)) {
-        server_stop(&agent);
-        config_clear(&cfg);
-        return 1;
-    }
-    log_info("nuksmd %s listening on %s, policy %s, %u NUMA node%s%s",
-             NUKSM_VERSION, cfg.socket_path, nuksm_policy_name(agent.policy),
-             agent.nr_nodes, agent.nr_nodes == 1 ? "" : "s",
-             cfg.fake_numa ? " (fake)" : "");
 
-    agent.loop = g_main_loop_new(NULL, FALSE);
-    replace_init(&agent, cfg.replace_rate);
-    home_start(&agent);
     sigterm = g_unix_signal_add(SIGTERM, on_quit_signal, &agent);
     sigint = g_unix_signal_add(SIGINT, on_quit_signal, &agent);
     g_main_loop_run(agent.loop);
 
     g_source_remove(sigterm);
     g_source_remove(sigint);
-    home_stop(&agent);
-    replace_destroy(&agent);
-    server_stop(&agent);
-    merge_destroy(&agent);
-    g_main_loop_unref(agent.loop);
+    agent_stop(&agent);
     config_clear(&cfg);
     return 0;
 }

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """Fixtures: a temp dir, nuksmd agents, qtest VMs and TCG test guests."""
 
+import os
+import re
 import shutil
 import sys
 import tempfile
@@ -13,6 +15,50 @@ from harness import Agent, Vm
 
 # Tools the tests use too (numa_tax).
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "qemu: needs the nuksm QEMU build (set on every test "
+        "that uses the qemu_bin fixture, directly or through another)")
+
+
+def pytest_collection_modifyitems(items):
+    # `-m "not qemu"` selects the tests that need nothing but nuksmd and
+    # nuksmctl (make check-sanitize runs those against sanitized builds).
+    for item in items:
+        if "qemu_bin" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.qemu)
+
+
+@pytest.fixture(autouse=True)
+def sanitizer_reports(request, monkeypatch):
+    """With $NUKSM_SANITIZER_LOGS set (make check-sanitize), the programs
+    a test starts write their ASan, LeakSanitizer and UBSan reports to a
+    directory of the test's own there, and any report fails the test.
+
+    Autouse fixtures are set up first and torn down last, so this check
+    comes after start_agent's teardown has stopped every nuksmd and
+    LeakSanitizer has checked its exit.
+    """
+    logs = os.environ.get("NUKSM_SANITIZER_LOGS")
+    if not logs:
+        yield
+        return
+    test_dir = Path(logs) / re.sub(r"[^\w.-]+", "_", request.node.nodeid)
+    shutil.rmtree(test_dir, ignore_errors=True)
+    test_dir.mkdir(parents=True)
+    # The last log_path in the options wins.
+    for var, name in (("ASAN_OPTIONS", "asan"), ("UBSAN_OPTIONS", "ubsan")):
+        options = os.environ.get(var, "")
+        monkeypatch.setenv(var, f"{options}:log_path={test_dir / name}")
+    yield
+    reports = sorted(p for p in test_dir.iterdir() if p.is_file())
+    if reports:
+        text = "\n".join(f"==> {p}:\n{p.read_text(errors='replace')}"
+                         for p in reports)
+        pytest.fail(f"sanitizer report(s) from the programs this test "
+                    f"ran:\n{text}", pytrace=False)
 
 
 def require_file(path, hint):

@@ -1,0 +1,58 @@
+/*
+ * nuksmd start and stop.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "home.h"
+#include "lifecycle.h"
+#include "log.h"
+#include "merge.h"
+#include "nuksm-config.h"
+#include "server.h"
+#include "topology.h"
+
+bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
+{
+    *agent = (NuksmAgent) {
+        .listen_fd = -1,
+        .next_client_id = 1,
+        .policy = cfg->policy,
+        .cold_windows = cfg->cold_windows,
+        .memory_max = (uint64_t)cfg->memory_max_mib << 20,
+    };
+    topology_init(&agent->topology, cfg->fake_numa);
+    agent->nr_nodes = agent->topology.nr_nodes;
+
+    /*
+     * The socket first: a second agent started by mistake must fail on
+     * it with a clear message, before it touches the store.
+     */
+    if (!server_start(agent, cfg->socket_path)) {
+        return false;
+    }
+    if (!merge_init(agent, cfg->state_dir, cfg->restore_grace,
+                    !cfg->fake_numa)) {
+        server_stop(agent);
+        return false;
+    }
+    log_info("nuksmd %s listening on %s, policy %s, %u NUMA node%s%s",
+             NUKSM_VERSION, cfg->socket_path, nuksm_policy_name(agent->policy),
+             agent->nr_nodes, agent->nr_nodes == 1 ? "" : "s",
+             cfg->fake_numa ? " (fake)" : "");
+
+    agent->loop = g_main_loop_new(NULL, FALSE);
+    replace_init(agent, cfg->replace_rate);
+    home_start(agent);
+    return true;
+}
+
+void agent_stop(NuksmAgent *agent)
+{
+    home_stop(agent);
+    replace_destroy(agent);
+    server_stop(agent);
+    merge_destroy(agent);
+    g_clear_pointer(&agent->loop, g_main_loop_unref);
+}

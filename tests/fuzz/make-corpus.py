@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Write the seed corpora of the fuzz targets (tests/fuzz/README.rst).
+
+    build/venv/bin/python tests/fuzz/make-corpus.py
+
+corpus/proto/: one valid message of every type.
+corpus/agent/: scripts for fuzz-agent.c (an op byte; for the send ops a
+16-bit little-endian length and a datagram) that walk the agent through
+its protocol: handshakes, a merge, uploads, restarts with RESTORE,
+reconnections, TOPOLOGY and re-placement with MOVE/MOVED, and rogue
+messages.  The seeds are committed; run this again after a protocol
+change and commit what changed.
+"""
+
+import shutil
+import struct
+import sys
+from pathlib import Path
+
+import xxhash
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "integration"))
+import harness as h  # noqa: E402  (the protocol's constants and packers)
+
+# Layouts harness.py has no use for.
+GUEST_NODE = struct.Struct("=QII")
+VCPU = struct.Struct("=II")
+PAGE_RANGE = struct.Struct("=QQII")
+TOPOLOGY_HEAD = struct.Struct("=IIII")
+MAX_GNODES, MAX_VCPUS, MAX_RANGES = 64, 1024, 128
+MEMPOLICY_BIND = 2
+HOME_HEAD = struct.Struct("=II")
+HOME_BACKEND = 2
+
+# fuzz-agent.c's ops, and the values it fills in.
+OP_SEND_A, OP_SEND_B, OP_SEND_C = 0, 1, 2
+OP_RECONNECT_A, OP_RECONNECT_B, OP_TIMERS, OP_RESTART = 3, 4, 5, 6
+OWN_TID = 1         # becomes the client's pid
+GEN_CURRENT = 0     # becomes the slot's current generation
+
+PAGE = bytes(range(256)) * 16
+DIGEST = xxhash.xxh3_64_intdigest(PAGE)
+
+
+def msg(msg_type, payload=b"", seq=1):
+    return h.pack(msg_type, seq, payload)
+
+
+def topology(gnodes, vcpus, ranges):
+    """gnodes: (host_nodes, policy); vcpus: (tid, gnode); ranges:
+    (first, count, gnode)."""
+    def table(entries, layout, size):
+        return b"".join(layout.pack(*e) for e in entries) + \
+            bytes(layout.size * (size - len(entries)))
+    return (TOPOLOGY_HEAD.pack(len(gnodes), len(vcpus), len(ranges), 0) +
+            table([(n, p, 0) for n, p in gnodes], GUEST_NODE, MAX_GNODES) +
+            table(vcpus, VCPU, MAX_VCPUS) +
+            table([(f, c, g, 0) for f, c, g in ranges], PAGE_RANGE,
+                  MAX_RANGES))
+
+
+def home(homes, sources):
+    pad = bytes(MAX_GNODES - len(homes))
+    return HOME_HEAD.pack(len(homes), 0) + bytes(homes) + pad + \
+        bytes(sources) + pad
+
+
+def move(page, old, new, status):
+    """A MOVE/MOVED entry: page from (node, slot) to (node, slot)."""
+    return h.SLOTREF.pack(page, *old, GEN_CURRENT, h.STATUS_NONE) + \
+        h.SLOTREF.pack(page, *new, GEN_CURRENT, status)
+
+
+def batch(entries):
+    return h.BATCH.pack(len(entries), 0) + b"".join(entries)
+
+
+def refs(*entries, status=h.STATUS_NONE):
+    """A slot-ref batch of (page, node, slot) at the current generation."""
+    return h.pack_slot_refs(h.SlotRef(p, n, s, GEN_CURRENT, status)
+                            for p, n, s in entries)
+
+
+def proto_seeds():
+    vm_entry = h.VM_ENTRY.pack(1, 100, 0, 10, b"default", b"vm0", b"dedup0",
+                               5, 3, 2, 2, 0, bytes([0, 1]) + bytes(62))
+    return {
+        "hello-vm": msg(h.MSG_HELLO, h.hello(role=h.ROLE_VM, priority=10,
+                                             domain=b"default",
+                                             vm_name=b"vm0",
+                                             object_id=b"dedup0")),
+        "hello-control": msg(h.MSG_HELLO, h.hello()),
+        "hello-ack": msg(h.MSG_HELLO_ACK,
+                         h.HELLO_ACK.pack(h.PROTO_VERSION, 1, 0, 2, b"0.1.0")),
+        "error": msg(h.MSG_ERROR, h.ERROR.pack(h.ERR_BAD_MESSAGE, 0,
+                                               b"malformed message")),
+        "set-policy": msg(h.MSG_SET_POLICY, h.POLICY.pack(3)),
+        "policy": msg(h.MSG_POLICY, h.POLICY.pack(4), seq=0),
+        "get-policy": msg(h.MSG_GET_POLICY),
+        "set-priority": msg(h.MSG_SET_PRIORITY, h.PRIORITY.pack(500)),
+        "get-info": msg(h.MSG_GET_INFO),
+        "info": msg(h.MSG_INFO, h.INFO.pack(b"0.1.0", 0, 2, 2,
+                                            h.COND_STORE_FULL, 10, 20, 3, 4,
+                                            5, 7, 9, *[0] * 62,
+                                            b"store full")),
+        "list-vms": msg(h.MSG_LIST_VMS),
+        "vms": msg(h.MSG_VMS, h.VMS.pack(2, 3) + vm_entry * 2),
+        "store": msg(h.MSG_STORE, h.STORE.pack(1, 0, 1 << 36), seq=0),
+        "candidates": msg(h.MSG_CANDIDATES, h.pack_candidates(
+            [(1, DIGEST, 0, 255), (2, DIGEST ^ 1, 1, 0)])),
+        "upload-req": msg(h.MSG_UPLOAD_REQ, refs((1, 0, 0)), seq=0),
+        "upload": msg(h.MSG_UPLOAD, h.pack_slot_refs(
+            [h.SlotRef(1, 0, 0, 7)], [PAGE])),
+        "merge": msg(h.MSG_MERGE, refs((1, 0, 0), (2, 1, 5)), seq=0),
+        "merged": msg(h.MSG_MERGED, h.pack_slot_refs(
+            [h.SlotRef(1, 0, 0, 7, h.STATUS_MERGED),
+             h.SlotRef(2, 1, 5, 7, h.STATUS_FAILED)])),
+        "unmerged": msg(h.MSG_UNMERGED, h.pack_slot_refs(
+            [h.SlotRef(1, 0, 0, 7, h.STATUS_COW),
+             h.SlotRef(2, 1, 5, 7, h.STATUS_RELEASED)])),
+        "restore": msg(h.MSG_RESTORE, refs((1, 0, 0), (9, 1, 2))),
+        "topology": msg(h.MSG_TOPOLOGY, topology(
+            [(0b01, MEMPOLICY_BIND), (0b10, 0)], [(1234, 0), (1235, 1)],
+            [(0, 1024, 0), (1024, 1024, 1)])),
+        "home": msg(h.MSG_HOME, home([1, 0], [HOME_BACKEND, 0]), seq=0),
+        "move": msg(h.MSG_MOVE, batch([move(1, (0, 0), (1, 0),
+                                            h.STATUS_NONE)]), seq=0),
+        "moved": msg(h.MSG_MOVED, batch([move(1, (0, 0), (1, 0),
+                                              h.STATUS_MERGED)])),
+        "refused": msg(h.MSG_REFUSED, refs((1, 0, 0)), seq=0),
+        "condition": msg(h.MSG_CONDITION, h.CONDITION.pack(
+            h.COND_STORE_FULL, 0, b"store full"), seq=0),
+    }
+
+
+def send(op, datagram):
+    return bytes([op]) + struct.pack("<H", len(datagram)) + datagram
+
+
+def a(msg_type, payload=b""):
+    return send(OP_SEND_A, msg(msg_type, payload))
+
+
+def b(msg_type, payload=b""):
+    return send(OP_SEND_B, msg(msg_type, payload))
+
+
+def c(msg_type, payload=b""):
+    return send(OP_SEND_C, msg(msg_type, payload))
+
+
+def op(code):
+    return bytes([code])
+
+
+def candidates(*entries):
+    """(page, digest[, gnode, idle]) entries."""
+    return h.pack_candidates(entries)
+
+
+# A's page 1 and B's page 7 hold PAGE: B is asked to upload it to node 0
+# slot 0, then both map it.
+MERGE_ONE = [
+    a(h.MSG_CANDIDATES, candidates((1, DIGEST))),
+    b(h.MSG_CANDIDATES, candidates((7, DIGEST))),
+    b(h.MSG_UPLOAD, h.pack_slot_refs([h.SlotRef(7, 0, 0, GEN_CURRENT)],
+                                     [PAGE])),
+    a(h.MSG_MERGED, refs((1, 0, 0), status=h.STATUS_MERGED)),
+    b(h.MSG_MERGED, refs((7, 0, 0), status=h.STATUS_MERGED)),
+]
+
+
+def agent_seeds():
+    control = h.hello()
+    return {
+        "control": [
+            c(h.MSG_HELLO, control), c(h.MSG_GET_INFO), c(h.MSG_LIST_VMS),
+            c(h.MSG_GET_POLICY), c(h.MSG_SET_POLICY, h.POLICY.pack(3)),
+            a(h.MSG_SET_PRIORITY, h.PRIORITY.pack(5)), b(h.MSG_LIST_VMS),
+        ],
+        "version-mismatch": [
+            c(h.MSG_HELLO, h.hello(version=h.PROTO_VERSION - 1)),
+        ],
+        "merge": [
+            *MERGE_ONE,
+            a(h.MSG_UNMERGED, refs((1, 0, 0), status=h.STATUS_COW)),
+            c(h.MSG_HELLO, control), c(h.MSG_GET_INFO),
+        ],
+        "merge-outcomes": [
+            # Two pages of A: A uploads, B's page joins the ready slot.
+            a(h.MSG_CANDIDATES, candidates((1, DIGEST), (2, DIGEST))),
+            a(h.MSG_UPLOAD, h.pack_slot_refs([h.SlotRef(2, 0, 0, 0)],
+                                             [PAGE])),
+            a(h.MSG_MERGED, refs((1, 0, 0), status=h.STATUS_CHANGED)),
+            b(h.MSG_CANDIDATES, candidates((7, DIGEST))),
+            b(h.MSG_MERGED, refs((7, 0, 0), status=h.STATUS_GONE)),
+        ],
+        "upload-changed": [
+            a(h.MSG_CANDIDATES, candidates((1, DIGEST))),
+            b(h.MSG_CANDIDATES, candidates((7, DIGEST))),
+            b(h.MSG_UPLOAD, h.pack_slot_refs([h.SlotRef(7, 0, 0, 0)],
+                                             [bytes(4096)])),
+            a(h.MSG_CANDIDATES, candidates((1, DIGEST))),
+        ],
+        "restart-restore": [
+            *MERGE_ONE,
+            op(OP_RESTART),
+            a(h.MSG_RESTORE, refs((1, 0, 0))),
+            b(h.MSG_RESTORE, refs((7, 0, 0))),
+            a(h.MSG_CANDIDATES, candidates((2, DIGEST))),
+            a(h.MSG_MERGED, refs((2, 0, 0), status=h.STATUS_MERGED)),
+            op(OP_TIMERS),
+            c(h.MSG_HELLO, control), c(h.MSG_GET_INFO),
+        ],
+        "restart-grace-over": [
+            *MERGE_ONE,
+            op(OP_RESTART),
+            op(OP_TIMERS),
+            a(h.MSG_RESTORE, refs((1, 0, 0))),
+        ],
+        "reconnect": [
+            *MERGE_ONE,
+            op(OP_RECONNECT_A),
+            a(h.MSG_RESTORE, refs((1, 0, 0))),
+            op(OP_RECONNECT_B),
+            b(h.MSG_CANDIDATES, candidates((8, DIGEST))),
+            a(h.MSG_UNMERGED, refs((1, 0, 0), status=h.STATUS_DISCARDED)),
+        ],
+        "topology-moves": [
+            c(h.MSG_HELLO, control),
+            # A's only guest node is bound to host node 1: its home.
+            a(h.MSG_TOPOLOGY, topology([(0b10, MEMPOLICY_BIND)],
+                                       [(OWN_TID, 0)], [(0, 1 << 20, 0)])),
+            *MERGE_ONE,
+            # Under local, A's page moves to a copy on node 1.
+            c(h.MSG_SET_POLICY, h.POLICY.pack(2)),
+            op(OP_TIMERS),
+            op(OP_TIMERS),
+            a(h.MSG_MOVED, batch([move(1, (0, 0), (1, 0),
+                                       h.STATUS_MERGED)])),
+            c(h.MSG_LIST_VMS), c(h.MSG_GET_INFO),
+        ],
+        "rogue": [
+            a(h.MSG_MERGED, refs((1, 0, 0), status=h.STATUS_MERGED)),
+            b(h.MSG_HELLO, h.hello(role=h.ROLE_VM, priority=1,
+                                   domain=b"default")),
+            c(h.MSG_CANDIDATES, candidates((1, DIGEST))),
+            send(OP_SEND_A, b"NKSM" + bytes(12)),
+            a(h.MSG_MOVE, batch([move(1, (0, 0), (1, 0), h.STATUS_NONE)])),
+        ],
+    }
+
+
+def write(directory, seeds):
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    for name, data in seeds.items():
+        if isinstance(data, list):
+            data = b"".join(data)
+        (directory / name).write_bytes(data)
+    print(f"{directory}: {len(seeds)} seeds")
+
+
+def main():
+    write(HERE / "corpus" / "proto", proto_seeds())
+    write(HERE / "corpus" / "agent", agent_seeds())
+
+
+if __name__ == "__main__":
+    main()
