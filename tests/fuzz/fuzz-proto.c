@@ -144,6 +144,8 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
         const NuksmMsgInfo *i = p;
 
         read_string(i->agent_version, sizeof(i->agent_version));
+        read_string(i->condition_reason, sizeof(i->condition_reason));
+        REQUIRE(!(i->conditions & ~NUKSM_COND_ALL));
         REQUIRE(nuksm_policy_name(i->policy) != NULL);
         REQUIRE(i->nr_nodes >= 1 && i->nr_nodes <= NUKSM_MAX_NODES);
         for (uint32_t n = 0; n < i->nr_nodes; n++) {
@@ -203,6 +205,7 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
     case NUKSM_MSG_UPLOAD_REQ:
     case NUKSM_MSG_MERGE:
     case NUKSM_MSG_RESTORE:
+    case NUKSM_MSG_REFUSED:
     case NUKSM_MSG_MERGED:
     case NUKSM_MSG_UNMERGED: {
         const NuksmSlotRef *r = (const void *)((const char *)p +
@@ -244,6 +247,17 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
             REQUIRE(h->home[g] < NUKSM_MAX_NODES);
             REQUIRE(h->source[g] < NUKSM_HOME__MAX);
         }
+        break;
+    }
+    case NUKSM_MSG_CONDITION: {
+        const NuksmMsgCondition *c = p;
+
+        REQUIRE(!(c->conditions & ~NUKSM_COND_ALL));
+        for (uint32_t bit = 1; bit & NUKSM_COND_ALL; bit <<= 1) {
+            REQUIRE(nuksm_condition_name(bit));
+            sink += !!(c->conditions & bit);
+        }
+        read_string(c->reason, sizeof(c->reason));
         break;
     }
     default:

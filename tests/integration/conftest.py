@@ -21,6 +21,10 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "qemu: needs the nuksm QEMU build (set on every test "
         "that uses the qemu_bin fixture, directly or through another)")
+    config.addinivalue_line(
+        "markers", "allocator: measures how glibc's allocator holds and "
+        "gives back memory (ASan replaces that allocator, so make "
+        "check-sanitize leaves these out; make check-integration runs them)")
 
 
 def pytest_collection_modifyitems(items):

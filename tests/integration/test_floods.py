@@ -123,6 +123,7 @@ def test_candidates_waiting_on_one_slot_are_bounded(agent):
     rogue.close()
 
 
+@pytest.mark.allocator
 def test_client_not_reading_costs_at_most_its_queue(agent):
     """Requests whose small replies are never read: the client is
     disconnected once its queue, counted with its overhead, passes 8 MiB,
@@ -364,6 +365,7 @@ def in_child(fn):
     assert os.waitstatus_to_exitcode(status_) == 0, "the child failed"
 
 
+@pytest.mark.allocator
 def test_memory_budget_holds_back_candidates(start_agent):
     """Past --memory-max no candidate is taken, which nuksmctl and the VMs
     see; once the flood's process is gone, merging resumes."""
