@@ -7,6 +7,7 @@ test guest comes from $BUILD/guest (scripts/make-guest.sh), overridable
 with NUKSM_GUEST.
 """
 
+import base64
 import collections
 import contextlib
 import ctypes
@@ -17,6 +18,7 @@ import socket
 import struct
 import subprocess
 import time
+import traceback
 from pathlib import Path
 
 from qemu.qmp import ConnectError, ExecInterruptedError
@@ -91,6 +93,32 @@ def wait_until(predicate, timeout, what):
             raise AssertionError(f"timed out after {timeout} s waiting for "
                                  f"{what}")
         time.sleep(0.05)
+
+
+def rss(pid):
+    """Resident memory of a process, bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def in_child(fn):
+    """Run @fn in a forked child process, which then exits: the agent
+    drops what its connections leave once the process is gone."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            fn()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child process failed"
 
 
 def die_with_parent():
@@ -573,6 +601,29 @@ class Qtest:
 
     def memset(self, addr, size, value):
         self.command(f"memset {addr:#x} {size:#x} {value:#x}")
+
+
+QTEST_CHUNK = 4 << 20   # bytes per b64write or b64read
+
+
+def b64write(qtest, addr, data):
+    qtest.command(f"b64write {addr:#x} {len(data):#x} "
+                  f"{base64.b64encode(data).decode()}")
+
+
+def b64read(qtest, addr, size):
+    reply = qtest.command(f"b64read {addr:#x} {size:#x}")
+    return base64.b64decode(reply.split()[1])
+
+
+def write_big(qtest, addr, data, chunk=QTEST_CHUNK):
+    for off in range(0, len(data), chunk):
+        b64write(qtest, addr + off, data[off:off + chunk])
+
+
+def read_big(qtest, addr, size, chunk=QTEST_CHUNK):
+    return b"".join(b64read(qtest, addr + off, min(chunk, size - off))
+                    for off in range(0, size, chunk))
 
 
 def qtest_args(qtest_path, *objects, mem="128M"):

@@ -18,18 +18,17 @@ import mmap
 import os
 import random
 import stat
-import traceback
 
 import pytest
 import xxhash
 
 from harness import (ERR_BAD_MESSAGE, MSG_CANDIDATES, MSG_GET_INFO,
                      MSG_HELLO, MSG_INFO, MSG_LIST_VMS, MSG_MERGE,
-                     MSG_REFUSED,
-                     MSG_UPLOAD_REQ, MSG_VMS, NUKSM_PAGE_SIZE,
+                     MSG_REFUSED, MSG_UPLOAD_REQ, MSG_VMS, NUKSM_PAGE_SIZE,
                      STATUS_CHANGED, STATUS_GONE, VM_ENTRY, VMS, RawClient,
-                     SlotRef, VmClient, hello, pack, pack_candidates,
-                     pack_slot_refs, parse_info, run_nuksmd, wait_until)
+                     SlotRef, VmClient, hello, in_child, pack,
+                     pack_candidates, pack_slot_refs, parse_info,
+                     run_nuksmd, wait_until)
 
 STORE_SLOTS = 1 << 24
 STORE_SIZE = STORE_SLOTS * NUKSM_PAGE_SIZE
@@ -114,23 +113,6 @@ def list_vms(client):
     entries = [VM_ENTRY.unpack_from(reply.payload, VMS.size + i * VM_ENTRY.size)
                for i in range(count)]
     return {e[0]: e[7] for e in entries}
-
-
-def in_child(fn):
-    """Run @fn in a forked child process, which then exits: the agent
-    drops what its connections leave once the process is gone."""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            fn()
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, "the child process failed"
 
 
 def control_info(agent):

@@ -7,17 +7,15 @@ it back, the agent's memory, and that the others are not disturbed.
 """
 
 import os
-import socket
 import subprocess
-import traceback
 
 import pytest
 import xxhash
 
 import harness
-from harness import (COND_AGENT_MEMORY, COND_STORE_FULL, ERR_HANDSHAKE,
-                     MSG_GET_POLICY, MSG_MERGE, MSG_UPLOAD_REQ, RawClient,
-                     VmClient, pack, wait_until)
+from harness import (COND_AGENT_MEMORY, COND_STORE_FULL, MSG_GET_POLICY,
+                     MSG_MERGE, MSG_UPLOAD_REQ, RawClient, VmClient, in_child,
+                     pack, rss, wait_until)
 
 PAGE = harness.NUKSM_PAGE_SIZE
 MIB = 1 << 20
@@ -33,15 +31,6 @@ def page(seed):
 
 def digest(data):
     return xxhash.xxh3_64_intdigest(data)
-
-
-def rss(pid):
-    """Resident memory of a process, bytes."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 def status(agent):
@@ -346,23 +335,6 @@ def test_memory_cgroup_limit_is_store_full(memory_cgroup, start_agent):
     for client in holders:
         client.close()
     agent.stop()
-
-
-def in_child(fn):
-    """Run @fn in a forked child, which then exits: the agent drops what
-    its connections held once the process is gone."""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            fn()
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    _, status_ = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status_) == 0, "the child failed"
 
 
 @pytest.mark.allocator

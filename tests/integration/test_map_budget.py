@@ -10,7 +10,6 @@ scattered duplicates, and check that nuksm stops merging at its budget,
 says so, keeps QEMU working, and resumes when the limit is raised.
 """
 
-import base64
 import os
 import random
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import Qtest, wait_until
+from harness import Qtest, b64read, wait_until, write_big
 
 PAGE = 4096
 MIB = 1 << 20
@@ -44,21 +43,6 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def b64write(qtest, addr, data):
-    qtest.command(f"b64write {addr:#x} {len(data):#x} "
-                  f"{base64.b64encode(data).decode()}")
-
-
-def b64read(qtest, addr, size):
-    reply = qtest.command(f"b64read {addr:#x} {size:#x}")
-    return base64.b64decode(reply.split()[1])
-
-
-def write_big(qtest, addr, data, chunk=4 * MIB):
-    for off in range(0, len(data), chunk):
-        b64write(qtest, addr + off, data[off:off + chunk])
 
 
 def merged_non_zero(vm):

@@ -5,7 +5,6 @@ Guest memory is written and read back through the qtest protocol, so
 every check is on what the guest would see.
 """
 
-import base64
 import contextlib
 import os
 import random
@@ -18,30 +17,10 @@ import xxhash
 from qemu.qmp import ExecuteError
 
 import harness
-from harness import Qtest, wait_until
+from harness import Qtest, b64read, read_big, wait_until, write_big
 
 PAGE = 4096
 MIB = 1 << 20
-
-
-def b64write(qtest, addr, data):
-    qtest.command(f"b64write {addr:#x} {len(data):#x} "
-                  f"{base64.b64encode(data).decode()}")
-
-
-def b64read(qtest, addr, size):
-    reply = qtest.command(f"b64read {addr:#x} {size:#x}")
-    return base64.b64decode(reply.split()[1])
-
-
-def write_big(qtest, addr, data, chunk=4 * MIB):
-    for off in range(0, len(data), chunk):
-        b64write(qtest, addr + off, data[off:off + chunk])
-
-
-def read_big(qtest, addr, size, chunk=4 * MIB):
-    return b"".join(b64read(qtest, addr + off, min(chunk, size - off))
-                    for off in range(0, size, chunk))
 
 
 def pseudo_random(seed, size):

@@ -21,7 +21,7 @@ import signal
 import time
 
 import harness
-from harness import Qtest, wait_until
+from harness import Qtest, rss, wait_until
 
 PAGE = 4096
 MIB = 1 << 20
@@ -37,14 +37,6 @@ GRACE = 1                  # --restore-grace of the agents, seconds
 def content(index):
     """Page content number @index of the pool."""
     return random.Random(index).randbytes(PAGE)
-
-
-def rss(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 def status(agent):
