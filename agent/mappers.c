@@ -15,6 +15,9 @@
 #include "log.h"
 #include "mappers.h"
 
+/* Processes that exited are dropped as the list doubles from this. */
+#define PRUNE_MIN 64
+
 /* Field 22 of /proc/@pid/stat: when the process started, in ticks. */
 static bool start_time(pid_t pid, guint64 *ticks)
 {
@@ -75,6 +78,7 @@ void mappers_open(Mappers *m, const char *dir)
 
     m->path = g_build_filename(dir, "mappers", NULL);
     m->procs = g_hash_table_new_full(NULL, NULL, NULL, g_free);
+    m->prune_at = PRUNE_MIN;
     if (!g_file_get_contents(m->path, &text, NULL, NULL)) {
         return;
     }
@@ -99,12 +103,16 @@ void mappers_close(Mappers *m)
 
 bool mappers_add(Mappers *m, pid_t pid)
 {
-    guint64 ticks, *known = g_hash_table_lookup(m->procs,
-                                                GUINT_TO_POINTER(pid));
+    guint64 ticks, *known;
 
     if (!start_time(pid, &ticks)) {
         return false;
     }
+    if (g_hash_table_size(m->procs) >= m->prune_at) {
+        g_array_unref(mappers_live(m));
+        m->prune_at = 2 * g_hash_table_size(m->procs) + PRUNE_MIN;
+    }
+    known = g_hash_table_lookup(m->procs, GUINT_TO_POINTER(pid));
     if (!known || *known != ticks) {
         insert(m, pid, ticks);
         save(m);

@@ -23,13 +23,17 @@
 typedef struct Mappers {
     char *path;              /* <state-dir>/mappers */
     GHashTable *procs;       /* pid -> start time (guint64 *) */
+    guint prune_at;          /* drop the exited when procs has this many */
 } Mappers;
 
 /* Load the list in @dir, keeping the processes that still run. */
 void mappers_open(Mappers *m, const char *dir);
 void mappers_close(Mappers *m);
 
-/* Process @pid received the store: add it.  False if it is gone. */
+/*
+ * Process @pid received the store: add it.  False if it is gone.  The
+ * list is pruned of exited processes whenever it doubled.
+ */
 bool mappers_add(Mappers *m, pid_t pid);
 
 /* Drop the processes that exited; the pids of those that run, sorted. */
