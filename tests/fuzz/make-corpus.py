@@ -172,9 +172,57 @@ MERGE_ONE = [
 ]
 
 
+def page(n):
+    """Distinct page contents, and their digests."""
+    content = bytes([n]) * h.NUKSM_PAGE_SIZE
+    return content, xxhash.xxh3_64_intdigest(content)
+
+
+# Eight contents, in A's pages 1..8 and B's pages 11..18: B uploads them
+# to node 0 slots 0..7 and both map them.
+BATCH_PAGES = [page(n) for n in range(1, 9)]
+MERGE_BATCH = [
+    a(h.MSG_CANDIDATES, candidates(*[(1 + i, d)
+                                     for i, (_, d) in enumerate(BATCH_PAGES)])),
+    b(h.MSG_CANDIDATES, candidates(*[(11 + i, d)
+                                     for i, (_, d) in enumerate(BATCH_PAGES)])),
+    b(h.MSG_UPLOAD, h.pack_slot_refs(
+        [h.SlotRef(11 + i, 0, i, GEN_CURRENT) for i in range(8)],
+        [c for c, _ in BATCH_PAGES])),
+    a(h.MSG_MERGED, refs(*[(1 + i, 0, i) for i in range(8)],
+                         status=h.STATUS_MERGED)),
+    b(h.MSG_MERGED, refs(*[(11 + i, 0, i) for i in range(8)],
+                         status=h.STATUS_MERGED)),
+]
+
+# A's only guest node is bound to host node 1, its home; B's home is 0.
+A_ON_NODE_1 = a(h.MSG_TOPOLOGY, topology([(0b10, MEMPOLICY_BIND)],
+                                         [(OWN_TID, 0)], [(0, 1 << 20, 0)]))
+POLICY_IDS = {name: i for i, name in enumerate(h.POLICIES)}
+
+
+def set_policy(name):
+    return c(h.MSG_SET_POLICY, h.POLICY.pack(POLICY_IDS[name]))
+
+
+def placement_seed(policy):
+    """Pages paired across nodes under @policy, hot and cold, then a
+    re-placement pass of the pages merged under global."""
+    hot, cold = 0, 255
+    return [
+        c(h.MSG_HELLO, h.hello()), A_ON_NODE_1, *MERGE_BATCH,
+        set_policy(policy),
+        a(h.MSG_CANDIDATES, candidates((21, 1001, 0, hot), (22, 1002, 0, hot),
+                                       (23, 1003, 0, cold))),
+        b(h.MSG_CANDIDATES, candidates((31, 1001, 0, hot), (32, 1002, 0, cold),
+                                       (33, 1003, 0, cold))),
+        op(OP_TIMERS), op(OP_TIMERS), c(h.MSG_GET_INFO),
+    ]
+
+
 def agent_seeds():
     control = h.hello()
-    return {
+    seeds = {
         "control": [
             c(h.MSG_HELLO, control), c(h.MSG_GET_INFO), c(h.MSG_LIST_VMS),
             c(h.MSG_GET_POLICY), c(h.MSG_SET_POLICY, h.POLICY.pack(3)),
@@ -228,11 +276,16 @@ def agent_seeds():
             b(h.MSG_CANDIDATES, candidates((8, DIGEST))),
             a(h.MSG_UNMERGED, refs((1, 0, 0), status=h.STATUS_DISCARDED)),
         ],
+        "batch-restart": [
+            *MERGE_BATCH,
+            op(OP_RESTART),
+            a(h.MSG_RESTORE, refs(*[(1 + i, 0, i) for i in range(0, 8, 2)])),
+            op(OP_TIMERS),
+            c(h.MSG_HELLO, control), c(h.MSG_GET_INFO),
+        ],
         "topology-moves": [
             c(h.MSG_HELLO, control),
-            # A's only guest node is bound to host node 1: its home.
-            a(h.MSG_TOPOLOGY, topology([(0b10, MEMPOLICY_BIND)],
-                                       [(OWN_TID, 0)], [(0, 1 << 20, 0)])),
+            A_ON_NODE_1,
             *MERGE_ONE,
             # Under local, A's page moves to a copy on node 1.
             c(h.MSG_SET_POLICY, h.POLICY.pack(2)),
@@ -251,6 +304,9 @@ def agent_seeds():
             a(h.MSG_MOVE, batch([move(1, (0, 0), (1, 0), h.STATUS_NONE)])),
         ],
     }
+    for policy in ("ksm-order", "fair", "priority", "adaptive"):
+        seeds["placement-" + policy] = placement_seed(policy)
+    return seeds
 
 
 def write(directory, seeds):
