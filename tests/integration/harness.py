@@ -626,6 +626,90 @@ def read_big(qtest, addr, size, chunk=QTEST_CHUNK):
                     for off in range(0, size, chunk))
 
 
+class QtestBalloon:
+    """A legacy virtio-balloon-pci (``-device virtio-balloon-pci,
+    disable-legacy=off``) driven over qtest as a guest's driver would:
+    inflating it makes QEMU discard guest pages.  Its queue lives in
+    guest memory at @ring_at (64 KiB there)."""
+
+    VENDOR, DEVICE = 0x1af4, 0x1002      # virtio, legacy balloon
+    IO_BASE = 0xc000                     # where BAR0 goes if unassigned
+    # Legacy virtio-pci registers (I/O BAR0).
+    GUEST_FEATURES, QUEUE_PFN, QUEUE_NUM, QUEUE_SEL = 0x04, 0x08, 0x0c, 0x0e
+    QUEUE_NOTIFY, STATUS = 0x10, 0x12
+    ACKNOWLEDGE, DRIVER, DRIVER_OK = 1, 2, 4
+    INFLATE_QUEUE = 0
+    PFNS_PER_BUFFER = 256
+
+    def __init__(self, qtest, ring_at):
+        self.qtest = qtest
+        self.slot = next((s for s in range(32) if self._cfg_read(s, 0) ==
+                          self.DEVICE << 16 | self.VENDOR), None)
+        assert self.slot is not None, "no legacy virtio-balloon-pci"
+        if self._cfg_read(self.slot, 0x10) & ~3 == 0:
+            self._cfg_write(self.slot, 0x10, self.IO_BASE | 1)
+        self.io = self._cfg_read(self.slot, 0x10) & ~3
+        # I/O space and bus mastering on.
+        self._cfg_write(self.slot, 0x04,
+                        self._cfg_read(self.slot, 0x04) & 0xffff | 0x5)
+        self._out("outb", self.STATUS, 0)
+        self._out("outb", self.STATUS, self.ACKNOWLEDGE | self.DRIVER)
+        self._out("outl", self.GUEST_FEATURES, 0)
+        self._out("outw", self.QUEUE_SEL, self.INFLATE_QUEUE)
+        self.size = self._in("inw", self.QUEUE_NUM)
+        # A legacy vring: descriptors, then the available ring, then the
+        # used ring on the next page; our PFN buffer after it.
+        self.desc = ring_at
+        self.avail = ring_at + 16 * self.size
+        self.used = (self.avail + 6 + 2 * self.size + 4095) & ~4095
+        self.buffer = (self.used + 6 + 8 * self.size + 4095) & ~4095
+        self._out("outl", self.QUEUE_PFN, ring_at >> 12)
+        self._out("outb", self.STATUS,
+                  self.ACKNOWLEDGE | self.DRIVER | self.DRIVER_OK)
+        self.avail_idx = 0
+
+    def _cfg_addr(self, slot, off):
+        return 0x80000000 | slot << 11 | off
+
+    def _cfg_read(self, slot, off):
+        self.qtest.command(f"outl 0xcf8 {self._cfg_addr(slot, off):#x}")
+        return int(self.qtest.command("inl 0xcfc").split()[1], 16)
+
+    def _cfg_write(self, slot, off, value):
+        self.qtest.command(f"outl 0xcf8 {self._cfg_addr(slot, off):#x}")
+        self.qtest.command(f"outl 0xcfc {value:#x}")
+
+    def _out(self, op, reg, value):
+        self.qtest.command(f"{op} {self.io + reg:#x} {value:#x}")
+
+    def _in(self, op, reg):
+        return int(self.qtest.command(f"{op} {self.io + reg:#x}").split()[1],
+                   16)
+
+    def _used_idx(self):
+        return struct.unpack("<H", b64read(self.qtest, self.used + 2, 2))[0]
+
+    def inflate(self, addrs):
+        """Give the guest pages at @addrs to the host, which discards
+        them: they read zero afterwards."""
+        pfns = [a // 4096 for a in addrs]
+        for i in range(0, len(pfns), self.PFNS_PER_BUFFER):
+            chunk = pfns[i:i + self.PFNS_PER_BUFFER]
+            slot = self.avail_idx % self.size
+            b64write(self.qtest, self.buffer,
+                     struct.pack(f"<{len(chunk)}I", *chunk))
+            b64write(self.qtest, self.desc + 16 * slot,
+                     struct.pack("<QIHH", self.buffer, 4 * len(chunk), 0, 0))
+            b64write(self.qtest, self.avail + 4 + 2 * slot,
+                     struct.pack("<H", slot))
+            self.avail_idx = (self.avail_idx + 1) & 0xffff
+            b64write(self.qtest, self.avail,
+                     struct.pack("<HH", 0, self.avail_idx))
+            self._out("outw", self.QUEUE_NOTIFY, self.INFLATE_QUEUE)
+            wait_until(lambda: self._used_idx() == self.avail_idx, 10,
+                       "the balloon to take the pages")
+
+
 def qtest_args(qtest_path, *objects, mem="128M"):
     """A q35 machine under the qtest accelerator with a qtest socket."""
     args = ["-accel", "qtest", "-machine", "q35", "-m", mem,

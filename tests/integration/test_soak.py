@@ -5,7 +5,9 @@ Eight qtest VMs hold pages drawn from a small pool of contents, so that
 they merge with each other and within themselves.  The test keeps a model
 of every page and, for NUKSM_SOAK_SECONDS (default 60; `make soak` runs
 longer), rewrites pages with new or the same content (copy-on-write,
-rewrites), SIGKILLs and restarts the agent, keeps some VMs SIGSTOPped
+rewrites), with NUKSM_SOAK_DISCARD=1 (`make soak`) also discards pages
+through a virtio balloon the test drives over qtest (they read zero
+then), SIGKILLs and restarts the agent, keeps some VMs SIGSTOPped
 across restarts for longer than the restore grace, and SIGKILLs one VM.
 The last third of the run churns on without kills.  At the end every page
 of every VM must equal its model, the store must hold exactly the pages
@@ -20,22 +22,28 @@ import random
 import signal
 import time
 
+import pytest
+
 import harness
-from harness import Qtest, rss, wait_until
+from harness import Qtest, QtestBalloon, rss, wait_until
 
 PAGE = 4096
 MIB = 1 << 20
 VMS = 8
 REGION_AT = 64 * MIB       # the pages under test, in each VM
+RING_AT = 16 * MIB         # the balloon's queue, in each VM
 REGION_PAGES = 2048        # 8 MiB each
 POOL = 48                  # distinct contents
-CHURN_PAGES = 96           # pages rewritten per step
+CHURN_PAGES = 96           # pages rewritten or discarded per step
+ZERO = -1                  # the model of a discarded page
 RESTART_EVERY = 20         # steps between two agent kills
 GRACE = 1                  # --restore-grace of the agents, seconds
 
 
 def content(index):
-    """Page content number @index of the pool."""
+    """Page content number @index of the pool, or a zero page (ZERO)."""
+    if index == ZERO:
+        return bytes(PAGE)
     return random.Random(index).randbytes(PAGE)
 
 
@@ -49,6 +57,7 @@ class Guest:
     def __init__(self, vm, rng):
         self.vm = vm
         self.qtest = Qtest(vm.qtest_path)
+        self.balloon = QtestBalloon(self.qtest, RING_AT)
         self.model = [rng.randrange(POOL) for _ in range(REGION_PAGES)]
         self.stopped = False
         self.alive = True
@@ -62,6 +71,12 @@ class Guest:
             data = base64.b64encode(content(self.model[p])).decode()
             self.qtest.command(f"b64write {REGION_AT + p * PAGE:#x} "
                                f"{PAGE:#x} {data}")
+
+    def discard(self, pages):
+        """The balloon takes @pages: QEMU discards them."""
+        self.balloon.inflate([REGION_AT + p * PAGE for p in pages])
+        for p in pages:
+            self.model[p] = ZERO
 
     def check(self):
         """Read every page back: the number of pages checked."""
@@ -87,9 +102,12 @@ class Guest:
 
 
 def settled(agent, guests):
-    """Merging has caught up: no orphan, every slot referenced, and the
-    VMs' merged pages add up to the agent's references."""
+    """Merging has caught up: no orphan, every slot referenced and holding
+    a page in the store files, and the VMs' merged pages add up to the
+    agent's references."""
     st = status(agent)
+    if store_data_pages(agent.state_dir) != sum(st["store_pages"]):
+        return False
     merged = sum(g.vm.nuksm()["merged-pages"] - g.vm.nuksm()["zero-pages"]
                  for g in guests if g.alive)
     return (st["orphan_pages"] == 0 and
@@ -117,13 +135,17 @@ def store_data_pages(state_dir):
     return pages
 
 
+@pytest.mark.soak
 def test_soak(start_agent, qtest_vm):
     seconds = float(os.environ.get("NUKSM_SOAK_SECONDS", "60"))
+    discards = os.environ.get("NUKSM_SOAK_DISCARD") == "1"
     rng = random.Random(int(os.environ.get("NUKSM_SOAK_SEED", "1")))
     agent = start_agent("--restore-grace", str(GRACE))
     guests = []
     for i in range(VMS):
-        vm = qtest_vm(f"soak{i}", agent=agent.sock, max_cpu=100)
+        vm = qtest_vm(f"soak{i}", agent=agent.sock, max_cpu=100,
+                      extra=["-device",
+                             "virtio-balloon-pci,disable-legacy=off"])
         guests.append(Guest(vm, rng))
     for g in guests:
         g.write(range(REGION_PAGES), rng, fresh=False)
@@ -134,7 +156,8 @@ def test_soak(start_agent, qtest_vm):
 
     summary = {"seconds": seconds, "vms": VMS, "agent_kills": 0,
                "vms_stopped_across_restarts": 0, "vm_kills": 0,
-               "pages_written": 0, "pages_checked": 0}
+               "pages_written": 0, "pages_discarded": 0,
+               "pages_checked": 0}
     start = time.monotonic()
     step = 0
     rss_calm = None
@@ -153,8 +176,13 @@ def test_soak(start_agent, qtest_vm):
         running = [g for g in guests if g.alive and not g.stopped]
         g = rng.choice(running)
         pages = rng.sample(range(REGION_PAGES), CHURN_PAGES)
-        g.write(pages, rng, fresh=rng.random() < 0.7)
-        summary["pages_written"] += CHURN_PAGES
+        action = rng.random()
+        if discards and action < 0.1:
+            g.discard(pages)
+            summary["pages_discarded"] += CHURN_PAGES
+        else:
+            g.write(pages, rng, fresh=action < 0.75)
+            summary["pages_written"] += CHURN_PAGES
 
         if step % RESTART_EVERY == 0 and not calm:
             # Some VMs sleep through the restart and its grace period.
@@ -193,7 +221,6 @@ def test_soak(start_agent, qtest_vm):
     for g in live:
         summary["pages_checked"] += g.check()
     st = status(agent)
-    assert store_data_pages(agent.state_dir) == sum(st["store_pages"])
     summary["agent_rss_calm"] = rss_calm
     summary["agent_rss_last"] = rss(agent.pid)
     summary["pages_shared"] = st["pages_shared"]
@@ -201,6 +228,7 @@ def test_soak(start_agent, qtest_vm):
     (harness.BUILD / "soak.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))
     assert summary["agent_kills"] >= 2 and summary["vm_kills"] == 1
+    assert summary["pages_discarded"] > 0 or not discards
     assert summary["agent_rss_last"] <= rss_calm + 8 * MIB
     for g in live:
         g.qtest.close()

@@ -379,6 +379,17 @@ typedef struct NuksmMergeRun {
     uint64_t idx;
 } NuksmMergeRun;
 
+/*
+ * The connection @w came from has ended meanwhile: commit nothing more
+ * of it.  Its agent may be gone, and the next one frees the slots that
+ * no page reads when it looks (recovery in docs/agent.rst), which a
+ * commit finishing late could then map.
+ */
+static bool nuksm_merge_stale(NuksmScanner *sc, NuksmWork *w)
+{
+    return qatomic_read(&sc->epoch) != w->epoch;
+}
+
 static void nuksm_merge_merge(NuksmScanner *sc, NuksmWork *w)
 {
     const NuksmMsgBatch *b = (const NuksmMsgBatch *)w->payload;
@@ -416,7 +427,7 @@ static void nuksm_merge_merge(NuksmScanner *sc, NuksmWork *w)
      * Runs that cost no mapping (they continue or join runs already
      * mapped) first, then the others while the mapping budget lasts.
      */
-    for (size_t k = 0; k < nr_runs; k++) {
+    for (size_t k = 0; k < nr_runs && !nuksm_merge_stale(sc, w); k++) {
         NuksmMergeRun *m = &runs[k];
 
         if (nuksm_maps_cost(m->bs, m->idx, m->n, false, r[m->first].node,
@@ -426,10 +437,18 @@ static void nuksm_merge_merge(NuksmScanner *sc, NuksmWork *w)
         }
     }
     for (size_t k = 0; k < nr_runs; k++) {
-        if (runs[k].n) {
-            nuksm_merge_run(sc, runs[k].rb, runs[k].bs, runs[k].idx,
-                            &r[runs[k].first], runs[k].n);
+        NuksmMergeRun *m = &runs[k];
+
+        if (!m->n) {
+            continue;
         }
+        if (nuksm_merge_stale(sc, w)) {
+            for (size_t j = 0; j < m->n; j++) {
+                r[m->first + j].status = NUKSM_STATUS_GONE;
+            }
+            continue;
+        }
+        nuksm_merge_run(sc, m->rb, m->bs, m->idx, &r[m->first], m->n);
     }
     qemu_mutex_unlock(&sc->page_lock);
     nuksm_merge_post_refs(sc, w->epoch, NUKSM_MSG_MERGED, r, b->count);
@@ -494,7 +513,8 @@ static void nuksm_merge_move(NuksmScanner *sc, NuksmWork *w)
         size_t n;
         int err;
 
-        if (!nuksm_merge_find_page(sc, m[i].to.page, &rb, &bs, &idx) ||
+        if (nuksm_merge_stale(sc, w) ||
+            !nuksm_merge_find_page(sc, m[i].to.page, &rb, &bs, &idx) ||
             !nuksm_merge_maps(bs, idx, &m[i].from)) {
             m[i++].to.status = NUKSM_STATUS_GONE;
             continue;
@@ -543,10 +563,11 @@ static void nuksm_merge_move(NuksmScanner *sc, NuksmWork *w)
 }
 
 /*
- * The agent holds no reference for these pages: they keep mapping their
- * slot (the agent keeps it while we read it), but we stop reporting them
- * and offer them again, so that they merge anew and leave that slot.
- * The scanner hashes only resident pages: a read makes each one so.
+ * The agent holds no reference for these pages, so nothing keeps their
+ * slot for them: each is made our own again by copy-on-write (an atomic
+ * add of zero writes without changing a byte, whatever a vCPU writes
+ * meanwhile), no longer reported, and offered again, so that it merges
+ * anew.
  */
 static void nuksm_merge_refused(NuksmScanner *sc, NuksmWork *w)
 {
@@ -565,7 +586,8 @@ static void nuksm_merge_refused(NuksmScanner *sc, NuksmWork *w)
             trace_nuksm_merge_refused(r[i].page, r[i].node, r[i].slot);
             nuksm_merge_leave_quietly(sc, bs, idx);
             bs->flags[idx] &= ~(NUKSM_PAGE_STABLE | NUKSM_PAGE_OFFERED);
-            (void)*(volatile uint8_t *)(rb->host + idx * NUKSM_PAGE_SIZE);
+            qatomic_fetch_add((uint64_t *)(rb->host +
+                                           idx * NUKSM_PAGE_SIZE), 0);
         }
     }
     qemu_mutex_unlock(&sc->page_lock);

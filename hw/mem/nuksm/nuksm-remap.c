@@ -28,6 +28,7 @@
 #include "qemu/userfaultfd.h"
 #include "hw/boards.h"
 #include "system/qtest.h"
+#include "libnuksm/nuksm-digest.h"
 #include "nuksm-remap.h"
 #include "trace.h"
 
@@ -105,6 +106,19 @@ static void nuksm_remap_protect(int uffd, void *host, size_t len, bool wp)
     }
 }
 
+/*
+ * A slot never holds a zero page (zero pages are dropped locally, never
+ * offered, and an upload that is not the offered content is refused), so
+ * a zero slot is one the agent punched out: mapping it would let the
+ * guest read whatever the slot holds next.  Only pages starting with a
+ * zero word are read whole.
+ */
+static bool nuksm_remap_slot_filled(const uint8_t *slot_page)
+{
+    return *(const uint64_t *)slot_page ||
+           !nuksm_page_is_zero(slot_page, NUKSM_PAGE_SIZE);
+}
+
 size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
                              int store_fd, const uint8_t *store_map,
                              uint64_t slot, uint32_t delay_us, bool *merged,
@@ -122,7 +136,8 @@ size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
 
     for (size_t i = 0; i < pages; i++) {
         merged[i] = memcmp(host + i * psz, store_map + (slot + i) * psz,
-                           psz) == 0;
+                           psz) == 0 &&
+                    nuksm_remap_slot_filled(store_map + (slot + i) * psz);
     }
     if (delay_us) {
         g_usleep(delay_us);
