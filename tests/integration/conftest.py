@@ -22,9 +22,6 @@ def pytest_configure(config):
         "markers", "qemu: needs the nuksm QEMU build (set on every test "
         "that uses the qemu_bin fixture, directly or through another)")
     config.addinivalue_line(
-        "markers", "soak: the soak (make soak); make check leaves it out "
-        "while it finds the zero reads described in docs/testing.rst")
-    config.addinivalue_line(
         "markers", "allocator: measures how glibc's allocator holds and "
         "gives back memory (ASan replaces that allocator, so make "
         "check-sanitize leaves these out; make check-integration runs them)")

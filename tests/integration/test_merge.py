@@ -8,6 +8,7 @@ every check is on what the guest would see.
 import contextlib
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -66,10 +67,10 @@ SHARED_AT = 64 * MIB
 UNIQUE_AT = 192 * MIB
 
 
-def make_pair(agent, qtest_vm):
+def make_pair(agent, qtest_vm, extra=()):
     """Two 512 MiB VMs on @agent, created disabled: tests fill their
     memory, then enable() them to scan at full speed."""
-    vms = [qtest_vm(name, extra=["-m", "512M"], agent=agent.sock,
+    vms = [qtest_vm(name, extra=["-m", "512M", *extra], agent=agent.sock,
                     max_cpu=100, enabled="off")
            for name in ("vm0", "vm1")]
     for vm in vms:
@@ -365,6 +366,51 @@ def test_stopped_vm_keeps_its_pages_across_agent_restarts(start_agent,
         c.close()
     for q in qtests:
         q.close()
+
+
+def test_vm_stopped_between_compare_and_map_keeps_its_pages(start_agent,
+                                                            qtest_vm):
+    """Both VMs compared a run of pages with their slots and are stopped
+    before they map them, while the agent restarts: QEMU maps the slots
+    before it compares, so the new agent sees them mapped and frees none
+    of them; once resumed, the VMs map and restore them, and every page
+    reads back."""
+    agent = start_agent("--restore-grace", "1")
+    vms = make_pair(agent, qtest_vm,
+                    extra=["-trace", "nuksm_remap_compared"])[1]
+    content = pseudo_random(13, MIB)
+    pages = len(content) // PAGE
+    for vm in vms:
+        # The window in which the test stops them, in every commit run.
+        vm.cmd("qom-set", path="/objects/dedup0",
+               property="x-commit-delay-us", value=1000000)
+    qtests = fill(vms, content)
+    enable(vms)
+    compared = re.compile(r"nuksm_remap_compared \S+: (\d+) pages, \1 equal")
+    runs = [wait_until(lambda: compared.search(vm.log_text()), 30,
+                       f"{vm.name} to compare a run with its slots")
+            for vm in vms]
+
+    with stopped(*vms):
+        agent.kill()
+        agent.start()
+        wait_until(lambda: "orphan store page" in agent.log_text(), 20,
+                   "the new agent to look at who maps its orphans")
+        assert agent_status(agent)["orphan_pages"] >= \
+            max(int(r.group(1)) for r in runs)
+        clients = merge_elsewhere(agent, pages, seed=700)
+
+    for vm in vms:
+        vm.cmd("qom-set", path="/objects/dedup0",
+               property="x-commit-delay-us", value=0)
+    wait_states(vms, "active")
+    wait_until(lambda: agent_status(agent)["orphan_pages"] == 0 and
+               sharing(vms[0]) >= pages, 60, "the VMs to merge every page")
+    for q in qtests:
+        assert read_big(q, SHARED_AT, len(content)) == content
+        q.close()
+    for c in clients:
+        c.close()
 
 
 def vm_client_ids(agent, vms):

@@ -1,7 +1,7 @@
 /*
  * nuksm: serving the agent's merge requests, in the scanner thread.
  *
- *   STORE       map a node's store read-only (to compare pages with slots)
+ *   STORE       keep a node's store descriptor (read-only), to map its slots
  *   UPLOAD_REQ  send the content of pages the agent makes new slots of
  *   MERGE       map pages onto slots where the content is equal
  *   MOVE        map merged pages onto another slot of equal content
@@ -75,21 +75,12 @@ static void nuksm_merge_store(NuksmScanner *sc, NuksmWork *w)
 {
     const NuksmMsgStore *m = (const NuksmMsgStore *)w->payload;
     NuksmStore *st = &sc->stores[m->node];
-    void *map = mmap(NULL, m->size, PROT_READ, MAP_SHARED, w->fd, 0);
 
-    if (map == MAP_FAILED) {
-        error_report("nuksm: cannot map the store of node %u: %s", m->node,
-                     strerror(errno));
-        close(w->fd);
-        return;
-    }
     qemu_mutex_lock(&sc->page_lock);
     if (st->fd >= 0) {
-        munmap(st->map, st->size);
         close(st->fd);
     }
     st->fd = w->fd;
-    st->map = map;
     st->size = m->size;
     qemu_mutex_unlock(&sc->page_lock);
 }
@@ -100,7 +91,6 @@ void nuksm_merge_stores_free(NuksmScanner *sc)
         NuksmStore *st = &sc->stores[n];
 
         if (st->fd >= 0) {
-            munmap(st->map, st->size);
             close(st->fd);
             st->fd = -1;
         }
@@ -331,7 +321,7 @@ static void nuksm_merge_run(NuksmScanner *sc, RAMBlock *rb,
     }
     edges = nuksm_maps_window(bs, idx, n);
     nuksm_remap_merge_run(sc->uffd, rb->host + idx * NUKSM_PAGE_SIZE, n,
-                          st->fd, st->map, r->slot,
+                          st->fd, r->slot,
                           qatomic_read(&sc->s->commit_delay_us), merged,
                           &err);
     if (err) {
@@ -538,8 +528,7 @@ static void nuksm_merge_move(NuksmScanner *sc, NuksmWork *w)
         }
         edges = nuksm_maps_window(bs, idx, n);
         nuksm_remap_merge_run(sc->uffd, rb->host + idx * NUKSM_PAGE_SIZE, n,
-                              sc->stores[m[i].to.node].fd,
-                              sc->stores[m[i].to.node].map, m[i].to.slot,
+                              sc->stores[m[i].to.node].fd, m[i].to.slot,
                               0, merged, &err);
         for (size_t k = 0; k < n; k++) {
             if (merged[k]) {

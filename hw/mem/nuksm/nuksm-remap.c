@@ -6,8 +6,8 @@
  *      through KVM, TCG, an iothread or vhost-kernel, now blocks in the
  *      kernel),
  *   2. check the content the change relies on (equal to the store slot,
- *      or all zero),
- *   3. replace the backing (mmap MAP_FIXED of the read-only store file,
+ *      mapped privately beside guest RAM first, or all zero),
+ *   3. replace the backing (mremap of those slots over the guest pages,
  *      or MADV_DONTNEED),
  *   4. wake the blocked writers and drop the protection that is left.
  * A writer woken after step 3 retries its fault on the new backing and
@@ -119,53 +119,74 @@ static bool nuksm_remap_slot_filled(const uint8_t *slot_page)
            !nuksm_page_is_zero(slot_page, NUKSM_PAGE_SIZE);
 }
 
+/*
+ * The slots are mapped privately at a place of their own before their
+ * content is compared, then moved over the guest pages.  The agent frees
+ * a slot it lost track of (after its own restart) only when no process
+ * maps it privately (agent/mapwatch.c), so a slot this run compared can
+ * no longer be punched out before it backs the guest page, however long
+ * this thread is stopped in between.
+ */
 size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
-                             int store_fd, const uint8_t *store_map,
-                             uint64_t slot, uint32_t delay_us, bool *merged,
-                             int *err)
+                             int store_fd, uint64_t slot, uint32_t delay_us,
+                             bool *merged, int *err)
 {
     const size_t psz = NUKSM_PAGE_SIZE;
-    size_t done = 0;
+    size_t equal = 0, done = 0;
+    uint8_t *slots;
 
     *err = 0;
+    memset(merged, 0, pages * sizeof(*merged));
+    slots = mmap(NULL, pages * psz, PROT_READ | PROT_WRITE, MAP_PRIVATE,
+                 store_fd, slot * psz);
+    if (slots == MAP_FAILED) {
+        *err = errno;
+        return 0;
+    }
     if (uffd_change_protection(uffd, host, pages * psz, true, false)) {
         *err = errno;
-        memset(merged, 0, pages * sizeof(*merged));
+        munmap(slots, pages * psz);
         return 0;
     }
 
     for (size_t i = 0; i < pages; i++) {
-        merged[i] = memcmp(host + i * psz, store_map + (slot + i) * psz,
-                           psz) == 0 &&
-                    nuksm_remap_slot_filled(store_map + (slot + i) * psz);
+        merged[i] = memcmp(host + i * psz, slots + i * psz, psz) == 0 &&
+                    nuksm_remap_slot_filled(slots + i * psz);
+        equal += merged[i];
     }
+    trace_nuksm_remap_compared(host, pages, equal);
     if (delay_us) {
         g_usleep(delay_us);
     }
 
-    /* Map each maximal stretch of equal pages with one mmap. */
+    /*
+     * Move each maximal stretch of equal pages with one mremap, and unmap
+     * the slots of each stretch of different ones (never the whole range
+     * at the end: another thread may map into what was moved away).
+     */
     for (size_t i = 0; i < pages;) {
+        bool same = merged[i];
         size_t n = 0;
         void *p;
 
-        if (!merged[i]) {
-            i++;
-            continue;
-        }
-        while (i + n < pages && merged[i + n]) {
+        while (i + n < pages && merged[i + n] == same) {
             n++;
         }
-        p = mmap(host + i * psz, n * psz, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_FIXED, store_fd, (slot + i) * psz);
-        if (p == MAP_FAILED) {
-            /* Checked before anything is unmapped: the pages stay as
-             * they were (e.g. ENOMEM at vm.max_map_count). */
-            *err = errno;
-            memset(merged + i, 0, n * sizeof(*merged));
-            nuksm_remap_protect(uffd, host + i * psz, n * psz, false);
+        if (!same) {
+            munmap(slots + i * psz, n * psz);
         } else {
-            nuksm_remap_renew(uffd, host + i * psz, n * psz);
-            done += n;
+            p = mremap(slots + i * psz, n * psz, n * psz,
+                       MREMAP_MAYMOVE | MREMAP_FIXED, host + i * psz);
+            if (p == MAP_FAILED) {
+                /* Checked before anything is unmapped: the pages stay as
+                 * they were (e.g. ENOMEM at vm.max_map_count). */
+                *err = errno;
+                memset(merged + i, 0, n * sizeof(*merged));
+                munmap(slots + i * psz, n * psz);
+            } else {
+                nuksm_remap_renew(uffd, host + i * psz, n * psz);
+                done += n;
+            }
         }
         i += n;
     }

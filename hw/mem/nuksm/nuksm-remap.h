@@ -18,16 +18,15 @@ bool nuksm_remap_register(int uffd, void *host, size_t len, Error **errp);
 
 /*
  * Map the @pages pages at @host onto consecutive slots of a store,
- * starting at @slot, where the content is equal.  @store_map is the
- * store mapped read-only, @store_fd a read-only descriptor of it.
- * Sets merged[i] for each page now mapping its slot and returns their
- * number; *err is an errno of a failed step, 0 if none.  @delay_us widens
- * the window between comparing and mapping, for tests (x-commit-delay).
+ * starting at @slot, where the content is equal.  @store_fd is a
+ * read-only descriptor of the store.  Sets merged[i] for each page now
+ * mapping its slot and returns their number; *err is an errno of a
+ * failed step, 0 if none.  @delay_us widens the window between comparing
+ * and mapping, for tests (x-commit-delay).
  */
 size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
-                             int store_fd, const uint8_t *store_map,
-                             uint64_t slot, uint32_t delay_us, bool *merged,
-                             int *err);
+                             int store_fd, uint64_t slot, uint32_t delay_us,
+                             bool *merged, int *err);
 
 /*
  * Drop the anonymous pages at @host that are all zero (they read back as

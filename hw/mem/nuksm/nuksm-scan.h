@@ -51,7 +51,6 @@ typedef struct NuksmBlockState {
 /* A node's store, as the agent handed it over (read-only). */
 typedef struct NuksmStore {
     int fd;                     /* -1 if not received */
-    uint8_t *map;               /* PROT_READ, MAP_SHARED */
     uint64_t size;
 } NuksmStore;
 
