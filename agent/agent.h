@@ -44,6 +44,7 @@ typedef struct NuksmAgent {
 
     /* Merge engine, owned by merge.c and its helpers. */
     Store store;
+    int userfaultfd;             /* /dev/userfaultfd, -1: given to VMs */
     Mappers mappers;             /* processes given the store */
     Memcg memcg;                 /* the room left in our memory cgroup */
     SlotTable slots[NUKSM_MAX_NODES];

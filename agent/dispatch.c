@@ -62,8 +62,11 @@ static void handle_hello(NuksmAgent *agent, NuksmClient *client,
     } else {
         log_info("%s: control client", client->label);
     }
-    if (server_send(agent, client, NUKSM_MSG_HELLO_ACK, seq, &ack,
-                    sizeof(ack)) && client->role == NUKSM_ROLE_VM) {
+    if (client->role != NUKSM_ROLE_VM) {
+        server_send(agent, client, NUKSM_MSG_HELLO_ACK, seq, &ack,
+                    sizeof(ack));
+    } else if (server_send_fd(agent, client, NUKSM_MSG_HELLO_ACK, seq, &ack,
+                              sizeof(ack), agent->userfaultfd)) {
         merge_client_join(agent, client);
     }
 }

@@ -5,9 +5,12 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <stdarg.h>
+#include <unistd.h>
 
 #include "conditions.h"
 #include "detached.h"
@@ -60,6 +63,17 @@ bool merge_init(NuksmAgent *agent, const char *state_dir,
     if (!store_open(&agent->store, state_dir, agent->nr_nodes, bind_nodes)) {
         return false;
     }
+    /*
+     * Handed to every VM, for a QEMU that may not create a userfaultfd
+     * itself (vm.unprivileged_userfaultfd=0): docs/security.rst says why
+     * that is safe.
+     */
+    agent->userfaultfd = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+    if (agent->userfaultfd < 0) {
+        log_warning("cannot open /dev/userfaultfd (%s): a QEMU that may not "
+                    "create a userfaultfd itself cannot merge",
+                    g_strerror(errno));
+    }
     mappers_open(&agent->mappers, state_dir);
     memcg_init(&agent->memcg);
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
@@ -96,6 +110,9 @@ void merge_destroy(NuksmAgent *agent)
     }
     mappers_close(&agent->mappers);
     memcg_destroy(&agent->memcg);
+    if (agent->userfaultfd >= 0) {
+        close(agent->userfaultfd);
+    }
     store_close(&agent->store);
 }
 

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 4u
+#define NUKSM_PROTO_VERSION 5u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -112,6 +112,12 @@ typedef struct NuksmMsgHello {
     char object_id[NUKSM_NAME_LEN];  /* id of the nuksm object */
 } NuksmMsgHello;
 
+/*
+ * HELLO_ACK to a VM carries a descriptor of /dev/userfaultfd (SCM_RIGHTS)
+ * if the agent could open it: a QEMU that may not create a userfaultfd
+ * itself (vm.unprivileged_userfaultfd=0, no CAP_SYS_PTRACE) creates its
+ * own with ioctl(USERFAULTFD_IOC_NEW) on it.
+ */
 typedef struct NuksmMsgHelloAck {
     uint32_t version;    /* NUKSM_PROTO_VERSION of the agent */
     uint32_t client_id;  /* agent-assigned, unique while the agent runs */

@@ -116,7 +116,8 @@ def start_agent(workdir, shm_dir, nuksmd_bin, nuksmctl_bin):
     """
     agents = []
 
-    def start(*extra_args, name="nuksmd", args=None, state_dir=True):
+    def start(*extra_args, name="nuksmd", args=None, state_dir=True,
+              user=None):
         sock = workdir / f"{name}.sock"
         if args is None:
             args = ["--socket", sock, *extra_args]
@@ -125,7 +126,7 @@ def start_agent(workdir, shm_dir, nuksmd_bin, nuksmctl_bin):
             args = [*args, "--state-dir", state_dir]
         else:
             state_dir = None
-        agent = Agent(sock, workdir / f"{name}.log", args, state_dir)
+        agent = Agent(sock, workdir / f"{name}.log", args, state_dir, user)
         agents.append(agent)
         return agent.start()
 
@@ -151,11 +152,12 @@ def agent(start_agent):
 
 @pytest.fixture
 def start_vm(workdir, qemu_bin):
-    """start_vm(name, args) -> a running Vm; quit (exit 0) at teardown."""
+    """start_vm(name, args, user=) -> a running Vm, as @user if given;
+    quit (exit 0) at teardown."""
     vms = []
 
-    def start(name, args):
-        vm = Vm(workdir, name, args)
+    def start(name, args, user=None):
+        vm = Vm(workdir, name, args, user)
         vms.append(vm)
         return vm.start()
 
@@ -176,13 +178,14 @@ def start_vm(workdir, qemu_bin):
 
 @pytest.fixture
 def qtest_vm(start_vm, workdir):
-    """qtest_vm(name, extra=[args], **nuksm_props): q35, 128M, one nuksm
-    object (id dedup0 unless given), a qtest socket at vm.qtest_path."""
-    def start(name="vm0", extra=(), **props):
+    """qtest_vm(name, extra=[args], user=, **nuksm_props): q35, 128M, one
+    nuksm object (id dedup0 unless given), a qtest socket at
+    vm.qtest_path; run as @user if given."""
+    def start(name="vm0", extra=(), user=None, **props):
         props.setdefault("id", "dedup0")
         args = harness.qtest_args(workdir / f"{name}.qtest",
                                   harness.nuksm_object(**props))
-        return start_vm(name, [*args, *extra])
+        return start_vm(name, [*args, *extra], user=user)
     return start
 
 

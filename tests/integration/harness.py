@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import json
 import os
+import pwd
 import signal
 import socket
 import struct
@@ -37,7 +38,7 @@ GUEST_READY = "nuksm-guest: ready"
 
 # Mirrors libnuksm/nuksm-proto.h.
 PROTO_MAGIC = 0x4D534B4E
-PROTO_VERSION = 4
+PROTO_VERSION = 5
 MSG_MAX = 65536
 NUKSM_PAGE_SIZE = 4096
 MSG_HELLO, MSG_HELLO_ACK, MSG_ERROR = 1, 2, 3
@@ -124,6 +125,15 @@ def in_child(fn):
 def die_with_parent():
     """preexec_fn: the child gets SIGKILL should the test run die."""
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def as_user(user):
+    """Popen arguments that run the child as @user (a name) with no
+    supplementary group and no capability; none for None."""
+    if user is None:
+        return {}
+    entry = pwd.getpwnam(user)
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
 
 
 def read_log(path):
@@ -252,17 +262,23 @@ def parse_info(msg):
 
 
 class VmClient(RawClient):
-    """A raw client in the VM role: HELLO, the STOREs, then merges."""
+    """A raw client in the VM role: HELLO (its reply with /dev/userfaultfd
+    if the agent has it), the STOREs, then merges."""
 
     def __init__(self, path, domain="default", name="vm", timeout=5.0):
         super().__init__(path, timeout)
         self.domain = domain
         self.seq = 1
         self.stores = {}  # node -> read-only fd of its store file
-        reply = self.request(MSG_HELLO, 1, hello(
+        self.userfaultfd = None  # /dev/userfaultfd from the agent
+        self.send(pack(MSG_HELLO, 1, hello(
             role=ROLE_VM, priority=100, domain=domain.encode(),
-            vm_name=name.encode(), object_id=b"dedup0"))
+            vm_name=name.encode(), object_id=b"dedup0")))
+        reply, fds = self.recv_with_fds()
         assert reply.type == MSG_HELLO_ACK, f"HELLO refused: {reply.error()}"
+        assert len(fds) <= 1
+        if fds:
+            self.userfaultfd = fds[0]
         _, self.client_id, _, self.nr_nodes, _ = \
             HELLO_ACK.unpack(reply.payload)
         for _ in range(self.nr_nodes):
@@ -282,6 +298,9 @@ class VmClient(RawClient):
         for fd in self.stores.values():
             os.close(fd)
         self.stores = {}
+        if self.userfaultfd is not None:
+            os.close(self.userfaultfd)
+            self.userfaultfd = None
         super().close()
 
     def _send(self, msg_type, payload):
@@ -396,18 +415,20 @@ def connectable(path, kind=socket.SOCK_SEQPACKET):
 class Agent:
     """A nuksmd process listening on @sock, its store in @state_dir."""
 
-    def __init__(self, sock, log, args, state_dir=None):
+    def __init__(self, sock, log, args, state_dir=None, user=None):
         self.sock = Path(sock)
         self.log = Path(log)
         self.args = [str(a) for a in args]
         self.state_dir = state_dir and Path(state_dir)
+        self.user = user
         self.proc = None
 
     def start(self):
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([str(NUKSMD), *self.args],
                                          stdout=log, stderr=subprocess.STDOUT,
-                                         preexec_fn=die_with_parent)
+                                         preexec_fn=die_with_parent,
+                                         **as_user(self.user))
         wait_until(self._ready, 10, f"nuksmd to listen on {self.sock}")
         return self
 
@@ -457,8 +478,9 @@ def nuksm_object(**props):
 class Vm:
     """A QEMU process with a QMP unix socket, driven with qemu.qmp."""
 
-    def __init__(self, workdir, name, args):
+    def __init__(self, workdir, name, args, user=None):
         self.name = name
+        self.user = user
         self.qmp_path = Path(workdir) / f"{name}.qmp"
         self.log = Path(workdir) / f"{name}.log"
         self.serial = Path(workdir) / f"{name}.serial"
@@ -474,7 +496,8 @@ class Vm:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log,
                                          stderr=subprocess.STDOUT,
-                                         preexec_fn=die_with_parent)
+                                         preexec_fn=die_with_parent,
+                                         **as_user(self.user))
         wait_until(self._qmp_ready, 30, f"QMP socket of {self.name}")
         self.qmp = self._qmp_connect()
         self.qmp.settimeout(30)

@@ -205,11 +205,16 @@ static void nuksm_agent_flush(void *opaque)
     }
 }
 
-static void nuksm_agent_handle_hello_ack(Nuksm *s, const NuksmMsgHelloAck *a)
+/* @uffd_dev: /dev/userfaultfd from the agent, or -1; taken over. */
+static void nuksm_agent_handle_hello_ack(Nuksm *s, const NuksmMsgHelloAck *a,
+                                         int uffd_dev)
 {
     NuksmAgentConn *c = &s->conn;
 
     if (a->version != NUKSM_PROTO_VERSION) {
+        if (uffd_dev >= 0) {
+            close(uffd_dev);
+        }
         g_autofree char *reason = g_strdup_printf(
             "protocol version mismatch: QEMU speaks %u, nuksmd speaks %u",
             NUKSM_PROTO_VERSION, a->version);
@@ -228,6 +233,8 @@ static void nuksm_agent_handle_hello_ack(Nuksm *s, const NuksmMsgHelloAck *a)
     trace_nuksm_agent_connected(nuksm_id(s), a->client_id, a->nr_nodes,
                                 a->agent_version);
     qapi_event_send_nuksm_agent_connected(nuksm_id(s), s->agent_path);
+    /* Before the scanner runs for this connection and tries it. */
+    nuksm_scanner_set_uffd_device(s->scanner, uffd_dev);
     nuksm_numa_send_topology(s);
     nuksm_update_activity(s);
 }
@@ -327,6 +334,10 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
         }
         return;
     }
+    if (!c->ready && hdr->type == NUKSM_MSG_HELLO_ACK) {
+        nuksm_agent_handle_hello_ack(s, payload, fd);
+        return;
+    }
     if (fd >= 0) {
         close(fd);
         nuksm_agent_disconnect(s, "agent sent an unexpected descriptor");
@@ -334,9 +345,7 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
     }
 
     if (!c->ready) {
-        if (hdr->type == NUKSM_MSG_HELLO_ACK) {
-            nuksm_agent_handle_hello_ack(s, payload);
-        } else if (hdr->type == NUKSM_MSG_ERROR) {
+        if (hdr->type == NUKSM_MSG_ERROR) {
             const NuksmMsgError *e = payload;
             g_autofree char *reason =
                 g_strdup_printf("agent refused the handshake: %s",

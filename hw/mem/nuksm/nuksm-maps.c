@@ -153,7 +153,7 @@ void nuksm_maps_init(NuksmScanner *sc)
 /* Tell the main loop, which emits the events (nuksm.c). */
 static void nuksm_maps_notify(NuksmScanner *sc)
 {
-    qemu_bh_schedule(sc->s->maps_bh);
+    qemu_bh_schedule(sc->s->limit_bh);
 }
 
 static void nuksm_maps_set_limited(NuksmScanner *sc)

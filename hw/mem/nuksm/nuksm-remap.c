@@ -20,7 +20,9 @@
  */
 
 #include "qemu/osdep.h"
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <linux/userfaultfd.h>
 #include "qapi/error.h"
 #include "qemu/cutils.h"
@@ -32,16 +34,70 @@
 #include "nuksm-remap.h"
 #include "trace.h"
 
-int nuksm_remap_uffd_open(Error **errp)
+/*
+ * A new userfaultfd of this process: from the system call, or where this
+ * process may not use it (vm.unprivileged_userfaultfd=0 and no
+ * CAP_SYS_PTRACE, as QEMU run by libvirt), from @dev_fd, a descriptor of
+ * /dev/userfaultfd the agent handed over (docs/security.rst).
+ */
+static int nuksm_remap_uffd_new(int dev_fd, Error **errp)
+{
+    int fd = syscall(__NR_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+
+    if (fd >= 0) {
+        return fd;
+    }
+    if (errno != EPERM) {
+        error_setg_errno(errp, errno, "userfaultfd is not available");
+        return -1;
+    }
+    if (dev_fd < 0) {
+        error_setg(errp, "this process may not create a userfaultfd "
+                   "(vm.unprivileged_userfaultfd=0) and the agent handed "
+                   "over no /dev/userfaultfd");
+        return -1;
+    }
+    fd = ioctl(dev_fd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        error_setg_errno(errp, errno, "cannot create a userfaultfd from the "
+                         "agent's /dev/userfaultfd");
+    }
+    return fd;
+}
+
+/*
+ * A new userfaultfd after its API handshake asking for @features; sets
+ * *supported to the features it has.
+ */
+static int nuksm_remap_uffd_api(int dev_fd, uint64_t features,
+                                uint64_t *supported, Error **errp)
+{
+    struct uffdio_api api = { .api = UFFD_API, .features = features };
+    int fd = nuksm_remap_uffd_new(dev_fd, errp);
+
+    if (fd < 0) {
+        return -1;
+    }
+    if (ioctl(fd, UFFDIO_API, &api)) {
+        error_setg_errno(errp, errno, "userfaultfd refused its API handshake");
+        close(fd);
+        return -1;
+    }
+    *supported = api.features;
+    return fd;
+}
+
+int nuksm_remap_uffd_open(int dev_fd, Error **errp)
 {
     uint64_t features = UFFD_FEATURE_PAGEFAULT_FLAG_WP;
     uint64_t supported;
-    int fd;
+    /* A userfaultfd takes one API handshake: ask on this one. */
+    int fd = nuksm_remap_uffd_api(dev_fd, 0, &supported, errp);
 
-    if (uffd_query_features(&supported)) {
-        error_setg(errp, "userfaultfd is not available");
+    if (fd < 0) {
         return -1;
     }
+    close(fd);
     if (!(supported & UFFD_FEATURE_PAGEFAULT_FLAG_WP)) {
         error_setg(errp, "userfaultfd write-protect is not supported by "
                    "this kernel (needs Linux 5.19 or later for shmem)");
@@ -53,11 +109,7 @@ int nuksm_remap_uffd_open(Error **errp)
      */
     features |= supported & (UFFD_FEATURE_WP_UNPOPULATED |
                              UFFD_FEATURE_WP_HUGETLBFS_SHMEM);
-    fd = uffd_create_fd(features, true);
-    if (fd < 0) {
-        error_setg_errno(errp, errno, "cannot create a userfaultfd");
-    }
-    return fd;
+    return nuksm_remap_uffd_api(dev_fd, features, &supported, errp);
 }
 
 bool nuksm_remap_register(int uffd, void *host, size_t len, Error **errp)

@@ -10,8 +10,11 @@
 
 #include "libnuksm/nuksm-proto.h"
 
-/* A non-blocking userfaultfd able to write-protect anonymous and shmem. */
-int nuksm_remap_uffd_open(Error **errp);
+/*
+ * A non-blocking userfaultfd able to write-protect anonymous and shmem
+ * memory; @dev_fd is /dev/userfaultfd from the agent, or -1.
+ */
+int nuksm_remap_uffd_open(int dev_fd, Error **errp);
 
 /* Register [host, host + len) for write-protection. */
 bool nuksm_remap_register(int uffd, void *host, size_t len, Error **errp);

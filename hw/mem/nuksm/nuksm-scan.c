@@ -22,7 +22,9 @@
 #include "qemu/osdep.h"
 #include "qapi/error.h"
 #include "exec/ramblock.h"
+#include "qemu/cutils.h"
 #include "qemu/error-report.h"
+#include "qemu/main-loop.h"
 #include "qemu/rcu.h"
 #include "qemu/timer.h"
 #include "libnuksm/nuksm-digest.h"
@@ -448,14 +450,35 @@ static bool nuksm_scan_register(Nuksm *s, RAMBlock *rb, void *opaque)
     return true;
 }
 
+/*
+ * Create our userfaultfd.  Without one nothing can merge: the error is
+ * kept for query-nuksm (limit userfaultfd) and reported once, and it is
+ * tried again only on the next connection to the agent.
+ */
 static void nuksm_scan_take_uffd(NuksmScanner *sc)
 {
     Error *err = NULL;
-    int uffd = nuksm_remap_uffd_open(&err);
-    bool active;
+    bool active, changed;
+    int uffd;
 
+    qemu_mutex_lock(&sc->lock);
+    if (sc->uffd_error && !sc->uffd_retry) {
+        qemu_mutex_unlock(&sc->lock);
+        return;
+    }
+    sc->uffd_retry = false;
+    uffd = nuksm_remap_uffd_open(sc->uffd_dev, &err);
+    changed = (uffd < 0) != !!sc->uffd_error;
+    g_clear_pointer(&sc->uffd_error, g_free);
     if (uffd < 0) {
-        error_reportf_err(err, "nuksm: merging disabled: ");
+        sc->uffd_error = g_strdup(error_get_pretty(err));
+    }
+    qemu_mutex_unlock(&sc->lock);
+    if (changed) {
+        qemu_bh_schedule(sc->s->limit_bh);
+    }
+    if (uffd < 0) {
+        error_free(err);
         return;
     }
     qemu_mutex_lock(&sc->page_lock);
@@ -513,6 +536,15 @@ static void *nuksm_scan_thread(void *opaque)
 
         if (sc->uffd < 0) {
             nuksm_scan_take_uffd(sc);
+        }
+        if (sc->uffd < 0) {
+            /* Nothing can merge: serve the agent, wait for a change. */
+            qemu_mutex_lock(&sc->lock);
+            if (sc->active && !sc->uffd_retry && !sc->quit &&
+                g_queue_is_empty(&sc->work)) {
+                qemu_cond_wait(&sc->cond, &sc->lock);
+            }
+            continue;
         }
         if (sc->work_epoch != epoch) {
             nuksm_merge_reset(sc, epoch);
@@ -576,6 +608,7 @@ NuksmScanner *nuksm_scanner_new(Nuksm *s)
     sc->max_cpu = NUKSM_DEFAULT_MAX_CPU;
     sc->zero_pages = true;
     sc->uffd = -1;
+    sc->uffd_dev = -1;
     sc->zero_digest = nuksm_page_digest(zero_page, NUKSM_PAGE_SIZE);
     sc->blocks = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
                                        nuksm_block_state_free);
@@ -611,6 +644,10 @@ void nuksm_scanner_free(NuksmScanner *sc)
         g_free(w);
     }
     nuksm_merge_stores_free(sc);
+    if (sc->uffd_dev >= 0) {
+        close(sc->uffd_dev);
+    }
+    g_free(sc->uffd_error);
     g_hash_table_destroy(sc->blocks);
     g_array_free(sc->candidates, true);
     g_array_free(sc->unmerged, true);
@@ -679,12 +716,27 @@ void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmScanStats *stats)
     qemu_mutex_lock(&sc->page_lock);
     qemu_mutex_lock(&sc->lock);
     *stats = sc->stats;
+    pstrcpy(stats->uffd_error, sizeof(stats->uffd_error),
+            sc->uffd_error ? sc->uffd_error : "");
     qemu_mutex_unlock(&sc->lock);
     stats->maps_in_use = nuksm_maps_in_use(sc);
     stats->maps_limit = sc->maps.limit;
     stats->maps_budget = nuksm_maps_budget(sc->maps.limit);
     stats->maps_limited = sc->maps.limited;
     qemu_mutex_unlock(&sc->page_lock);
+}
+
+/* On each connection to the agent, before the scanner runs for it. */
+void nuksm_scanner_set_uffd_device(NuksmScanner *sc, int dev_fd)
+{
+    qemu_mutex_lock(&sc->lock);
+    if (sc->uffd_dev >= 0) {
+        close(sc->uffd_dev);
+    }
+    sc->uffd_dev = dev_fd;
+    sc->uffd_retry = true;
+    qemu_cond_broadcast(&sc->cond);
+    qemu_mutex_unlock(&sc->lock);
 }
 
 void nuksm_scanner_queue(NuksmScanner *sc, NuksmMsgType type,

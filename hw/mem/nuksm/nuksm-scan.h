@@ -93,6 +93,9 @@ struct NuksmScanner {
     uint32_t max_cpu;
     uint64_t scan_rate;
     GQueue work;                /* NuksmWork *, from the agent */
+    int uffd_dev;               /* /dev/userfaultfd from the agent, or -1 */
+    bool uffd_retry;            /* a new connection: try userfaultfd again */
+    char *uffd_error;           /* why we have no userfaultfd, or NULL */
     /*
      * Scan counters are protected by @lock; merge counters (merged_pages,
      * zero_pages, merged_per_node) by @page_lock.

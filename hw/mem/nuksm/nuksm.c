@@ -46,6 +46,9 @@ const char *nuksm_id(Nuksm *s)
  */
 static NuksmLimit nuksm_limit(Nuksm *s, const NuksmScanStats *stats)
 {
+    if (stats->uffd_error[0]) {
+        return NUKSM_LIMIT_USERFAULTFD;
+    }
     if (stats->maps_limited) {
         return NUKSM_LIMIT_MAP_COUNT;
     }
@@ -108,6 +111,9 @@ void nuksm_update_activity(Nuksm *s)
 static char *nuksm_limit_reason(Nuksm *s, NuksmLimit limit,
                                 const NuksmScanStats *stats)
 {
+    if (limit == NUKSM_LIMIT_USERFAULTFD) {
+        return g_strdup(stats->uffd_error);
+    }
     if (limit == NUKSM_LIMIT_MAP_COUNT) {
         return g_strdup_printf("%" PRIu64 " of %" PRIu64 " mappings in use "
                                "(vm.max_map_count), %" PRIu64 " kept for "
@@ -144,8 +150,8 @@ void nuksm_limit_changed(Nuksm *s)
     }
 }
 
-/* The scanner entered or left the map-count limit (main loop). */
-static void nuksm_maps_changed(void *opaque)
+/* The scanner entered or left a limit of its own (main loop). */
+static void nuksm_scanner_limit_changed(void *opaque)
 {
     nuksm_limit_changed(opaque);
 }
@@ -528,7 +534,7 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     }
     s->completed = true;
     ram_block_discard_remapped = nuksm_discard_remapped;
-    s->maps_bh = qemu_bh_new(nuksm_maps_changed, s);
+    s->limit_bh = qemu_bh_new(nuksm_scanner_limit_changed, s);
     s->scanner = nuksm_scanner_new(s);
     nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate,
                                  s->zero_pages);
@@ -581,7 +587,7 @@ static void nuksm_instance_finalize(Object *obj)
         }
         nuksm_hot_stop(s);
         nuksm_scanner_free(s->scanner);
-        qemu_bh_delete(s->maps_bh);
+        qemu_bh_delete(s->limit_bh);
     }
     nuksm_agent_cleanup(s);
     g_free(s->agent_path);

@@ -88,7 +88,7 @@ struct Nuksm {
     NuksmMsgHome home;          /* from the agent; zero until it says */
     NuksmHot hot;
     NuksmScanner *scanner;
-    QEMUBH *maps_bh;            /* the scanner's limited state changed */
+    QEMUBH *limit_bh;           /* a limit of the scanner changed */
     NuksmLimit limit_reported;  /* of the last NUKSM_MERGING_LIMITED, */
                                 /* NUKSM_LIMIT__MAX since RESUMED */
     Notifier machine_done;
@@ -161,6 +161,7 @@ typedef struct NuksmScanStats {
     uint64_t maps_limit;        /* vm.max_map_count */
     uint64_t maps_budget;       /* the most nuksm lets the process reach */
     bool maps_limited;          /* merges held back by the budget */
+    char uffd_error[256];       /* why nothing can merge, "" if it can */
 } NuksmScanStats;
 
 
@@ -172,6 +173,7 @@ void nuksm_scanner_set_budget(NuksmScanner *sc, uint32_t max_cpu,
                               uint64_t scan_rate, bool zero_pages);
 void nuksm_scanner_kick(NuksmScanner *sc);
 void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmScanStats *stats);
+void nuksm_scanner_set_uffd_device(NuksmScanner *sc, int dev_fd);
 bool nuksm_scanner_has_remapped(NuksmScanner *sc);
 bool nuksm_scanner_limited(NuksmScanner *sc);
 void nuksm_scanner_queue(NuksmScanner *sc, NuksmMsgType type,
