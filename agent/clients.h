@@ -64,6 +64,7 @@ typedef struct NuksmClient {
     uint64_t merged_pages;   /* guest pages mapped onto store pages */
     uint64_t parked_pages;   /* entries taken back, not yet restored */
     uint64_t refused_pages;  /* RESTORE entries refused */
+    NuksmMsgVmLimit limit;   /* what holds back its merging in QEMU */
 
     /* Messages the socket could not take yet (server.c) */
     GQueue txq;              /* GBytes datagrams, oldest first */

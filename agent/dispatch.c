@@ -127,6 +127,23 @@ static void handle_set_priority(NuksmAgent *agent, NuksmClient *client,
     client->priority = req->priority;
 }
 
+static void handle_vm_limit(NuksmAgent *agent, NuksmClient *client,
+                            uint32_t seq, const void *payload)
+{
+    const NuksmMsgVmLimit *limit = payload;
+
+    if (limit->limit != client->limit.limit) {
+        if (limit->limit) {
+            log_warning("%s: merging limited by %s: %s", client->label,
+                        nuksm_vm_limit_name(limit->limit), limit->reason);
+        } else {
+            log_info("%s: merging no longer limited by %s", client->label,
+                     nuksm_vm_limit_name(client->limit.limit));
+        }
+    }
+    client->limit = *limit;
+}
+
 static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
                             uint32_t seq, const void *payload)
 {
@@ -182,6 +199,8 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
             e->nr_gnodes = vm->topology->nr_gnodes;
             memcpy(e->home, vm->home, e->nr_gnodes);
         }
+        e->limit = vm->limit.limit;
+        memcpy(e->limit_reason, vm->limit.reason, sizeof(e->limit_reason));
     }
     server_send(agent, client, NUKSM_MSG_VMS, seq, msg, len);
 }
@@ -201,6 +220,7 @@ static const RequestHandler handlers[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_RESTORE]      = recovery_handle_restore,
     [NUKSM_MSG_TOPOLOGY]     = home_handle_topology,
     [NUKSM_MSG_MOVED]        = replace_handle_moved,
+    [NUKSM_MSG_VM_LIMIT]     = handle_vm_limit,
 };
 
 /* Requests of the merge engine, which only VMs take part in. */
@@ -209,7 +229,7 @@ static bool vm_only(uint16_t type)
     return type == NUKSM_MSG_CANDIDATES || type == NUKSM_MSG_UPLOAD ||
            type == NUKSM_MSG_MERGED || type == NUKSM_MSG_UNMERGED ||
            type == NUKSM_MSG_RESTORE || type == NUKSM_MSG_TOPOLOGY ||
-           type == NUKSM_MSG_MOVED;
+           type == NUKSM_MSG_MOVED || type == NUKSM_MSG_VM_LIMIT;
 }
 
 /*
@@ -295,9 +315,12 @@ void dispatch_message(NuksmAgent *agent, NuksmClient *client,
     /*
      * A reconnected VM sends its RESTOREs first: once it merges again,
      * the pages it took back but did not restore are no longer mapped.
+     * TOPOLOGY and VM_LIMIT are sent as it connects, maybe before its
+     * RESTOREs: they say nothing of its pages.
      */
     if (client->parked_pages && vm_only(hdr.type) &&
-        hdr.type != NUKSM_MSG_RESTORE) {
+        hdr.type != NUKSM_MSG_RESTORE && hdr.type != NUKSM_MSG_TOPOLOGY &&
+        hdr.type != NUKSM_MSG_VM_LIMIT) {
         detached_restore_end(agent, client);
     }
     handlers[hdr.type](agent, client, seq, nuksm_msg_payload(buf));

@@ -285,7 +285,7 @@ static char *table_text(const char *s)
     return g_string_free(text, FALSE);
 }
 
-enum { VM_COLUMNS = 11 };
+enum { VM_COLUMNS = 12 };
 
 static void print_row(char **cells, const size_t *widths)
 {
@@ -316,7 +316,7 @@ static void print_vms_table(const NuksmMsgVms *vms,
 {
     static const char *const header[VM_COLUMNS] = {
         "ID", "PID", "UID", "DOMAIN", "NAME", "OBJECT", "PRIORITY", "MERGED",
-        "LOCAL", "REMOTE", "HOME",
+        "LOCAL", "REMOTE", "HOME", "LIMIT",
     };
     g_autoptr(GPtrArray) rows = g_ptr_array_new_with_free_func(
         (GDestroyNotify)g_strfreev);
@@ -337,6 +337,7 @@ static void print_vms_table(const NuksmMsgVms *vms,
         row[8] = g_strdup_printf("%" PRIu64, e->merged_local);
         row[9] = g_strdup_printf("%" PRIu64, e->merged_remote);
         row[10] = home_text(e);
+        row[11] = g_strdup(e->limit ? nuksm_vm_limit_name(e->limit) : "-");
         g_ptr_array_add(rows, row);
     }
 
@@ -354,6 +355,16 @@ static void print_vms_table(const NuksmMsgVms *vms,
     }
     if (vms->total > vms->count) {
         printf("(%u of %u VMs listed)\n", vms->count, vms->total);
+    }
+    for (uint32_t i = 0; i < vms->count; i++) {
+        const NuksmVmEntry *e = &entries[i];
+        g_autofree char *reason = NULL;
+
+        if (e->limit) {
+            reason = table_text(e->limit_reason);
+            printf("VM %u limited by %s: %s\n", e->client_id,
+                   nuksm_vm_limit_name(e->limit), reason);
+        }
     }
 }
 
@@ -390,7 +401,15 @@ static void cmd_vms(Ctl *ctl, bool json)
         for (uint32_t g = 0; g < e->nr_gnodes; g++) {
             g_string_append_printf(out, "%s%u", g ? ", " : "", e->home[g]);
         }
-        g_string_append(out, "]}");
+        g_string_append(out, "], \"limit\": ");
+        if (e->limit) {
+            json_string(out, nuksm_vm_limit_name(e->limit));
+            g_string_append(out, ", \"limit_reason\": ");
+            json_string(out, e->limit_reason);
+        } else {
+            g_string_append(out, "null, \"limit_reason\": null");
+        }
+        g_string_append_c(out, '}');
     }
     g_string_append(out, "]}");
     print_json(out);

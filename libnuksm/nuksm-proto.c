@@ -57,6 +57,7 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_MOVED]        = "MOVED",
     [NUKSM_MSG_REFUSED]      = "REFUSED",
     [NUKSM_MSG_CONDITION]    = "CONDITION",
+    [NUKSM_MSG_VM_LIMIT]     = "VM_LIMIT",
 };
 
 const char *nuksm_msg_type_name(uint32_t type)
@@ -115,6 +116,28 @@ static bool strfield_ok(const char *field, size_t len)
     return memchr(field, '\0', len) != NULL;
 }
 
+const char *nuksm_vm_limit_name(uint32_t limit)
+{
+    switch (limit) {
+    case NUKSM_VM_LIMIT_USERFAULTFD: return "userfaultfd";
+    case NUKSM_VM_LIMIT_MAP_COUNT:   return "map-count";
+    default:                         return NULL;
+    }
+}
+
+/* A VM's limit and its reason, in VM_LIMIT and VMS. */
+static const char *check_vm_limit(uint32_t limit, const char *reason,
+                                  size_t reason_size)
+{
+    if (limit >= NUKSM_VM_LIMIT__MAX) {
+        return "unknown VM limit";
+    }
+    if (!strfield_ok(reason, reason_size)) {
+        return "unterminated limit reason";
+    }
+    return NULL;
+}
+
 /* Payload size every fixed-size message type must have; 0 = none. */
 static size_t fixed_payload_size(uint16_t type)
 {
@@ -130,6 +153,7 @@ static size_t fixed_payload_size(uint16_t type)
     case NUKSM_MSG_TOPOLOGY:     return sizeof(NuksmMsgTopology);
     case NUKSM_MSG_HOME:         return sizeof(NuksmMsgHome);
     case NUKSM_MSG_CONDITION:    return sizeof(NuksmMsgCondition);
+    case NUKSM_MSG_VM_LIMIT:     return sizeof(NuksmMsgVmLimit);
     default:                     return 0;
     }
 }
@@ -345,6 +369,13 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
         }
         return NULL;
     }
+    case NUKSM_MSG_VM_LIMIT: {
+        const NuksmMsgVmLimit *l = p;
+        if (l->reserved) {
+            return "reserved field set in VM_LIMIT";
+        }
+        return check_vm_limit(l->limit, l->reason, sizeof(l->reason));
+    }
     case NUKSM_MSG_CONDITION: {
         const NuksmMsgCondition *c = p;
         if (c->conditions & ~NUKSM_COND_ALL) {
@@ -370,13 +401,20 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
         }
         e = (const NuksmVmEntry *)(v + 1);
         for (uint32_t n = 0; n < v->count; n++) {
-            if (e[n].nr_gnodes > NUKSM_MAX_GNODES || e[n].reserved) {
+            const char *bad;
+
+            if (e[n].nr_gnodes > NUKSM_MAX_GNODES) {
                 return "bad guest node count in VMS";
             }
             if (!strfield_ok(e[n].domain, sizeof(e[n].domain)) ||
                 !strfield_ok(e[n].vm_name, sizeof(e[n].vm_name)) ||
                 !strfield_ok(e[n].object_id, sizeof(e[n].object_id))) {
                 return "unterminated string in VMS";
+            }
+            bad = check_vm_limit(e[n].limit, e[n].limit_reason,
+                                 sizeof(e[n].limit_reason));
+            if (bad) {
+                return bad;
             }
         }
         return NULL;

@@ -28,6 +28,7 @@
 #define NUKSM_NAME_LEN      64u   /* domain, VM name, object id */
 #define NUKSM_VERSION_LEN   32u   /* agent version string */
 #define NUKSM_ERROR_LEN     256u  /* human-readable error text */
+#define NUKSM_REASON_LEN    128u  /* why a VM holds back its merging */
 #define NUKSM_MAX_NODES     64u   /* host NUMA nodes reported per message */
 #define NUKSM_PAGE_SIZE     4096u /* the only page size nuksm deduplicates */
 #define NUKSM_MAX_GNODES    64u   /* guest NUMA nodes a VM reports */
@@ -63,6 +64,7 @@ typedef enum NuksmMsgType {
     /* Recovery */
     NUKSM_MSG_REFUSED      = 24, /* agent -> VM: RESTORE entries not taken */
     NUKSM_MSG_CONDITION    = 25, /* agent -> VM: what stops merging now */
+    NUKSM_MSG_VM_LIMIT     = 26, /* VM -> agent: what stops its merging */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -158,6 +160,30 @@ typedef enum NuksmCondition {
 const char *nuksm_condition_name(NuksmCondition cond);
 
 /*
+ * What holds back a VM's merging in QEMU itself (VM_LIMIT, VMS), as
+ * query-nuksm's @limit.
+ */
+typedef enum NuksmVmLimit {
+    NUKSM_VM_LIMIT_NONE        = 0,
+    NUKSM_VM_LIMIT_USERFAULTFD = 1,  /* QEMU has no userfaultfd */
+    NUKSM_VM_LIMIT_MAP_COUNT   = 2,  /* near vm.max_map_count */
+    NUKSM_VM_LIMIT__MAX,
+} NuksmVmLimit;
+
+/* "userfaultfd", "map-count"; NULL for NONE and anything else. */
+const char *nuksm_vm_limit_name(uint32_t limit);
+
+/*
+ * VM_LIMIT: sent by a VM after HELLO_ACK and whenever its own limit
+ * changes (no reply).
+ */
+typedef struct NuksmMsgVmLimit {
+    uint32_t limit;          /* NuksmVmLimit */
+    uint32_t reserved;
+    char reason[NUKSM_REASON_LEN];  /* for humans; empty with NONE */
+} NuksmMsgVmLimit;
+
+/*
  * CONDITION: sent to every VM after its STOREs, and whenever the
  * conditions change (seq 0).
  */
@@ -196,8 +222,9 @@ typedef struct NuksmVmEntry {
     uint64_t merged_local;   /* copy on the home of the page's guest node */
     uint64_t merged_remote;
     uint32_t nr_gnodes;      /* 0 before its TOPOLOGY */
-    uint32_t reserved;
+    uint32_t limit;          /* NuksmVmLimit, from its VM_LIMIT */
     uint8_t home[NUKSM_MAX_GNODES];  /* home node of each guest node */
+    char limit_reason[NUKSM_REASON_LEN];
 } NuksmVmEntry;
 
 /* VMS: a NuksmMsgVms followed by count NuksmVmEntry records */

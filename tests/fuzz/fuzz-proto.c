@@ -165,6 +165,8 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
             read_string(e[n].vm_name, sizeof(e[n].vm_name));
             read_string(e[n].object_id, sizeof(e[n].object_id));
             REQUIRE(e[n].nr_gnodes <= NUKSM_MAX_GNODES);
+            REQUIRE(e[n].limit < NUKSM_VM_LIMIT__MAX);
+            read_string(e[n].limit_reason, sizeof(e[n].limit_reason));
             for (uint32_t g = 0; g < e[n].nr_gnodes; g++) {
                 sink += e[n].home[g];
             }
@@ -247,6 +249,14 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
             REQUIRE(h->home[g] < NUKSM_MAX_NODES);
             REQUIRE(h->source[g] < NUKSM_HOME__MAX);
         }
+        break;
+    }
+    case NUKSM_MSG_VM_LIMIT: {
+        const NuksmMsgVmLimit *l = p;
+
+        REQUIRE(l->limit < NUKSM_VM_LIMIT__MAX && !l->reserved);
+        sink += !!nuksm_vm_limit_name(l->limit);
+        read_string(l->reason, sizeof(l->reason));
         break;
     }
     case NUKSM_MSG_CONDITION: {

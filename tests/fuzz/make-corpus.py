@@ -25,11 +25,7 @@ sys.path.insert(0, str(HERE.parent / "integration"))
 import harness as h  # noqa: E402  (the protocol's constants and packers)
 
 # Layouts harness.py has no use for.
-GUEST_NODE = struct.Struct("=QII")
-VCPU = struct.Struct("=II")
-PAGE_RANGE = struct.Struct("=QQII")
-TOPOLOGY_HEAD = struct.Struct("=IIII")
-MAX_GNODES, MAX_VCPUS, MAX_RANGES = 64, 1024, 128
+MAX_GNODES = h.MAX_GNODES
 MEMPOLICY_BIND = 2
 HOME_HEAD = struct.Struct("=II")
 HOME_BACKEND = 2
@@ -48,17 +44,7 @@ def msg(msg_type, payload=b"", seq=1):
     return h.pack(msg_type, seq, payload)
 
 
-def topology(gnodes, vcpus, ranges):
-    """gnodes: (host_nodes, policy); vcpus: (tid, gnode); ranges:
-    (first, count, gnode)."""
-    def table(entries, layout, size):
-        return b"".join(layout.pack(*e) for e in entries) + \
-            bytes(layout.size * (size - len(entries)))
-    return (TOPOLOGY_HEAD.pack(len(gnodes), len(vcpus), len(ranges), 0) +
-            table([(n, p, 0) for n, p in gnodes], GUEST_NODE, MAX_GNODES) +
-            table(vcpus, VCPU, MAX_VCPUS) +
-            table([(f, c, g, 0) for f, c, g in ranges], PAGE_RANGE,
-                  MAX_RANGES))
+topology = h.pack_topology
 
 
 def home(homes, sources):
@@ -85,7 +71,8 @@ def refs(*entries, status=h.STATUS_NONE):
 
 def proto_seeds():
     vm_entry = h.VM_ENTRY.pack(1, 100, 0, 10, b"default", b"vm0", b"dedup0",
-                               5, 3, 2, 2, 0, bytes([0, 1]) + bytes(62))
+                               5, 3, 2, 2, 2, bytes([0, 1]) + bytes(62),
+                               b"65000 of 65530 mappings in use")
     return {
         "hello-vm": msg(h.MSG_HELLO, h.hello(role=h.ROLE_VM, priority=10,
                                              domain=b"default",
@@ -132,6 +119,8 @@ def proto_seeds():
         "refused": msg(h.MSG_REFUSED, refs((1, 0, 0)), seq=0),
         "condition": msg(h.MSG_CONDITION, h.CONDITION.pack(
             h.COND_STORE_FULL, 0, b"store full"), seq=0),
+        "vm-limit": msg(h.MSG_VM_LIMIT, h.VM_LIMIT.pack(
+            1, 0, b"no userfaultfd"), seq=0),
     }
 
 

@@ -48,7 +48,7 @@ MSG_LIST_VMS, MSG_VMS = 10, 11
 MSG_STORE, MSG_CANDIDATES, MSG_UPLOAD_REQ, MSG_UPLOAD = 12, 13, 14, 15
 MSG_MERGE, MSG_MERGED, MSG_UNMERGED, MSG_RESTORE = 16, 17, 18, 19
 MSG_TOPOLOGY, MSG_HOME, MSG_MOVE, MSG_MOVED = 20, 21, 22, 23
-MSG_REFUSED, MSG_CONDITION = 24, 25
+MSG_REFUSED, MSG_CONDITION, MSG_VM_LIMIT = 24, 25, 26
 COND_STORE_FULL, COND_AGENT_MEMORY = 1, 2
 STATUS_NONE, STATUS_MERGED, STATUS_CHANGED, STATUS_GONE = 0, 1, 2, 3
 STATUS_FAILED, STATUS_COW, STATUS_DISCARDED, STATUS_RELEASED = 4, 5, 6, 7
@@ -65,8 +65,16 @@ POLICY = struct.Struct("=I")
 PRIORITY = struct.Struct("=I")
 INFO = struct.Struct("=32sIIIIQQQQQ64Q256s")
 VMS = struct.Struct("=II")
-VM_ENTRY = struct.Struct("=IIII64s64s64sQQQII64s")
+VM_ENTRY = struct.Struct("=IIII64s64s64sQQQII64s128s")
+VM_LIMIT = struct.Struct("=II128s")
+VM_LIMIT_USERFAULTFD, VM_LIMIT_MAP_COUNT = 1, 2
 STORE = struct.Struct("=IIQ")
+# NuksmMsgTopology: a head, then guest nodes, vCPUs and RAM ranges
+TOPOLOGY_HEAD = struct.Struct("=IIII")
+GUEST_NODE = struct.Struct("=QII")
+VCPU = struct.Struct("=II")
+PAGE_RANGE = struct.Struct("=QQII")
+MAX_GNODES, MAX_VCPUS, MAX_RANGES = 64, 1024, 128
 BATCH = struct.Struct("=II")
 # NuksmCandidate: page, digest, guest node, inactive counter
 CANDIDATE = struct.Struct("=QQBB6x")
@@ -261,6 +269,19 @@ def parse_info(msg):
     return Info(vms, shared, sharing, list(fields[10:10 + nodes]), orphans)
 
 
+def pack_topology(gnodes, vcpus, ranges):
+    """A TOPOLOGY payload.  gnodes: (host_nodes, policy); vcpus: (tid,
+    gnode); ranges: (first, count, gnode)."""
+    def table(entries, layout, size):
+        return b"".join(layout.pack(*e) for e in entries) + \
+            bytes(layout.size * (size - len(entries)))
+    return (TOPOLOGY_HEAD.pack(len(gnodes), len(vcpus), len(ranges), 0) +
+            table([(n, p, 0) for n, p in gnodes], GUEST_NODE, MAX_GNODES) +
+            table(vcpus, VCPU, MAX_VCPUS) +
+            table([(f, c, g, 0) for f, c, g in ranges], PAGE_RANGE,
+                  MAX_RANGES))
+
+
 class VmClient(RawClient):
     """A raw client in the VM role: HELLO (its reply with /dev/userfaultfd
     if the agent has it), the STOREs, then merges."""
@@ -313,6 +334,12 @@ class VmClient(RawClient):
             self._send(msg_type, pack_entries(entries[i:i + limit]))
 
     # Batches of any length, sent as messages of at most the limit.
+
+    def topology(self, gnodes, vcpus, ranges):
+        self._send(MSG_TOPOLOGY, pack_topology(gnodes, vcpus, ranges))
+
+    def vm_limit(self, limit, reason):
+        self._send(MSG_VM_LIMIT, VM_LIMIT.pack(limit, 0, reason.encode()))
 
     def candidates(self, pairs):
         self._send_batches(MSG_CANDIDATES, pairs, CANDIDATES_MAX,

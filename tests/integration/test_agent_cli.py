@@ -103,9 +103,11 @@ def test_vms_lists_connected_vms(agent, qtest_vm):
         "uid": os.getuid(),
         "domain": "blue", "name": "vm-blue", "object": "dedup-b",
         "priority": 7, "merged_pages": 0, "merged_local": 0,
-        "merged_remote": 0, "home": [0],
+        "merged_remote": 0, "home": [0], "limit": None,
+        "limit_reason": None,
     }
     assert by_pid[plain.pid]["name"] == "vm-plain"
+    assert {r["LIMIT"] for r in rows.values()} == {"-"}
 
 
 def test_priority_change_reaches_agent(agent, qtest_vm):

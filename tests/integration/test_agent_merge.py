@@ -18,14 +18,16 @@ import mmap
 import os
 import random
 import stat
+import threading
 
 import pytest
 import xxhash
 
 from harness import (ERR_BAD_MESSAGE, MSG_CANDIDATES, MSG_GET_INFO,
-                     MSG_HELLO, MSG_INFO, MSG_LIST_VMS, MSG_MERGE,
+                     MSG_HELLO, MSG_HOME, MSG_INFO, MSG_LIST_VMS, MSG_MERGE,
                      MSG_REFUSED, MSG_UPLOAD_REQ, MSG_VMS, NUKSM_PAGE_SIZE,
-                     STATUS_CHANGED, STATUS_GONE, VM_ENTRY, VMS, RawClient,
+                     STATUS_CHANGED, STATUS_GONE, VM_ENTRY,
+                     VM_LIMIT_USERFAULTFD, VMS, RawClient,
                      SlotRef, VmClient, hello, in_child, pack,
                      pack_candidates, pack_slot_refs, parse_info,
                      run_nuksmd, wait_until)
@@ -480,6 +482,35 @@ def test_disconnected_vm_keeps_its_pages(agent, vms):
     a.unmerged([ref])
     assert a.info() == (2, 0, 0, [0], 0)
     assert not slot_has_data(agent, ref.slot, ref.node)
+
+
+@pytest.mark.parametrize("first", ["topology", "vm-limit"])
+def test_reconnected_vm_restores_after_what_it_sends_first(agent, vms,
+                                                          first):
+    """QEMU sends TOPOLOGY and VM_LIMIT as it connects, before its
+    RESTOREs: they do not end the restore, so the pages it took back are
+    not dropped while it maps them."""
+    a, b = vms(name="a"), vms(name="b")
+    data = content(44)
+    merges = merge(b, [a], {a: [1], b: [2]}, [data])
+    ref, ref_b = merges[a][0], merges[b][0]
+    b.close()
+    wait_until(lambda: a.info().vms == 1, 5, "b's disconnection")
+
+    b = vms(name="b")
+    if first == "topology":
+        b.topology([(0, 0)], [(threading.get_native_id(), 0)],
+                   [(0, 1 << 15, 0)])
+        assert b.recv().type == MSG_HOME
+    else:
+        b.vm_limit(VM_LIMIT_USERFAULTFD, "no userfaultfd")
+    b.restore([ref_b])
+    assert b.info() == (2, 1, 1, [1], 0)
+    assert "parked page" not in agent.log_text()
+    # a leaves: b's restored reference keeps the slot.
+    a.unmerged([ref])
+    assert b.info() == (2, 1, 0, [1], 0)
+    assert b.read_slot(ref_b.node, ref_b.slot) == data
 
 
 def test_unrestored_pages_dropped_at_first_merge_message(agent, vms):

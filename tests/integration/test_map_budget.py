@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import Qtest, b64read, wait_until, write_big
+from harness import Qtest, b64read, ctl_json, wait_until, write_big
 
 PAGE = 4096
 MIB = 1 << 20
@@ -96,7 +96,7 @@ def scattered(vm_index, pages):
     return bytes(content)
 
 
-def test_merging_stops_at_the_map_budget(two_vms, max_map_count):
+def test_merging_stops_at_the_map_budget(agent, two_vms, max_map_count):
     """With vm.max_map_count a little above what the VMs use, scattered
     duplicates merge up to the budget and no further: the state becomes
     limited (map-count) with NUKSM_MERGING_LIMITED once, the mappings
@@ -134,6 +134,15 @@ def test_merging_stops_at_the_map_budget(two_vms, max_map_count):
         assert info["mappings-limit"] == limit
         assert info["mappings-budget"] == limit - RESERVE
         assert "limited by map-count" in vm.hmp("info nuksm")
+    # The agent knows too (VM_LIMIT): nuksmctl vms shows it.
+    def limited_entries():
+        entries = ctl_json(agent.sock, "vms")["vms"]
+        return entries if all(e["limit"] == "map-count"
+                              for e in entries) else None
+    entries = wait_until(limited_entries, 10,
+                         "nuksmctl vms to show the limit")
+    for entry in entries:
+        assert "vm.max_map_count" in entry["limit_reason"]
 
     # Merging stopped at the budget, and stays there without spinning:
     # the pages refused are held back, not offered again and again.

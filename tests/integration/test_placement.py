@@ -8,6 +8,7 @@ content into both VMs, lets it merge, and reads from query-nuksm where
 the merged copies ended up (merged-local / merged-remote are exact).
 """
 
+import collections
 import os
 import random
 import time
@@ -180,24 +181,33 @@ REGION = 4 * MIB
 REGION_PAGES = REGION // PAGE
 HOT_VM0, HOT_VM1, HOT_BOTH, COLD = (32 * MIB + i * REGION for i in range(4))
 
-# Writes are sampled one window out of two, and a qtest write lands at
-# one instant: the writers below rewrite each region at least every
-# 800 ms, so a 1 s window always catches every page, and writing for one
-# sample period plus one window (3 s) always spans a whole window.  Hot
-# pages must stay hot until they merged: the longest cold threshold (255
-# samples of 2 s).
+# Writes are sampled one window out of two.  Hot pages must stay hot
+# until they merged: the longest cold threshold (255 samples of 2 s).
 HOT_WINDOW_MS = 1000
-HOT_WARMUP_S = 3.2
 HOT_AGENT_ARGS = ("--cold-windows", "255")
 HOT_PROPS = {"hot_window": HOT_WINDOW_MS}
 
 
-def write_loop(qtests, plan, seconds):
-    """Rewrite, for @seconds, each (vm index, address, content) of @plan."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        for i, at, content in plan:
-            write_big(qtests[i], at, content)
+def write_until_hot(qtests, vms, plan):
+    """Rewrite each (vm index, address, content) of @plan until a sampled
+    window of each of those VMs saw every page it rewrites: only then are
+    they all hot, however slowly this machine writes (a page written
+    while no window samples is not seen).  Then they are hot for the
+    longest cold threshold."""
+    regions = collections.Counter(i for i, _, _ in plan)
+    seen = dict.fromkeys(regions, 0)
+
+    def all_hot():
+        write_once(qtests, plan)
+        for i in seen:
+            seen[i] = max(seen[i], vms[i].nuksm()["hotness"]["hot-pages"])
+        return all(seen[i] >= regions[i] * REGION_PAGES for i in regions)
+    wait_until(all_hot, 60, "a sampled window to see every page written")
+
+
+def write_once(qtests, plan):
+    for i, at, content in plan:
+        write_big(qtests[i], at, content)
 
 
 def hot_workload(vms, hot, cold=()):
@@ -220,8 +230,8 @@ def hot_workload(vms, hot, cold=()):
         for at in regions:
             write_big(q, at, own.get((i, at), shared[at]))
     enable(vms)
-    write_loop(qtests, [(i, at, own[i, at]) for i, at in own], HOT_WARMUP_S)
-    write_loop(qtests, [(i, at, shared[at]) for i, at in own], 1.0)
+    write_until_hot(qtests, vms, [(i, at, own[i, at]) for i, at in own])
+    write_once(qtests, [(i, at, shared[at]) for i, at in own])
     for q in qtests:
         q.close()
     pages = len(regions) * REGION_PAGES
@@ -241,8 +251,8 @@ def test_fair_hot_owner_wins(numa_pair):
     q0, q1 = (Qtest(vm.qtest_path) for vm in vms)
     write_big(q0, HOT_VM0, own)
     enable(vms)
-    write_loop([q0], [(0, HOT_VM0, own)], HOT_WARMUP_S)
-    write_loop([q0], [(0, HOT_VM0, shared)], 1.0)
+    write_until_hot([q0], vms, [(0, HOT_VM0, own)])
+    write_once([q0], [(0, HOT_VM0, shared)])
     # vm0's hot pages wait in the unstable table; vm1's cold ones (it
     # samples no hotness) arrive last and complete the matches.
     wait_until(lambda: vms[0].nuksm()["full-scans"] >= 3, 10,
@@ -308,9 +318,8 @@ def test_adaptive_hot_stays_local(numa_pair):
         write_big(q, HOT_BOTH, own[i])
         write_big(q, COLD, cold_shared)
     enable(vms)
-    write_loop(qtests, [(i, HOT_BOTH, own[i]) for i in range(2)],
-               HOT_WARMUP_S)
-    write_loop(qtests, [(i, HOT_BOTH, hot_shared) for i in range(2)], 1.0)
+    write_until_hot(qtests, vms, [(i, HOT_BOTH, own[i]) for i in range(2)])
+    write_once(qtests, [(i, HOT_BOTH, hot_shared) for i in range(2)])
     for q in qtests:
         q.close()
     wait_until(lambda: all(sum(locality(vm)) >= REGION_PAGES
@@ -375,8 +384,8 @@ def test_home_change_moves_hot_pages(numa_pair):
     write_big(q1, HOT_VM0, shared)
     write_big(q0, HOT_VM0, own)
     enable(vms)
-    write_loop([q0], [(0, HOT_VM0, own)], HOT_WARMUP_S)
-    write_loop([q0], [(0, HOT_VM0, shared)], 1.0)
+    write_until_hot([q0], vms, [(0, HOT_VM0, own)])
+    write_once([q0], [(0, HOT_VM0, shared)])
     wait_until(lambda: locality(vms[0])[0] >= 0.97 * REGION_PAGES, 60,
                "vm0's hot pages to merge local to it")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import Qtest, read_big, write_big
+from harness import Qtest, ctl_json, ctl_ok, read_big, wait_until, write_big
 
 USER = "nobody"
 AT = 64 << 20
@@ -95,6 +95,13 @@ def test_qemu_without_userfaultfd_says_so(shared_dirs, start_agent,
     event = vm.wait_event("NUKSM_MERGING_LIMITED")
     assert event["data"]["limit"] == "userfaultfd"
     assert "limited by userfaultfd" in vm.hmp("info nuksm")
+    wait_until(lambda: ctl_json(agent.sock, "vms")["vms"][0]["limit"] ==
+               "userfaultfd", 10, "the agent to learn the VM's limit")
+    entry = ctl_json(agent.sock, "vms")["vms"][0]
+    assert "vm.unprivileged_userfaultfd=0" in entry["limit_reason"]
+    table = ctl_ok(agent.sock, "vms")
+    assert "limited by userfaultfd: this process may not" in table
+    assert "merging limited by userfaultfd" in agent.log_text()
 
     # Reconnecting tries again, once, and changes nothing.
     agent.kill()
@@ -116,3 +123,4 @@ def test_qemu_without_userfaultfd_says_so(shared_dirs, start_agent,
     assert event["data"]["limit"] == "userfaultfd"
     vm.wait_nuksm(lambda i: i["state"] == "active" and i["full-scans"] > 0,
                   "scanning to start", timeout=30)
+    assert ctl_json(agent.sock, "vms")["vms"][0]["limit"] is None

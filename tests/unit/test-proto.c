@@ -260,6 +260,11 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
         NuksmMsgHome h = home_msg();
         return nuksm_msg_pack(buf, type, seq, &h, sizeof(h));
     }
+    case NUKSM_MSG_VM_LIMIT: {
+        NuksmMsgVmLimit l = { .limit = NUKSM_VM_LIMIT_USERFAULTFD };
+        nuksm_strfield_set(l.reason, sizeof(l.reason), "no userfaultfd");
+        return nuksm_msg_pack(buf, type, seq, &l, sizeof(l));
+    }
     case NUKSM_MSG_CONDITION: {
         NuksmMsgCondition c = { .conditions = NUKSM_COND_ALL };
         nuksm_strfield_set(c.reason, sizeof(c.reason), "store full");
@@ -481,6 +486,45 @@ static void test_reject_unterminated(void)
     entries = (NuksmVmEntry *)((NuksmMsgVms *)payload_of(BUF) + 1);
     memset(entries[2].object_id, 'o', sizeof(entries[2].object_id));
     assert_rejected(BUF, size, "unterminated string in VMS");
+
+    size = pack_vms(BUF, 3, 3);
+    entries = (NuksmVmEntry *)((NuksmMsgVms *)payload_of(BUF) + 1);
+    memset(entries[1].limit_reason, 'r', sizeof(entries[1].limit_reason));
+    assert_rejected(BUF, size, "unterminated limit reason");
+}
+
+static void test_vm_limit(void)
+{
+    NuksmMsgVmLimit l = { .limit = NUKSM_VM_LIMIT_MAP_COUNT };
+    NuksmVmEntry *entries;
+    size_t size;
+
+    nuksm_strfield_set(l.reason, sizeof(l.reason), "65000 of 65530");
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_VM_LIMIT, 0, &l, sizeof(l));
+    assert_valid(BUF, size);
+    l.limit = NUKSM_VM_LIMIT__MAX;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_VM_LIMIT, 0, &l, sizeof(l));
+    assert_rejected(BUF, size, "unknown VM limit");
+    l.limit = NUKSM_VM_LIMIT_NONE;
+    l.reserved = 1;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_VM_LIMIT, 0, &l, sizeof(l));
+    assert_rejected(BUF, size, "reserved field set in VM_LIMIT");
+    l.reserved = 0;
+    memset(l.reason, 'r', sizeof(l.reason));
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_VM_LIMIT, 0, &l, sizeof(l));
+    assert_rejected(BUF, size, "unterminated limit reason");
+
+    size = pack_vms(BUF, 2, 2);
+    entries = (NuksmVmEntry *)((NuksmMsgVms *)payload_of(BUF) + 1);
+    entries[1].limit = UINT32_MAX;
+    assert_rejected(BUF, size, "unknown VM limit");
+
+    g_assert_cmpstr(nuksm_vm_limit_name(NUKSM_VM_LIMIT_USERFAULTFD), ==,
+                    "userfaultfd");
+    g_assert_cmpstr(nuksm_vm_limit_name(NUKSM_VM_LIMIT_MAP_COUNT), ==,
+                    "map-count");
+    g_assert_null(nuksm_vm_limit_name(NUKSM_VM_LIMIT_NONE));
+    g_assert_null(nuksm_vm_limit_name(NUKSM_VM_LIMIT__MAX));
 }
 
 static void test_reject_policy(void)
@@ -995,6 +1039,7 @@ int main(int argc, char **argv)
         g_test_add_data_func(path, GUINT_TO_POINTER(t), test_roundtrip);
     }
     g_test_add_func("/proto/payload-values", test_payload_values);
+    g_test_add_func("/proto/vm-limit", test_vm_limit);
     g_test_add_func("/proto/control-hello", test_control_hello);
     g_test_add_func("/proto/reject/short", test_reject_short);
     g_test_add_func("/proto/reject/oversized", test_reject_oversized);

@@ -236,6 +236,8 @@ static void nuksm_agent_handle_hello_ack(Nuksm *s, const NuksmMsgHelloAck *a,
     /* Before the scanner runs for this connection and tries it. */
     nuksm_scanner_set_uffd_device(s->scanner, uffd_dev);
     nuksm_numa_send_topology(s);
+    c->vm_limit_sent = NUKSM_VM_LIMIT__MAX;
+    nuksm_limit_changed(s);
     nuksm_update_activity(s);
 }
 

@@ -123,6 +123,33 @@ static char *nuksm_limit_reason(Nuksm *s, NuksmLimit limit,
     return g_strdup_printf("agent: %s", s->conn.condition_reason);
 }
 
+/*
+ * Tell the agent what holds back our merging in QEMU itself, for
+ * nuksmctl vms (the agent knows its own conditions).
+ */
+static void nuksm_send_vm_limit(Nuksm *s, const NuksmScanStats *stats)
+{
+    NuksmMsgVmLimit msg = { .limit = NUKSM_VM_LIMIT_NONE };
+    NuksmLimit limit = nuksm_limit(s, stats);
+
+    if (limit == NUKSM_LIMIT_USERFAULTFD) {
+        msg.limit = NUKSM_VM_LIMIT_USERFAULTFD;
+    } else if (limit == NUKSM_LIMIT_MAP_COUNT) {
+        msg.limit = NUKSM_VM_LIMIT_MAP_COUNT;
+    }
+    if (!s->conn.ready || msg.limit == s->conn.vm_limit_sent) {
+        return;
+    }
+    if (msg.limit != NUKSM_VM_LIMIT_NONE) {
+        g_autofree char *reason = nuksm_limit_reason(s, limit, stats);
+
+        nuksm_strfield_set(msg.reason, sizeof(msg.reason), reason);
+    }
+    s->conn.vm_limit_sent = msg.limit;
+    nuksm_agent_post(s, s->conn.epoch, NUKSM_MSG_VM_LIMIT, &msg,
+                     sizeof(msg));
+}
+
 void nuksm_limit_changed(Nuksm *s)
 {
     NuksmScanStats stats;
@@ -130,6 +157,7 @@ void nuksm_limit_changed(Nuksm *s)
     g_autofree char *reason = NULL;
 
     nuksm_get_scan_stats(s, &stats);
+    nuksm_send_vm_limit(s, &stats);
     limit = nuksm_limit(s, &stats);
     if (limit == s->limit_reported) {
         return;

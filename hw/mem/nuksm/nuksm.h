@@ -44,6 +44,8 @@ typedef struct NuksmAgentConn {
     int policy;                 /* NuksmPolicyId, -1 until known */
     uint32_t conditions;        /* NuksmCondition bits the agent reports */
     char *condition_reason;     /* why, while conditions is not 0 */
+    uint32_t vm_limit_sent;     /* NuksmVmLimit we last told the agent, */
+                                /* NUKSM_VM_LIMIT__MAX before we did */
     uint32_t next_seq;
     uint32_t epoch;             /* counts completed handshakes */
     QemuMutex tx_lock;          /* the scanner thread posts messages too */
