@@ -11,6 +11,9 @@
 #   make bench-quick  the same, smaller and fewer workloads (< 3 minutes)
 #   make soak       ... and churn eight VMs for SOAK_SECONDS (default 1800)
 #                   while the agent is killed again and again
+#   make install    install nuksmd, nuksmctl, the patched QEMU (as
+#                   nuksm-qemu-system-x86_64), the systemd units and
+#                   nuksmd.conf under PREFIX (/usr/local), into DESTDIR
 #
 # Entry points after a build: build/bin/{qemu-system-x86_64,nuksmd,nuksmctl}
 #
@@ -29,7 +32,7 @@ export NUKSM_QEMU := $(BIN)/qemu-system-x86_64
 export NUKSMD     := $(BIN)/nuksmd
 export NUKSMCTL   := $(BIN)/nuksmctl
 
-.PHONY: all deps tools qemu guest check check-unit check-qtest \
+.PHONY: all deps tools qemu guest install check check-unit check-qtest \
         check-integration check-sanitize check-fuzz fuzz demo clean \
         distclean
 
@@ -52,6 +55,10 @@ qemu: deps
 
 guest: deps
 	@scripts/make-guest.sh
+
+PREFIX ?= /usr/local
+install: all
+	@PREFIX=$(PREFIX) DESTDIR=$(DESTDIR) scripts/install.sh
 
 check: all guest
 	@$(MAKE) --no-print-directory check-unit check-qtest check-integration \

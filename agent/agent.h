@@ -73,6 +73,7 @@ typedef struct NuksmAgent {
     int listen_fd;
     guint listen_watch;
     guint accept_retry;          /* re-arms accepting after EMFILE */
+    bool socket_activated;       /* systemd's socket, never unlinked */
     dev_t socket_dev;            /* the socket file we bound, so that we */
     ino_t socket_ino;            /* never unlink somebody else's */
     void *rx_buf;                /* NUKSM_MSG_MAX bytes each */

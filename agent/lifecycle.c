@@ -38,7 +38,8 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
         return false;
     }
     log_info("nuksmd %s listening on %s, policy %s, %u NUMA node%s%s",
-             NUKSM_VERSION, cfg->socket_path, nuksm_policy_name(agent->policy),
+             NUKSM_VERSION, agent->socket_path,
+             nuksm_policy_name(agent->policy),
              agent->nr_nodes, agent->nr_nodes == 1 ? "" : "s",
              cfg->fake_numa ? " (fake)" : "");
 

@@ -6,7 +6,9 @@
  */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -474,6 +476,62 @@ static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque)
     return G_SOURCE_CONTINUE;
 }
 
+/* The first descriptor systemd passes (sd_listen_fds(3)). */
+#define LISTEN_FDS_START 3
+
+/*
+ * The listening socket systemd passed, socket activation's protocol
+ * without libsystemd: LISTEN_PID is ours and LISTEN_FDS is 1.  Returns
+ * its descriptor, -1 if none was passed, -2 if what was passed is not a
+ * listening seqpacket socket (logged).
+ */
+static int activated_socket(void)
+{
+    const char *pid = g_getenv("LISTEN_PID");
+    const char *fds = g_getenv("LISTEN_FDS");
+    int type = 0, listening = 0, domain = 0;
+    socklen_t len = sizeof(int);
+    int fd = LISTEN_FDS_START;
+
+    if (!pid || !fds || g_ascii_strtoll(pid, NULL, 10) != getpid()) {
+        return -1;
+    }
+    /* Not for the processes we might start. */
+    g_unsetenv("LISTEN_PID");
+    g_unsetenv("LISTEN_FDS");
+    g_unsetenv("LISTEN_FDNAMES");
+    if (strcmp(fds, "1") != 0) {
+        log_error("systemd passed %s sockets: nuksmd takes exactly one (a "
+                  "ListenSequentialPacket= socket)", fds);
+        return -2;
+    }
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 ||
+        domain != AF_UNIX || type != SOCK_SEQPACKET || !listening) {
+        log_error("the socket systemd passed is not a listening unix "
+                  "seqpacket socket (ListenSequentialPacket=)");
+        return -2;
+    }
+    if (!g_unix_set_fd_nonblocking(fd, TRUE, NULL) ||
+        fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+        log_error("cannot set up the socket systemd passed: %s",
+                  g_strerror(errno));
+        return -2;
+    }
+    return fd;
+}
+
+/* Serve on @fd; @path names it in logs (and, if ours, is unlinked). */
+static void server_listen(NuksmAgent *agent, int fd, const char *path)
+{
+    agent->socket_path = g_strdup(path);
+    agent->listen_fd = fd;
+    agent->rx_buf = g_malloc(NUKSM_MSG_MAX);
+    agent->tx_buf = g_malloc(NUKSM_MSG_MAX);
+    agent->listen_watch = g_unix_fd_add(fd, G_IO_IN, on_listen_ready, agent);
+}
+
 bool server_start(NuksmAgent *agent, const char *path)
 {
     g_autofree char *dir = g_path_get_dirname(path);
@@ -481,6 +539,23 @@ bool server_start(NuksmAgent *agent, const char *path)
     struct stat st;
     mode_t old_umask;
     int fd, rc;
+
+    fd = activated_socket();
+    if (fd == -2) {
+        return false;
+    }
+    if (fd >= 0) {
+        struct sockaddr_un bound = { 0 };
+        socklen_t len = sizeof(bound);
+
+        /* systemd owns its file: the socket outlives us. */
+        getsockname(fd, (struct sockaddr *)&bound, &len);
+        server_listen(agent, fd, len > offsetof(struct sockaddr_un,
+                                                sun_path) && bound.sun_path[0]
+                                 ? bound.sun_path : "(socket from systemd)");
+        agent->socket_activated = true;
+        return true;
+    }
 
     if (g_mkdir_with_parents(dir, 0755) < 0) {
         log_error("cannot create directory %s: %s", dir, g_strerror(errno));
@@ -518,13 +593,9 @@ bool server_start(NuksmAgent *agent, const char *path)
         return false;
     }
 
-    agent->socket_path = g_strdup(path);
     agent->socket_dev = st.st_dev;
     agent->socket_ino = st.st_ino;
-    agent->listen_fd = fd;
-    agent->rx_buf = g_malloc(NUKSM_MSG_MAX);
-    agent->tx_buf = g_malloc(NUKSM_MSG_MAX);
-    agent->listen_watch = g_unix_fd_add(fd, G_IO_IN, on_listen_ready, agent);
+    server_listen(agent, fd, path);
     return true;
 }
 
@@ -550,8 +621,11 @@ void server_stop(NuksmAgent *agent)
     close(agent->listen_fd);
     agent->listen_fd = -1;
 
-    /* Another agent may have replaced the file meanwhile: leave it be. */
-    if (stat(agent->socket_path, &st) == 0 &&
+    /*
+     * Another agent may have replaced the file meanwhile: leave it be.
+     * systemd's socket stays, for the next activation.
+     */
+    if (!agent->socket_activated && stat(agent->socket_path, &st) == 0 &&
         st.st_dev == agent->socket_dev && st.st_ino == agent->socket_ino) {
         unlink(agent->socket_path);
     }

@@ -152,12 +152,12 @@ def agent(start_agent):
 
 @pytest.fixture
 def start_vm(workdir, qemu_bin):
-    """start_vm(name, args, user=) -> a running Vm, as @user if given;
-    quit (exit 0) at teardown."""
+    """start_vm(name, args, user=, binary=) -> a running Vm, as @user and
+    from the QEMU @binary if given; quit (exit 0) at teardown."""
     vms = []
 
-    def start(name, args, user=None):
-        vm = Vm(workdir, name, args, user)
+    def start(name, args, user=None, binary=None):
+        vm = Vm(workdir, name, args, user, binary)
         vms.append(vm)
         return vm.start()
 
@@ -178,14 +178,14 @@ def start_vm(workdir, qemu_bin):
 
 @pytest.fixture
 def qtest_vm(start_vm, workdir):
-    """qtest_vm(name, extra=[args], user=, **nuksm_props): q35, 128M, one
-    nuksm object (id dedup0 unless given), a qtest socket at
-    vm.qtest_path; run as @user if given."""
-    def start(name="vm0", extra=(), user=None, **props):
+    """qtest_vm(name, extra=[args], user=, binary=, **nuksm_props): q35,
+    128M, one nuksm object (id dedup0 unless given), a qtest socket at
+    vm.qtest_path; run as @user and from the QEMU @binary if given."""
+    def start(name="vm0", extra=(), user=None, binary=None, **props):
         props.setdefault("id", "dedup0")
         args = harness.qtest_args(workdir / f"{name}.qtest",
                                   harness.nuksm_object(**props))
-        return start_vm(name, [*args, *extra], user=user)
+        return start_vm(name, [*args, *extra], user=user, binary=binary)
     return start
 
 

@@ -505,9 +505,10 @@ def nuksm_object(**props):
 class Vm:
     """A QEMU process with a QMP unix socket, driven with qemu.qmp."""
 
-    def __init__(self, workdir, name, args, user=None):
+    def __init__(self, workdir, name, args, user=None, binary=None):
         self.name = name
         self.user = user
+        self.binary = binary or QEMU
         self.qmp_path = Path(workdir) / f"{name}.qmp"
         self.log = Path(workdir) / f"{name}.log"
         self.serial = Path(workdir) / f"{name}.serial"
@@ -517,7 +518,7 @@ class Vm:
         self.qmp = None
 
     def start(self):
-        cmd = [str(QEMU), "-name", self.name,
+        cmd = [str(self.binary), "-name", self.name,
                "-qmp", f"unix:{self.qmp_path},server=on,wait=off",
                *self.args]
         with open(self.log, "ab") as log:

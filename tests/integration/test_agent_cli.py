@@ -2,13 +2,16 @@
 """nuksmctl against a real nuksmd, and nuksmd's own options."""
 
 import os
+import shutil
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 
 import harness
-from harness import POLICY_NAMES, ctl, ctl_json, ctl_ok, run_nuksmd
+from harness import (POLICY_NAMES, ctl, ctl_json, ctl_ok, run_nuksmd,
+                     wait_until)
 
 
 def host_nodes():
@@ -273,3 +276,29 @@ def test_fake_numa_nodes_in_qmp(start_agent, qtest_vm):
     assert info["vms"] == 1
     assert info["version"] == agent_version()
     assert ctl_json(agent.sock, "status")["store_pages"] == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("kind", ["stream", "two sockets"])
+def test_socket_activation_takes_one_seqpacket_socket(workdir, shm_dir,
+                                                      nuksmd_bin, kind):
+    """Socket activation with anything but one ListenSequentialPacket=
+    socket: nuksmd says what it takes and exits 1."""
+    if not shutil.which("systemd-socket-activate"):
+        pytest.skip("systemd-socket-activate is missing")
+    sock = workdir / "nuksmd.sock"
+    listen = ["-l", str(sock)]
+    if kind == "two sockets":
+        listen = ["--seqpacket", *listen, "-l", str(workdir / "second.sock")]
+    proc = subprocess.Popen(
+        ["systemd-socket-activate", *listen, str(nuksmd_bin),
+         "--state-dir", str(shm_dir / "state")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_until(sock.exists, 10, "the activation socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM if kind == "stream"
+                       else socket.SOCK_SEQPACKET) as s:
+        s.connect(str(sock))
+    out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 1, out
+    expected = ("not a listening unix seqpacket socket" if kind == "stream"
+                else "systemd passed 2 sockets: nuksmd takes exactly one")
+    assert expected in out

@@ -1,0 +1,147 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""make install (scripts/install.sh), and nuksm run from what it installed:
+the units pass systemd-analyze verify, nuksmd is socket-activated with the
+installed configuration, and two installed QEMUs as an unprivileged user
+merge through it."""
+
+import configparser
+import json
+import os
+import pwd
+import random
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import harness
+from harness import Qtest, read_big, wait_until, write_big
+
+USER = "nobody"
+AT = 64 << 20
+MIB = 1 << 20
+
+
+def install(prefix, destdir=None):
+    env = {**os.environ, "PREFIX": str(prefix), "BUILD": str(harness.BUILD)}
+    if destdir:
+        env["DESTDIR"] = str(destdir)
+    result = subprocess.run([harness.ROOT / "scripts/install.sh"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def prefix():
+    """A PREFIX install, in a directory USER can reach (QEMU runs as it)."""
+    root = Path(tempfile.mkdtemp(prefix="nuksm-install-"))
+    os.chmod(root, 0o755)
+    install(root / "usr")
+    yield root / "usr"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def unit(path):
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str
+    parser.read(path)
+    return parser
+
+
+def test_install_layout(prefix):
+    assert os.access(prefix / "sbin/nuksmd", os.X_OK)
+    assert os.access(prefix / "bin/nuksmctl", os.X_OK)
+    qemu = prefix / "bin/nuksm-qemu-system-x86_64"
+    assert qemu.resolve() == prefix / "lib/nuksm/qemu/bin/qemu-system-x86_64"
+    assert (prefix / "lib/nuksm/qemu/share/qemu/bios-256k.bin").is_file()
+    assert (prefix / "etc/nuksm/nuksmd.conf").is_file()
+    service = unit(prefix / "lib/systemd/system/nuksmd.service")
+    assert service["Service"]["ExecStart"] == \
+        f"{prefix}/sbin/nuksmd --config {prefix}/etc/nuksm/nuksmd.conf"
+    assert "@" not in (prefix / "lib/systemd/system/nuksmd.service") \
+        .read_text().replace("file://", "")
+
+
+def test_install_into_destdir_leaves_debian_alone(tmp_path):
+    """PREFIX=/usr into a DESTDIR, as a package would: configuration in
+    /etc, nothing where Debian's QEMU lives; an edited nuksmd.conf stays
+    on a second install."""
+    install("/usr", tmp_path)
+    conf = tmp_path / "etc/nuksm/nuksmd.conf"
+    assert conf.is_file()
+    service = unit(tmp_path / "usr/lib/systemd/system/nuksmd.service")
+    assert service["Service"]["ExecStart"] == \
+        "/usr/sbin/nuksmd --config /etc/nuksm/nuksmd.conf"
+    assert not (tmp_path / "usr/bin/qemu-system-x86_64").exists()
+    assert not (tmp_path / "usr/share/qemu").exists()
+    conf.write_text("[nuksmd]\npolicy=fair\n")
+    install("/usr", tmp_path)
+    assert conf.read_text() == "[nuksmd]\npolicy=fair\n"
+    assert (tmp_path / "etc/nuksm/nuksmd.conf.dist").is_file()
+
+
+def test_units_verify(prefix):
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze is missing: cannot verify the units")
+    units = [prefix / "lib/systemd/system" / u
+             for u in ("nuksmd.service", "nuksmd.socket")]
+    result = subprocess.run(["systemd-analyze", "verify", *map(str, units)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and not result.stderr.strip(), \
+        result.stderr
+
+
+@pytest.fixture
+def activated_agent(prefix, workdir, shm_dir):
+    """The installed nuksmd, started by systemd-socket-activate on the
+    installed socket unit's settings, with the installed configuration."""
+    if not shutil.which("systemd-socket-activate"):
+        pytest.skip("systemd-socket-activate is missing: cannot activate "
+                    "nuksmd the way nuksmd.socket does")
+    socket_unit = unit(prefix / "lib/systemd/system/nuksmd.socket")["Socket"]
+    sock = workdir / "nuksmd.sock"
+    log = workdir / "nuksmd.log"
+    os.chmod(workdir, 0o1777)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            ["systemd-socket-activate", "--seqpacket", "-l", str(sock),
+             str(prefix / "sbin/nuksmd"), "--config",
+             str(prefix / "etc/nuksm/nuksmd.conf"),
+             "--state-dir", str(shm_dir / "state")],
+            stdout=out, stderr=subprocess.STDOUT,
+            preexec_fn=harness.die_with_parent)
+    wait_until(lambda: sock.exists(), 10, "the activation socket")
+    os.chmod(sock, int(socket_unit["SocketMode"], 8))
+    os.chown(sock, -1, pwd.getpwnam(USER).pw_gid)  # stands for SocketGroup
+    yield sock, proc, log
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0, harness.read_log(log)
+    assert sock.exists(), "nuksmd removed systemd's socket"
+
+
+def test_installed_programs_merge(prefix, activated_agent, qtest_vm):
+    sock, proc, log = activated_agent
+    qemu = prefix / "bin/nuksm-qemu-system-x86_64"
+    vms = [qtest_vm(name, user=USER, binary=qemu, agent=sock, max_cpu=100)
+           for name in ("vm0", "vm1")]
+    for vm in vms:
+        vm.wait_state("active")
+    assert "listening on " + str(sock) in harness.read_log(log)
+    content = random.Random(31).randbytes(4 * MIB)
+    pages = len(content) // 4096
+    qtests = [Qtest(vm.qtest_path) for vm in vms]
+    for q in qtests:
+        write_big(q, AT, content)
+    for vm in vms:
+        vm.wait_nuksm(lambda i: i["merged-pages"] - i["zero-pages"] >= pages,
+                      "the pages to merge", timeout=60)
+    for q in qtests:
+        assert read_big(q, AT, len(content)) == content
+        q.close()
+    status = subprocess.run([prefix / "bin/nuksmctl", "--socket", sock,
+                             "--json", "status"], capture_output=True,
+                            text=True, timeout=30, check=True)
+    assert json.loads(status.stdout)["pages_sharing"] >= pages
