@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Install what make built (make install): nuksmd, nuksmctl, the patched
-# QEMU in a tree of its own, the systemd units and a configuration file.
+# QEMU in a tree of its own, the systemd units, a configuration file and
+# the AppArmor rules libvirt's QEMU profiles need.
 #
 #   PREFIX=/usr/local   where it goes (bin, sbin, lib, share under it)
 #   DESTDIR=            staging root, prepended to every path (packaging)
+#   APPARMOR_DIR=/etc/apparmor.d   where AppArmor reads its profiles
 #
 # The QEMU is $PREFIX/lib/nuksm/qemu/bin/qemu-system-x86_64 with its
 # firmware in $PREFIX/lib/nuksm/qemu/share/qemu (QEMU finds it relative
@@ -35,6 +37,7 @@ sbindir=$prefix/sbin
 docdir=$prefix/share/doc/nuksm
 qemudir=$prefix/lib/nuksm/qemu
 unitdir=$prefix/lib/systemd/system
+apparmordir=${APPARMOR_DIR:-/etc/apparmor.d}
 
 step() { printf '==> %s\n' "$*"; }
 
@@ -80,3 +83,26 @@ else
 fi
 install -d "$destdir$docdir"
 install -m 0644 "$top"/docs/*.rst "$top/README.rst" "$destdir$docdir/"
+
+step "installing AppArmor rules into $destdir$apparmordir"
+install -d "$destdir$apparmordir/abstractions"
+sed -e "s|@qemudir@|$qemudir|g" "$top/apparmor/nuksm-qemu.in" \
+    > "$destdir$apparmordir/abstractions/nuksm-qemu"
+chmod 0644 "$destdir$apparmordir/abstractions/nuksm-qemu"
+# Debian's libvirt-qemu abstraction includes this file, the admin's own:
+# add one line to it, once.
+local_rules=$destdir$apparmordir/local/abstractions/libvirt-qemu
+include_line='include <abstractions/nuksm-qemu>'
+if [ -e "$destdir$apparmordir/abstractions/libvirt-qemu" ]; then
+    install -d "$(dirname "$local_rules")"
+    touch "$local_rules"
+    if ! grep -qxF "$include_line" "$local_rules"; then
+        printf '# nuksm (make install)\n%s\n' "$include_line" \
+            >> "$local_rules"
+    fi
+    echo "    domains started from now on get the rules (running ones at" \
+         "their next start)"
+else
+    echo "    libvirt's AppArmor abstraction is not installed: add" \
+         "'$include_line' to its local rules once it is"
+fi

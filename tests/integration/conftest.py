@@ -70,6 +70,18 @@ def require_file(path, hint):
         pytest.fail(f"{path} is missing: {hint}", pytrace=False)
 
 
+@pytest.fixture(scope="session")
+def installed():
+    """make install into a PREFIX of its own, which unprivileged users
+    (QEMU as nobody or libvirt-qemu) can reach; the PREFIX.  The host's
+    AppArmor rules are left alone."""
+    root = Path(tempfile.mkdtemp(prefix="nuksm-install-"))
+    os.chmod(root, 0o755)
+    harness.install(root / "usr", apparmor_dir=root / "apparmor.d")
+    yield root / "usr"
+    shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture
 def workdir():
     # Short, so that socket paths stay far below sun_path's 108 bytes.
@@ -106,9 +118,11 @@ def qemu_bin():
 
 @pytest.fixture
 def start_agent(workdir, shm_dir, nuksmd_bin, nuksmctl_bin):
-    """start_agent(*extra_args, name=, args=, state_dir=) -> an Agent.
+    """start_agent(*extra_args, name=, args=, state_dir=, user=, binary=)
+    -> an Agent.
 
-    By default nuksmd listens on workdir/NAME.sock; @args replaces the
+    @user runs it as that user; @binary replaces the nuksmd the tests run
+    (an installed one, say).  By default nuksmd listens on workdir/NAME.sock; @args replaces the
     whole command line.  Its store is in shm_dir/NAME unless @state_dir
     is false, so an agent started again under the same name finds its
     predecessor's store.  Agents still running at teardown are stopped
@@ -117,7 +131,7 @@ def start_agent(workdir, shm_dir, nuksmd_bin, nuksmctl_bin):
     agents = []
 
     def start(*extra_args, name="nuksmd", args=None, state_dir=True,
-              user=None):
+              user=None, binary=None):
         sock = workdir / f"{name}.sock"
         if args is None:
             args = ["--socket", sock, *extra_args]
@@ -126,7 +140,8 @@ def start_agent(workdir, shm_dir, nuksmd_bin, nuksmctl_bin):
             args = [*args, "--state-dir", state_dir]
         else:
             state_dir = None
-        agent = Agent(sock, workdir / f"{name}.log", args, state_dir, user)
+        agent = Agent(sock, workdir / f"{name}.log", args, state_dir, user,
+                      binary)
         agents.append(agent)
         return agent.start()
 

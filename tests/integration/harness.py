@@ -422,6 +422,21 @@ def ctl_json(sock, *args):
     return json.loads(ctl_ok(sock, "--json", *args))
 
 
+# ---------------------------------------------------------------- install
+
+def install(prefix, destdir=None, apparmor_dir=None):
+    """scripts/install.sh (make install) into @prefix, under @destdir,
+    AppArmor's rules into @apparmor_dir if given."""
+    env = {**os.environ, "PREFIX": str(prefix), "BUILD": str(BUILD)}
+    if destdir:
+        env["DESTDIR"] = str(destdir)
+    if apparmor_dir:
+        env["APPARMOR_DIR"] = str(apparmor_dir)
+    result = subprocess.run([ROOT / "scripts/install.sh"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 # ---------------------------------------------------------------- nuksmd
 
 def run_nuksmd(*args, timeout=10):
@@ -442,8 +457,10 @@ def connectable(path, kind=socket.SOCK_SEQPACKET):
 class Agent:
     """A nuksmd process listening on @sock, its store in @state_dir."""
 
-    def __init__(self, sock, log, args, state_dir=None, user=None):
+    def __init__(self, sock, log, args, state_dir=None, user=None,
+                 binary=None):
         self.sock = Path(sock)
+        self.binary = binary or NUKSMD
         self.log = Path(log)
         self.args = [str(a) for a in args]
         self.state_dir = state_dir and Path(state_dir)
@@ -452,7 +469,7 @@ class Agent:
 
     def start(self):
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([str(NUKSMD), *self.args],
+            self.proc = subprocess.Popen([str(self.binary), *self.args],
                                          stdout=log, stderr=subprocess.STDOUT,
                                          preexec_fn=die_with_parent,
                                          **as_user(self.user))

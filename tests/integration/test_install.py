@@ -12,7 +12,6 @@ import random
 import shutil
 import signal
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,25 +24,6 @@ AT = 64 << 20
 MIB = 1 << 20
 
 
-def install(prefix, destdir=None):
-    env = {**os.environ, "PREFIX": str(prefix), "BUILD": str(harness.BUILD)}
-    if destdir:
-        env["DESTDIR"] = str(destdir)
-    result = subprocess.run([harness.ROOT / "scripts/install.sh"], env=env,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-@pytest.fixture(scope="module")
-def prefix():
-    """A PREFIX install, in a directory USER can reach (QEMU runs as it)."""
-    root = Path(tempfile.mkdtemp(prefix="nuksm-install-"))
-    os.chmod(root, 0o755)
-    install(root / "usr")
-    yield root / "usr"
-    shutil.rmtree(root, ignore_errors=True)
-
-
 def unit(path):
     parser = configparser.ConfigParser(strict=False, interpolation=None)
     parser.optionxform = str
@@ -51,17 +31,17 @@ def unit(path):
     return parser
 
 
-def test_install_layout(prefix):
-    assert os.access(prefix / "sbin/nuksmd", os.X_OK)
-    assert os.access(prefix / "bin/nuksmctl", os.X_OK)
-    qemu = prefix / "bin/nuksm-qemu-system-x86_64"
-    assert qemu.resolve() == prefix / "lib/nuksm/qemu/bin/qemu-system-x86_64"
-    assert (prefix / "lib/nuksm/qemu/share/qemu/bios-256k.bin").is_file()
-    assert (prefix / "etc/nuksm/nuksmd.conf").is_file()
-    service = unit(prefix / "lib/systemd/system/nuksmd.service")
+def test_install_layout(installed):
+    assert os.access(installed / "sbin/nuksmd", os.X_OK)
+    assert os.access(installed / "bin/nuksmctl", os.X_OK)
+    qemu = installed / "bin/nuksm-qemu-system-x86_64"
+    assert qemu.resolve() == installed / "lib/nuksm/qemu/bin/qemu-system-x86_64"
+    assert (installed / "lib/nuksm/qemu/share/qemu/bios-256k.bin").is_file()
+    assert (installed / "etc/nuksm/nuksmd.conf").is_file()
+    service = unit(installed / "lib/systemd/system/nuksmd.service")
     assert service["Service"]["ExecStart"] == \
-        f"{prefix}/sbin/nuksmd --config {prefix}/etc/nuksm/nuksmd.conf"
-    assert "@" not in (prefix / "lib/systemd/system/nuksmd.service") \
+        f"{installed}/sbin/nuksmd --config {installed}/etc/nuksm/nuksmd.conf"
+    assert "@" not in (installed / "lib/systemd/system/nuksmd.service") \
         .read_text().replace("file://", "")
 
 
@@ -69,7 +49,7 @@ def test_install_into_destdir_leaves_debian_alone(tmp_path):
     """PREFIX=/usr into a DESTDIR, as a package would: configuration in
     /etc, nothing where Debian's QEMU lives; an edited nuksmd.conf stays
     on a second install."""
-    install("/usr", tmp_path)
+    harness.install("/usr", tmp_path)
     conf = tmp_path / "etc/nuksm/nuksmd.conf"
     assert conf.is_file()
     service = unit(tmp_path / "usr/lib/systemd/system/nuksmd.service")
@@ -78,15 +58,46 @@ def test_install_into_destdir_leaves_debian_alone(tmp_path):
     assert not (tmp_path / "usr/bin/qemu-system-x86_64").exists()
     assert not (tmp_path / "usr/share/qemu").exists()
     conf.write_text("[nuksmd]\npolicy=fair\n")
-    install("/usr", tmp_path)
+    harness.install("/usr", tmp_path)
     assert conf.read_text() == "[nuksmd]\npolicy=fair\n"
     assert (tmp_path / "etc/nuksm/nuksmd.conf.dist").is_file()
 
 
-def test_units_verify(prefix):
+def test_apparmor_rules_parse(tmp_path):
+    """The rules land in AppArmor's place, are included once from
+    libvirt's local QEMU rules, and Debian's whole libvirt-qemu
+    abstraction with them parses."""
+    if not shutil.which("apparmor_parser"):
+        pytest.skip("apparmor_parser is missing (package apparmor)")
+    host = Path("/etc/apparmor.d")
+    if not (host / "abstractions/libvirt-qemu").exists():
+        pytest.skip("libvirt's AppArmor abstraction is not installed "
+                    "(libvirt-daemon-system)")
+    staged = tmp_path / "etc/apparmor.d"
+    shutil.copytree(host / "abstractions", staged / "abstractions")
+    shutil.copytree(host / "local", staged / "local")
+    for _ in range(2):
+        harness.install("/usr", tmp_path)
+    local = (staged / "local/abstractions/libvirt-qemu").read_text()
+    assert local.count("include <abstractions/nuksm-qemu>") == 1
+    rules = (staged / "abstractions/nuksm-qemu").read_text()
+    assert "/usr/lib/nuksm/qemu/share/qemu/** r," in rules
+    profile = tmp_path / "profile"
+    profile.write_text("include <tunables/global>\n"
+                       "profile nuksm-test {\n"
+                       "  include <abstractions/libvirt-qemu>\n"
+                       "}\n")
+    result = subprocess.run(["apparmor_parser", "--skip-kernel-load",
+                             "--skip-cache", "-I", str(staged),
+                             "-I", str(host), str(profile)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_units_verify(installed):
     if not shutil.which("systemd-analyze"):
         pytest.skip("systemd-analyze is missing: cannot verify the units")
-    units = [prefix / "lib/systemd/system" / u
+    units = [installed / "lib/systemd/system" / u
              for u in ("nuksmd.service", "nuksmd.socket")]
     result = subprocess.run(["systemd-analyze", "verify", *map(str, units)],
                             capture_output=True, text=True, timeout=60)
@@ -95,21 +106,21 @@ def test_units_verify(prefix):
 
 
 @pytest.fixture
-def activated_agent(prefix, workdir, shm_dir):
+def activated_agent(installed, workdir, shm_dir):
     """The installed nuksmd, started by systemd-socket-activate on the
     installed socket unit's settings, with the installed configuration."""
     if not shutil.which("systemd-socket-activate"):
         pytest.skip("systemd-socket-activate is missing: cannot activate "
                     "nuksmd the way nuksmd.socket does")
-    socket_unit = unit(prefix / "lib/systemd/system/nuksmd.socket")["Socket"]
+    socket_unit = unit(installed / "lib/systemd/system/nuksmd.socket")["Socket"]
     sock = workdir / "nuksmd.sock"
     log = workdir / "nuksmd.log"
     os.chmod(workdir, 0o1777)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             ["systemd-socket-activate", "--seqpacket", "-l", str(sock),
-             str(prefix / "sbin/nuksmd"), "--config",
-             str(prefix / "etc/nuksm/nuksmd.conf"),
+             str(installed / "sbin/nuksmd"), "--config",
+             str(installed / "etc/nuksm/nuksmd.conf"),
              "--state-dir", str(shm_dir / "state")],
             stdout=out, stderr=subprocess.STDOUT,
             preexec_fn=harness.die_with_parent)
@@ -122,9 +133,9 @@ def activated_agent(prefix, workdir, shm_dir):
     assert sock.exists(), "nuksmd removed systemd's socket"
 
 
-def test_installed_programs_merge(prefix, activated_agent, qtest_vm):
+def test_installed_programs_merge(installed, activated_agent, qtest_vm):
     sock, proc, log = activated_agent
-    qemu = prefix / "bin/nuksm-qemu-system-x86_64"
+    qemu = installed / "bin/nuksm-qemu-system-x86_64"
     vms = [qtest_vm(name, user=USER, binary=qemu, agent=sock, max_cpu=100)
            for name in ("vm0", "vm1")]
     for vm in vms:
@@ -141,7 +152,7 @@ def test_installed_programs_merge(prefix, activated_agent, qtest_vm):
     for q in qtests:
         assert read_big(q, AT, len(content)) == content
         q.close()
-    status = subprocess.run([prefix / "bin/nuksmctl", "--socket", sock,
+    status = subprocess.run([installed / "bin/nuksmctl", "--socket", sock,
                              "--json", "status"], capture_output=True,
                             text=True, timeout=30, check=True)
     assert json.loads(status.stdout)["pages_sharing"] >= pages
