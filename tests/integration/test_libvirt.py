@@ -86,9 +86,10 @@ def guest_files():
 @pytest.fixture
 def lv_agent(installed, start_agent, workdir):
     """The installed nuksmd, its socket reachable by QEMU_GROUP, as
-    nuksmd.socket makes it."""
+    nuksmd.socket makes it; two logical NUMA nodes."""
     os.chmod(workdir, 0o755)
-    agent = start_agent(binary=installed / "sbin/nuksmd")
+    agent = start_agent("--fake-numa", "2",
+                        binary=installed / "sbin/nuksmd")
     os.chown(agent.sock, -1, grp.getgrnam(QEMU_GROUP).gr_gid)
     return agent
 
@@ -176,8 +177,8 @@ def uid_of(pid):
 def test_libvirt_domains_merge(libvirtd, lv_agent, domains):
     """Two libvirt domains booting the project's guest merge through the
     installed agent; virsh qemu-monitor-command shows it; policy and
-    priority changes reach both sides; an agent restart under the running
-    domains loses nothing."""
+    priority changes reach both sides; the agent follows virsh vcpupin;
+    an agent restart under the running domains loses nothing."""
     agent = lv_agent
     doms = [domains(f"nuksm-it-{n}", agent) for n in ("a", "b")]
     for dom in doms:
@@ -204,6 +205,17 @@ def test_libvirt_domains_merge(libvirtd, lv_agent, domains):
     wait_until(lambda: {vm["priority"] for vm in
                         ctl_json(agent.sock, "vms")["vms"]} == {700, 100},
                10, "the agent to learn the priority")
+
+    # virsh vcpupin moves a domain's home: the agent follows it (its
+    # logical node N has the CPUs c with c * 2 // CPUs == N).
+    cpus = os.sysconf("SC_NPROCESSORS_CONF")
+    for node in (1, 0):
+        cpu = min(c for c in os.sched_getaffinity(0) if c * 2 // cpus == node)
+        virsh("vcpupin", doms[0].name, "0", str(cpu))
+        wait_until(lambda: [(h["host-node"], h["source"]) for h in
+                            doms[0].nuksm()["home-nodes"]] ==
+                   [(node, "pinned")], 15,
+                   f"{doms[0].name}'s home to follow vcpupin to node {node}")
 
     sharing = ctl_json(agent.sock, "status")["pages_sharing"]
     agent.kill()
