@@ -311,8 +311,39 @@ static char *home_text(const NuksmVmEntry *e)
     return g_string_free(text, FALSE);
 }
 
+/* The agent's conditions, which hold back every VM's merging. */
+typedef struct AgentConditions {
+    uint32_t bits;           /* NuksmCondition */
+    char *reason;
+} AgentConditions;
+
+/*
+ * What holds back a VM's merging, as its query-nuksm limit: its own
+ * (VM_LIMIT) first, else the agent's first condition; NULL if nothing.
+ */
+static const char *vm_limit_name(const NuksmVmEntry *e,
+                                 const AgentConditions *agent)
+{
+    if (e->limit) {
+        return nuksm_vm_limit_name(e->limit);
+    }
+    for (uint32_t bit = 1; bit & NUKSM_COND_ALL; bit <<= 1) {
+        if (agent->bits & bit) {
+            return nuksm_condition_name(bit);
+        }
+    }
+    return NULL;
+}
+
+static const char *vm_limit_reason(const NuksmVmEntry *e,
+                                   const AgentConditions *agent)
+{
+    return e->limit ? e->limit_reason : agent->reason;
+}
+
 static void print_vms_table(const NuksmMsgVms *vms,
-                            const NuksmVmEntry *entries)
+                            const NuksmVmEntry *entries,
+                            const AgentConditions *agent)
 {
     static const char *const header[VM_COLUMNS] = {
         "ID", "PID", "UID", "DOMAIN", "NAME", "OBJECT", "PRIORITY", "MERGED",
@@ -337,7 +368,7 @@ static void print_vms_table(const NuksmMsgVms *vms,
         row[8] = g_strdup_printf("%" PRIu64, e->merged_local);
         row[9] = g_strdup_printf("%" PRIu64, e->merged_remote);
         row[10] = home_text(e);
-        row[11] = g_strdup(e->limit ? nuksm_vm_limit_name(e->limit) : "-");
+        row[11] = g_strdup(vm_limit_name(e, agent) ?: "-");
         g_ptr_array_add(rows, row);
     }
 
@@ -360,23 +391,29 @@ static void print_vms_table(const NuksmMsgVms *vms,
         const NuksmVmEntry *e = &entries[i];
         g_autofree char *reason = NULL;
 
-        if (e->limit) {
-            reason = table_text(e->limit_reason);
+        if (vm_limit_name(e, agent)) {
+            reason = table_text(vm_limit_reason(e, agent));
             printf("VM %u limited by %s: %s\n", e->client_id,
-                   nuksm_vm_limit_name(e->limit), reason);
+                   vm_limit_name(e, agent), reason);
         }
     }
 }
 
 static void cmd_vms(Ctl *ctl, bool json)
 {
+    const NuksmMsgInfo *info = ctl_request(ctl, NUKSM_MSG_GET_INFO, NULL, 0,
+                                           NUKSM_MSG_INFO);
+    g_autofree char *agent_reason =
+        g_strdup_printf("agent: %s", info->condition_reason);
+    AgentConditions agent = { info->conditions, agent_reason };
+    /* Replies share one buffer: INFO is not to be read from here on. */
     const NuksmMsgVms *vms = ctl_request(ctl, NUKSM_MSG_LIST_VMS, NULL, 0,
                                          NUKSM_MSG_VMS);
     const NuksmVmEntry *entries = (const NuksmVmEntry *)(vms + 1);
     g_autoptr(GString) out = NULL;
 
     if (!json) {
-        print_vms_table(vms, entries);
+        print_vms_table(vms, entries, &agent);
         return;
     }
 
@@ -402,10 +439,10 @@ static void cmd_vms(Ctl *ctl, bool json)
             g_string_append_printf(out, "%s%u", g ? ", " : "", e->home[g]);
         }
         g_string_append(out, "], \"limit\": ");
-        if (e->limit) {
-            json_string(out, nuksm_vm_limit_name(e->limit));
+        if (vm_limit_name(e, &agent)) {
+            json_string(out, vm_limit_name(e, &agent));
             g_string_append(out, ", \"limit_reason\": ");
-            json_string(out, e->limit_reason);
+            json_string(out, vm_limit_reason(e, &agent));
         } else {
             g_string_append(out, "null, \"limit_reason\": null");
         }

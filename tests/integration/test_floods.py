@@ -246,6 +246,11 @@ def test_store_full_is_one_visible_condition(start_agent, small_tmpfs,
     assert "cannot write to the store" in info["limit-reason"]
     event = vm.wait_event("NUKSM_MERGING_LIMITED")
     assert event["data"]["limit"] == "store-full"
+    # nuksmctl vms says it of every VM, as query-nuksm does.
+    entry = next(e for e in harness.ctl_json(agent.sock, "vms")["vms"]
+                 if e["pid"] == vm.pid)
+    assert entry["limit"] == "store-full"
+    assert entry["limit_reason"] == info["limit-reason"]
 
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_tmpfs)],
                    check=True)
