@@ -14,6 +14,7 @@ import ctypes
 import json
 import os
 import pwd
+import random
 import signal
 import socket
 import struct
@@ -692,6 +693,24 @@ def write_big(qtest, addr, data, chunk=QTEST_CHUNK):
 def read_big(qtest, addr, size, chunk=QTEST_CHUNK):
     return b"".join(b64read(qtest, addr + off, min(chunk, size - off))
                     for off in range(0, size, chunk))
+
+
+def merge_identical(vms, seed, size=4 << 20, at=64 << 20):
+    """Write the same @size random bytes at guest address @at of every qtest
+    VM of @vms, wait until each merged them all, and check that they read
+    back; the number of pages."""
+    content = random.Random(seed).randbytes(size)
+    pages = size // 4096
+    qtests = [Qtest(vm.qtest_path) for vm in vms]
+    for q in qtests:
+        write_big(q, at, content)
+    for vm in vms:
+        vm.wait_nuksm(lambda i: i["merged-pages"] - i["zero-pages"] >= pages,
+                      "the pages to merge", timeout=60)
+    for q in qtests:
+        assert read_big(q, at, size) == content
+        q.close()
+    return pages
 
 
 class QtestBalloon:

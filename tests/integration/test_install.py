@@ -8,7 +8,6 @@ import configparser
 import json
 import os
 import pwd
-import random
 import shutil
 import signal
 import subprocess
@@ -17,11 +16,9 @@ from pathlib import Path
 import pytest
 
 import harness
-from harness import Qtest, read_big, wait_until, write_big
+from harness import wait_until
 
 USER = "nobody"
-AT = 64 << 20
-MIB = 1 << 20
 
 
 def unit(path):
@@ -141,17 +138,7 @@ def test_installed_programs_merge(installed, activated_agent, qtest_vm):
     for vm in vms:
         vm.wait_state("active")
     assert "listening on " + str(sock) in harness.read_log(log)
-    content = random.Random(31).randbytes(4 * MIB)
-    pages = len(content) // 4096
-    qtests = [Qtest(vm.qtest_path) for vm in vms]
-    for q in qtests:
-        write_big(q, AT, content)
-    for vm in vms:
-        vm.wait_nuksm(lambda i: i["merged-pages"] - i["zero-pages"] >= pages,
-                      "the pages to merge", timeout=60)
-    for q in qtests:
-        assert read_big(q, AT, len(content)) == content
-        q.close()
+    pages = harness.merge_identical(vms, seed=31)
     status = subprocess.run([installed / "bin/nuksmctl", "--socket", sock,
                              "--json", "status"], capture_output=True,
                             text=True, timeout=30, check=True)

@@ -10,16 +10,14 @@ that gets none says why it cannot merge, once, and scans nothing.
 
 import os
 import pwd
-import random
 from pathlib import Path
 
 import pytest
 
-from harness import Qtest, ctl_json, ctl_ok, read_big, wait_until, write_big
+import harness
+from harness import ctl_json, ctl_ok, wait_until
 
 USER = "nobody"
-AT = 64 << 20
-MIB = 1 << 20
 
 
 @pytest.fixture(autouse=True)
@@ -61,17 +59,7 @@ def test_unprivileged_qemu_merges(shared_dirs, start_agent, qtest_vm):
     for vm in vms:
         assert credentials(vm.pid) == (pwd.getpwnam(USER).pw_uid, 0)
         vm.wait_state("active")
-    content = random.Random(21).randbytes(4 * MIB)
-    pages = len(content) // 4096
-    qtests = [Qtest(vm.qtest_path) for vm in vms]
-    for q in qtests:
-        write_big(q, AT, content)
-    for vm in vms:
-        vm.wait_nuksm(lambda i: i["merged-pages"] - i["zero-pages"] >= pages,
-                      "the pages to merge", timeout=60)
-    for q in qtests:
-        assert read_big(q, AT, len(content)) == content
-        q.close()
+    harness.merge_identical(vms, seed=21)
 
 
 def test_qemu_without_userfaultfd_says_so(shared_dirs, start_agent,
