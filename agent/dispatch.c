@@ -233,6 +233,19 @@ static bool vm_only(uint16_t type)
 }
 
 /*
+ * Messages that show a reconnected VM merging again, so that the pages
+ * it took back and did not restore are no longer mapped.  Not TOPOLOGY
+ * or VM_LIMIT: QEMU sends them as it connects, maybe before its
+ * RESTOREs, and they say nothing of its pages.
+ */
+static bool ends_restore(uint16_t type)
+{
+    return type == NUKSM_MSG_CANDIDATES || type == NUKSM_MSG_UPLOAD ||
+           type == NUKSM_MSG_MERGED || type == NUKSM_MSG_UNMERGED ||
+           type == NUKSM_MSG_MOVED;
+}
+
+/*
  * The protocol version of a HELLO from any version of the protocol: only
  * the header and the leading version field are assumed, since another
  * version's HELLO may have another size.
@@ -312,15 +325,7 @@ void dispatch_message(NuksmAgent *agent, NuksmClient *client,
                       name);
         return;
     }
-    /*
-     * A reconnected VM sends its RESTOREs first: once it merges again,
-     * the pages it took back but did not restore are no longer mapped.
-     * TOPOLOGY and VM_LIMIT are sent as it connects, maybe before its
-     * RESTOREs: they say nothing of its pages.
-     */
-    if (client->parked_pages && vm_only(hdr.type) &&
-        hdr.type != NUKSM_MSG_RESTORE && hdr.type != NUKSM_MSG_TOPOLOGY &&
-        hdr.type != NUKSM_MSG_VM_LIMIT) {
+    if (client->parked_pages && ends_restore(hdr.type)) {
         detached_restore_end(agent, client);
     }
     handlers[hdr.type](agent, client, seq, nuksm_msg_payload(buf));

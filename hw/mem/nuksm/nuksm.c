@@ -127,10 +127,10 @@ static char *nuksm_limit_reason(Nuksm *s, NuksmLimit limit,
  * Tell the agent what holds back our merging in QEMU itself, for
  * nuksmctl vms (the agent knows its own conditions).
  */
-static void nuksm_send_vm_limit(Nuksm *s, const NuksmScanStats *stats)
+static void nuksm_send_vm_limit(Nuksm *s, NuksmLimit limit,
+                                const NuksmScanStats *stats)
 {
     NuksmMsgVmLimit msg = { .limit = NUKSM_VM_LIMIT_NONE };
-    NuksmLimit limit = nuksm_limit(s, stats);
 
     if (limit == NUKSM_LIMIT_USERFAULTFD) {
         msg.limit = NUKSM_VM_LIMIT_USERFAULTFD;
@@ -157,8 +157,8 @@ void nuksm_limit_changed(Nuksm *s)
     g_autofree char *reason = NULL;
 
     nuksm_get_scan_stats(s, &stats);
-    nuksm_send_vm_limit(s, &stats);
     limit = nuksm_limit(s, &stats);
+    nuksm_send_vm_limit(s, limit, &stats);
     if (limit == s->limit_reported) {
         return;
     }
