@@ -42,19 +42,26 @@ def let_user_connect(agent):
     os.chown(agent.sock, -1, pwd.getpwnam(USER).pw_gid)
 
 
+def qemu(installed):
+    """The installed QEMU: USER can run it wherever the checkout is."""
+    return installed / "bin/nuksm-qemu-system-x86_64"
+
+
 def credentials(pid):
     status = Path(f"/proc/{pid}/status").read_text().splitlines()
     fields = dict(line.split(":", 1) for line in status)
     return int(fields["Uid"].split()[0]), int(fields["CapEff"], 16)
 
 
-def test_unprivileged_qemu_merges(shared_dirs, start_agent, qtest_vm):
+def test_unprivileged_qemu_merges(shared_dirs, installed, start_agent,
+                                  qtest_vm):
     """Two QEMUs as USER, without any capability, merge with the
     userfaultfd they make from the agent's /dev/userfaultfd, and every
     page reads back."""
-    agent = start_agent()
+    agent = start_agent(binary=installed / "sbin/nuksmd")
     let_user_connect(agent)
-    vms = [qtest_vm(name, user=USER, agent=agent.sock, max_cpu=100)
+    vms = [qtest_vm(name, user=USER, binary=qemu(installed),
+                    agent=agent.sock, max_cpu=100)
            for name in ("vm0", "vm1")]
     for vm in vms:
         assert credentials(vm.pid) == (pwd.getpwnam(USER).pw_uid, 0)
@@ -62,18 +69,19 @@ def test_unprivileged_qemu_merges(shared_dirs, start_agent, qtest_vm):
     harness.merge_identical(vms, seed=21)
 
 
-def test_qemu_without_userfaultfd_says_so(shared_dirs, start_agent,
-                                          qtest_vm):
+def test_qemu_without_userfaultfd_says_so(shared_dirs, installed,
+                                          start_agent, qtest_vm):
     """An agent run as USER cannot open /dev/userfaultfd, so a QEMU as
     USER cannot merge: it is limited by userfaultfd with the reason, in
     query-nuksm, HMP and one event and one log line however often it
     reconnects, and it scans nothing.  Once a root agent takes over, it
     merges."""
-    agent = start_agent(user=USER)
+    agent = start_agent(user=USER, binary=installed / "sbin/nuksmd")
     assert "cannot open /dev/userfaultfd" in agent.log_text()
     let_user_connect(agent)
     # Enabled once QMP listens, so that the test sees the event.
-    vm = qtest_vm(user=USER, agent=agent.sock, max_cpu=100, enabled="off")
+    vm = qtest_vm(user=USER, binary=qemu(installed), agent=agent.sock,
+                  max_cpu=100, enabled="off")
     vm.wait_state("disabled")
     vm.cmd("qom-set", path="/objects/dedup0", property="enabled", value=True)
     info = vm.wait_state("limited")
