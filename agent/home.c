@@ -38,9 +38,108 @@ static int last_cpu(pid_t pid, uint32_t tid)
     return p ? atoi(p + 1) : -1;
 }
 
+/* A node number of a node list, below 64; advances *@p past it. */
+static bool parse_node(const char **p, uint32_t *node)
+{
+    const char *s = *p;
+    uint32_t n = 0;
+
+    if (!g_ascii_isdigit(*s)) {
+        return false;
+    }
+    do {
+        n = n * 10 + (*s++ - '0');
+        if (n >= 64) {
+            return false;
+        }
+    } while (g_ascii_isdigit(*s));
+    *p = s;
+    *node = n;
+    return true;
+}
+
+bool home_parse_nodes(const char *list, uint64_t *nodes)
+{
+    const char *p = list;
+    uint64_t set = 0;
+
+    while (g_ascii_isspace(*p)) {
+        p++;
+    }
+    while (*p && !g_ascii_isspace(*p)) {
+        uint32_t first, last;
+
+        if (!parse_node(&p, &first)) {
+            return false;
+        }
+        last = first;
+        if (*p == '-') {
+            p++;
+            if (!parse_node(&p, &last) || last < first) {
+                return false;
+            }
+        }
+        set |= (UINT64_MAX >> (63 - last)) & (UINT64_MAX << first);
+        if (*p == ',') {
+            p++;
+            if (!g_ascii_isdigit(*p)) {
+                return false;       /* "0,", "0,,1" */
+            }
+        } else if (*p && !g_ascii_isspace(*p)) {
+            return false;
+        }
+    }
+    while (g_ascii_isspace(*p)) {
+        p++;
+    }
+    if (*p) {
+        return false;
+    }
+    *nodes = set;
+    return true;
+}
+
+int home_memory_node(uint64_t allowed, uint64_t placed)
+{
+    if (!allowed || (allowed & ~placed) || allowed == placed) {
+        return -1;
+    }
+    return __builtin_ctzll(allowed);
+}
+
+/*
+ * The nodes thread @tid of @pid may allocate memory on, its cpuset's mems
+ * (Mems_allowed_list), into *@nodes: all 64 if the list does not parse,
+ * so that the memory source does not apply.  False if there is nothing to
+ * read (the thread ended, a kernel without cpusets).
+ */
+static bool mems_allowed(pid_t pid, uint32_t tid, uint64_t *nodes)
+{
+    static const char key[] = "\nMems_allowed_list:";
+    g_autofree char *path = g_strdup_printf("/proc/%d/task/%u/status", pid,
+                                            tid);
+    g_autofree char *status = NULL;
+    char *line, *end;
+
+    if (!g_file_get_contents(path, &status, NULL, NULL) ||
+        !(line = strstr(status, key))) {
+        return false;
+    }
+    line += sizeof(key) - 1;
+    end = strchr(line, '\n');
+    if (end) {
+        *end = '\0';
+    }
+    if (!home_parse_nodes(line, nodes)) {
+        *nodes = UINT64_MAX;
+    }
+    return true;
+}
+
 typedef struct Votes {
     uint32_t vcpus;
     uint64_t allowed;                   /* nodes they may run on */
+    uint64_t mems;                      /* nodes they may allocate on */
     uint32_t running[NUKSM_MAX_NODES];  /* vCPUs that ran last there */
 } Votes;
 
@@ -53,6 +152,7 @@ static void count_votes(NuksmAgent *agent, NuksmClient *client, int gnode,
     memset(v, 0, sizeof(*v));
     for (uint32_t i = 0; i < t->nr_vcpus; i++) {
         cpu_set_t cpus;
+        uint64_t mems;
         int cpu;
 
         if (gnode >= 0 && t->vcpus[i].gnode != (uint32_t)gnode) {
@@ -61,6 +161,11 @@ static void count_votes(NuksmAgent *agent, NuksmClient *client, int gnode,
         v->vcpus++;
         if (sched_getaffinity(t->vcpus[i].tid, sizeof(cpus), &cpus) == 0) {
             v->allowed |= topology_nodes_of(&agent->topology, &cpus);
+        }
+        /* Real memory nodes: nothing to go by for logical ones. */
+        if (!agent->topology.fake &&
+            mems_allowed(client->pid, t->vcpus[i].tid, &mems)) {
+            v->mems |= mems;
         }
         cpu = last_cpu(client->pid, t->vcpus[i].tid);
         if (cpu >= 0) {
@@ -83,6 +188,7 @@ static uint32_t evaluate(NuksmAgent *agent, NuksmClient *client, uint32_t g,
                          (1ull << agent->nr_nodes) - 1;
     uint64_t backend = gn->host_nodes & all_nodes;
     uint32_t best = 0;
+    int memory;
     Votes v;
 
     count_votes(agent, client, g, &v);
@@ -97,6 +203,11 @@ static uint32_t evaluate(NuksmAgent *agent, NuksmClient *client, uint32_t g,
                     gn->policy == NUKSM_MEMPOLICY_PREFERRED)) {
         *source = NUKSM_HOME_BACKEND;
         return lowest_node(backend);
+    }
+    memory = home_memory_node(v.mems, all_nodes);
+    if (memory >= 0) {
+        *source = NUKSM_HOME_MEMORY;
+        return memory;
     }
     for (uint32_t n = 1; n < agent->nr_nodes; n++) {
         if (v.running[n] > v.running[best]) {
@@ -115,6 +226,23 @@ static uint32_t evaluate(NuksmAgent *agent, NuksmClient *client, uint32_t g,
     }
     client->home_streak[g] = 0;
     return best;
+}
+
+/* Why a home moved, for the log. */
+static const char *source_reason(NuksmHomeSourceId source)
+{
+    switch (source) {
+    case NUKSM_HOME_PINNED:
+        return "vCPUs pinned";
+    case NUKSM_HOME_BACKEND:
+        return "memory backend";
+    case NUKSM_HOME_MEMORY:
+        return "memory nodes the vCPUs may use";
+    case NUKSM_HOME_RUNNING:
+        return "where the vCPUs run";
+    default:
+        return "nothing to go by";
+    }
 }
 
 static void send_home(NuksmAgent *agent, NuksmClient *client)
@@ -140,9 +268,7 @@ static void update(NuksmAgent *agent, NuksmClient *client, bool first)
             if (!first && home != client->home[g]) {
                 log_info("%s: guest node %u moves home from node %u to "
                          "node %u (%s)", client->label, g, client->home[g],
-                         home, source == NUKSM_HOME_PINNED ? "vCPUs pinned" :
-                         source == NUKSM_HOME_BACKEND ? "memory backend" :
-                         "where the vCPUs run");
+                         home, source_reason(source));
                 moved = true;
             }
             client->home[g] = home;

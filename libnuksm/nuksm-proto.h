@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 5u
+#define NUKSM_PROTO_VERSION 6u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -347,6 +347,8 @@ typedef enum NuksmHomeSourceId {
     NUKSM_HOME_PINNED  = 1,  /* the vCPUs may only run on the home node */
     NUKSM_HOME_BACKEND = 2,  /* the memory backend's host-nodes */
     NUKSM_HOME_RUNNING = 3,  /* where the vCPUs ran most recently */
+    NUKSM_HOME_MEMORY  = 4,  /* the lowest node the vCPUs may allocate on
+                                (cpuset.mems), since protocol 6 */
     NUKSM_HOME__MAX,
 } NuksmHomeSourceId;
 

@@ -39,7 +39,7 @@ GUEST_READY = "nuksm-guest: ready"
 
 # Mirrors libnuksm/nuksm-proto.h.
 PROTO_MAGIC = 0x4D534B4E
-PROTO_VERSION = 5
+PROTO_VERSION = 6
 MSG_MAX = 65536
 NUKSM_PAGE_SIZE = 4096
 MSG_HELLO, MSG_HELLO_ACK, MSG_ERROR = 1, 2, 3

@@ -457,3 +457,90 @@ def test_guest_nodes_have_their_own_home(start_agent, qtest_vm):
     rows = harness.ctl_json(agent.sock, "vms")["vms"]
     assert [(r["home"], r["merged_local"], r["merged_remote"])
             for r in rows] == [([1, 0], local, remote)]
+
+
+def cpuset_cgroup_dir():
+    """Where a cpuset cgroup can be made here: v2, else v1, else None."""
+    v2 = "/sys/fs/cgroup"
+    try:
+        with open(f"{v2}/cgroup.subtree_control") as f:
+            if "cpuset" in f.read().split():
+                return v2
+    except OSError:
+        pass
+    v1 = "/sys/fs/cgroup/cpuset"
+    return v1 if os.access(f"{v1}/cgroup.procs", os.W_OK) else None
+
+
+def write_file(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+@pytest.fixture
+def cpuset_cgroup():
+    """A fresh cpuset cgroup (v2, or v1 with its parent's CPUs and
+    memory nodes), removed afterwards: its path.  Ask for it before the
+    VMs that go in it, so that they have quit when it is removed."""
+    base = cpuset_cgroup_dir()
+    if base is None or os.geteuid() != 0:
+        pytest.skip("no writable cpuset cgroup controller here (needs root "
+                    "and cgroup v2 with cpuset enabled, or v1's cpuset "
+                    "hierarchy)")
+    path = f"{base}/nuksm-test-{os.getpid()}"
+    os.mkdir(path)
+    try:
+        if base.endswith("/cpuset"):  # v1: a new cpuset has neither
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                with open(f"{base}/{name}") as f:
+                    write_file(f"{path}/{name}", f.read())
+        yield path
+    finally:
+        with open(f"{path}/cgroup.procs") as f:
+            left = f.read().split()
+        for pid in left:
+            try:
+                write_file(f"{base}/cgroup.procs", pid)
+            except ProcessLookupError:
+                pass  # it just ended
+        wait_until(lambda: not open(f"{path}/cgroup.procs").read().strip(),
+                   10, "the test cpuset to empty")
+        os.rmdir(path)
+
+
+def mems_allowed(pid, tid):
+    """Mems_allowed_list of thread @tid of @pid: its cpuset's mems."""
+    with open(f"/proc/{pid}/task/{tid}/status") as f:
+        return next(line.split(":", 1)[1].strip() for line in f
+                    if line.startswith("Mems_allowed_list:"))
+
+
+def test_numatune_means_nothing_under_fake_numa(cpuset_cgroup, start_agent,
+                                                qtest_vm):
+    """What `virsh numatune --nodeset` does, through a real cpuset
+    cgroup: the VM may allocate on the lowest real memory node only.
+    Under --fake-numa the memory home source never applies (logical nodes
+    split the CPUs, not the memory; agent/home.h), so the VM, free to run
+    on every CPU, keeps a running (or default) home.  An agent taking
+    real node 0 for logical node 0 would say memory.  This host has one
+    real node, so the memory source applying cannot be shown here:
+    tests/unit/test-home.c covers its rule."""
+    node_cpus()  # both logical nodes have usable CPUs: not pinned
+    lowest = mems_allowed(os.getpid(), os.getpid()).split(",")[0]
+    lowest = lowest.split("-")[0]
+    write_file(f"{cpuset_cgroup}/cpuset.mems", lowest)
+    agent = start_agent("--fake-numa", str(NODES))
+    vm = qtest_vm("vm0", agent=agent.sock, max_cpu=100, enabled="off")
+    vm.wait_state("disabled")
+    write_file(f"{cpuset_cgroup}/cgroup.procs", str(vm.pid))
+    with open(f"/proc/{vm.pid}/cpuset") as f:
+        assert f.read().strip().endswith(os.path.basename(cpuset_cgroup))
+    for cpu in vm.cmd("query-cpus-fast"):
+        assert mems_allowed(vm.pid, cpu["thread-id"]) == lowest
+    wait_until(lambda: home(vm)[0][1] != "default", 10,
+               "the agent to send the VM's home")
+    # Several re-evaluations (one a second) with the VM in the cpuset.
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:
+        assert [source for _, source in home(vm)] == ["running"], home(vm)
+        time.sleep(0.25)

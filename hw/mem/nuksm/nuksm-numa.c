@@ -29,7 +29,9 @@
 QEMU_BUILD_BUG_ON((int)NUKSM_HOME_SOURCE_DEFAULT != NUKSM_HOME_DEFAULT ||
                   (int)NUKSM_HOME_SOURCE_PINNED != NUKSM_HOME_PINNED ||
                   (int)NUKSM_HOME_SOURCE_BACKEND != NUKSM_HOME_BACKEND ||
-                  (int)NUKSM_HOME_SOURCE_RUNNING != NUKSM_HOME_RUNNING);
+                  (int)NUKSM_HOME_SOURCE_RUNNING != NUKSM_HOME_RUNNING ||
+                  (int)NUKSM_HOME_SOURCE_MEMORY != NUKSM_HOME_MEMORY ||
+                  (int)NUKSM_HOME_SOURCE__MAX != NUKSM_HOME__MAX);
 
 static uint32_t nuksm_numa_nr_gnodes(void)
 {
