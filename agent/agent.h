@@ -41,6 +41,7 @@ typedef struct NuksmAgent {
 
     ClientRegistry clients;
     uint32_t next_client_id;     /* handed out on HELLO, from 1 */
+    const char *libvirt_dir;     /* libvirt hook's registrations */
 
     /* Merge engine, owned by merge.c and its helpers. */
     Store store;

@@ -5,6 +5,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,32 @@ static bool set_state_dir(NuksmdConfig *cfg, const char *origin,
     return true;
 }
 
+static bool set_socket_group(NuksmdConfig *cfg, const char *origin,
+                             const char *value)
+{
+    struct group *gr = getgrnam(value);
+
+    if (!gr) {
+        usage_error(origin, "no group '%s' on this host (a group whose "
+                    "members may connect, e.g. kvm)", value);
+        return false;
+    }
+    cfg->socket_gid = gr->gr_gid;
+    return true;
+}
+
+static bool set_libvirt_dir(NuksmdConfig *cfg, const char *origin,
+                            const char *value)
+{
+    if (value[0] == '\0') {
+        usage_error(origin, "libvirt registry directory must not be empty");
+        return false;
+    }
+    g_free(cfg->libvirt_dir);
+    cfg->libvirt_dir = g_strdup(value);
+    return true;
+}
+
 static bool set_restore_grace(NuksmdConfig *cfg, const char *origin,
                               const char *value)
 {
@@ -179,9 +206,22 @@ static const struct {
     { "cold-windows",  set_cold_windows },
     { "replace-rate",  set_replace_rate },
     { "memory-max",    set_memory_max },
+    { "libvirt-dir",   set_libvirt_dir },
+    { "socket-group",  set_socket_group },
 };
 
 enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
+
+/* "socket, policy, ..., libvirt-dir": the allowed keys, for errors. */
+static char *setting_names(void)
+{
+    g_autoptr(GString) names = g_string_new(NULL);
+
+    for (int i = 0; i < NR_SETTINGS; i++) {
+        g_string_append_printf(names, "%s%s", i ? ", " : "", settings[i].key);
+    }
+    return g_string_free(g_steal_pointer(&names), FALSE);
+}
 
 static int setting_index(const char *key)
 {
@@ -215,10 +255,10 @@ static bool load_key_file(NuksmdConfig *cfg, const char *path)
         g_autofree char *value = NULL;
 
         if (i < 0) {
+            g_autofree char *allowed = setting_names();
+
             usage_error(path, "unknown key '%s' in [" CONFIG_GROUP "] "
-                        "(allowed: socket, policy, fake-numa, log-level, "
-                        "state-dir, restore-grace, cold-windows, "
-                        "replace-rate, memory-max)", *key);
+                        "(allowed: %s)", *key, allowed);
             return false;
         }
         value = g_key_file_get_string(kf, CONFIG_GROUP, *key, &err);
@@ -263,6 +303,12 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         { "memory-max", 0, 0, G_OPTION_ARG_STRING, &cli[8],
           "Hold back new merges while nuksmd's tables use more than MIB "
           "(16..1048576, default a quarter of the host's memory)", "MIB" },
+        { "libvirt-dir", 0, 0, G_OPTION_ARG_FILENAME, &cli[9],
+          "Read libvirt's domain registrations (its nuksm hook) from DIR "
+          "(default " NUKSM_DEFAULT_LIBVIRT_DIR ")", "DIR" },
+        { "socket-group", 0, 0, G_OPTION_ARG_STRING, &cli[10],
+          "Give the socket this group, whose members may connect "
+          "(not with systemd's socket)", "GROUP" },
         { "config", 0, 0, G_OPTION_ARG_FILENAME, &config_path,
           "Read settings from the [nuksmd] group of FILE", "FILE" },
         { "foreground", 0, 0, G_OPTION_ARG_NONE, &foreground,
@@ -285,6 +331,8 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         .cold_windows = 3,
         .replace_rate = 1000,
         .memory_max_mib = default_memory_max(),
+        .libvirt_dir = g_strdup(NUKSM_DEFAULT_LIBVIRT_DIR),
+        .socket_gid = (gid_t)-1,
     };
 
     ctx = g_option_context_new("- nuksm host agent");
@@ -293,7 +341,8 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         "Policies: global, ksm-order, local, fair, priority, adaptive.\n"
         "The --config FILE takes the keys socket, policy, fake-numa,\n"
         "log-level, state-dir, restore-grace, cold-windows,\n"
-        "replace-rate and memory-max in a [nuksmd] group;\n"
+        "replace-rate, memory-max, libvirt-dir and socket-group in a\n"
+        "[nuksmd] group;\n"
         "command-line options override it.\n");
     if (!g_option_context_parse(ctx, &argc, &argv, &err)) {
         fprintf(stderr, "nuksmd: %s (see --help)\n", err->message);
@@ -331,4 +380,5 @@ void config_clear(NuksmdConfig *cfg)
 {
     g_clear_pointer(&cfg->socket_path, g_free);
     g_clear_pointer(&cfg->state_dir, g_free);
+    g_clear_pointer(&cfg->libvirt_dir, g_free);
 }

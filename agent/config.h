@@ -8,6 +8,8 @@
 #ifndef NUKSMD_CONFIG_H
 #define NUKSMD_CONFIG_H
 
+#include <sys/types.h>
+
 #include <glib.h>
 
 #include "log.h"
@@ -23,6 +25,8 @@ typedef struct NuksmdConfig {
     uint32_t cold_windows;     /* hotness windows before a page is cold */
     uint32_t replace_rate;     /* merged pages moved per second, at most */
     uint32_t memory_max_mib;   /* heap budget of nuksmd's tables */
+    char *libvirt_dir;         /* libvirt hook's registrations */
+    gid_t socket_gid;          /* group of the socket, or -1: ours */
 } NuksmdConfig;
 
 /*

@@ -10,6 +10,7 @@
 #include "detached.h"
 #include "dispatch.h"
 #include "home.h"
+#include "libvirt.h"
 #include "log.h"
 #include "merge.h"
 #include "nuksm-config.h"
@@ -175,6 +176,7 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
                             uint32_t seq, const void *payload)
 {
     g_autoptr(GPtrArray) vms = clients_list_vms(&agent->clients);
+    g_autoptr(GHashTable) libvirt = libvirt_registry_read(agent->libvirt_dir);
     uint32_t count = MIN(vms->len, NUKSM_VMS_MAX_ENTRIES);
     uint32_t len = sizeof(NuksmMsgVms) + count * sizeof(NuksmVmEntry);
     g_autofree NuksmMsgVms *msg = g_malloc0(len);
@@ -184,6 +186,8 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
     msg->total = vms->len;
     for (uint32_t i = 0; i < count; i++) {
         const NuksmClient *vm = g_ptr_array_index(vms, i);
+        const LibvirtDomain *dom = g_hash_table_lookup(libvirt,
+                                                       GINT_TO_POINTER(vm->pid));
         NuksmVmEntry *e = &entries[i];
 
         e->client_id = vm->id;
@@ -201,6 +205,10 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         }
         e->limit = vm->limit.limit;
         memcpy(e->limit_reason, vm->limit.reason, sizeof(e->limit_reason));
+        if (dom) {
+            memcpy(e->libvirt_name, dom->name, sizeof(e->libvirt_name));
+            memcpy(e->libvirt_uuid, dom->uuid, sizeof(e->libvirt_uuid));
+        }
     }
     server_send(agent, client, NUKSM_MSG_VMS, seq, msg, len);
 }

@@ -21,6 +21,7 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
         .policy = cfg->policy,
         .cold_windows = cfg->cold_windows,
         .memory_max = (uint64_t)cfg->memory_max_mib << 20,
+        .libvirt_dir = cfg->libvirt_dir,  /* cfg outlives the agent */
     };
     topology_init(&agent->topology, cfg->fake_numa);
     agent->nr_nodes = agent->topology.nr_nodes;
@@ -29,7 +30,7 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
      * The socket first: a second agent started by mistake must fail on
      * it with a clear message, before it touches the store.
      */
-    if (!server_start(agent, cfg->socket_path)) {
+    if (!server_start(agent, cfg->socket_path, cfg->socket_gid)) {
         return false;
     }
     if (!merge_init(agent, cfg->state_dir, cfg->restore_grace,

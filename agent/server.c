@@ -532,7 +532,7 @@ static void server_listen(NuksmAgent *agent, int fd, const char *path)
     agent->listen_watch = g_unix_fd_add(fd, G_IO_IN, on_listen_ready, agent);
 }
 
-bool server_start(NuksmAgent *agent, const char *path)
+bool server_start(NuksmAgent *agent, const char *path, gid_t group)
 {
     g_autofree char *dir = g_path_get_dirname(path);
     struct sockaddr_un addr;
@@ -585,8 +585,9 @@ bool server_start(NuksmAgent *agent, const char *path)
         close(fd);
         return false;
     }
-    if (chmod(path, 0660) < 0 || stat(path, &st) < 0 ||
-        listen(fd, SOMAXCONN) < 0) {
+    if (chmod(path, 0660) < 0 ||
+        (group != (gid_t)-1 && chown(path, -1, group) < 0) ||
+        stat(path, &st) < 0 || listen(fd, SOMAXCONN) < 0) {
         log_error("cannot listen on %s: %s", path, g_strerror(errno));
         unlink(path);
         close(fd);

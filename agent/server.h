@@ -11,11 +11,13 @@
 #include "agent.h"
 
 /*
- * Create @path's directory if needed, replace a stale socket file, bind,
- * listen and start accepting on the default main context.  Logs and
- * returns false on failure, including when another nuksmd listens there.
+ * Create @path's directory if needed, replace a stale socket file, bind
+ * (mode 0660, group @group unless it is -1), listen and start accepting
+ * on the default main context.  A socket from systemd (LISTEN_FDS) is
+ * taken as it is.  Logs and returns false on failure, including when
+ * another nuksmd listens there.
  */
-bool server_start(NuksmAgent *agent, const char *path);
+bool server_start(NuksmAgent *agent, const char *path, gid_t group);
 
 /* Disconnect every client, stop listening and remove the socket file. */
 void server_stop(NuksmAgent *agent);

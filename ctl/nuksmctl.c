@@ -285,7 +285,7 @@ static char *table_text(const char *s)
     return g_string_free(text, FALSE);
 }
 
-enum { VM_COLUMNS = 12 };
+enum { VM_COLUMNS = 13 };
 
 static void print_row(char **cells, const size_t *widths)
 {
@@ -347,7 +347,7 @@ static void print_vms_table(const NuksmMsgVms *vms,
 {
     static const char *const header[VM_COLUMNS] = {
         "ID", "PID", "UID", "DOMAIN", "NAME", "OBJECT", "PRIORITY", "MERGED",
-        "LOCAL", "REMOTE", "HOME", "LIMIT",
+        "LOCAL", "REMOTE", "HOME", "LIMIT", "LIBVIRT",
     };
     g_autoptr(GPtrArray) rows = g_ptr_array_new_with_free_func(
         (GDestroyNotify)g_strfreev);
@@ -369,6 +369,8 @@ static void print_vms_table(const NuksmMsgVms *vms,
         row[9] = g_strdup_printf("%" PRIu64, e->merged_remote);
         row[10] = home_text(e);
         row[11] = g_strdup(vm_limit_name(e, agent) ?: "-");
+        row[12] = e->libvirt_name[0] ? table_text(e->libvirt_name)
+                                     : g_strdup("-");
         g_ptr_array_add(rows, row);
     }
 
@@ -446,6 +448,17 @@ static void cmd_vms(Ctl *ctl, bool json)
         } else {
             g_string_append(out, "null, \"limit_reason\": null");
         }
+        /* The libvirt domain its hook registered for this pid. */
+        g_string_append(out, ", \"libvirt\": ");
+        if (e->libvirt_name[0]) {
+            g_string_append(out, "{\"name\": ");
+            json_string(out, e->libvirt_name);
+            g_string_append(out, ", \"uuid\": ");
+            json_string(out, e->libvirt_uuid);
+            g_string_append_c(out, '}');
+        } else {
+            g_string_append(out, "null");
+        }
         g_string_append_c(out, '}');
     }
     g_string_append(out, "]}");
@@ -480,6 +493,28 @@ static void cmd_policy(Ctl *ctl, int policy, bool json)
     }
 }
 
+/*
+ * nuksmctl libvirt ...: the domain XML editor, a Python program that
+ * make install puts in PREFIX/lib/nuksm beside PREFIX/bin/nuksmctl
+ * (libvirt-hooks/nuksm-libvirt), run with the arguments after "libvirt".
+ */
+static void G_GNUC_NORETURN run_libvirt_helper(char **argv)
+{
+    g_autofree char *self = g_file_read_link("/proc/self/exe", NULL);
+    g_autofree char *bindir = self ? g_path_get_dirname(self) : NULL;
+    g_autofree char *helper = NULL;
+
+    if (!bindir) {
+        die(2, "libvirt: cannot find where nuksmctl is installed");
+    }
+    helper = g_build_filename(bindir, "..", "lib", "nuksm", "nuksm-libvirt",
+                              NULL);
+    argv[0] = helper;
+    execv(helper, argv);
+    die(2, "libvirt: cannot run %s: %s (the installed nuksmctl has it: "
+        "make install)", helper, g_strerror(errno));
+}
+
 int main(int argc, char **argv)
 {
     g_autofree char *socket_path = NULL;
@@ -501,12 +536,19 @@ int main(int argc, char **argv)
     int max_argc;
     int policy = -1;
 
-    octx = g_option_context_new("status|vms|policy [NAME]");
+    if (argc >= 2 && g_str_equal(argv[1], "libvirt")) {
+        run_libvirt_helper(argv + 1);
+    }
+
+    octx = g_option_context_new("status|vms|policy [NAME]|libvirt ...");
     g_option_context_set_summary(octx,
         "  status         agent version, policy, nodes, VMs, page counts\n"
         "  vms            the connected VMs\n"
         "  policy         the placement policy in force\n"
-        "  policy NAME    switch every VM to policy NAME");
+        "  policy NAME    switch every VM to policy NAME\n"
+        "  libvirt attach|detach DOMAIN ...\n"
+        "                 add the nuksm object to a libvirt domain, or\n"
+        "                 remove it (nuksmctl libvirt --help)");
     g_option_context_set_description(octx,
         "Policies: global, ksm-order, local, fair, priority, adaptive.\n");
     g_option_context_add_main_entries(octx, entries, NULL);
@@ -518,7 +560,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc < 2) {
-        die(2, "missing command (allowed: status, vms, policy)");
+        die(2, "missing command (allowed: status, vms, policy, libvirt)");
     }
 
     cmd = argv[1];
@@ -527,7 +569,8 @@ int main(int argc, char **argv)
     } else if (g_str_equal(cmd, "status") || g_str_equal(cmd, "vms")) {
         max_argc = 2;
     } else {
-        die(2, "unknown command '%s' (allowed: status, vms, policy)", cmd);
+        die(2, "unknown command '%s' (allowed: status, vms, policy, "
+            "libvirt)", cmd);
     }
     if (argc > max_argc) {
         die(2, "unexpected argument '%s' (see --help)", argv[max_argc]);

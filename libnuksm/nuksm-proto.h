@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 6u
+#define NUKSM_PROTO_VERSION 7u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -29,6 +29,7 @@
 #define NUKSM_VERSION_LEN   32u   /* agent version string */
 #define NUKSM_ERROR_LEN     256u  /* human-readable error text */
 #define NUKSM_REASON_LEN    128u  /* why a VM holds back its merging */
+#define NUKSM_UUID_LEN      40u   /* a UUID's 36 characters, NUL, padding */
 #define NUKSM_MAX_NODES     64u   /* host NUMA nodes reported per message */
 #define NUKSM_PAGE_SIZE     4096u /* the only page size nuksm deduplicates */
 #define NUKSM_MAX_GNODES    64u   /* guest NUMA nodes a VM reports */
@@ -225,6 +226,9 @@ typedef struct NuksmVmEntry {
     uint32_t limit;          /* NuksmVmLimit, from its VM_LIMIT */
     uint8_t home[NUKSM_MAX_GNODES];  /* home node of each guest node */
     char limit_reason[NUKSM_REASON_LEN];
+    /* The libvirt domain registered for its pid (agent/libvirt.h), or "" */
+    char libvirt_name[NUKSM_NAME_LEN];
+    char libvirt_uuid[NUKSM_UUID_LEN];
 } NuksmVmEntry;
 
 /* VMS: a NuksmMsgVms followed by count NuksmVmEntry records */

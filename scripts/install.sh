@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Install what make built (make install): nuksmd, nuksmctl, the patched
-# QEMU in a tree of its own, the systemd units, a configuration file and
-# the AppArmor rules libvirt's QEMU profiles need.
+# QEMU in a tree of its own, the systemd units, a configuration file, the
+# AppArmor rules libvirt's QEMU profiles need, the libvirt hook and the
+# domain XML helper behind `nuksmctl libvirt`.
 #
 #   PREFIX=/usr/local   where it goes (bin, sbin, lib, share under it)
 #   DESTDIR=            staging root, prepended to every path (packaging)
 #   APPARMOR_DIR=/etc/apparmor.d   where AppArmor reads its profiles
+#   LIBVIRT_HOOKS_DIR=/etc/libvirt/hooks   where libvirtd finds hooks
 #
 # The QEMU is $PREFIX/lib/nuksm/qemu/bin/qemu-system-x86_64 with its
 # firmware in $PREFIX/lib/nuksm/qemu/share/qemu (QEMU finds it relative
@@ -38,10 +40,11 @@ docdir=$prefix/share/doc/nuksm
 qemudir=$prefix/lib/nuksm/qemu
 unitdir=$prefix/lib/systemd/system
 apparmordir=${APPARMOR_DIR:-/etc/apparmor.d}
+hooksdir=${LIBVIRT_HOOKS_DIR:-/etc/libvirt/hooks}
 
 step() { printf '==> %s\n' "$*"; }
 
-step "installing nuksmd and nuksmctl into $destdir$prefix"
+step "installing nuksmd, nuksmctl and nuksm-libvirt into $destdir$prefix"
 "$build/venv/bin/meson" configure "$build/meson" -Dprefix="$prefix" \
     >/dev/null
 "$build/venv/bin/meson" install -C "$build/meson" --quiet \
@@ -106,3 +109,9 @@ else
     echo "    libvirt's AppArmor abstraction is not installed: add" \
          "'$include_line' to its local rules once it is"
 fi
+
+step "installing the libvirt hook into $destdir$hooksdir/qemu.d"
+install -D -m 0755 "$top/libvirt-hooks/qemu.d/nuksm" \
+    "$destdir$hooksdir/qemu.d/nuksm"
+echo "    libvirtd reads its hooks when it starts: restart it once" \
+     "(systemctl restart libvirtd)"

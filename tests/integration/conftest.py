@@ -74,10 +74,12 @@ def require_file(path, hint):
 def installed():
     """make install into a PREFIX of its own, which unprivileged users
     (QEMU as nobody or libvirt-qemu) can reach; the PREFIX.  The host's
-    AppArmor rules are left alone."""
+    AppArmor rules and libvirt hooks are left alone: they are in
+    PREFIX/../apparmor.d and PREFIX/../libvirt-hooks."""
     root = Path(tempfile.mkdtemp(prefix="nuksm-install-"))
     os.chmod(root, 0o755)
-    harness.install(root / "usr", apparmor_dir=root / "apparmor.d")
+    harness.install(root / "usr", apparmor_dir=root / "apparmor.d",
+                    hooks_dir=root / "libvirt-hooks")
     yield root / "usr"
     shutil.rmtree(root, ignore_errors=True)
 

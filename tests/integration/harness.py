@@ -39,7 +39,7 @@ GUEST_READY = "nuksm-guest: ready"
 
 # Mirrors libnuksm/nuksm-proto.h.
 PROTO_MAGIC = 0x4D534B4E
-PROTO_VERSION = 6
+PROTO_VERSION = 7
 MSG_MAX = 65536
 NUKSM_PAGE_SIZE = 4096
 MSG_HELLO, MSG_HELLO_ACK, MSG_ERROR = 1, 2, 3
@@ -66,7 +66,7 @@ POLICY = struct.Struct("=I")
 PRIORITY = struct.Struct("=I")
 INFO = struct.Struct("=32sIIIIQQQQQ64Q256s")
 VMS = struct.Struct("=II")
-VM_ENTRY = struct.Struct("=IIII64s64s64sQQQII64s128s")
+VM_ENTRY = struct.Struct("=IIII64s64s64sQQQII64s128s64s40s")
 VM_LIMIT = struct.Struct("=II128s")
 VM_LIMIT_USERFAULTFD, VM_LIMIT_MAP_COUNT = 1, 2
 STORE = struct.Struct("=IIQ")
@@ -425,14 +425,17 @@ def ctl_json(sock, *args):
 
 # ---------------------------------------------------------------- install
 
-def install(prefix, destdir=None, apparmor_dir=None):
+def install(prefix, destdir=None, apparmor_dir=None, hooks_dir=None):
     """scripts/install.sh (make install) into @prefix, under @destdir,
-    AppArmor's rules into @apparmor_dir if given."""
+    AppArmor's rules into @apparmor_dir and the libvirt hook into
+    @hooks_dir if given."""
     env = {**os.environ, "PREFIX": str(prefix), "BUILD": str(BUILD)}
     if destdir:
         env["DESTDIR"] = str(destdir)
     if apparmor_dir:
         env["APPARMOR_DIR"] = str(apparmor_dir)
+    if hooks_dir:
+        env["LIBVIRT_HOOKS_DIR"] = str(hooks_dir)
     result = subprocess.run([ROOT / "scripts/install.sh"], env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

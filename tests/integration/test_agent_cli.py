@@ -1,9 +1,12 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """nuksmctl against a real nuksmd, and nuksmd's own options."""
 
+import grp
 import os
+import pwd
 import shutil
 import socket
+import stat
 import subprocess
 from pathlib import Path
 
@@ -107,10 +110,48 @@ def test_vms_lists_connected_vms(agent, qtest_vm):
         "domain": "blue", "name": "vm-blue", "object": "dedup-b",
         "priority": 7, "merged_pages": 0, "merged_local": 0,
         "merged_remote": 0, "home": [0], "limit": None,
-        "limit_reason": None,
+        "limit_reason": None, "libvirt": None,
     }
     assert by_pid[plain.pid]["name"] == "vm-plain"
     assert {r["LIMIT"] for r in rows.values()} == {"-"}
+    assert {r["LIBVIRT"] for r in rows.values()} == {"-"}
+
+
+def test_vms_show_libvirt_registrations(start_agent, qtest_vm, workdir):
+    """A registration of the libvirt hook names the VM whose connection
+    comes from its pid; one naming another pid, or not parsing, names
+    none (libvirt-hooks/qemu.d/nuksm writes them)."""
+    registry = workdir / "libvirt"
+    registry.mkdir()
+    agent = start_agent("--libvirt-dir", registry)
+    web = qtest_vm("vm-web", agent=agent.sock)
+    other = qtest_vm("vm-other", agent=agent.sock)
+    web.wait_state("active")
+    other.wait_state("active")
+    uuid = "6d1c3c2e-8a4b-4f57-9a1e-0c5d3b7e9f10"
+    (registry / f"{uuid}.conf").write_text(
+        f"[vm]\nname=web1\nuuid={uuid}\npid={web.pid}\n"
+        "domain=tenant-a\n")
+    (registry / "other.conf").write_text("[vm]\nname=x\npid=oops\n")
+    (registry / "gone.conf").write_text(
+        "[vm]\nname=gone\nuuid=u\npid=999999999\n")
+    # Only root writes registrations: others' files name no VM.
+    rogue = f"[vm]\nname=rogue\nuuid=r\npid={other.pid}\n"
+    (registry / "writable.conf").write_text(rogue)
+    os.chmod(registry / "writable.conf", 0o666)
+    (registry / "nobodys.conf").write_text(rogue)
+    os.chown(registry / "nobodys.conf", pwd.getpwnam("nobody").pw_uid, -1)
+
+    by_pid = {vm["pid"]: vm for vm in ctl_json(agent.sock, "vms")["vms"]}
+    assert by_pid[web.pid]["libvirt"] == {"name": "web1", "uuid": uuid}
+    assert by_pid[other.pid]["libvirt"] is None
+    rows = {int(r["PID"]): r for r in vms_table(ctl_ok(agent.sock, "vms"))}
+    assert (rows[web.pid]["LIBVIRT"], rows[other.pid]["LIBVIRT"]) == \
+        ("web1", "-")
+    # The domain stopped: its hook removed the file.
+    (registry / f"{uuid}.conf").unlink()
+    assert all(vm["libvirt"] is None
+               for vm in ctl_json(agent.sock, "vms")["vms"])
 
 
 def test_priority_change_reaches_agent(agent, qtest_vm):
@@ -176,6 +217,7 @@ def test_agent_absent(workdir, nuksmctl_bin, leftover):
     ("--cold-windows", "256", "1..255"),
     ("--replace-rate", "-5", "0..1000000 pages per second"),
     ("--replace-rate", "fast", "0..1000000 pages per second"),
+    ("--socket-group", "no-such-group", "a group whose members may connect"),
 ])
 def test_nuksmd_rejects_bad_option(workdir, nuksmd_bin, option, value,
                                    allowed):
@@ -207,6 +249,15 @@ def test_stale_socket_is_replaced(workdir, start_agent):
     agent = start_agent()
     assert "removed stale socket" in agent.log_text()
     assert ctl_json(agent.sock, "status")["policy"] == "global"
+
+
+def test_socket_group(start_agent, workdir):
+    """--socket-group (socket-group=): the socket is 0660 in that group,
+    for hosts where systemd's socket does not set it."""
+    group = grp.getgrnam("nogroup")     # Debian's base-passwd has it
+    agent = start_agent("--socket-group", group.gr_name)
+    st = agent.sock.stat()
+    assert (st.st_gid, stat.S_IMODE(st.st_mode)) == (group.gr_gid, 0o660)
 
 
 def write_config(path, text):
@@ -250,6 +301,9 @@ def test_config_file_and_overrides(workdir, start_agent):
      "nuksmd.conf: replace-rate: invalid rate"),
     ("[nuksmd]\nstate-dir=\n",
      "nuksmd.conf: state-dir: state directory must not be empty"),
+    ("[nuksmd]\nlibvirt-dir=\n",
+     "nuksmd.conf: libvirt-dir: libvirt registry directory must not be "
+     "empty"),
     ("not a key file\n", "--config: cannot load"),
 ])
 def test_config_errors(workdir, nuksmd_bin, text, expected):

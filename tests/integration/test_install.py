@@ -35,6 +35,9 @@ def test_install_layout(installed):
     assert qemu.resolve() == installed / "lib/nuksm/qemu/bin/qemu-system-x86_64"
     assert (installed / "lib/nuksm/qemu/share/qemu/bios-256k.bin").is_file()
     assert (installed / "etc/nuksm/nuksmd.conf").is_file()
+    assert os.access(installed / "lib/nuksm/nuksm-libvirt", os.X_OK)
+    assert os.access(installed.parent / "libvirt-hooks/qemu.d/nuksm",
+                     os.X_OK)
     service = unit(installed / "lib/systemd/system/nuksmd.service")
     assert service["Service"]["ExecStart"] == \
         f"{installed}/sbin/nuksmd --config {installed}/etc/nuksm/nuksmd.conf"
@@ -54,6 +57,7 @@ def test_install_into_destdir_leaves_debian_alone(tmp_path):
         "/usr/sbin/nuksmd --config /etc/nuksm/nuksmd.conf"
     assert not (tmp_path / "usr/bin/qemu-system-x86_64").exists()
     assert not (tmp_path / "usr/share/qemu").exists()
+    assert os.access(tmp_path / "etc/libvirt/hooks/qemu.d/nuksm", os.X_OK)
     conf.write_text("[nuksmd]\npolicy=fair\n")
     harness.install("/usr", tmp_path)
     assert conf.read_text() == "[nuksmd]\npolicy=fair\n"

@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """nuksm the way users run VMs: Debian's libvirtd starts the installed
-QEMU (make install) as libvirt-qemu, with the nuksm object in
-<qemu:commandline>, attached to the installed agent.  The suite starts
-virtlogd and libvirtd itself when they are not running (no systemd in
-CI), and stops those it started."""
+QEMU (make install) as libvirt-qemu; `nuksmctl libvirt attach` puts the
+nuksm object in the domain's XML; the installed libvirt hook tells the
+installed agent which VM is which domain.  The suite starts virtlogd and
+libvirtd itself when they are not running (no systemd in CI), and stops
+those it started."""
 
+import configparser
 import grp
 import json
 import os
@@ -13,7 +15,6 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from xml.sax.saxutils import quoteattr
 
 import pytest
 
@@ -24,6 +25,9 @@ URI = "qemu:///system"
 QEMU_USER = "libvirt-qemu"
 QEMU_GROUP = "kvm"       # libvirt-qemu's group on Debian: the socket's
 FILL_MIB = 64            # the guest fills 64 copies of 1 MiB
+# Where libvirtd looks for hooks, and where the hook registers domains.
+HOOK = Path("/etc/libvirt/hooks/qemu.d/nuksm")
+REGISTRY = Path("/run/nuksm/libvirt")
 
 
 def virsh(*args, check=True):
@@ -40,8 +44,15 @@ def daemon_running(name):
                           capture_output=True).returncode == 0
 
 
+def stop_daemon(name):
+    subprocess.run(["pkill", "-x", name], timeout=30)
+    wait_until(lambda: not daemon_running(name), 30, f"{name} to exit")
+
+
 @pytest.fixture(scope="module")
-def libvirtd():
+def libvirtd(installed):
+    """virtlogd and libvirtd running, with the hook make install wrote in
+    libvirt's hooks directory (put back as it was at the end)."""
     missing = [p for p in ("libvirtd", "virtlogd", "virsh")
                if not shutil.which(p)]
     if missing:
@@ -53,6 +64,15 @@ def libvirtd():
     except KeyError:
         pytest.skip(f"no {QEMU_USER} user: libvirt-daemon-system did not "
                     "set up Debian's QEMU user")
+    hook = (installed.parent / "libvirt-hooks/qemu.d/nuksm").read_bytes()
+    saved = HOOK.read_bytes() if HOOK.exists() else None
+    HOOK.parent.mkdir(parents=True, exist_ok=True)
+    HOOK.write_bytes(hook)
+    HOOK.chmod(0o755)
+    # libvirtd reads its hooks when it starts.
+    if saved != hook and daemon_running("libvirtd"):
+        stop_daemon("libvirtd")
+        subprocess.run(["libvirtd", "-d"], check=True, timeout=30)
     started = []
     for name in ("virtlogd", "libvirtd"):
         if not daemon_running(name):
@@ -62,8 +82,11 @@ def libvirtd():
                or None, 30, "libvirtd to answer")
     yield
     for name in reversed(started):
-        subprocess.run(["pkill", "-x", name], timeout=30)
-        wait_until(lambda: not daemon_running(name), 30, f"{name} to exit")
+        stop_daemon(name)
+    if saved is None:
+        HOOK.unlink()
+    else:
+        HOOK.write_bytes(saved)
 
 
 @pytest.fixture
@@ -94,9 +117,8 @@ def lv_agent(installed, start_agent, workdir):
     return agent
 
 
-def domain_xml(name, emulator, files, serial, nuksm):
-    return f"""<domain type='qemu'
-        xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
+def domain_xml(name, emulator, files, serial):
+    return f"""<domain type='qemu'>
   <name>{name}</name>
   <memory unit='MiB'>256</memory>
   <vcpu>1</vcpu>
@@ -112,20 +134,31 @@ def domain_xml(name, emulator, files, serial, nuksm):
     <serial type='file'><source path='{serial}'/></serial>
     <memballoon model='none'/>
   </devices>
-  <qemu:commandline>
-    <qemu:arg value='-object'/>
-    <qemu:arg value={quoteattr(nuksm)}/>
-  </qemu:commandline>
 </domain>
 """
 
 
+def nuksmctl_libvirt(installed, *args, check=True):
+    result = subprocess.run([installed / "bin/nuksmctl", "libvirt", *args],
+                            capture_output=True, text=True, timeout=120)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
 class Domain:
-    """A transient libvirt domain (virsh create), destroyed at the end."""
+    """A persistent libvirt domain (virsh define), undefined at the end."""
 
     def __init__(self, name, xml_path, serial):
         self.name, self.serial = name, serial
-        virsh("create", str(xml_path))
+        virsh("define", str(xml_path))
+        self.uuid = virsh("domuuid", name).stdout.strip()
+
+    def start(self):
+        virsh("start", self.name)
+
+    def xml(self):
+        return virsh("dumpxml", "--inactive", self.name).stdout
 
     def monitor(self, command, **arguments):
         msg = {"execute": command}
@@ -141,30 +174,40 @@ class Domain:
     def pid(self):
         return int(Path(f"/run/libvirt/qemu/{self.name}.pid").read_text())
 
-    def destroy(self):
+    def registration(self):
+        """What the hook registered for this domain, or None."""
+        path = REGISTRY / f"{self.uuid}.conf"
+        if not path.exists():
+            return None
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.read_string(path.read_text())
+        return dict(parser["vm"])
+
+    def remove(self):
         virsh("destroy", self.name, check=False)
+        virsh("undefine", self.name, check=False)
 
 
 @pytest.fixture
-def domains(installed, guest_files, workdir, qemu_bin):
-    """domains(name, agent, **nuksm_props) -> a running Domain."""
+def domains(installed, guest_files, workdir):
+    """domains(name) -> a defined, not yet started Domain running the
+    installed QEMU's real path (nuksmctl libvirt attach swaps in the
+    nuksm-qemu-system-x86_64 link and detach swaps it back)."""
     made = []
 
-    def create(name, agent, **props):
+    def define(name):
         serial = workdir / f"{name}.serial"
-        nuksm = harness.nuksm_object(id="dedup0", agent=agent.sock,
-                                     max_cpu=100, **props)
         xml = workdir / f"{name}.xml"
         xml.write_text(domain_xml(name, installed /
-                                  "bin/nuksm-qemu-system-x86_64",
-                                  guest_files, serial, nuksm))
+                                  "lib/nuksm/qemu/bin/qemu-system-x86_64",
+                                  guest_files, serial))
         dom = Domain(name, xml, serial)
         made.append(dom)
         return dom
 
-    yield create
+    yield define
     for dom in made:
-        dom.destroy()
+        dom.remove()
 
 
 def uid_of(pid):
@@ -174,13 +217,22 @@ def uid_of(pid):
     raise AssertionError(f"no Uid line for pid {pid}")
 
 
-def test_libvirt_domains_merge(libvirtd, lv_agent, domains):
-    """Two libvirt domains booting the project's guest merge through the
-    installed agent; virsh qemu-monitor-command shows it; policy and
-    priority changes reach both sides; the agent follows virsh vcpupin;
-    an agent restart under the running domains loses nothing."""
+def test_libvirt_domains_merge(libvirtd, lv_agent, domains, installed):
+    """Two libvirt domains attached with nuksmctl libvirt, booting the
+    project's guest, merge through the installed agent; the hook tells
+    the agent which VM is which domain; virsh qemu-monitor-command shows
+    the savings; policy and priority changes reach both sides; the agent
+    follows virsh vcpupin; an agent restart under the running domains
+    loses nothing; a domain's registration goes when it stops."""
     agent = lv_agent
-    doms = [domains(f"nuksm-it-{n}", agent) for n in ("a", "b")]
+    doms = []
+    for n, priority in (("a", 300), ("b", 100)):
+        dom = domains(f"nuksm-it-{n}")
+        nuksmctl_libvirt(installed, "attach", dom.name, "--agent",
+                         str(agent.sock), "--domain", "tenant-a",
+                         "--priority", str(priority), "--max-cpu", "100")
+        dom.start()
+        doms.append(dom)
     for dom in doms:
         wait_until(lambda: harness.GUEST_READY in
                    harness.read_log(dom.serial), 120,
@@ -192,15 +244,27 @@ def test_libvirt_domains_merge(libvirtd, lv_agent, domains):
                    120, f"{dom.name}'s fill to merge")
         info = dom.nuksm()
         assert info["state"] == "active", info
+        assert info["domain"] == "tenant-a", info
     # Across the two domains, not only within each.
     wait_until(lambda: ctl_json(agent.sock, "status")["pages_sharing"] >=
                2 * (fill_pages - 256), 60, "the domains to share pages")
+
+    # The hook registered each domain with its QEMU's pid, and the agent
+    # knows each VM by it.
+    for dom, priority in zip(doms, (300, 100)):
+        assert dom.registration() == {
+            "name": dom.name, "uuid": dom.uuid, "pid": str(dom.pid()),
+            "domain": "tenant-a", "priority": str(priority),
+            "max-cpu": "100"}
+    assert sorted((vm["pid"], vm["libvirt"]["name"], vm["libvirt"]["uuid"])
+                  for vm in ctl_json(agent.sock, "vms")["vms"]) == \
+        sorted((dom.pid(), dom.name, dom.uuid) for dom in doms)
 
     ctl_ok(agent.sock, "policy", "fair")
     for dom in doms:
         wait_until(lambda: dom.nuksm()["policy"] == "fair", 10,
                    f"{dom.name} to learn the policy")
-    doms[0].monitor("qom-set", path="/objects/dedup0", property="priority",
+    doms[0].monitor("qom-set", path="/objects/nuksm0", property="priority",
                     value=700)
     wait_until(lambda: {vm["priority"] for vm in
                         ctl_json(agent.sock, "vms")["vms"]} == {700, 100},
@@ -227,3 +291,87 @@ def test_libvirt_domains_merge(libvirtd, lv_agent, domains):
     wait_until(lambda: ctl_json(agent.sock, "status")["orphan_pages"] == 0
                and ctl_json(agent.sock, "status")["pages_sharing"] >=
                sharing, 60, "the domains to restore their pages")
+    # The registrations outlive the agent: the new one knows the domains.
+    assert {vm["libvirt"]["name"] for vm in
+            ctl_json(agent.sock, "vms")["vms"]} == {d.name for d in doms}
+
+    virsh("destroy", doms[1].name)
+    assert doms[1].registration() is None
+    assert doms[0].registration() is not None
+    wait_until(lambda: [vm["libvirt"]["name"] for vm in
+                        ctl_json(agent.sock, "vms")["vms"]] ==
+               [doms[0].name], 30, f"{doms[1].name} to leave the agent")
+
+
+def test_attach_detach_leave_the_rest(libvirtd, domains, installed):
+    """attach sets the emulator, the object and the metadata; attach
+    again replaces them, keeping one object; detach gives back the XML
+    as it was; bad settings are refused, naming the allowed values."""
+    dom = domains("nuksm-it-xml")
+    before = dom.xml()
+    nuksmctl_libvirt(installed, "attach", dom.name, "--domain", "tenant-a")
+    nuksmctl_libvirt(installed, "attach", dom.name, "--domain", "tenant-b",
+                     "--priority", "900")
+    attached = dom.xml()
+    assert attached.count("nuksm,id=nuksm0") == 1
+    assert ("nuksm,id=nuksm0,agent=/run/nuksm/nuksmd.sock,domain=tenant-b,"
+            "priority=900") in attached
+    assert f"<emulator>{installed}/bin/nuksm-qemu-system-x86_64" \
+        "</emulator>" in attached
+    assert "<nuksm:domain>tenant-b</nuksm:domain>" in attached
+    assert "tenant-a" not in attached
+
+    nuksmctl_libvirt(installed, "detach", dom.name)
+    assert dom.xml() == before
+    result = nuksmctl_libvirt(installed, "detach", dom.name, check=False)
+    assert result.returncode == 1
+    assert f"{dom.name} has no nuksm object" in result.stderr
+
+    for args, message in (
+            (["--priority", "0"], "--priority must be 1..1000, got 0"),
+            (["--max-cpu", "101"], "--max-cpu must be 1..100"),
+            (["--domain", "a b"], "--domain must be 1 to 63 characters"),
+            (["--agent", "nuksmd.sock"], "--agent must be an absolute path")):
+        result = nuksmctl_libvirt(installed, "attach", dom.name, *args,
+                                  check=False)
+        assert result.returncode == 1 and message in result.stderr, \
+            result.stderr
+    assert dom.xml() == before
+
+
+def run_hook(installed, stdin, *args):
+    return subprocess.run([installed.parent / "libvirt-hooks/qemu.d/nuksm",
+                           *args], input=stdin, capture_output=True,
+                          text=True, timeout=30)
+
+
+def test_hook_never_stops_a_domain(installed):
+    """The hook exits 0 on anything: a domain's XML it cannot read, a
+    nuksm domain whose QEMU has no pidfile; it registers nothing for a
+    domain without nuksm, and does nothing at prepare."""
+    uuid = "00000000-0000-4000-8000-00000000a001"
+    plain = f"<domain><name>nuksm-it-plain</name><uuid>{uuid}</uuid>" \
+            "</domain>"
+    with_nuksm = plain.replace("</domain>", """<qemu:commandline
+        xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
+        <qemu:arg value='-object'/><qemu:arg value='nuksm,id=n0'/>
+        </qemu:commandline></domain>""")
+    registration = REGISTRY / f"{uuid}.conf"
+
+    result = run_hook(installed, "<domain", "x", "started", "begin", "-")
+    assert result.returncode == 0 and "nuksm hook: x started" in \
+        result.stderr
+    result = run_hook(installed, plain, "nuksm-it-plain", "started",
+                      "begin", "-")
+    assert result.returncode == 0 and result.stderr == ""
+    assert not registration.exists()
+    result = run_hook(installed, with_nuksm, "nuksm-it-plain", "prepare",
+                      "begin", "-")
+    assert result.returncode == 0 and result.stderr == ""
+    assert not registration.exists()
+    # No libvirt pidfile for it: said on stderr, start goes on.
+    result = run_hook(installed, with_nuksm, "nuksm-it-plain", "started",
+                      "begin", "-")
+    assert result.returncode == 0
+    assert "nuksm-it-plain.pid" in result.stderr
+    assert not registration.exists()
