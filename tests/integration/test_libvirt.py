@@ -12,6 +12,7 @@ import json
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -27,6 +28,7 @@ QEMU_GROUP = "kvm"       # libvirt-qemu's group on Debian: the socket's
 FILL_MIB = 64            # the guest fills 64 copies of 1 MiB
 # Where libvirtd looks for hooks, and where the hook registers domains.
 HOOK = Path("/etc/libvirt/hooks/qemu.d/nuksm")
+KVM_DEV = "/dev/kvm"
 REGISTRY = Path("/run/nuksm/libvirt")
 
 
@@ -64,6 +66,7 @@ def libvirtd(installed):
     except KeyError:
         pytest.skip(f"no {QEMU_USER} user: libvirt-daemon-system did not "
                     "set up Debian's QEMU user")
+    kvm = kvm_as_on_debian()
     hook = (installed.parent / "libvirt-hooks/qemu.d/nuksm").read_bytes()
     saved = HOOK.read_bytes() if HOOK.exists() else None
     HOOK.parent.mkdir(parents=True, exist_ok=True)
@@ -87,6 +90,28 @@ def libvirtd(installed):
         HOOK.unlink()
     else:
         HOOK.write_bytes(saved)
+    if kvm:
+        os.chown(KVM_DEV, -1, kvm.st_gid)
+        os.chmod(KVM_DEV, stat.S_IMODE(kvm.st_mode))
+
+
+def kvm_as_on_debian():
+    """Give /dev/kvm the owner and mode Debian's udev rules give it
+    (root:kvm 0660); returns its stat before, or None if left as it was.
+    This machine has no udev: with a root-only /dev/kvm, libvirtd finds
+    its cached capabilities of the QEMU invalid at every lookup (probed
+    with KVM, which libvirt-qemu cannot open now) and probes again, some
+    fourteen times, a minute, per domain start."""
+    try:
+        before = os.stat(KVM_DEV)
+    except FileNotFoundError:
+        return None
+    gid = grp.getgrnam(QEMU_GROUP).gr_gid
+    if before.st_gid == gid and stat.S_IMODE(before.st_mode) & 0o060:
+        return None
+    os.chown(KVM_DEV, -1, gid)
+    os.chmod(KVM_DEV, 0o660)
+    return before
 
 
 @pytest.fixture
