@@ -186,8 +186,8 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
     msg->total = vms->len;
     for (uint32_t i = 0; i < count; i++) {
         const NuksmClient *vm = g_ptr_array_index(vms, i);
-        const LibvirtDomain *dom = g_hash_table_lookup(libvirt,
-                                                       GINT_TO_POINTER(vm->pid));
+        const LibvirtDomain *dom =
+            g_hash_table_lookup(libvirt, GINT_TO_POINTER(vm->pid));
         NuksmVmEntry *e = &entries[i];
 
         e->client_id = vm->id;

@@ -1,8 +1,10 @@
 /*
  * nuksmd merge domains: the HELLO domain names of connected VMs, as small
  * ids for the index.  Only VMs of one domain ever share pages.  An id
- * lives while a VM of its domain is connected; every slot and index
- * entry of a domain belongs to such VMs, so none outlives its id.
+ * lives while a VM of its domain is connected or detached (its process
+ * runs on after its connection went, keeping its merged pages: see
+ * detached.h); every slot and index entry of a domain belongs to such
+ * VMs, so none outlives its id.
  * A domain's key outlives it and the agent: it names the domain in the
  * store's records (store.h).
  *

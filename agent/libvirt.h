@@ -14,11 +14,11 @@
  *     max-cpu=20
  *
  * Only files root owns and only root may write count: the hook runs as
- * root.  A VM is the domain whose pid is the pid the kernel reports for the VM's
- * connection (SO_PEERCRED), not what its QEMU claims.  nuksmd reads the
- * name, uuid and pid; the settings are there for the operator to see.  The files are
- * read when asked, so they outlive agent restarts and the hook never
- * waits for the agent.
+ * root.  A VM is the domain registered with the pid the kernel reports
+ * for the VM's connection (SO_PEERCRED), not what its QEMU claims.
+ * nuksmd reads the name, uuid and pid; the settings are there for the
+ * operator to see.  The files are read when asked, so they outlive
+ * agent restarts and the hook never waits for the agent.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -43,7 +43,8 @@ typedef struct LibvirtDomain {
 /*
  * The registered domains in @dir, keyed by pid (a GHashTable of
  * GINT_TO_POINTER(pid) -> LibvirtDomain *).  Files that do not parse
- * are skipped (logged at debug level); a missing @dir is an empty registry.
+ * are skipped (logged at debug level); a missing @dir is an empty
+ * registry.
  */
 GHashTable *libvirt_registry_read(const char *dir);
 

@@ -423,6 +423,23 @@ def ctl_json(sock, *args):
     return json.loads(ctl_ok(sock, "--json", *args))
 
 
+# ---------------------------------------------------------------- cgroups
+
+def cgroup_dir(controller):
+    """Where a cgroup with @controller can be made here: cgroup v2's
+    root if it delegates @controller, else v1's hierarchy of it if
+    writable, else None."""
+    v2 = "/sys/fs/cgroup"
+    try:
+        with open(f"{v2}/cgroup.subtree_control") as f:
+            if controller in f.read().split():
+                return v2
+    except OSError:
+        pass
+    v1 = f"/sys/fs/cgroup/{controller}"
+    return v1 if os.access(v1, os.W_OK) else None
+
+
 # ---------------------------------------------------------------- install
 
 def install(prefix, destdir=None, apparmor_dir=None, hooks_dir=None):

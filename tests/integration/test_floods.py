@@ -267,24 +267,11 @@ def test_store_full_is_one_visible_condition(start_agent, small_tmpfs,
         client.close()
 
 
-def memory_cgroup_dir():
-    """Where a memory cgroup can be made here: v2, else v1, else None."""
-    v2 = "/sys/fs/cgroup"
-    try:
-        with open(f"{v2}/cgroup.subtree_control") as f:
-            if "memory" in f.read().split():
-                return v2
-    except OSError:
-        pass
-    v1 = "/sys/fs/cgroup/memory"
-    return v1 if os.access(v1, os.W_OK) else None
-
-
 @pytest.fixture
 def memory_cgroup():
     """A fresh memory cgroup (v2 or v1), removed afterwards: a dict with
     'path', 'limit_file' and 'procs_file'."""
-    base = memory_cgroup_dir()
+    base = harness.cgroup_dir("memory")
     if base is None or os.geteuid() != 0:
         pytest.skip("no writable memory cgroup controller here (needs root "
                     "and cgroup v2 with memory enabled, or v1's memory "
@@ -310,7 +297,7 @@ def test_memory_cgroup_limit_is_store_full(memory_cgroup, start_agent):
     own_cgroup = open("/proc/self/cgroup").read()
     origin = next(line.split(":", 2)[2] for line in own_cgroup.splitlines()
                   if ":memory:" in line or line.startswith("0::"))
-    base = memory_cgroup_dir()
+    base = harness.cgroup_dir("memory")
     with open(memory_cgroup["limit_file"], "w") as f:
         f.write(str(40 * MIB))
     # The agent starts inside it, so that it charges its store there.

@@ -662,3 +662,68 @@ def test_balloon_discard_never_exposes_the_store(agent, start_vm, workdir):
         f"but {gone} merged pages were discarded"
     wait_until(lambda: sharing(vms[0]) < sharing_before,
                30, "the agent to drop the references")
+
+
+@contextlib.contextmanager
+def cpu_throttled(pid, percent):
+    """@pid limited to @percent of one CPU in a cpu cgroup of its own
+    (v2 or v1) until the block ends; skips, saying so, without one."""
+    base = harness.cgroup_dir("cpu")
+    if base is None:
+        pytest.skip("no writable cpu cgroup controller (v1 or v2) here: "
+                    "cannot slow the agent down")
+    path = f"{base}/nuksm-it-slow-{os.getpid()}"
+    os.mkdir(path)
+    try:
+        period = 100000
+        if os.path.exists(f"{path}/cpu.max"):
+            limits = {"cpu.max": f"{period * percent // 100} {period}"}
+        else:
+            limits = {"cpu.cfs_period_us": str(period),
+                      "cpu.cfs_quota_us": str(period * percent // 100)}
+        for name, value in limits.items():
+            with open(f"{path}/{name}", "w") as f:
+                f.write(value)
+        with open(f"{path}/cgroup.procs", "w") as f:
+            f.write(str(pid))
+        yield
+    finally:
+        with open(f"{base}/cgroup.procs", "w") as f:
+            f.write(str(pid))
+        os.rmdir(path)
+
+
+def test_upload_lets_rcu_grace_periods_pass(start_agent, qtest_vm):
+    """While a slow agent keeps QEMU's scanner waiting for the socket in
+    the middle of an upload, the main loop can wait for an RCU grace
+    period (drain_call_rcu() after a failed device_add) and go on: the
+    scanner waits outside the RCU read lock.  Holding it there, as it
+    once did, hung QEMU for good: the main loop, which drains the queue,
+    waited for the reader, and the reader for the queue."""
+    agent = start_agent()
+    vm = qtest_vm(agent=agent.sock, max_cpu=100)
+    vm.wait_state("active")
+    # 16 MiB of distinct pages, twice, offered while the agent is
+    # stopped: it then asks for 4096 uploads at once.
+    content = random.Random(11).randbytes(16 << 20)
+    q = Qtest(vm.qtest_path)
+    os.kill(agent.pid, signal.SIGSTOP)
+    try:
+        write_big(q, 64 << 20, content)
+        write_big(q, 96 << 20, content)
+        passes = vm.nuksm()["full-scans"]
+        vm.wait_nuksm(lambda i: i["full-scans"] >= passes + 3,
+                      "the pages to be offered")
+    finally:
+        os.kill(agent.pid, signal.SIGCONT)
+    with cpu_throttled(agent.pid, 1):
+        wait_until(lambda: harness.ctl_json(agent.sock, "status")
+                   ["store_pages"][0] > 0, 120, "uploads to start")
+        reply = vm.qmp.cmd_raw("device_add",
+                               {"driver": "nuksm-no-such-device"})
+        assert "nuksm-no-such-device" in reply["error"]["desc"], reply
+    vm.wait_nuksm(lambda i: i["merged-pages"] - i["zero-pages"] >= 2 * 4096,
+                  "the pages to merge", timeout=120)
+    assert read_big(q, 64 << 20, 16 << 20) == content
+    assert read_big(q, 96 << 20, 16 << 20) == content
+    q.close()

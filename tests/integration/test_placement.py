@@ -459,19 +459,6 @@ def test_guest_nodes_have_their_own_home(start_agent, qtest_vm):
             for r in rows] == [([1, 0], local, remote)]
 
 
-def cpuset_cgroup_dir():
-    """Where a cpuset cgroup can be made here: v2, else v1, else None."""
-    v2 = "/sys/fs/cgroup"
-    try:
-        with open(f"{v2}/cgroup.subtree_control") as f:
-            if "cpuset" in f.read().split():
-                return v2
-    except OSError:
-        pass
-    v1 = "/sys/fs/cgroup/cpuset"
-    return v1 if os.access(f"{v1}/cgroup.procs", os.W_OK) else None
-
-
 def write_file(path, text):
     with open(path, "w") as f:
         f.write(text)
@@ -482,7 +469,7 @@ def cpuset_cgroup():
     """A fresh cpuset cgroup (v2, or v1 with its parent's CPUs and
     memory nodes), removed afterwards: its path.  Ask for it before the
     VMs that go in it, so that they have quit when it is removed."""
-    base = cpuset_cgroup_dir()
+    base = harness.cgroup_dir("cpuset")
     if base is None or os.geteuid() != 0:
         pytest.skip("no writable cpuset cgroup controller here (needs root "
                     "and cgroup v2 with cpuset enabled, or v1's cpuset "

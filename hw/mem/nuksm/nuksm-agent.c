@@ -1,9 +1,11 @@
 /*
  * nuksm: connection to the host agent (nuksmd).
  *
- * Everything here runs in the main loop under the BQL.  The socket is
- * non-blocking: connecting to a unix socket either succeeds or fails at
- * once, and sends that would block fail the request instead of waiting,
+ * Everything here runs in the main loop under the BQL, except posting a
+ * message (nuksm_agent_post(), nuksm_agent_backlog()), which the scanner
+ * thread does too.  The socket is non-blocking: connecting to a unix
+ * socket either succeeds or fails at once, and a message the socket
+ * cannot take yet waits in the connection's queue until it is writable,
  * so neither a vCPU nor the main loop ever waits for the agent.
  *
  * Copyright (c) 2026 nuksm developers
@@ -225,7 +227,6 @@ static void nuksm_agent_handle_hello_ack(Nuksm *s, const NuksmMsgHelloAck *a,
     }
     c->ready = true;
     c->epoch++;
-    c->client_id = a->client_id;
     c->nr_nodes = a->nr_nodes;
     c->policy = a->policy;
     c->backoff_ms = NUKSM_BACKOFF_MIN_MS;

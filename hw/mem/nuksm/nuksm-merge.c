@@ -141,72 +141,80 @@ static void nuksm_merge_post_refs(NuksmScanner *sc, uint32_t epoch,
 }
 
 /*
- * Post UPLOAD messages for @n requests whose pages are at @host[i].
- * Each message carries up to 60 KiB of guest memory: wait for the socket
- * to take what is queued rather than copying the whole batch to the heap.
+ * Fill @b with the references and content of those of the @n pages the
+ * agent asked for (@want) that are eligible RAM; returns how many.  The
+ * caller holds the RCU read lock, which keeps the RAM mapped while the
+ * pages are copied; a discard meanwhile only makes us upload zeroes,
+ * which the agent's digest check refuses.
  */
-static void nuksm_merge_post_uploads(NuksmScanner *sc, uint32_t epoch,
-                                     const NuksmSlotRef *r,
-                                     uint8_t *const *host, size_t n)
+static uint32_t nuksm_merge_fill_upload(NuksmScanner *sc,
+                                        const NuksmSlotRef *want, uint32_t n,
+                                        NuksmMsgBatch *b)
 {
-    g_autofree uint8_t *buf = g_malloc(NUKSM_MSG_MAX);
-    NuksmMsgBatch *b = (NuksmMsgBatch *)buf;
+    NuksmSlotRef *refs = (NuksmSlotRef *)(b + 1);
+    uint8_t *host[NUKSM_UPLOAD_MAX];
+    uint8_t *content;
+    uint32_t count = 0;
 
-    b->reserved = 0;
-    for (size_t done = 0; done < n; done += b->count) {
-        NuksmSlotRef *refs = (NuksmSlotRef *)(b + 1);
-        uint8_t *content;
-
-        while (nuksm_agent_backlog(sc->s) > NUKSM_MERGE_MAX_BACKLOG) {
-            g_usleep(1000);
-        }
-        b->count = MIN(n - done, NUKSM_UPLOAD_MAX);
-        content = (uint8_t *)(refs + b->count);
-        for (uint32_t i = 0; i < b->count; i++) {
-            refs[i] = r[done + i];
-            memcpy(content + i * NUKSM_PAGE_SIZE, host[done + i],
-                   NUKSM_PAGE_SIZE);
-        }
-        nuksm_agent_post(sc->s, epoch, NUKSM_MSG_UPLOAD, buf,
-                         sizeof(*b) + b->count *
-                         (sizeof(*refs) + NUKSM_PAGE_SIZE));
-    }
-}
-
-/*
- * The agent makes new slots of these pages: send their content.  Each
- * sharer compares its own page with the slot before mapping it, so the
- * content may change meanwhile without harm.
- */
-static void nuksm_merge_upload(NuksmScanner *sc, NuksmWork *w)
-{
-    const NuksmMsgBatch *b = (const NuksmMsgBatch *)w->payload;
-    const NuksmSlotRef *req = (const NuksmSlotRef *)(b + 1);
-    g_autofree NuksmSlotRef *refs = g_new(NuksmSlotRef, b->count);
-    g_autofree uint8_t **host = g_new(uint8_t *, b->count);
-    size_t n = 0;
-
-    RCU_READ_LOCK_GUARD();
+    assert(n <= NUKSM_UPLOAD_MAX);
     qemu_mutex_lock(&sc->page_lock);
-    for (uint32_t i = 0; i < b->count; i++) {
+    for (uint32_t i = 0; i < n; i++) {
         NuksmBlockState *bs;
         RAMBlock *rb;
         uint64_t idx;
 
-        if (!nuksm_merge_find_page(sc, req[i].page, &rb, &bs, &idx)) {
+        if (!nuksm_merge_find_page(sc, want[i].page, &rb, &bs, &idx)) {
             warn_report_once("nuksm: the agent asked for a page outside "
                              "eligible RAM");
             continue;
         }
-        refs[n] = req[i];
-        host[n++] = rb->host + idx * NUKSM_PAGE_SIZE;
+        refs[count] = want[i];
+        host[count++] = rb->host + idx * NUKSM_PAGE_SIZE;
     }
     qemu_mutex_unlock(&sc->page_lock);
-    /*
-     * The RCU read lock keeps the RAM mapped; a discard meanwhile only
-     * makes us upload zeroes, which the agent's digest check refuses.
-     */
-    nuksm_merge_post_uploads(sc, w->epoch, refs, host, n);
+    content = (uint8_t *)(refs + count);
+    for (uint32_t i = 0; i < count; i++) {
+        memcpy(content + i * NUKSM_PAGE_SIZE, host[i], NUKSM_PAGE_SIZE);
+    }
+    return count;
+}
+
+/*
+ * The agent makes new slots of these pages: send their content, up to
+ * 60 KiB of guest memory a message.  Each sharer compares its own page
+ * with the slot before mapping it, so the content may change meanwhile
+ * without harm.
+ *
+ * Rather than copy the whole batch to the heap, wait for the socket to
+ * take what is queued, and wait outside the RCU read lock: the main
+ * loop, which drains the queue, may itself be waiting for an RCU grace
+ * period (drain_call_rcu() in a failed device_add, say), which a reader
+ * asleep here would hold off for ever.
+ */
+static void nuksm_merge_upload(NuksmScanner *sc, NuksmWork *w)
+{
+    const NuksmMsgBatch *req = (const NuksmMsgBatch *)w->payload;
+    const NuksmSlotRef *want = (const NuksmSlotRef *)(req + 1);
+    g_autofree uint8_t *buf = g_malloc(NUKSM_MSG_MAX);
+    NuksmMsgBatch *b = (NuksmMsgBatch *)buf;
+
+    b->reserved = 0;
+    for (uint32_t done = 0; done < req->count;) {
+        uint32_t n = MIN(req->count - done, NUKSM_UPLOAD_MAX);
+
+        while (nuksm_agent_backlog(sc->s) > NUKSM_MERGE_MAX_BACKLOG) {
+            g_usleep(1000);
+        }
+        WITH_RCU_READ_LOCK_GUARD() {
+            b->count = nuksm_merge_fill_upload(sc, want + done, n, b);
+        }
+        done += n;
+        if (b->count) {
+            nuksm_agent_post(sc->s, w->epoch, NUKSM_MSG_UPLOAD, buf,
+                             sizeof(*b) + b->count *
+                             (sizeof(NuksmSlotRef) + NUKSM_PAGE_SIZE));
+        }
+    }
 }
 
 /* The slot page @idx of @bs maps (it is merged; page_lock held). */

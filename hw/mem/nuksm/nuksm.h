@@ -35,11 +35,13 @@ OBJECT_DECLARE_SIMPLE_TYPE(Nuksm, NUKSM)
 typedef struct NuksmRequest NuksmRequest;
 typedef struct NuksmScanner NuksmScanner;
 
-/* Connection to nuksmd; touched only from the main loop, under the BQL. */
+/*
+ * Connection to nuksmd; main loop only, under the BQL, except @tx, which
+ * the scanner thread posts to as well (nuksm_agent_post(), @tx_lock).
+ */
 typedef struct NuksmAgentConn {
     int fd;                     /* -1 while not connected */
     bool ready;                 /* handshake completed */
-    uint32_t client_id;         /* from HELLO_ACK */
     uint32_t nr_nodes;          /* from HELLO_ACK */
     int policy;                 /* NuksmPolicyId, -1 until known */
     uint32_t conditions;        /* NuksmCondition bits the agent reports */
@@ -49,7 +51,7 @@ typedef struct NuksmAgentConn {
     uint32_t next_seq;
     uint32_t epoch;             /* counts completed handshakes */
     QemuMutex tx_lock;          /* the scanner thread posts messages too */
-    GQueue tx;                  /* GBytes *, waiting for the socket */
+    GQueue tx;                  /* NuksmTx *, waiting for the socket */
     QEMUBH *tx_bh;
     char *last_error;           /* why we are not connected */
     int64_t backoff_ms;         /* delay before the next connect attempt */
@@ -181,6 +183,8 @@ bool nuksm_scanner_limited(NuksmScanner *sc);
 void nuksm_scanner_queue(NuksmScanner *sc, NuksmMsgType type,
                          uint32_t epoch, const void *payload, uint32_t len,
                          int fd);
+
+/* nuksm-merge.c */
 bool nuksm_scanner_discard(NuksmScanner *sc, RAMBlock *rb, void *host,
                            size_t len);
 
