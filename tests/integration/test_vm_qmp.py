@@ -64,13 +64,21 @@ def test_agent_start_connects_vm(workdir, start_agent, qtest_vm):
     assert [v["pid"] for v in ctl_json(agent.sock, "vms")["vms"]] == [vm.pid]
 
 
-@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM", "SIGKILL unread"])
 def test_agent_loss_and_reconnect(start_agent, qtest_vm, how):
+    """However the agent goes, the VM says the agent closed the
+    connection: also when it dies with the VM's messages unread, which
+    the VM's socket reports as ECONNRESET, not end of file."""
     agent = start_agent()
     vm = qtest_vm(agent=agent.sock)
     vm.wait_state("active")
 
-    if how == "SIGKILL":
+    if how == "SIGKILL unread":
+        os.kill(agent.pid, signal.SIGSTOP)
+        vm.cmd("qom-set", path="/objects/dedup0", property="priority",
+               value=7)         # SET_PRIORITY, which the agent never reads
+        vm.nuksm()              # a main loop turn later: it was sent
+    if how.startswith("SIGKILL"):
         agent.kill()
         assert agent.sock.exists(), "a killed agent leaves its socket"
     else:

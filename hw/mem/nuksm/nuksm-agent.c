@@ -177,7 +177,7 @@ static void nuksm_agent_flush(void *opaque)
 {
     Nuksm *s = opaque;
     NuksmAgentConn *c = &s->conn;
-    bool failed = false;
+    const char *failed = NULL;  /* why the connection is lost */
     NuksmTx *tx;
 
     qemu_mutex_lock(&c->tx_lock);
@@ -189,7 +189,11 @@ static void nuksm_agent_flush(void *opaque)
             if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
                 break;  /* retried when the socket is writable */
             }
-            failed = n != tx->size;
+            if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+                failed = "agent closed the connection";
+            } else if (n != tx->size) {
+                failed = "cannot send to the agent";
+            }
         }
         g_free(g_queue_pop_head(&c->tx));
         if (failed) {
@@ -203,7 +207,7 @@ static void nuksm_agent_flush(void *opaque)
     }
     qemu_mutex_unlock(&c->tx_lock);
     if (failed) {
-        nuksm_agent_disconnect(s, "cannot send to the agent");
+        nuksm_agent_disconnect(s, failed);
     }
 }
 
@@ -433,19 +437,24 @@ static void nuksm_agent_read(void *opaque)
     /* Drain what is queued; the handler may disconnect (fd becomes -1). */
     while (s->conn.fd >= 0) {
         n = nuksm_agent_recv(s->conn.fd, buf, &fd);
-        if (n < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            if (errno != EAGAIN) {
-                g_autofree char *reason =
-                    g_strdup_printf("receive failed: %s", strerror(errno));
-                nuksm_agent_disconnect(s, reason);
-            }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && errno == EAGAIN) {
             return;
         }
-        if (n == 0) {
+        /*
+         * A unix socket whose peer closed with our messages unread says
+         * ECONNRESET instead of end of file: the same to us.
+         */
+        if (n == 0 || (n < 0 && errno == ECONNRESET)) {
             nuksm_agent_disconnect(s, "agent closed the connection");
+            return;
+        }
+        if (n < 0) {
+            g_autofree char *reason =
+                g_strdup_printf("receive failed: %s", strerror(errno));
+            nuksm_agent_disconnect(s, reason);
             return;
         }
         if (n > NUKSM_MSG_MAX) {
