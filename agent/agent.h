@@ -18,6 +18,7 @@
 #include "memcg.h"
 #include "index.h"
 #include "nuksm-proto.h"
+#include "policy.h"
 #include "slots.h"
 #include "store.h"
 #include "replace.h"
@@ -31,10 +32,11 @@ typedef struct NuksmAgent {
     uint32_t nr_nodes;           /* 1..NUKSM_MAX_NODES */
     Topology topology;
 
-    /* NUMA placement (home.c, placement.c) */
+    /* NUMA placement (home.c, policy.c) */
     uint32_t cold_windows;       /* idle windows before a page is cold */
     guint home_timer;
-    uint64_t hot_shared[NUKSM_MAX_NODES];  /* copies hot for two owners */
+    PolicyLoad placement;        /* the nodes for policy.c: use */
+                                 /* agent_policy_load() */
     GHashTable *hot_owners;      /* SlotId -> client id: fair placed the */
                                  /* copy with the VM it is hot for */
     Replacer replacer;           /* replace.c */
@@ -80,5 +82,17 @@ typedef struct NuksmAgent {
     void *rx_buf;                /* NUKSM_MSG_MAX bytes each */
     void *tx_buf;
 } NuksmAgent;
+
+/* The nodes as the placement policy sees them now (policy.h). */
+static inline PolicyLoad *agent_policy_load(NuksmAgent *agent)
+{
+    PolicyLoad *load = &agent->placement;
+
+    load->nr_nodes = agent->nr_nodes;
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        load->copies[n] = agent->slots[n].nr_used;
+    }
+    return load;
+}
 
 #endif /* NUKSMD_AGENT_H */

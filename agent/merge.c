@@ -20,7 +20,7 @@
 #include "merge.h"
 #include "nuksm-digest.h"
 #include "outbox.h"
-#include "placement.h"
+#include "policy.h"
 #include "recovery.h"
 #include "server.h"
 
@@ -243,13 +243,13 @@ static bool memory_has_room(NuksmAgent *agent)
  * @pv and @pu) share a new slot.
  */
 static void start_upload(NuksmAgent *agent, NuksmClient *v,
-                         const NuksmCandidate *c, const PlacementPage *pv,
+                         const NuksmCandidate *c, const PolicyOwner *pv,
                          NuksmClient *u, uint64_t upage,
-                         const PlacementPage *pu)
+                         const PolicyOwner *pu)
 {
     uint32_t hot_owner;
-    uint32_t node = placement_choose_node(agent, pv, pu, c->digest,
-                                          &hot_owner);
+    uint32_t node = policy_new_copy(agent->policy, agent_policy_load(agent),
+                                    pv, pu, c->digest, &hot_owner);
     uint32_t slot;
     SlotId id;
     Slot *s;
@@ -305,13 +305,13 @@ static void join_slot(NuksmAgent *agent, NuksmClient *v, uint64_t page,
 
 /* Join a copy of @c's content that @v's page may map; false if none. */
 static bool join_copy(NuksmAgent *agent, NuksmClient *v,
-                      const NuksmCandidate *c, const PlacementPage *pv)
+                      const NuksmCandidate *c, const PolicyOwner *pv)
 {
     for (uint32_t i = 0; i < agent->nr_nodes; i++) {
         uint32_t node = nth_node(pv->home, i);
         SlotId id;
 
-        if (placement_may_map(agent, pv, node) &&
+        if (policy_may_map(agent->policy, pv, node) &&
             index_lookup(&agent->index, v->domain_id, node, c->digest,
                          &id)) {
             join_slot(agent, v, c->page, id);
@@ -328,7 +328,7 @@ static bool join_copy(NuksmAgent *agent, NuksmClient *v,
  */
 static UnstableEntry *unstable_partner(NuksmAgent *agent, uint16_t domain,
                                        uint32_t node, uint64_t digest,
-                                       NuksmClient **u, PlacementPage *pu)
+                                       NuksmClient **u, PolicyOwner *pu)
 {
     UnstableEntry *ue = unstable_lookup(&agent->unstable, domain, node,
                                         digest);
@@ -337,8 +337,8 @@ static UnstableEntry *unstable_partner(NuksmAgent *agent, uint16_t domain,
     if (!*u || ledger_page(*u, ue->page) || ledger_full(*u)) {
         return NULL;
     }
-    *pu = (PlacementPage) { .client = *u, .home = ue->node,
-                            .hot = ue->hot };
+    *pu = (PolicyOwner) { .client = (*u)->id, .home = ue->node,
+                          .priority = (*u)->priority, .hot = ue->hot };
     return ue;
 }
 
@@ -347,13 +347,13 @@ void merge_join_unstable(NuksmAgent *agent, SlotId id)
     const Slot *s = ledger_slot(agent, id);
 
     for (uint32_t node = 0; node < agent->nr_nodes; node++) {
-        PlacementPage pu;
+        PolicyOwner pu;
         NuksmClient *u;
         UnstableEntry *ue = unstable_partner(agent, s->domain, node,
                                              s->digest, &u, &pu);
         uint64_t page;
 
-        if (!ue || !placement_may_map(agent, &pu, slot_id_node(id))) {
+        if (!ue || !policy_may_map(agent->policy, &pu, slot_id_node(id))) {
             continue;
         }
         page = ue->page;
@@ -368,10 +368,10 @@ void merge_join_unstable(NuksmAgent *agent, SlotId id)
  * too: two of its pages with one content share a slot.
  */
 static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
-                          const NuksmCandidate *c, const PlacementPage *pv)
+                          const NuksmCandidate *c, const PolicyOwner *pv)
 {
     for (uint32_t i = 0; i < agent->nr_nodes; i++) {
-        PlacementPage pu;
+        PolicyOwner pu;
         NuksmClient *u;
         UnstableEntry *ue = unstable_partner(agent, v->domain_id,
                                              nth_node(pv->home, i),
@@ -379,7 +379,7 @@ static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
         uint64_t upage;
 
         if (!ue || (u == v && ue->page == c->page) ||
-            !placement_may_share(agent, pv, &pu)) {
+            !policy_may_share(agent->policy, pv, &pu)) {
             continue;
         }
         upage = ue->page;
@@ -393,10 +393,11 @@ static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
 static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
                              const NuksmCandidate *c)
 {
-    PlacementPage pv = {
-        .client = v,
+    PolicyOwner pv = {
+        .client = v->id,
         .home = home_of(v, c->gnode),
-        .hot = c->idle < agent->cold_windows,
+        .priority = v->priority,
+        .hot = policy_page_hot(c->idle, agent->cold_windows),
     };
 
     /* A page merges once: it is already merged or on its way there. */

@@ -13,7 +13,7 @@
 #include "log.h"
 #include "merge.h"
 #include "outbox.h"
-#include "placement.h"
+#include "policy.h"
 #include "replace.h"
 #include "server.h"
 
@@ -94,56 +94,6 @@ static GArray *find_sharers(NuksmAgent *agent)
     return sharers;
 }
 
-/*
- * fair: the copy goes with the VM it is hot for, if that VM still maps
- * it; else to whichever owner's node holds fewer copies, when the nodes
- * are out of balance by more than one copy.
- */
-static uint32_t fair_node(NuksmAgent *agent, SlotId id,
-                          const PlacementPage *p, size_t n, uint64_t *load)
-{
-    uint32_t owner = GPOINTER_TO_UINT(
-        g_hash_table_lookup(agent->hot_owners, GUINT_TO_POINTER(id)));
-    uint32_t node = slot_id_node(id), best = node;
-
-    for (size_t i = 0; i < n; i++) {
-        if (owner && p[i].client->id == owner) {
-            return p[i].home;
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (load[p[i].home] < load[best]) {
-            best = p[i].home;
-        }
-    }
-    return load[node] > load[best] + 1 ? best : node;
-}
-
-/* The node the policy wants the pages of slot @id on, one copy for all. */
-static uint32_t single_copy_node(NuksmAgent *agent, SlotId id,
-                                 const PlacementPage *p, size_t n,
-                                 uint64_t *load)
-{
-    const Slot *s = ledger_slot(agent, id);
-    size_t last = 0;
-
-    switch (agent->policy) {
-    case NUKSM_POLICY_ID_KSM_ORDER:
-        for (size_t i = 1; i < n; i++) {
-            if (p[i].client->id > p[last].client->id) {
-                last = i;
-            }
-        }
-        return p[last].home;
-    case NUKSM_POLICY_ID_PRIORITY:
-        return p[placement_priority_pick(p, n, s->digest)].home;
-    case NUKSM_POLICY_ID_FAIR:
-        return fair_node(agent, id, p, n, load);
-    default:
-        return slot_id_node(id);
-    }
-}
-
 static void plan_move(Replacer *r, SlotId from, const Sharer *s,
                       uint32_t node)
 {
@@ -155,30 +105,38 @@ static void plan_move(Replacer *r, SlotId from, const Sharer *s,
 
 /* Plan the moves of the @n pages @sh that map slot @id. */
 static void plan_slot(NuksmAgent *agent, SlotId id, const Sharer *sh,
-                      size_t n, uint64_t *load)
+                      size_t n, PolicyLoad *load)
 {
-    g_autofree PlacementPage *p = g_new(PlacementPage, n);
+    g_autofree PolicyOwner *o = g_new(PolicyOwner, n);
     uint32_t node = slot_id_node(id), target;
+    uint32_t hot_owner = GPOINTER_TO_UINT(
+        g_hash_table_lookup(agent->hot_owners, GUINT_TO_POINTER(id)));
 
     for (size_t i = 0; i < n; i++) {
-        p[i].client = ledger_client(agent, sh[i].client);
-        p[i].home = home_of_page(p[i].client, sh[i].page);
-        p[i].hot = false;   /* a write would have ended its sharing */
+        const NuksmClient *client = ledger_client(agent, sh[i].client);
+
+        o[i] = (PolicyOwner) {
+            .client = client->id,
+            .home = home_of_page(client, sh[i].page),
+            .priority = client->priority,
+            .hot = false,   /* a write would have ended its sharing */
+        };
     }
     if (agent->policy == NUKSM_POLICY_ID_LOCAL) {
         for (size_t i = 0; i < n; i++) {
-            if (p[i].home != node) {
-                plan_move(&agent->replacer, id, &sh[i], p[i].home);
+            if (o[i].home != node) {
+                plan_move(&agent->replacer, id, &sh[i], o[i].home);
             }
         }
         return;
     }
-    target = single_copy_node(agent, id, p, n, load);
+    target = policy_replace_node(agent->policy, load, node, o, n, hot_owner,
+                                 ledger_slot(agent, id)->digest);
     if (target == node) {
         return;
     }
-    load[node]--;
-    load[target]++;
+    load->copies[node]--;
+    load->copies[target]++;
     for (size_t i = 0; i < n; i++) {
         plan_move(&agent->replacer, id, &sh[i], target);
     }
@@ -189,12 +147,10 @@ static gboolean on_pass(gpointer opaque)
     NuksmAgent *agent = opaque;
     Replacer *r = &agent->replacer;
     g_autoptr(GArray) sharers = find_sharers(agent);
-    uint64_t load[NUKSM_MAX_NODES];
+    /* A copy: the plan moves copies between the nodes as it goes. */
+    PolicyLoad load = *agent_policy_load(agent);
 
     r->pass_timer = 0;
-    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
-        load[n] = agent->slots[n].shared;
-    }
     g_array_set_size(r->plan, 0);
     r->next = 0;
     for (guint i = 0; i < sharers->len;) {
@@ -205,7 +161,7 @@ static gboolean on_pass(gpointer opaque)
                g_array_index(sharers, Sharer, i + n).slot == first->slot) {
             n++;
         }
-        plan_slot(agent, first->slot, first, n, load);
+        plan_slot(agent, first->slot, first, n, &load);
         i += n;
     }
     log_info("re-placement: %u of %u merged pages to move under policy "
@@ -225,8 +181,7 @@ void replace_request(NuksmAgent *agent, const char *why)
      * Under global and adaptive every merged page may stay where it is:
      * moves planned under the previous policy are dropped.
      */
-    if (!r->rate || agent->policy == NUKSM_POLICY_ID_GLOBAL ||
-        agent->policy == NUKSM_POLICY_ID_ADAPTIVE) {
+    if (!r->rate || !policy_moves_copies(agent->policy)) {
         g_array_set_size(r->plan, 0);
         r->next = 0;
         return;

@@ -27,7 +27,7 @@ typedef struct UnstableEntry {
     uint32_t client;         /* client id; 0: empty */
     uint16_t domain;
     uint8_t node;            /* home node of the page */
-    bool hot;                /* the page was hot (see placement.h) */
+    bool hot;                /* the page was hot (policy_page_hot()) */
 } UnstableEntry;
 
 /*

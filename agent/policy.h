@@ -1,0 +1,111 @@
+/*
+ * nuksmd placement policy: which pages may share a copy, and on which
+ * node the copy lives, one function per decision.  Pure: the callers
+ * describe the pages and the nodes (PolicyOwner, PolicyLoad) and carry
+ * out what comes back; nothing here reads the agent, the store or /proc,
+ * so the unit tests (tests/unit/test-policy.c) cover every policy.
+ *
+ * The policies (NuksmPolicyId):
+ *
+ *   global     across nodes; a new copy goes to the node of the page that
+ *              completed the match, and copies are never moved
+ *   ksm-order  across nodes; like kernel KSM, which keeps the page its
+ *              scan reached last and scans VMs in the order they
+ *              registered: the copy lives on the latest VM's node
+ *   local      only pages of one home node share a copy (KSM's
+ *              merge_across_nodes=0)
+ *   fair       nuKSM §4.1 for K nodes: a hot page's owner gets the copy;
+ *              copies hot for two owners alternate between their nodes;
+ *              cold copies go to the emptier of the owners' nodes
+ *   priority   nuKSM §4.2: owner i gets the copy with probability
+ *              priority_i / sum of priorities, drawn from a hash of the
+ *              content (mix64 of the digest): the same contents and
+ *              priorities place the same way in every run
+ *   adaptive   AdaptMD-H: hot pages share only within their node, cold
+ *              pages across nodes, placed as fair places cold ones;
+ *              copies are never moved
+ *
+ * Two words have one meaning each:
+ *   hot      the guest wrote the page in one of the last --cold-windows
+ *            hotness windows of its VM (policy_page_hot)
+ *   emptier  of two nodes, the one whose store holds fewer copies
+ *            (PolicyLoad.copies), the first on a tie (policy_emptier)
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSMD_POLICY_H
+#define NUKSMD_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nuksm-proto.h"
+
+/* A page that shares, or may share, a copy: what placement weighs. */
+typedef struct PolicyOwner {
+    uint32_t client;         /* its VM's client id: orders owners */
+    uint32_t home;           /* home node of the page's guest node */
+    uint32_t priority;       /* its VM's, NUKSM_PRIORITY_MIN..MAX */
+    bool hot;                /* policy_page_hot() */
+} PolicyOwner;
+
+/* The nodes, as placement sees them. */
+typedef struct PolicyLoad {
+    uint32_t nr_nodes;
+    uint64_t copies[NUKSM_MAX_NODES];     /* store slots in use there */
+    /* fair's own memory: copies placed there hot for two owners */
+    uint64_t hot_turns[NUKSM_MAX_NODES];
+} PolicyLoad;
+
+/* Is a page hot, written @idle windows ago (255: never seen written)? */
+bool policy_page_hot(uint8_t idle, uint32_t cold_windows);
+
+/* May @o map a copy that lives on @node? */
+bool policy_may_map(NuksmPolicyId policy, const PolicyOwner *o,
+                    uint32_t node);
+
+/* May @a and @b share one copy? */
+bool policy_may_share(NuksmPolicyId policy, const PolicyOwner *a,
+                      const PolicyOwner *b);
+
+/* The emptier of nodes @x and @y; @x on a tie. */
+uint32_t policy_emptier(const PolicyLoad *load, uint32_t x, uint32_t y);
+
+/*
+ * Which of the @n owners @o of content @digest gets the copy under the
+ * priority policy: a draw from the content against their priorities,
+ * owners taken by home node, then client id, so that which page came
+ * first (a matter of timing) does not matter.  An index into @o.
+ */
+size_t policy_priority_pick(const PolicyOwner *o, size_t n,
+                            uint64_t digest);
+
+/*
+ * The node of a new copy of content @digest for @a, the page completing
+ * the match, and @b, the page seen before; policy_may_share() allowed
+ * them one.  When fair places the copy with the one owner it is hot
+ * for, *@hot_owner is that owner's client id, else 0.  Under fair, a
+ * copy hot for both counts in @load's hot_turns.
+ */
+uint32_t policy_new_copy(NuksmPolicyId policy, PolicyLoad *load,
+                         const PolicyOwner *a, const PolicyOwner *b,
+                         uint64_t digest, uint32_t *hot_owner);
+
+/* Does @policy ever move merged copies (re-placement)? */
+bool policy_moves_copies(NuksmPolicyId policy);
+
+/*
+ * Re-placement of a copy on @node that the @n pages @o map, one copy for
+ * all (local, where each page goes home, is the caller's): the node the
+ * policy wants it on.  @hot_owner is the client fair placed it with (0:
+ * none); fair moves a cold copy only when that brings its node and the
+ * emptiest owner's node closer by more than one copy.
+ */
+uint32_t policy_replace_node(NuksmPolicyId policy, const PolicyLoad *load,
+                             uint32_t node, const PolicyOwner *o, size_t n,
+                             uint32_t hot_owner, uint64_t digest);
+
+#endif /* NUKSMD_POLICY_H */

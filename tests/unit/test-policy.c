@@ -1,0 +1,303 @@
+/*
+ * Unit tests of nuksmd's placement policy (agent/policy.h), for K nodes:
+ * who may share, where a new copy goes, where re-placement moves it.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <glib.h>
+
+#include "policy.h"
+
+#define K 4                  /* nodes */
+#define DRAWS 100000         /* contents drawn for the priority splits */
+
+static const NuksmPolicyId all_policies[] = {
+    NUKSM_POLICY_ID_GLOBAL, NUKSM_POLICY_ID_KSM_ORDER, NUKSM_POLICY_ID_LOCAL,
+    NUKSM_POLICY_ID_FAIR, NUKSM_POLICY_ID_PRIORITY, NUKSM_POLICY_ID_ADAPTIVE,
+};
+
+static PolicyOwner owner(uint32_t client, uint32_t home, bool hot)
+{
+    return (PolicyOwner) { .client = client, .home = home,
+                           .priority = 100, .hot = hot };
+}
+
+static PolicyLoad load_of(const uint64_t copies[K])
+{
+    PolicyLoad load = { .nr_nodes = K };
+
+    for (int n = 0; n < K; n++) {
+        load.copies[n] = copies[n];
+    }
+    return load;
+}
+
+/* A digest per draw, spread as XXH3's are. */
+static uint64_t digest_of(uint64_t i)
+{
+    return i * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+}
+
+static void test_hot(void)
+{
+    g_assert_true(policy_page_hot(0, 3));
+    g_assert_true(policy_page_hot(2, 3));
+    g_assert_false(policy_page_hot(3, 3));
+    g_assert_false(policy_page_hot(255, 255));     /* never seen written */
+    g_assert_true(policy_page_hot(254, 255));
+}
+
+static void test_may_map(void)
+{
+    for (size_t p = 0; p < G_N_ELEMENTS(all_policies); p++) {
+        NuksmPolicyId policy = all_policies[p];
+
+        for (uint32_t home = 0; home < K; home++) {
+            for (int hot = 0; hot < 2; hot++) {
+                PolicyOwner o = owner(1, home, hot);
+
+                for (uint32_t node = 0; node < K; node++) {
+                    bool expect = node == home ||
+                        (policy != NUKSM_POLICY_ID_LOCAL &&
+                         !(policy == NUKSM_POLICY_ID_ADAPTIVE && hot));
+
+                    g_assert_cmpint(policy_may_map(policy, &o, node), ==,
+                                    expect);
+                }
+            }
+        }
+    }
+}
+
+static void test_may_share(void)
+{
+    PolicyOwner cold0 = owner(1, 0, false), cold2 = owner(2, 2, false);
+    PolicyOwner hot0 = owner(3, 0, true), hot2 = owner(4, 2, true);
+
+    for (size_t p = 0; p < G_N_ELEMENTS(all_policies); p++) {
+        NuksmPolicyId policy = all_policies[p];
+
+        /* One home: always.  Symmetric. */
+        g_assert_true(policy_may_share(policy, &hot0, &cold0));
+        g_assert_cmpint(policy_may_share(policy, &hot0, &cold2), ==,
+                        policy_may_share(policy, &cold2, &hot0));
+    }
+    g_assert_false(policy_may_share(NUKSM_POLICY_ID_LOCAL, &cold0, &cold2));
+    g_assert_true(policy_may_share(NUKSM_POLICY_ID_ADAPTIVE, &cold0,
+                                   &cold2));
+    g_assert_false(policy_may_share(NUKSM_POLICY_ID_ADAPTIVE, &hot0,
+                                    &cold2));
+    g_assert_false(policy_may_share(NUKSM_POLICY_ID_ADAPTIVE, &hot0, &hot2));
+    g_assert_true(policy_may_share(NUKSM_POLICY_ID_FAIR, &hot0, &hot2));
+    g_assert_true(policy_may_share(NUKSM_POLICY_ID_GLOBAL, &hot0, &cold2));
+}
+
+static void test_new_copy_same_home(void)
+{
+    static const uint64_t copies[K] = { 9, 0, 0, 0 };
+
+    for (size_t p = 0; p < G_N_ELEMENTS(all_policies); p++) {
+        PolicyLoad load = load_of(copies);
+        PolicyOwner a = owner(1, 0, true), b = owner(2, 0, false);
+        uint32_t hot_owner = 77;
+
+        g_assert_cmpuint(policy_new_copy(all_policies[p], &load, &a, &b, 5,
+                                         &hot_owner), ==, 0);
+        g_assert_cmpuint(hot_owner, ==, 0);
+    }
+}
+
+static void test_new_copy_global_and_ksm_order(void)
+{
+    static const uint64_t copies[K] = { 0, 0, 0, 0 };
+    PolicyLoad load = load_of(copies);
+    PolicyOwner early = owner(1, 3, false), late = owner(2, 1, false);
+    uint32_t hot_owner;
+
+    /* global: the node of the page completing the match, @a. */
+    g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_GLOBAL, &load, &early,
+                                     &late, 5, &hot_owner), ==, 3);
+    g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_GLOBAL, &load, &late,
+                                     &early, 5, &hot_owner), ==, 1);
+    /* ksm-order: the later VM's, whichever page came first. */
+    g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_KSM_ORDER, &load,
+                                     &early, &late, 5, &hot_owner), ==, 1);
+    g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_KSM_ORDER, &load,
+                                     &late, &early, 5, &hot_owner), ==, 1);
+}
+
+static void test_new_copy_fair(void)
+{
+    static const uint64_t copies[K] = { 10, 3, 7, 0 };
+    PolicyLoad load = load_of(copies);
+    PolicyOwner hot1 = owner(11, 1, true), cold2 = owner(12, 2, false);
+    PolicyOwner cold0 = owner(10, 0, false), hot3 = owner(13, 3, true);
+    uint32_t hot_owner, turns[K] = { 0 };
+
+    /* A hot owner gets the copy, and is remembered. */
+    g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_FAIR, &load, &cold2,
+                                     &hot1, 5, &hot_owner), ==, 1);
+    g_assert_cmpuint(hot_owner, ==, 11);
+    /* Cold for both: the emptier node, whichever came first. */
+    g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_FAIR, &load, &cold0,
+                                     &cold2, 5, &hot_owner), ==, 2);
+    g_assert_cmpuint(hot_owner, ==, 0);
+    g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_FAIR, &load, &cold2,
+                                     &cold0, 5, &hot_owner), ==, 2);
+    /* Hot for both: their nodes in turn, fewer turns first. */
+    for (int i = 0; i < 10; i++) {
+        uint32_t node = policy_new_copy(NUKSM_POLICY_ID_FAIR, &load, &hot1,
+                                        &hot3, digest_of(i), &hot_owner);
+
+        g_assert_true(node == 1 || node == 3);
+        g_assert_cmpuint(hot_owner, ==, 0);
+        turns[node]++;
+    }
+    g_assert_cmpuint(turns[1], ==, 5);
+    g_assert_cmpuint(turns[3], ==, 5);
+    g_assert_cmpuint(load.hot_turns[1], ==, 5);
+    g_assert_cmpuint(load.hot_turns[3], ==, 5);
+}
+
+static void test_new_copy_adaptive(void)
+{
+    static const uint64_t copies[K] = { 10, 3, 7, 0 };
+    PolicyLoad load = load_of(copies);
+    PolicyOwner cold0 = owner(10, 0, false), cold3 = owner(13, 3, false);
+    uint32_t hot_owner;
+
+    /* Only cold pages share across nodes: on the emptier one. */
+    g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_ADAPTIVE, &load,
+                                     &cold0, &cold3, 5, &hot_owner), ==, 3);
+    load.copies[3] = 11;
+    g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_ADAPTIVE, &load,
+                                     &cold0, &cold3, 5, &hot_owner), ==, 0);
+    /* A tie keeps the first. */
+    load.copies[3] = 10;
+    g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_ADAPTIVE, &load,
+                                     &cold3, &cold0, 5, &hot_owner), ==, 3);
+}
+
+/*
+ * nuKSM's Table 5.3: two VMs with priorities P0:P1 get P0/(P0+P1) and
+ * P1/(P0+P1) of the copies, whichever page came first.
+ */
+static void test_priority_table_5_3(void)
+{
+    static const struct { uint32_t p0, p1; double share0; } rows[] = {
+        { 10, 1, 10.0 / 11 }, { 5, 1, 5.0 / 6 }, { 1, 1, 0.5 },
+        { 1, 5, 1.0 / 6 }, { 1, 10, 1.0 / 11 },
+    };
+    static const uint64_t copies[K] = { 0 };
+
+    for (size_t r = 0; r < G_N_ELEMENTS(rows); r++) {
+        PolicyOwner vm0 = owner(1, 0, false), vm1 = owner(2, 1, false);
+        PolicyLoad load = load_of(copies);
+        uint32_t on0 = 0, hot_owner;
+
+        vm0.priority = rows[r].p0;
+        vm1.priority = rows[r].p1;
+        for (uint64_t i = 0; i < DRAWS; i++) {
+            uint32_t x = policy_new_copy(NUKSM_POLICY_ID_PRIORITY, &load,
+                                         &vm0, &vm1, digest_of(i),
+                                         &hot_owner);
+            uint32_t y = policy_new_copy(NUKSM_POLICY_ID_PRIORITY, &load,
+                                         &vm1, &vm0, digest_of(i),
+                                         &hot_owner);
+
+            g_assert_cmpuint(x, ==, y);     /* order does not matter */
+            on0 += x == 0;
+        }
+        /* Within 1% of the share: six standard deviations, and the same
+         * draws every run. */
+        g_assert_cmpfloat_with_epsilon((double)on0 / DRAWS, rows[r].share0,
+                                       0.01);
+    }
+}
+
+/* K owners with priorities 1..K: each gets its share of the copies. */
+static void test_priority_k_owners(void)
+{
+    PolicyOwner o[K];
+    uint32_t got[K] = { 0 };
+    double total = 0;
+
+    for (uint32_t i = 0; i < K; i++) {
+        o[i] = owner(K - i, i, false);   /* ids in another order */
+        o[i].priority = i + 1;
+        total += i + 1;
+    }
+    for (uint64_t i = 0; i < DRAWS; i++) {
+        got[o[policy_priority_pick(o, K, digest_of(i))].home]++;
+    }
+    for (uint32_t i = 0; i < K; i++) {
+        g_assert_cmpfloat_with_epsilon((double)got[i] / DRAWS,
+                                       (i + 1) / total, 0.01);
+    }
+}
+
+static void test_moves_copies(void)
+{
+    g_assert_false(policy_moves_copies(NUKSM_POLICY_ID_GLOBAL));
+    g_assert_false(policy_moves_copies(NUKSM_POLICY_ID_ADAPTIVE));
+    g_assert_true(policy_moves_copies(NUKSM_POLICY_ID_KSM_ORDER));
+    g_assert_true(policy_moves_copies(NUKSM_POLICY_ID_LOCAL));
+    g_assert_true(policy_moves_copies(NUKSM_POLICY_ID_FAIR));
+    g_assert_true(policy_moves_copies(NUKSM_POLICY_ID_PRIORITY));
+}
+
+static void test_replace(void)
+{
+    static const uint64_t copies[K] = { 10, 8, 9, 3 };
+    PolicyLoad load = load_of(copies);
+    PolicyOwner o[3] = { owner(5, 1, false), owner(9, 2, false),
+                         owner(7, 3, false) };
+
+    /* ksm-order: the latest VM's node. */
+    g_assert_cmpuint(policy_replace_node(NUKSM_POLICY_ID_KSM_ORDER, &load,
+                                         0, o, 3, 0, 5), ==, 2);
+    /* fair: with the owner it is hot for, while that one maps it. */
+    g_assert_cmpuint(policy_replace_node(NUKSM_POLICY_ID_FAIR, &load, 0, o,
+                                         3, 5, 5), ==, 1);
+    /* Else to the emptiest owner's node, if that gains more than one. */
+    g_assert_cmpuint(policy_replace_node(NUKSM_POLICY_ID_FAIR, &load, 0, o,
+                                         3, 42, 5), ==, 3);
+    load.copies[0] = 4;
+    g_assert_cmpuint(policy_replace_node(NUKSM_POLICY_ID_FAIR, &load, 0, o,
+                                         3, 0, 5), ==, 0);
+    load.copies[0] = 5;
+    g_assert_cmpuint(policy_replace_node(NUKSM_POLICY_ID_FAIR, &load, 0, o,
+                                         3, 0, 5), ==, 3);
+    /* priority: the same draw as for a new copy. */
+    for (uint64_t i = 0; i < 100; i++) {
+        g_assert_cmpuint(policy_replace_node(NUKSM_POLICY_ID_PRIORITY,
+                                             &load, 0, o, 3, 0,
+                                             digest_of(i)), ==,
+                         o[policy_priority_pick(o, 3, digest_of(i))].home);
+    }
+    /* global and adaptive leave copies where they are. */
+    g_assert_cmpuint(policy_replace_node(NUKSM_POLICY_ID_GLOBAL, &load, 0,
+                                         o, 3, 0, 5), ==, 0);
+    g_assert_cmpuint(policy_replace_node(NUKSM_POLICY_ID_ADAPTIVE, &load, 0,
+                                         o, 3, 0, 5), ==, 0);
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    g_test_add_func("/policy/hot", test_hot);
+    g_test_add_func("/policy/may-map", test_may_map);
+    g_test_add_func("/policy/may-share", test_may_share);
+    g_test_add_func("/policy/new-copy/same-home", test_new_copy_same_home);
+    g_test_add_func("/policy/new-copy/global-and-ksm-order",
+                    test_new_copy_global_and_ksm_order);
+    g_test_add_func("/policy/new-copy/fair", test_new_copy_fair);
+    g_test_add_func("/policy/new-copy/adaptive", test_new_copy_adaptive);
+    g_test_add_func("/policy/priority/table-5.3", test_priority_table_5_3);
+    g_test_add_func("/policy/priority/k-owners", test_priority_k_owners);
+    g_test_add_func("/policy/moves-copies", test_moves_copies);
+    g_test_add_func("/policy/replace", test_replace);
+    return g_test_run();
+}
