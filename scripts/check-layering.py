@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The layering rules `make check` enforces (meson test 'layering'):
+
+1. The agent's pure core (CORE: placement policy, stable index, unstable
+   table, their hash table, slot allocator) includes only the C library,
+   GLib, libnuksm and itself: no I/O, no agent state.  meson.build links
+   it, and its unit tests, with GLib and libnuksm only.
+2. Nothing of the agent, nuksmctl or libnuksm includes a QEMU header:
+   the protocol header is the whole contract between the two sides.
+
+    check-layering.py SOURCE_ROOT
+
+Prints every include that breaks a rule and exits 1, else exits 0.
+"""
+
+import re
+import sys
+from pathlib import Path
+
+CORE = ["agent/policy", "agent/index", "agent/unstable", "agent/keymap",
+        "agent/slots"]
+LIBNUKSM_HEADERS = {"nuksm-proto.h", "nuksm-digest.h", "nuksm-config.h"}
+C_HEADERS = {"assert.h", "errno.h", "inttypes.h", "limits.h", "math.h",
+             "stdbool.h", "stddef.h", "stdint.h", "stdio.h", "stdlib.h",
+             "string.h"}
+# Top directories of QEMU's include/ (and its generated trace and QAPI
+# headers) that an agent file could reach for.
+QEMU_DIRS = {"qemu", "hw", "exec", "qapi", "system", "sysemu", "migration",
+             "block", "qom", "monitor", "chardev", "crypto", "io", "net",
+             "ui", "accel", "tcg", "trace", "standard-headers", "fpu"}
+OUTSIDE_QEMU = ["agent", "ctl", "libnuksm"]
+
+INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
+
+
+def includes(path):
+    return INCLUDE.findall(path.read_text())
+
+
+def core_violations(root):
+    core_headers = {Path(c).name + ".h" for c in CORE}
+    for stem in CORE:
+        for path in (root / f"{stem}.c", root / f"{stem}.h"):
+            for kind, name in includes(path):
+                allowed = (name in C_HEADERS or name == "glib.h") \
+                    if kind == "<" else \
+                    (name in core_headers or name in LIBNUKSM_HEADERS)
+                if not allowed:
+                    yield (f"{path.relative_to(root)}: includes {name}: "
+                           "the pure core may include only the C library, "
+                           "GLib, libnuksm and itself")
+
+
+def qemu_violations(root):
+    for top in OUTSIDE_QEMU:
+        for path in sorted((root / top).rglob("*.[ch]")):
+            for kind, name in includes(path):
+                first = name.split("/")[0]
+                if ("/" in name and first in QEMU_DIRS) or \
+                        name == "qemu/osdep.h" or name == "osdep.h":
+                    yield (f"{path.relative_to(root)}: includes {name}: "
+                           f"{top}/ must not include QEMU headers")
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    root = Path(sys.argv[1])
+    problems = [*core_violations(root), *qemu_violations(root)]
+    for problem in problems:
+        print(problem)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
