@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """Fixtures: a temp dir, nuksmd agents, qtest VMs and TCG test guests."""
 
+import contextlib
 import os
 import re
 import shutil
@@ -82,6 +83,41 @@ def installed():
                     hooks_dir=root / "libvirt-hooks")
     yield root / "usr"
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def new_cgroup():
+    """new_cgroup(controller) -> the path of a fresh cgroup of @controller
+    (cgroup v2, else v1's hierarchy of it), removed at teardown once what
+    is left in it went back to the root.  Skips, saying so, where none
+    can be made.  Ask for it before the processes that go in it, so that
+    they have quit when it is removed."""
+    made = []
+
+    def make(controller):
+        base = harness.cgroup_dir(controller)
+        if base is None or os.geteuid() != 0:
+            pytest.skip(f"no writable {controller} cgroup controller here "
+                        f"(needs root and cgroup v2 with {controller} "
+                        f"enabled, or v1's {controller} hierarchy)")
+        path = f"{base}/nuksm-test-{os.getpid()}-{controller}"
+        os.mkdir(path)
+        made.append((base, path))
+        return path
+
+    yield make
+    for base, path in reversed(made):
+        with open(f"{path}/cgroup.procs") as f:
+            left = f.read().split()
+        for pid in left:
+            # A process that just ended (or a zombie) cannot move.
+            with contextlib.suppress(ProcessLookupError):
+                with open(f"{base}/cgroup.procs", "w") as f:
+                    f.write(pid)
+        harness.wait_until(
+            lambda: not open(f"{path}/cgroup.procs").read().strip(), 10,
+            f"the test {path} to empty")
+        os.rmdir(path)
 
 
 @pytest.fixture

@@ -268,27 +268,15 @@ def test_store_full_is_one_visible_condition(start_agent, small_tmpfs,
 
 
 @pytest.fixture
-def memory_cgroup():
-    """A fresh memory cgroup (v2 or v1), removed afterwards: a dict with
-    'path', 'limit_file' and 'procs_file'."""
-    base = harness.cgroup_dir("memory")
-    if base is None or os.geteuid() != 0:
-        pytest.skip("no writable memory cgroup controller here (needs root "
-                    "and cgroup v2 with memory enabled, or v1's memory "
-                    "hierarchy)")
-    path = f"{base}/nuksm-test-{os.getpid()}"
-    os.mkdir(path)
-    v1 = base.endswith("/memory")
-    cg = {"path": path,
-          "limit_file": f"{path}/{'memory.limit_in_bytes' if v1 else 'memory.max'}",
-          "procs_file": f"{path}/cgroup.procs"}
-    try:
-        yield cg
-    finally:
-        # Whatever is left in it (a killed agent's zombie) must go first.
-        wait_until(lambda: not open(cg["procs_file"]).read().strip(), 10,
-                   "the test cgroup to empty")
-        os.rmdir(path)
+def memory_cgroup(new_cgroup):
+    """A fresh memory cgroup (v2 or v1): a dict with 'path', 'limit_file'
+    and 'procs_file'."""
+    path = new_cgroup("memory")
+    v1 = path.startswith("/sys/fs/cgroup/memory/")
+    return {"path": path,
+            "limit_file": f"{path}/"
+                          f"{'memory.limit_in_bytes' if v1 else 'memory.max'}",
+            "procs_file": f"{path}/cgroup.procs"}
 
 
 def test_memory_cgroup_limit_is_store_full(memory_cgroup, start_agent):

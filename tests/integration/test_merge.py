@@ -665,41 +665,36 @@ def test_balloon_discard_never_exposes_the_store(agent, start_vm, workdir):
 
 
 @contextlib.contextmanager
-def cpu_throttled(pid, percent):
-    """@pid limited to @percent of one CPU in a cpu cgroup of its own
-    (v2 or v1) until the block ends; skips, saying so, without one."""
-    base = harness.cgroup_dir("cpu")
-    if base is None:
-        pytest.skip("no writable cpu cgroup controller (v1 or v2) here: "
-                    "cannot slow the agent down")
-    path = f"{base}/nuksm-it-slow-{os.getpid()}"
-    os.mkdir(path)
+def cpu_throttled(cgroup, pid, percent):
+    """@pid limited to @percent of one CPU in the cpu cgroup @cgroup until
+    the block ends."""
+    period = 100000
+    if os.path.exists(f"{cgroup}/cpu.max"):
+        limits = {"cpu.max": f"{period * percent // 100} {period}"}
+    else:
+        limits = {"cpu.cfs_period_us": str(period),
+                  "cpu.cfs_quota_us": str(period * percent // 100)}
+    for name, value in limits.items():
+        with open(f"{cgroup}/{name}", "w") as f:
+            f.write(value)
+    with open(f"{cgroup}/cgroup.procs", "w") as f:
+        f.write(str(pid))
     try:
-        period = 100000
-        if os.path.exists(f"{path}/cpu.max"):
-            limits = {"cpu.max": f"{period * percent // 100} {period}"}
-        else:
-            limits = {"cpu.cfs_period_us": str(period),
-                      "cpu.cfs_quota_us": str(period * percent // 100)}
-        for name, value in limits.items():
-            with open(f"{path}/{name}", "w") as f:
-                f.write(value)
-        with open(f"{path}/cgroup.procs", "w") as f:
-            f.write(str(pid))
         yield
     finally:
-        with open(f"{base}/cgroup.procs", "w") as f:
+        with open(f"{os.path.dirname(cgroup)}/cgroup.procs", "w") as f:
             f.write(str(pid))
-        os.rmdir(path)
 
 
-def test_upload_lets_rcu_grace_periods_pass(start_agent, qtest_vm):
+def test_upload_lets_rcu_grace_periods_pass(new_cgroup, start_agent,
+                                            qtest_vm):
     """While a slow agent keeps QEMU's scanner waiting for the socket in
     the middle of an upload, the main loop can wait for an RCU grace
     period (drain_call_rcu() after a failed device_add) and go on: the
     scanner waits outside the RCU read lock.  Holding it there, as it
     once did, hung QEMU for good: the main loop, which drains the queue,
     waited for the reader, and the reader for the queue."""
+    cgroup = new_cgroup("cpu")
     agent = start_agent()
     vm = qtest_vm(agent=agent.sock, max_cpu=100)
     vm.wait_state("active")
@@ -716,7 +711,7 @@ def test_upload_lets_rcu_grace_periods_pass(start_agent, qtest_vm):
                       "the pages to be offered")
     finally:
         os.kill(agent.pid, signal.SIGCONT)
-    with cpu_throttled(agent.pid, 1):
+    with cpu_throttled(cgroup, agent.pid, 1):
         wait_until(lambda: harness.ctl_json(agent.sock, "status")
                    ["store_pages"][0] > 0, 120, "uploads to start")
         reply = vm.qmp.cmd_raw("device_add",

@@ -465,34 +465,16 @@ def write_file(path, text):
 
 
 @pytest.fixture
-def cpuset_cgroup():
-    """A fresh cpuset cgroup (v2, or v1 with its parent's CPUs and
-    memory nodes), removed afterwards: its path.  Ask for it before the
-    VMs that go in it, so that they have quit when it is removed."""
-    base = harness.cgroup_dir("cpuset")
-    if base is None or os.geteuid() != 0:
-        pytest.skip("no writable cpuset cgroup controller here (needs root "
-                    "and cgroup v2 with cpuset enabled, or v1's cpuset "
-                    "hierarchy)")
-    path = f"{base}/nuksm-test-{os.getpid()}"
-    os.mkdir(path)
-    try:
-        if base.endswith("/cpuset"):  # v1: a new cpuset has neither
-            for name in ("cpuset.cpus", "cpuset.mems"):
-                with open(f"{base}/{name}") as f:
-                    write_file(f"{path}/{name}", f.read())
-        yield path
-    finally:
-        with open(f"{path}/cgroup.procs") as f:
-            left = f.read().split()
-        for pid in left:
-            try:
-                write_file(f"{base}/cgroup.procs", pid)
-            except ProcessLookupError:
-                pass  # it just ended
-        wait_until(lambda: not open(f"{path}/cgroup.procs").read().strip(),
-                   10, "the test cpuset to empty")
-        os.rmdir(path)
+def cpuset_cgroup(new_cgroup):
+    """A fresh cpuset cgroup (in v1 with its parent's CPUs and memory
+    nodes, which a new v1 cpuset lacks): its path."""
+    path = new_cgroup("cpuset")
+    base = os.path.dirname(path)
+    if base.endswith("/cpuset"):
+        for name in ("cpuset.cpus", "cpuset.mems"):
+            with open(f"{base}/{name}") as f:
+                write_file(f"{path}/{name}", f.read())
+    return path
 
 
 def mems_allowed(pid, tid):

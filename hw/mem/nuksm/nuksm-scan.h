@@ -78,6 +78,18 @@ typedef struct NuksmWork {
     uint8_t payload[];
 } NuksmWork;
 
+/*
+ * Locks, in the order they nest (take a later one while holding an
+ * earlier one, never the reverse):
+ *
+ *   BQL           main loop only: the scanner thread never takes it
+ *   RCU read lock keeps RAM blocks alive for one chunk or one commit;
+ *                 never held across a sleep (see nuksm-merge.c's upload)
+ *   @page_lock    page states, references, mappings, merge counters
+ *   @lock         thread control, work queue, scan counters
+ *   conn.tx_lock  the queue of messages to the agent (nuksm.h), taken
+ *                 by nuksm_agent_post() and nuksm_agent_backlog()
+ */
 struct NuksmScanner {
     Nuksm *s;
     QemuThread thread;
