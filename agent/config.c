@@ -116,16 +116,23 @@ static bool set_log_level(NuksmdConfig *cfg, const char *origin,
     return true;
 }
 
+/* Set the directory *@dir to @value, which names @what and is not empty. */
+static bool set_dir(char **dir, const char *origin, const char *value,
+                    const char *what)
+{
+    if (value[0] == '\0') {
+        usage_error(origin, "%s must not be empty", what);
+        return false;
+    }
+    g_free(*dir);
+    *dir = g_strdup(value);
+    return true;
+}
+
 static bool set_state_dir(NuksmdConfig *cfg, const char *origin,
                           const char *value)
 {
-    if (value[0] == '\0') {
-        usage_error(origin, "state directory must not be empty");
-        return false;
-    }
-    g_free(cfg->state_dir);
-    cfg->state_dir = g_strdup(value);
-    return true;
+    return set_dir(&cfg->state_dir, origin, value, "state directory");
 }
 
 static bool set_socket_group(NuksmdConfig *cfg, const char *origin,
@@ -145,13 +152,8 @@ static bool set_socket_group(NuksmdConfig *cfg, const char *origin,
 static bool set_libvirt_dir(NuksmdConfig *cfg, const char *origin,
                             const char *value)
 {
-    if (value[0] == '\0') {
-        usage_error(origin, "libvirt registry directory must not be empty");
-        return false;
-    }
-    g_free(cfg->libvirt_dir);
-    cfg->libvirt_dir = g_strdup(value);
-    return true;
+    return set_dir(&cfg->libvirt_dir, origin, value,
+                   "libvirt registry directory");
 }
 
 static bool set_restore_grace(NuksmdConfig *cfg, const char *origin,
