@@ -7,7 +7,7 @@
 
 #include "conditions.h"
 #include "log.h"
-#include "server.h"
+#include "transport.h"
 
 /* For logs, by bit number. */
 static const char *const names[] = {
@@ -40,7 +40,7 @@ void conditions_send(NuksmAgent *agent, NuksmClient *client)
     NuksmMsgCondition msg = { .conditions = agent->conditions };
 
     conditions_describe(agent, msg.reason, sizeof(msg.reason));
-    server_send(agent, client, NUKSM_MSG_CONDITION, 0, &msg, sizeof(msg));
+    transport_send(client, NUKSM_MSG_CONDITION, 0, &msg, sizeof(msg));
 }
 
 static void broadcast(NuksmAgent *agent)

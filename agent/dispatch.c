@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "conditions.h"
 #include "detached.h"
 #include "dispatch.h"
 #include "home.h"
@@ -14,10 +15,9 @@
 #include "log.h"
 #include "merge.h"
 #include "nuksm-config.h"
-#include "conditions.h"
 #include "recovery.h"
 #include "replace.h"
-#include "server.h"
+#include "transport.h"
 
 /* Handler of one request type; @payload passed nuksm_msg_check(). */
 typedef void (*RequestHandler)(NuksmAgent *agent, NuksmClient *client,
@@ -36,7 +36,7 @@ static void handle_hello(NuksmAgent *agent, NuksmClient *client,
     if (hello->role == NUKSM_ROLE_CONTROL &&
         clients_count_role_of_uid(&agent->clients, NUKSM_ROLE_CONTROL,
                                   client->uid) >= CLIENT_CONTROLS_PER_UID) {
-        server_reject(agent, client, seq, NUKSM_ERR_HANDSHAKE,
+        transport_reject(client, seq, NUKSM_ERR_HANDSHAKE,
                       "too many control connections of uid %u (limit %u)",
                       (unsigned)client->uid, CLIENT_CONTROLS_PER_UID);
         return;
@@ -44,7 +44,7 @@ static void handle_hello(NuksmAgent *agent, NuksmClient *client,
     if (hello->role == NUKSM_ROLE_VM &&
         clients_count_role_of_pid(&agent->clients, NUKSM_ROLE_VM,
                                   client->pid) >= CLIENT_VMS_PER_PID) {
-        server_reject(agent, client, seq, NUKSM_ERR_HANDSHAKE,
+        transport_reject(client, seq, NUKSM_ERR_HANDSHAKE,
                       "too many VM connections of pid %ld (limit %u)",
                       (long)client->pid, CLIENT_VMS_PER_PID);
         return;
@@ -64,9 +64,9 @@ static void handle_hello(NuksmAgent *agent, NuksmClient *client,
         log_info("%s: control client", client->label);
     }
     if (client->role != NUKSM_ROLE_VM) {
-        server_send(agent, client, NUKSM_MSG_HELLO_ACK, seq, &ack,
+        transport_send(client, NUKSM_MSG_HELLO_ACK, seq, &ack,
                     sizeof(ack));
-    } else if (server_send_fd(agent, client, NUKSM_MSG_HELLO_ACK, seq, &ack,
+    } else if (transport_send_fd(client, NUKSM_MSG_HELLO_ACK, seq, &ack,
                               sizeof(ack), agent->userfaultfd)) {
         merge_client_join(agent, client);
     }
@@ -76,7 +76,7 @@ static void send_policy(NuksmAgent *agent, NuksmClient *client, uint32_t seq)
 {
     NuksmMsgPolicy msg = { .policy = agent->policy };
 
-    server_send(agent, client, NUKSM_MSG_POLICY, seq, &msg, sizeof(msg));
+    transport_send(client, NUKSM_MSG_POLICY, seq, &msg, sizeof(msg));
 }
 
 static void handle_set_policy(NuksmAgent *agent, NuksmClient *client,
@@ -118,7 +118,7 @@ static void handle_set_priority(NuksmAgent *agent, NuksmClient *client,
     const NuksmMsgPriority *req = payload;
 
     if (client->role != NUKSM_ROLE_VM) {
-        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+        transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                       "SET_PRIORITY from a control client, only VMs have "
                       "a priority");
         return;
@@ -169,7 +169,7 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
     info.conditions = agent->conditions;
     conditions_describe(agent, info.condition_reason,
                         sizeof(info.condition_reason));
-    server_send(agent, client, NUKSM_MSG_INFO, seq, &info, sizeof(info));
+    transport_send(client, NUKSM_MSG_INFO, seq, &info, sizeof(info));
 }
 
 static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
@@ -210,7 +210,7 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
             memcpy(e->libvirt_uuid, dom->uuid, sizeof(e->libvirt_uuid));
         }
     }
-    server_send(agent, client, NUKSM_MSG_VMS, seq, msg, len);
+    transport_send(client, NUKSM_MSG_VMS, seq, msg, len);
 }
 
 /* Requests clients may send; NULL for the types only nuksmd sends. */
@@ -291,21 +291,21 @@ void dispatch_message(NuksmAgent *agent, NuksmClient *client,
         }
     }
     if (size > NUKSM_MSG_MAX) {
-        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+        transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                       "malformed message: %zu-byte datagram exceeds the "
                       "%u-byte limit", size, NUKSM_MSG_MAX);
         return;
     }
     if (!client->hello_done && peek_hello_version(buf, size, &version) &&
         version != NUKSM_PROTO_VERSION) {
-        server_reject(agent, client, seq, NUKSM_ERR_VERSION,
+        transport_reject(client, seq, NUKSM_ERR_VERSION,
                       "protocol version mismatch: nuksmd speaks %u, "
                       "client speaks %u", NUKSM_PROTO_VERSION, version);
         return;
     }
     problem = nuksm_msg_check(buf, size);
     if (problem) {
-        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+        transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                       "malformed message: %s", problem);
         return;
     }
@@ -313,22 +313,22 @@ void dispatch_message(NuksmAgent *agent, NuksmClient *client,
     name = nuksm_msg_type_name(hdr.type);
     log_debug("%s: received %s seq %u", client->label, name, seq);
     if (!handlers[hdr.type]) {
-        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+        transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                       "unexpected %s: only nuksmd sends it", name);
         return;
     }
     if (!client->hello_done && hdr.type != NUKSM_MSG_HELLO) {
-        server_reject(agent, client, seq, NUKSM_ERR_HANDSHAKE,
+        transport_reject(client, seq, NUKSM_ERR_HANDSHAKE,
                       "%s before HELLO", name);
         return;
     }
     if (client->hello_done && hdr.type == NUKSM_MSG_HELLO) {
-        server_reject(agent, client, seq, NUKSM_ERR_HANDSHAKE,
+        transport_reject(client, seq, NUKSM_ERR_HANDSHAKE,
                       "second HELLO");
         return;
     }
     if (client->role != NUKSM_ROLE_VM && vm_only(hdr.type)) {
-        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+        transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                       "%s from a control client: only VMs merge pages",
                       name);
         return;

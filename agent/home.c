@@ -15,7 +15,7 @@
 #include "home.h"
 #include "ledger.h"
 #include "log.h"
-#include "server.h"
+#include "transport.h"
 
 /* The CPU thread @tid of @pid last ran on, or -1. */
 static int last_cpu(pid_t pid, uint32_t tid)
@@ -251,7 +251,7 @@ static void send_home(NuksmAgent *agent, NuksmClient *client)
 
     memcpy(msg.home, client->home, msg.nr_gnodes);
     memcpy(msg.source, client->home_source, msg.nr_gnodes);
-    server_send(agent, client, NUKSM_MSG_HOME, 0, &msg, sizeof(msg));
+    transport_send(client, NUKSM_MSG_HOME, 0, &msg, sizeof(msg));
 }
 
 /* Re-evaluate @client's homes; tell it, and move pages, if one changed. */
@@ -356,7 +356,7 @@ void home_handle_topology(NuksmAgent *agent, NuksmClient *client,
 
     for (uint32_t i = 0; i < t->nr_vcpus; i++) {
         if (!own_thread(client->pid, t->vcpus[i].tid)) {
-            server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+            transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                           "TOPOLOGY: vCPU thread %u is not a thread of "
                           "pid %d", t->vcpus[i].tid, client->pid);
             return;

@@ -22,7 +22,7 @@
 #include "outbox.h"
 #include "policy.h"
 #include "recovery.h"
-#include "server.h"
+#include "transport.h"
 
 /*
  * Candidates remembered per agent: at most 96 MiB of unstable table, and
@@ -134,7 +134,7 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
         NuksmMsgStore msg = { .node = n, .size = STORE_SIZE };
 
-        server_send_fd(agent, client, NUKSM_MSG_STORE, 0, &msg, sizeof(msg),
+        transport_send_fd(client, NUKSM_MSG_STORE, 0, &msg, sizeof(msg),
                        agent->store.files[n].ro_fd);
     }
     conditions_send(agent, client);
@@ -184,7 +184,7 @@ bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
     g_autofree char *problem = merge_ref_problem(agent, r);
 
     if (problem) {
-        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE, "%s: %s",
+        transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE, "%s: %s",
                       what, problem);
         return false;
     }
@@ -426,13 +426,13 @@ void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
         uint32_t gnodes = client->topology ? client->topology->nr_gnodes : 1;
 
         if (c[i].page >= PAGE_LIMIT) {
-            server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+            transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                           "CANDIDATES: page %#" PRIx64 " out of range",
                           c[i].page);
             return;
         }
         if (c[i].gnode >= gnodes) {
-            server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+            transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                           "CANDIDATES: guest node %u of page %#" PRIx64
                           " out of range (%u guest node%s)", c[i].gnode,
                           c[i].page, gnodes, gnodes == 1 ? "" : "s");
@@ -464,14 +464,14 @@ static KeyMapEntry *expect_entry(NuksmAgent *agent, NuksmClient *client,
     }
     e = ledger_page(client, r->page);
     if (!e || e->tag != state || e->value != slot_id(r->node, r->slot)) {
-        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+        transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                       "%s for page %#" PRIx64 " on node %u slot %u, %s",
                       name, r->page, r->node, r->slot, why[state]);
         return NULL;
     }
     s = ledger_slot(agent, e->value);
     if (r->gen != s->gen) {
-        server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+        transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                       "%s for node %u slot %u with stale generation %u "
                       "(it is %u)", name, r->node, r->slot, r->gen, s->gen);
         return NULL;

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "outbox.h"
-#include "server.h"
+#include "transport.h"
 
 static NuksmSlotRef slot_ref(uint64_t page, SlotId id, uint32_t gen)
 {
@@ -66,7 +66,7 @@ static void send_batches(NuksmAgent *agent, NuksmClient *client,
         batch->count = count;
         batch->reserved = 0;
         memcpy(batch + 1, entries->data + i * size, count * size);
-        if (!server_send(agent, client, type, 0, batch, len)) {
+        if (!transport_send(client, type, 0, batch, len)) {
             break;
         }
     }

@@ -13,7 +13,7 @@
 #include "merge.h"
 #include "nuksm-digest.h"
 #include "recovery.h"
-#include "server.h"
+#include "transport.h"
 
 /* Slots whose pages are looked up in pagemap at once. */
 #define REAP_CHUNK 4096u
@@ -309,6 +309,6 @@ void recovery_handle_restore(NuksmAgent *agent, NuksmClient *client,
         "those pages again", client->label, refused->count,
         refused->count == 1 ? "y" : "ies", first);
     client->refused_pages += refused->count;
-    server_send(agent, client, NUKSM_MSG_REFUSED, 0, refused,
+    transport_send(client, NUKSM_MSG_REFUSED, 0, refused,
                 sizeof(*refused) + refused->count * sizeof(NuksmSlotRef));
 }

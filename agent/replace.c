@@ -15,7 +15,7 @@
 #include "outbox.h"
 #include "policy.h"
 #include "replace.h"
-#include "server.h"
+#include "transport.h"
 
 /* A merged page of a VM, as a pass finds it. */
 typedef struct Sharer {
@@ -285,7 +285,7 @@ void replace_handle_moved(NuksmAgent *agent, NuksmClient *client,
         move = ledger_move(client, m[i].to.page);
         if (!move || move->value != slot_id(m[i].to.node, m[i].to.slot) ||
             ledger_slot(agent, move->value)->gen != m[i].to.gen) {
-            server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+            transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                           "MOVED for page %#" PRIx64 " to node %u slot %u, "
                           "which has no MOVE awaiting an answer",
                           m[i].to.page, m[i].to.node, m[i].to.slot);
@@ -298,7 +298,7 @@ void replace_handle_moved(NuksmAgent *agent, NuksmClient *client,
         e = ledger_page(client, m[i].from.page);
         if (!e || e->tag != PAGE_MAPPED ||
             e->value != slot_id(m[i].from.node, m[i].from.slot)) {
-            server_reject(agent, client, seq, NUKSM_ERR_BAD_MESSAGE,
+            transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                           "MOVED for page %#" PRIx64 " from node %u slot "
                           "%u, which it does not map", m[i].from.page,
                           m[i].from.node, m[i].from.slot);

@@ -24,6 +24,7 @@
 #include "merge.h"
 #include "outbox.h"
 #include "server.h"
+#include "transport.h"
 
 /* Seconds to stop accepting after running out of file descriptors. */
 #define ACCEPT_RETRY_SECONDS 1
@@ -32,16 +33,6 @@
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
 #endif
-
-/*
- * Bytes queued for a client whose socket is full, beyond which it counts
- * as not reading its messages: room for a burst of MERGE batches.  Each
- * datagram is counted with what queueing it allocates besides its bytes
- * (a GBytes, a list link, their malloc headers), so that many small
- * messages cost no more than the limit says.
- */
-#define CLIENT_TXQ_MAX (8u << 20)
-#define TXQ_ENTRY_OVERHEAD 128u
 
 /*
  * A client that leaves with this much queued or this many pages: give
@@ -115,125 +106,6 @@ static bool remove_stale_socket(const char *path)
 }
 
 /*
- * Send one datagram without blocking, passing @pass_fd along if it is
- * not -1.  Returns 0 or an errno.  SOCK_SEQPACKET sends a datagram whole
- * or not at all.
- */
-static int send_datagram(int fd, const void *buf, size_t size, int pass_fd)
-{
-    struct iovec iov = { .iov_base = (void *)buf, .iov_len = size };
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } control;
-    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
-    ssize_t n;
-
-    if (pass_fd >= 0) {
-        struct cmsghdr *cmsg;
-
-        memset(&control, 0, sizeof(control));
-        msg.msg_control = control.buf;
-        msg.msg_controllen = sizeof(control.buf);
-        cmsg = CMSG_FIRSTHDR(&msg);
-        cmsg->cmsg_level = SOL_SOCKET;
-        cmsg->cmsg_type = SCM_RIGHTS;
-        cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cmsg), &pass_fd, sizeof(int));
-    }
-    do {
-        n = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-    } while (n < 0 && errno == EINTR);
-    return n < 0 ? errno : 0;
-}
-
-static gboolean on_client_writable(int fd, GIOCondition cond,
-                                   gpointer opaque);
-
-/* Queue a datagram that the socket cannot take now. */
-static bool queue_datagram(NuksmClient *client, const void *buf,
-                           size_t size)
-{
-    if (client->txq_bytes + size + TXQ_ENTRY_OVERHEAD > CLIENT_TXQ_MAX) {
-        return false;
-    }
-    g_queue_push_tail(&client->txq, g_bytes_new(buf, size));
-    client->txq_bytes += size + TXQ_ENTRY_OVERHEAD;
-    if (!client->out_watch) {
-        log_debug("%s: socket full, queueing messages", client->label);
-        client->out_watch = g_unix_fd_add(client->fd, G_IO_OUT,
-                                          on_client_writable, client);
-    }
-    return true;
-}
-
-bool server_send_fd(NuksmAgent *agent, NuksmClient *client,
-                    NuksmMsgType type, uint32_t seq, const void *payload,
-                    uint32_t len, int pass_fd)
-{
-    size_t size = nuksm_msg_pack(agent->tx_buf, type, seq, payload, len);
-    int err = EAGAIN;
-
-    if (client->dead) {
-        return false;
-    }
-    /* Behind queued messages, this one must wait its turn. */
-    if (!client->txq.length) {
-        err = send_datagram(client->fd, agent->tx_buf, size, pass_fd);
-    }
-    if (err == EAGAIN && pass_fd < 0 &&
-        queue_datagram(client, agent->tx_buf, size)) {
-        err = 0;
-    }
-    if (err) {
-        log_warning("%s: cannot send %s: %s, disconnecting", client->label,
-                    nuksm_msg_type_name(type),
-                    err == EAGAIN ? "it does not read its messages"
-                                  : g_strerror(err));
-        client->dead = true;
-        return false;
-    }
-    log_debug("%s: sent %s seq %u", client->label,
-              nuksm_msg_type_name(type), seq);
-    return true;
-}
-
-bool server_send(NuksmAgent *agent, NuksmClient *client, NuksmMsgType type,
-                 uint32_t seq, const void *payload, uint32_t len)
-{
-    return server_send_fd(agent, client, type, seq, payload, len, -1);
-}
-
-static void fill_error(NuksmMsgError *msg, NuksmErrorCode code,
-                       const char *text)
-{
-    memset(msg, 0, sizeof(*msg));
-    msg->code = code;
-    nuksm_strfield_set(msg->message, sizeof(msg->message), text);
-}
-
-/*
- * The ERROR is lost if it has to queue behind other messages, since the
- * client is freed once the current event is handled.
- */
-void server_reject(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
-                   NuksmErrorCode code, const char *fmt, ...)
-{
-    g_autofree char *text = NULL;
-    NuksmMsgError msg;
-    va_list ap;
-
-    va_start(ap, fmt);
-    text = g_strdup_vprintf(fmt, ap);
-    va_end(ap);
-
-    log_warning("%s: %s, disconnecting", client->label, text);
-    fill_error(&msg, code, text);
-    server_send(agent, client, NUKSM_MSG_ERROR, seq, &msg, sizeof(msg));
-    client->dead = true;
-}
-
-/*
  * Free the clients marked dead while handling the current event.  glibc
  * keeps freed heap for reuse: give it back when a big client went, so
  * that a flood leaves no lasting cost.
@@ -270,40 +142,6 @@ static void finish_event(NuksmAgent *agent)
     outbox_flush(agent);
     reap_clients(agent);
     ledger_flush(agent);
-}
-
-/* Send queued datagrams until the socket is full or the queue empty. */
-static gboolean on_client_writable(int fd, GIOCondition cond,
-                                   gpointer opaque)
-{
-    NuksmClient *client = opaque;
-    GBytes *bytes;
-
-    while (!client->dead && (bytes = g_queue_peek_head(&client->txq))) {
-        gsize size;
-        const void *data = g_bytes_get_data(bytes, &size);
-        int err = send_datagram(fd, data, size, -1);
-
-        if (err == EAGAIN) {
-            return G_SOURCE_CONTINUE;
-        }
-        if (err) {
-            log_warning("%s: cannot send: %s, disconnecting", client->label,
-                        g_strerror(err));
-            client->dead = true;
-            break;
-        }
-        g_queue_pop_head(&client->txq);
-        client->txq_bytes -= size + TXQ_ENTRY_OVERHEAD;
-        g_bytes_unref(bytes);
-    }
-    if (!client->dead) {
-        client->out_watch = 0;
-        return G_SOURCE_REMOVE;
-    }
-    /* Frees the client and removes this source; GLib allows that. */
-    finish_event(client->agent);
-    return G_SOURCE_CONTINUE;
 }
 
 static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
@@ -347,7 +185,7 @@ static gboolean on_hello_timeout(gpointer opaque)
 
     client->hello_timer = 0;
     if (!client->hello_done && !client->dead) {
-        server_reject(client->agent, client, 0, NUKSM_ERR_HANDSHAKE,
+        transport_reject(client, 0, NUKSM_ERR_HANDSHAKE,
                       "no HELLO within %d s", HANDSHAKE_SECONDS);
         finish_event(client->agent);
     }
@@ -380,19 +218,6 @@ static gboolean resume_accept(gpointer opaque)
     agent->listen_watch = g_unix_fd_add(agent->listen_fd, G_IO_IN,
                                         on_listen_ready, agent);
     return G_SOURCE_REMOVE;
-}
-
-/* Send ERROR to a connection we will not serve, then close it. */
-static void refuse_connection(NuksmAgent *agent, int fd, const char *text)
-{
-    NuksmMsgError msg;
-    size_t size;
-
-    fill_error(&msg, NUKSM_ERR_HANDSHAKE, text);
-    size = nuksm_msg_pack(agent->tx_buf, NUKSM_MSG_ERROR, 0, &msg,
-                          sizeof(msg));
-    send_datagram(fd, agent->tx_buf, size, -1);
-    close(fd);
 }
 
 /*
@@ -462,7 +287,8 @@ static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque)
         log_limited(&refusals, LOG_LIMIT_SECONDS, NUKSMD_LOG_WARNING,
                     "refusing connection from pid %ld uid %u: %s",
                     (long)cred.pid, (unsigned)cred.uid, problem);
-        refuse_connection(agent, cfd, problem);
+        transport_refuse(cfd, problem);
+        close(cfd);
         return G_SOURCE_CONTINUE;
     }
 
@@ -528,7 +354,7 @@ static void server_listen(NuksmAgent *agent, int fd, const char *path)
     agent->socket_path = g_strdup(path);
     agent->listen_fd = fd;
     agent->rx_buf = g_malloc(NUKSM_MSG_MAX);
-    agent->tx_buf = g_malloc(NUKSM_MSG_MAX);
+    transport_init(finish_event);
     agent->listen_watch = g_unix_fd_add(fd, G_IO_IN, on_listen_ready, agent);
 }
 
@@ -632,5 +458,5 @@ void server_stop(NuksmAgent *agent)
     }
     g_clear_pointer(&agent->socket_path, g_free);
     g_clear_pointer(&agent->rx_buf, g_free);
-    g_clear_pointer(&agent->tx_buf, g_free);
+    transport_destroy();
 }

@@ -1,5 +1,6 @@
 /*
- * nuksmd listening socket and per-client socket I/O.
+ * nuksmd server: the listening socket, receiving, and the end of each
+ * event (sending what it queued, freeing dead clients and slots).
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -21,29 +22,5 @@ bool server_start(NuksmAgent *agent, const char *path, gid_t group);
 
 /* Disconnect every client, stop listening and remove the socket file. */
 void server_stop(NuksmAgent *agent);
-
-/*
- * Send one message without blocking; what the socket cannot take yet is
- * queued, up to a bound.  A client that cannot take it is marked dead
- * (disconnected after the current event); returns false then.
- */
-bool server_send(NuksmAgent *agent, NuksmClient *client, NuksmMsgType type,
-                 uint32_t seq, const void *payload, uint32_t len);
-
-/*
- * server_send() with @pass_fd attached (SCM_RIGHTS).  Such a message is
- * never queued: it must go out at once.
- */
-bool server_send_fd(NuksmAgent *agent, NuksmClient *client,
-                    NuksmMsgType type, uint32_t seq, const void *payload,
-                    uint32_t len, int pass_fd);
-
-/*
- * Protocol violation: log a warning naming @client, send it ERROR(@code)
- * with the formatted text and disconnect it.
- */
-void server_reject(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
-                   NuksmErrorCode code, const char *fmt, ...)
-    G_GNUC_PRINTF(5, 6);
 
 #endif /* NUKSMD_SERVER_H */
