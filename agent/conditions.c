@@ -5,9 +5,15 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
+#include <inttypes.h>
+#include <malloc.h>
+
 #include "conditions.h"
 #include "log.h"
 #include "transport.h"
+
+/* The memory budget holds again below this share of it, in percent. */
+#define MEMORY_RESUME_PERCENT 90
 
 /* For logs, by bit number. */
 static const char *const names[] = {
@@ -84,6 +90,55 @@ void conditions_clear(NuksmAgent *agent, NuksmCondition cond)
     g_clear_pointer(&agent->condition_reasons[i], g_free);
     log_info("%s no more: merging resumes", names[i]);
     broadcast(agent);
+}
+
+void conditions_store_full(NuksmAgent *agent, const char *fmt, ...)
+{
+    g_autofree char *reason = NULL;
+    va_list ap;
+
+    va_start(ap, fmt);
+    reason = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    conditions_set(agent, NUKSM_COND_STORE_FULL, "%s", reason);
+    agent->store_retry_at = g_get_monotonic_time() +
+                            STORE_RETRY_SECONDS * G_USEC_PER_SEC;
+}
+
+bool conditions_store_has_room(NuksmAgent *agent)
+{
+    uint64_t limit;
+
+    if (conditions_hold(agent, NUKSM_COND_STORE_FULL) &&
+        g_get_monotonic_time() < agent->store_retry_at) {
+        return false;
+    }
+    if (memcg_room(&agent->memcg, &limit) < NUKSM_PAGE_SIZE) {
+        conditions_store_full(agent, "nuksmd's memory cgroup is within its "
+                              "headroom of its %" PRIu64 " MiB limit",
+                              limit >> 20);
+        return false;
+    }
+    return true;
+}
+
+bool conditions_memory_has_room(NuksmAgent *agent)
+{
+    struct mallinfo2 mi = mallinfo2();
+    uint64_t used = mi.uordblks + mi.hblkhd;
+    bool over = conditions_hold(agent, NUKSM_COND_AGENT_MEMORY);
+    uint64_t limit = over ? agent->memory_max / 100 * MEMORY_RESUME_PERCENT
+                          : agent->memory_max;
+
+    if (used < limit) {
+        conditions_clear(agent, NUKSM_COND_AGENT_MEMORY);
+        return true;
+    }
+    conditions_set(agent, NUKSM_COND_AGENT_MEMORY,
+                   "nuksmd's tables use %" PRIu64 " MiB of its %" PRIu64
+                   " MiB budget (--memory-max)", used >> 20,
+                   agent->memory_max >> 20);
+    return false;
 }
 
 void conditions_destroy(NuksmAgent *agent)

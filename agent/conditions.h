@@ -37,6 +37,28 @@ static inline bool conditions_hold(const NuksmAgent *agent,
     return agent->conditions & cond;
 }
 
+/*
+ * The store takes no new page, for the reason @fmt says: hold back new
+ * slots for STORE_RETRY_SECONDS, then try again.
+ */
+void conditions_store_full(NuksmAgent *agent, const char *fmt, ...)
+    G_GNUC_PRINTF(2, 3);
+
+/*
+ * False while the store was found full and the next try is not due, or
+ * while the agent's memory cgroup is near its limit (where the OOM
+ * killer would strike instead of a failed write): no slot is allocated
+ * then, so a full store costs no futile uploads.
+ */
+bool conditions_store_has_room(NuksmAgent *agent);
+
+/*
+ * False while nuksmd's heap is over its budget: no new candidate is
+ * taken then.  A budget that held is held until usage falls back below
+ * MEMORY_RESUME_PERCENT of it.
+ */
+bool conditions_memory_has_room(NuksmAgent *agent);
+
 /* Why the conditions in force hold, into the string field @field. */
 void conditions_describe(const NuksmAgent *agent, char *field, size_t len);
 

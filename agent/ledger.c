@@ -5,16 +5,15 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
-#include "conditions.h"
+#include <inttypes.h>
+
 #include "ledger.h"
-#include "merge.h"
-#include "outbox.h"
 
 /* A page waiting for a slot's upload. */
-typedef struct Sharer {
+typedef struct UploadSharer {
     uint64_t page;
     uint32_t client;         /* id: the client may leave meanwhile */
-} Sharer;
+} UploadSharer;
 
 void ledger_init(NuksmAgent *agent)
 {
@@ -36,6 +35,23 @@ void ledger_destroy(NuksmAgent *agent)
 NuksmClient *ledger_client(NuksmAgent *agent, uint32_t client_id)
 {
     return g_hash_table_lookup(agent->vms, GUINT_TO_POINTER(client_id));
+}
+
+char *ledger_ref_problem(NuksmAgent *agent, const NuksmSlotRef *r)
+{
+    if (r->node >= agent->nr_nodes) {
+        return g_strdup_printf("node %u out of range (%u node%s)", r->node,
+                               agent->nr_nodes,
+                               agent->nr_nodes == 1 ? "" : "s");
+    }
+    if (r->slot >= STORE_SLOTS) {
+        return g_strdup_printf("slot %u out of range (%u slots per node)",
+                               r->slot, STORE_SLOTS);
+    }
+    if (r->page >= LEDGER_PAGE_LIMIT) {
+        return g_strdup_printf("page %#" PRIx64 " out of range", r->page);
+    }
+    return NULL;
 }
 
 void ledger_add(NuksmAgent *agent, NuksmClient *client, uint64_t page,
@@ -119,7 +135,7 @@ void ledger_drop(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e)
 void ledger_upload_start(NuksmAgent *agent, SlotId id)
 {
     g_hash_table_insert(agent->uploads, GUINT_TO_POINTER(id),
-                        g_array_new(FALSE, FALSE, sizeof(Sharer)));
+                        g_array_new(FALSE, FALSE, sizeof(UploadSharer)));
 }
 
 void ledger_upload_join(NuksmAgent *agent, SlotId id, NuksmClient *client,
@@ -127,7 +143,7 @@ void ledger_upload_join(NuksmAgent *agent, SlotId id, NuksmClient *client,
 {
     GArray *sharers = g_hash_table_lookup(agent->uploads,
                                           GUINT_TO_POINTER(id));
-    Sharer sharer = { .page = page, .client = client->id };
+    UploadSharer sharer = { .page = page, .client = client->id };
 
     g_array_append_val(sharers, sharer);
 }
@@ -138,7 +154,7 @@ void ledger_upload_join(NuksmAgent *agent, SlotId id, NuksmClient *client,
  * entries (which ledger_client_leave() dropped) cannot be found.
  */
 static KeyMapEntry *waiting_entry(NuksmAgent *agent, SlotId id,
-                                  const Sharer *sharer, NuksmClient **client)
+                                  const UploadSharer *sharer, NuksmClient **client)
 {
     KeyMapEntry *e;
 
@@ -163,54 +179,22 @@ static GArray *steal_sharers(NuksmAgent *agent, SlotId id)
     return sharers;
 }
 
-bool ledger_fill(NuksmAgent *agent, SlotId id, const void *content)
+GArray *ledger_upload_complete(NuksmAgent *agent, SlotId id)
 {
-    Slot *s = ledger_slot(agent, id);
-    SlotRecord rec = {
-        .gen = s->gen,
-        .domain_key = domains_key(&agent->domains, s->domain),
-    };
+    g_autoptr(GArray) sharers = steal_sharers(agent, id);
+    GArray *waiters = g_array_new(FALSE, FALSE, sizeof(LedgerWaiter));
 
-    int err = store_write(&agent->store, slot_id_node(id),
-                          slot_id_slot(id), content);
-
-    if (!err) {
-        err = store_set_record(&agent->store, slot_id_node(id),
-                               slot_id_slot(id), &rec);
-    }
-    if (err) {
-        merge_store_full(agent, "cannot write to the store in %s: %s",
-                         agent->store.dir, g_strerror(err));
-        return false;
-    }
-    memcg_charge(&agent->memcg, NUKSM_PAGE_SIZE);
-    conditions_clear(agent, NUKSM_COND_STORE_FULL);
-    s->state = SLOT_READY;
-    return true;
-}
-
-void ledger_upload_complete(NuksmAgent *agent, SlotId id,
-                            const void *content)
-{
-    Slot *s = ledger_slot(agent, id);
-    g_autoptr(GArray) sharers = NULL;
-
-    if (!ledger_fill(agent, id, content)) {
-        ledger_upload_cancel(agent, id);
-        return;
-    }
-    sharers = steal_sharers(agent, id);
     for (guint i = 0; i < sharers->len; i++) {
-        const Sharer *sharer = &g_array_index(sharers, Sharer, i);
-        NuksmClient *client;
-        KeyMapEntry *e = waiting_entry(agent, id, sharer, &client);
+        const UploadSharer *sharer = &g_array_index(sharers, UploadSharer, i);
+        LedgerWaiter w = { .page = sharer->page };
+        KeyMapEntry *e = waiting_entry(agent, id, sharer, &w.client);
 
         if (e) {
             e->tag = PAGE_MERGING;
-            outbox_add(agent, client, NUKSM_MSG_MERGE, sharer->page, id,
-                       s->gen);
+            g_array_append_val(waiters, w);
         }
     }
+    return waiters;
 }
 
 void ledger_upload_cancel(NuksmAgent *agent, SlotId id)
@@ -223,7 +207,7 @@ void ledger_upload_cancel(NuksmAgent *agent, SlotId id)
     for (guint i = 0; i < sharers->len; i++) {
         NuksmClient *client;
         KeyMapEntry *e = waiting_entry(agent, id,
-                                       &g_array_index(sharers, Sharer, i),
+                                       &g_array_index(sharers, UploadSharer, i),
                                        &client);
 
         if (e) {

@@ -24,6 +24,9 @@
 /* Pages (references and pending merges) one VM may hold: 256 GiB. */
 #define LEDGER_CLIENT_PAGES_MAX (1u << 26)
 
+/* A page index names a page of a 64-bit RAM address space. */
+#define LEDGER_PAGE_LIMIT (UINT64_MAX / NUKSM_PAGE_SIZE + 1)
+
 /* Namespaces of a VM's table: its pages, and the moves of its pages. */
 #define LEDGER_NS_PAGE 0
 #define LEDGER_NS_MOVE 1
@@ -84,6 +87,9 @@ static inline bool ledger_full(const NuksmClient *client)
     return client->pages.count >= LEDGER_CLIENT_PAGES_MAX;
 }
 
+/* What is out of range in @r (to be freed), or NULL if nothing is. */
+char *ledger_ref_problem(NuksmAgent *agent, const NuksmSlotRef *r);
+
 /* The joined VM of id @client_id, or NULL if it left. */
 NuksmClient *ledger_client(NuksmAgent *agent, uint32_t client_id);
 
@@ -108,27 +114,29 @@ void ledger_map(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
 void ledger_drop(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
 
 /*
- * Write @content into slot @id, whose digest and domain are set, and
- * record it (store.h): it becomes SLOT_READY.  False, with the slot left
- * as it was and the store-full condition set, if the store cannot take
- * it.
- */
-bool ledger_fill(NuksmAgent *agent, SlotId id, const void *content);
-
-/*
  * Uploads.  A new slot starts SLOT_UPLOADING with the pages that will
  * share it, the uploader's one first; more may join until the content
- * arrives.  The upload then either completes (the content is stored and
- * every sharer still there is sent a MERGE) or is cancelled (the sharers'
- * entries are dropped and the slot freed), which is also what happens
- * when the content cannot be stored.
+ * arrives.  The upload then either completes (the content is stored, see
+ * copies.h, and every sharer still there is to be sent a MERGE) or is
+ * cancelled (the sharers' entries are dropped and the slot freed), which
+ * is also what happens when the content cannot be stored.
  */
 void ledger_upload_start(NuksmAgent *agent, SlotId id);
 void ledger_upload_join(NuksmAgent *agent, SlotId id, NuksmClient *client,
                         uint64_t page);
-void ledger_upload_complete(NuksmAgent *agent, SlotId id,
-                            const void *content);
 void ledger_upload_cancel(NuksmAgent *agent, SlotId id);
+
+/* A page that waited for an upload and may now map its slot. */
+typedef struct LedgerWaiter {
+    NuksmClient *client;
+    uint64_t page;
+} LedgerWaiter;
+
+/*
+ * Upload @id is stored: its sharers still there become PAGE_MERGING.
+ * Returns them (LedgerWaiter), for the caller to send each a MERGE.
+ */
+GArray *ledger_upload_complete(NuksmAgent *agent, SlotId id);
 
 /* Queue an unused slot to be freed by ledger_flush(). */
 void ledger_free(NuksmAgent *agent, SlotId id);

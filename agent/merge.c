@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "conditions.h"
+#include "copies.h"
 #include "detached.h"
 #include "home.h"
 #include "ledger.h"
@@ -30,9 +31,6 @@
  */
 #define UNSTABLE_MAX_ENTRIES (1u << 22)
 
-/* A page index names a page of a 64-bit RAM address space. */
-#define PAGE_LIMIT (UINT64_MAX / NUKSM_PAGE_SIZE + 1)
-
 /*
  * Pages of one VM on their way to a slot (waiting for an upload,
  * uploading, or sent a MERGE it has not answered): 256 MiB of guest
@@ -40,9 +38,6 @@
  * bound on what one client that never uploads or answers can hold.
  */
 #define CLIENT_IN_FLIGHT_MAX (1u << 16)
-
-/* The memory budget holds again below this share of it, in percent. */
-#define MEMORY_RESUME_PERCENT 90
 
 static bool client_alive(uint32_t client_id, void *opaque)
 {
@@ -140,19 +135,6 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     conditions_send(agent, client);
 }
 
-void merge_store_full(NuksmAgent *agent, const char *fmt, ...)
-{
-    g_autofree char *reason = NULL;
-    va_list ap;
-
-    va_start(ap, fmt);
-    reason = g_strdup_vprintf(fmt, ap);
-    va_end(ap);
-    conditions_set(agent, NUKSM_COND_STORE_FULL, "%s", reason);
-    agent->store_retry_at = g_get_monotonic_time() +
-                            STORE_RETRY_SECONDS * G_USEC_PER_SEC;
-}
-
 void merge_client_leave(NuksmAgent *agent, NuksmClient *client)
 {
     if (client->joined) {
@@ -161,27 +143,10 @@ void merge_client_leave(NuksmAgent *agent, NuksmClient *client)
     }
 }
 
-char *merge_ref_problem(NuksmAgent *agent, const NuksmSlotRef *r)
-{
-    if (r->node >= agent->nr_nodes) {
-        return g_strdup_printf("node %u out of range (%u node%s)", r->node,
-                               agent->nr_nodes,
-                               agent->nr_nodes == 1 ? "" : "s");
-    }
-    if (r->slot >= STORE_SLOTS) {
-        return g_strdup_printf("slot %u out of range (%u slots per node)",
-                               r->slot, STORE_SLOTS);
-    }
-    if (r->page >= PAGE_LIMIT) {
-        return g_strdup_printf("page %#" PRIx64 " out of range", r->page);
-    }
-    return NULL;
-}
-
 bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
                      const char *what, const NuksmSlotRef *r)
 {
-    g_autofree char *problem = merge_ref_problem(agent, r);
+    g_autofree char *problem = ledger_ref_problem(agent, r);
 
     if (problem) {
         transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE, "%s: %s",
@@ -189,53 +154,6 @@ bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
         return false;
     }
     return true;
-}
-
-/*
- * False while the store was found full and the next try is not due, or
- * while the agent's memory cgroup is near its limit (where the OOM
- * killer would strike instead of a failed write): no slot is allocated
- * then, so a full store costs no futile uploads.
- */
-static bool store_has_room(NuksmAgent *agent)
-{
-    uint64_t limit;
-
-    if (conditions_hold(agent, NUKSM_COND_STORE_FULL) &&
-        g_get_monotonic_time() < agent->store_retry_at) {
-        return false;
-    }
-    if (memcg_room(&agent->memcg, &limit) < NUKSM_PAGE_SIZE) {
-        merge_store_full(agent, "nuksmd's memory cgroup is within its "
-                         "headroom of its %" PRIu64 " MiB limit",
-                         limit >> 20);
-        return false;
-    }
-    return true;
-}
-
-/*
- * False while nuksmd's heap is over its budget: no new candidate is
- * taken then.  A budget that held is held until usage falls back below
- * MEMORY_RESUME_PERCENT of it.
- */
-static bool memory_has_room(NuksmAgent *agent)
-{
-    struct mallinfo2 mi = mallinfo2();
-    uint64_t used = mi.uordblks + mi.hblkhd;
-    bool over = conditions_hold(agent, NUKSM_COND_AGENT_MEMORY);
-    uint64_t limit = over ? agent->memory_max / 100 * MEMORY_RESUME_PERCENT
-                          : agent->memory_max;
-
-    if (used < limit) {
-        conditions_clear(agent, NUKSM_COND_AGENT_MEMORY);
-        return true;
-    }
-    conditions_set(agent, NUKSM_COND_AGENT_MEMORY,
-                   "nuksmd's tables use %" PRIu64 " MiB of its %" PRIu64
-                   " MiB budget (--memory-max)", used >> 20,
-                   agent->memory_max >> 20);
-    return false;
 }
 
 /*
@@ -254,11 +172,11 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
     SlotId id;
     Slot *s;
 
-    if (!store_has_room(agent)) {
+    if (!conditions_store_has_room(agent)) {
         return;
     }
     if (!slots_alloc(&agent->slots[node], &slot)) {
-        merge_store_full(agent, "store node %u holds its %u pages", node,
+        conditions_store_full(agent, "store node %u holds its %u pages", node,
                          STORE_SLOTS);
         return;
     }
@@ -270,7 +188,6 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
     s = ledger_slot(agent, id);
     s->digest = c->digest;
     s->domain = v->domain_id;
-    index_insert(&agent->index, v->domain_id, c->digest, id);
 
     ledger_upload_start(agent, id);
     ledger_add(agent, v, c->page, id, PAGE_UPLOADING);
@@ -278,29 +195,13 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
     ledger_add(agent, u, upage, id, PAGE_WAITING);
     ledger_upload_join(agent, id, u, upage);
     outbox_add(agent, v, NUKSM_MSG_UPLOAD_REQ, c->page, id, s->gen);
-    merge_join_unstable(agent, id);
+    copies_publish(agent, id);
 }
 
 /* The @i-th node to look at for a page of home @home: home first. */
 static uint32_t nth_node(uint32_t home, uint32_t i)
 {
     return i == 0 ? home : i <= home ? i - 1 : i;
-}
-
-/* @v's @page shares slot @id, ready or being uploaded. */
-static void join_slot(NuksmAgent *agent, NuksmClient *v, uint64_t page,
-                      SlotId id)
-{
-    Slot *s = ledger_slot(agent, id);
-
-    if (s->state == SLOT_READY) {
-        ledger_add(agent, v, page, id, PAGE_MERGING);
-        outbox_add(agent, v, NUKSM_MSG_MERGE, page, id, s->gen);
-    } else {
-        /* Indexed but not ready: its content is on its way. */
-        ledger_add(agent, v, page, id, PAGE_WAITING);
-        ledger_upload_join(agent, id, v, page);
-    }
 }
 
 /* Join a copy of @c's content that @v's page may map; false if none. */
@@ -314,52 +215,11 @@ static bool join_copy(NuksmAgent *agent, NuksmClient *v,
         if (policy_may_map(agent->policy, pv, node) &&
             index_lookup(&agent->index, v->domain_id, node, c->digest,
                          &id)) {
-            join_slot(agent, v, c->page, id);
+            copies_join(agent, v, c->page, id);
             return true;
         }
     }
     return false;
-}
-
-/*
- * The unstable entry of (@domain, @node, @digest) if its page may still
- * merge: its VM *@u is there and the page has no slot yet.  *@pu
- * describes the page for placement.
- */
-static UnstableEntry *unstable_partner(NuksmAgent *agent, uint16_t domain,
-                                       uint32_t node, uint64_t digest,
-                                       NuksmClient **u, PolicyOwner *pu)
-{
-    UnstableEntry *ue = unstable_lookup(&agent->unstable, domain, node,
-                                        digest);
-
-    *u = ue ? ledger_client(agent, ue->client) : NULL;
-    if (!*u || ledger_page(*u, ue->page) || ledger_full(*u)) {
-        return NULL;
-    }
-    *pu = (PolicyOwner) { .client = (*u)->id, .home = ue->node,
-                          .priority = (*u)->priority, .hot = ue->hot };
-    return ue;
-}
-
-void merge_join_unstable(NuksmAgent *agent, SlotId id)
-{
-    const Slot *s = ledger_slot(agent, id);
-
-    for (uint32_t node = 0; node < agent->nr_nodes; node++) {
-        PolicyOwner pu;
-        NuksmClient *u;
-        UnstableEntry *ue = unstable_partner(agent, s->domain, node,
-                                             s->digest, &u, &pu);
-        uint64_t page;
-
-        if (!ue || !policy_may_map(agent->policy, &pu, slot_id_node(id))) {
-            continue;
-        }
-        page = ue->page;
-        unstable_remove(&agent->unstable, ue);
-        join_slot(agent, u, page, id);
-    }
 }
 
 /*
@@ -373,7 +233,7 @@ static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
     for (uint32_t i = 0; i < agent->nr_nodes; i++) {
         PolicyOwner pu;
         NuksmClient *u;
-        UnstableEntry *ue = unstable_partner(agent, v->domain_id,
+        UnstableEntry *ue = copies_unstable_partner(agent, v->domain_id,
                                              nth_node(pv->home, i),
                                              c->digest, &u, &pu);
         uint64_t upage;
@@ -419,13 +279,13 @@ void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
     const NuksmMsgBatch *batch = payload;
     const NuksmCandidate *c = (const NuksmCandidate *)(batch + 1);
 
-    if (!memory_has_room(agent)) {
+    if (!conditions_memory_has_room(agent)) {
         return;
     }
     for (uint32_t i = 0; i < batch->count; i++) {
         uint32_t gnodes = client->topology ? client->topology->nr_gnodes : 1;
 
-        if (c[i].page >= PAGE_LIMIT) {
+        if (c[i].page >= LEDGER_PAGE_LIMIT) {
             transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                           "CANDIDATES: page %#" PRIx64 " out of range",
                           c[i].page);
@@ -479,6 +339,19 @@ static KeyMapEntry *expect_entry(NuksmAgent *agent, NuksmClient *client,
     return e;
 }
 
+/* Upload @id is stored: send its sharers still waiting a MERGE. */
+static void send_merges(NuksmAgent *agent, SlotId id)
+{
+    g_autoptr(GArray) waiters = ledger_upload_complete(agent, id);
+    uint32_t gen = ledger_slot(agent, id)->gen;
+
+    for (guint i = 0; i < waiters->len; i++) {
+        const LedgerWaiter *w = &g_array_index(waiters, LedgerWaiter, i);
+
+        outbox_add(agent, w->client, NUKSM_MSG_MERGE, w->page, id, gen);
+    }
+}
+
 void merge_handle_upload(NuksmAgent *agent, NuksmClient *client,
                          uint32_t seq, const void *payload)
 {
@@ -509,7 +382,11 @@ void merge_handle_upload(NuksmAgent *agent, NuksmClient *client,
             ledger_upload_cancel(agent, id);
             continue;
         }
-        ledger_upload_complete(agent, id, content);
+        if (!copies_fill(agent, id, content)) {
+            ledger_upload_cancel(agent, id);
+            continue;
+        }
+        send_merges(agent, id);
     }
 }
 

@@ -50,29 +50,11 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client);
 void merge_client_leave(NuksmAgent *agent, NuksmClient *client);
 
 /*
- * The store takes no new page, for the reason @fmt says: hold back new
- * slots for STORE_RETRY_SECONDS, then try again (conditions.h).
- */
-void merge_store_full(NuksmAgent *agent, const char *fmt, ...)
-    G_GNUC_PRINTF(2, 3);
-
-/* What is out of range in @r (to be freed), or NULL if nothing is. */
-char *merge_ref_problem(NuksmAgent *agent, const NuksmSlotRef *r);
-
-/*
  * Check that @r names a node, slot and page that exist; else reject
  * @client (naming @what) and return false.
  */
 bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
                      const char *what, const NuksmSlotRef *r);
-
-/*
- * Slot @id was just indexed: the pages waiting in the unstable table with
- * its content, and allowed to map it, share it too.  Candidates are not
- * offered again soon once the agent has them (see nuksm-scan.c), so they
- * must not wait for a slot that appeared after them.
- */
-void merge_join_unstable(NuksmAgent *agent, SlotId id);
 
 /* Handlers of the VM -> agent messages; payloads passed nuksm_msg_check. */
 void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,

@@ -7,10 +7,10 @@
 
 #include <inttypes.h>
 
+#include "copies.h"
 #include "ledger.h"
 #include "log.h"
 #include "mapwatch.h"
-#include "merge.h"
 #include "nuksm-digest.h"
 #include "recovery.h"
 #include "transport.h"
@@ -201,17 +201,11 @@ static char *adopt_orphan(NuksmAgent *agent, NuksmClient *client,
         return g_strdup_printf("node %u slot %u belongs to another merge "
                                "domain", r->node, r->slot);
     }
-    /*
-     * New candidates merge with it, unless another slot of the domain
-     * has that content.
-     */
     s->gen = rec.gen;
     s->domain = client->domain_id;
     s->digest = nuksm_page_digest(content, NUKSM_PAGE_SIZE);
     s->state = SLOT_READY;
     agent->orphan_pages--;
-    index_insert(&agent->index, s->domain, s->digest,
-                 slot_id(r->node, r->slot));
     return NULL;
 }
 
@@ -219,7 +213,7 @@ static char *adopt_orphan(NuksmAgent *agent, NuksmClient *client,
 static char *restore_one(NuksmAgent *agent, NuksmClient *client,
                          const NuksmSlotRef *r)
 {
-    char *problem = merge_ref_problem(agent, r);
+    char *problem = ledger_ref_problem(agent, r);
     KeyMapEntry *e;
     bool adopted = false;
     Slot *s;
@@ -268,7 +262,11 @@ static char *restore_one(NuksmAgent *agent, NuksmClient *client,
     ledger_add(agent, client, r->page, slot_id(r->node, r->slot),
                PAGE_MAPPED);
     if (adopted) {
-        merge_join_unstable(agent, slot_id(r->node, r->slot));
+        /*
+         * New candidates merge with it, unless another slot of the
+         * domain has that content.
+         */
+        copies_publish(agent, slot_id(r->node, r->slot));
     }
     return NULL;
 }

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 
 #include "agent.h"
+#include "copies.h"
 #include "home.h"
 #include "ledger.h"
 #include "log.h"
@@ -218,12 +219,11 @@ static bool copy_on_node(NuksmAgent *agent, SlotId from, uint32_t node,
     t = ledger_slot(agent, *to);
     t->digest = s->digest;
     t->domain = s->domain;
-    if (!ledger_fill(agent, *to, content)) {
+    if (!copies_fill(agent, *to, content)) {
         ledger_free(agent, *to);
         return false;
     }
-    index_insert(&agent->index, t->domain, t->digest, *to);
-    merge_join_unstable(agent, *to);
+    copies_publish(agent, *to);
     owner = g_hash_table_lookup(agent->hot_owners, GUINT_TO_POINTER(from));
     if (owner) {
         g_hash_table_insert(agent->hot_owners, GUINT_TO_POINTER(*to), owner);

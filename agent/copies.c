@@ -1,0 +1,88 @@
+/*
+ * nuksmd copies.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "conditions.h"
+#include "copies.h"
+#include "ledger.h"
+#include "outbox.h"
+
+bool copies_fill(NuksmAgent *agent, SlotId id, const void *content)
+{
+    Slot *s = ledger_slot(agent, id);
+    SlotRecord rec = {
+        .gen = s->gen,
+        .domain_key = domains_key(&agent->domains, s->domain),
+    };
+    int err = store_write(&agent->store, slot_id_node(id),
+                          slot_id_slot(id), content);
+
+    if (!err) {
+        err = store_set_record(&agent->store, slot_id_node(id),
+                               slot_id_slot(id), &rec);
+    }
+    if (err) {
+        conditions_store_full(agent, "cannot write to the store in %s: %s",
+                              agent->store.dir, g_strerror(err));
+        return false;
+    }
+    memcg_charge(&agent->memcg, NUKSM_PAGE_SIZE);
+    conditions_clear(agent, NUKSM_COND_STORE_FULL);
+    s->state = SLOT_READY;
+    return true;
+}
+
+void copies_join(NuksmAgent *agent, NuksmClient *v, uint64_t page,
+                 SlotId id)
+{
+    Slot *s = ledger_slot(agent, id);
+
+    if (s->state == SLOT_READY) {
+        ledger_add(agent, v, page, id, PAGE_MERGING);
+        outbox_add(agent, v, NUKSM_MSG_MERGE, page, id, s->gen);
+    } else {
+        /* Indexed but not ready: its content is on its way. */
+        ledger_add(agent, v, page, id, PAGE_WAITING);
+        ledger_upload_join(agent, id, v, page);
+    }
+}
+
+UnstableEntry *copies_unstable_partner(NuksmAgent *agent, uint16_t domain,
+                                       uint32_t node, uint64_t digest,
+                                       NuksmClient **u, PolicyOwner *pu)
+{
+    UnstableEntry *ue = unstable_lookup(&agent->unstable, domain, node,
+                                        digest);
+
+    *u = ue ? ledger_client(agent, ue->client) : NULL;
+    if (!*u || ledger_page(*u, ue->page) || ledger_full(*u)) {
+        return NULL;
+    }
+    *pu = (PolicyOwner) { .client = (*u)->id, .home = ue->node,
+                          .priority = (*u)->priority, .hot = ue->hot };
+    return ue;
+}
+
+void copies_publish(NuksmAgent *agent, SlotId id)
+{
+    const Slot *s = ledger_slot(agent, id);
+
+    index_insert(&agent->index, s->domain, s->digest, id);
+    for (uint32_t node = 0; node < agent->nr_nodes; node++) {
+        PolicyOwner pu;
+        NuksmClient *u;
+        UnstableEntry *ue = copies_unstable_partner(agent, s->domain, node,
+                                                    s->digest, &u, &pu);
+        uint64_t page;
+
+        if (!ue || !policy_may_map(agent->policy, &pu, slot_id_node(id))) {
+            continue;
+        }
+        page = ue->page;
+        unstable_remove(&agent->unstable, ue);
+        copies_join(agent, u, page, id);
+    }
+}

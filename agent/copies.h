@@ -1,0 +1,53 @@
+/*
+ * nuksmd copies: store slots that hold a content, or are about to, and
+ * the pages that come to share them.
+ *
+ * A copy starts when two pages meet in the unstable table (merge.c): its
+ * slot is allocated, indexed under its domain and digest, and one page
+ * is asked to upload the content; pages that find it meanwhile wait for
+ * the upload.  Once the content is written (copies_fill()), every page
+ * sharing the slot is sent a MERGE.  A slot that gets a content by other
+ * ways, a RESTORE of an orphan (recovery.c) or a new copy made for
+ * re-placement (replace.c), is published the same way: indexed, and
+ * joined by the pages of its content waiting in the unstable table.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSMD_COPIES_H
+#define NUKSMD_COPIES_H
+
+#include "agent.h"
+
+/*
+ * Write @content into slot @id, whose digest and domain are set, and
+ * record it (store.h): it becomes SLOT_READY.  False, with the slot left
+ * as it was and the store-full condition set, if the store cannot take
+ * it.
+ */
+bool copies_fill(NuksmAgent *agent, SlotId id, const void *content);
+
+/*
+ * Index slot @id, which has its content or is having it uploaded, and
+ * let the pages waiting in the unstable table with that content, and
+ * allowed to map it, share it.  Candidates are not offered again soon
+ * once the agent has them (see nuksm-scan.c), so they must not wait for
+ * a slot that appeared after them.
+ */
+void copies_publish(NuksmAgent *agent, SlotId id);
+
+/* @v's @page shares slot @id, ready (MERGE) or being uploaded (waits). */
+void copies_join(NuksmAgent *agent, NuksmClient *v, uint64_t page,
+                 SlotId id);
+
+/*
+ * The unstable entry of (@domain, @node, @digest) if its page may still
+ * merge: its VM *@u is there and the page has no slot yet.  *@pu
+ * describes the page for placement.
+ */
+UnstableEntry *copies_unstable_partner(NuksmAgent *agent, uint16_t domain,
+                                       uint32_t node, uint64_t digest,
+                                       NuksmClient **u, PolicyOwner *pu);
+
+#endif /* NUKSMD_COPIES_H */
