@@ -57,6 +57,7 @@ typedef struct NuksmAgent {
     GHashTable *vms;             /* client id -> NuksmClient, joined VMs */
     GHashTable *uploads;         /* SlotId -> Upload, slots being uploaded */
     GArray *freeing;             /* SlotIds to punch out, then release */
+    guint settle_source;         /* effects.c */
     GPtrArray *outbox;           /* clients with batches to send */
     GQueue detached;             /* parked references (detached.c) */
     /* What holds back new merges (conditions.c) */

@@ -63,7 +63,6 @@ static gboolean on_process_exit(int fd, GIOCondition cond, gpointer opaque)
 
     d->watch = 0;
     detached_drop(agent, d);
-    ledger_flush(agent);
     return G_SOURCE_REMOVE;
 }
 

@@ -377,37 +377,3 @@ void ledger_drop_parked(NuksmAgent *agent, NuksmClient *client)
     client->parked_pages = 0;
     keymap_destroy(&pages);
 }
-
-static gint compare_ids(gconstpointer a, gconstpointer b)
-{
-    SlotId x = *(const SlotId *)a, y = *(const SlotId *)b;
-
-    return x < y ? -1 : x > y;
-}
-
-void ledger_flush(NuksmAgent *agent)
-{
-    GArray *ids = agent->freeing;
-    guint i = 0;
-
-    /* Sorted, consecutive slots are punched with one call. */
-    g_array_sort(ids, compare_ids);
-    while (i < ids->len) {
-        SlotId first = g_array_index(ids, SlotId, i);
-        guint n = 1;
-
-        while (i + n < ids->len &&
-               g_array_index(ids, SlotId, i + n) == first + n &&
-               slot_id_node(first + n) == slot_id_node(first)) {
-            n++;
-        }
-        store_punch(&agent->store, slot_id_node(first), slot_id_slot(first),
-                    n);
-        for (guint k = 0; k < n; k++) {
-            slots_release(ledger_table(agent, first),
-                          slot_id_slot(first) + k);
-        }
-        i += n;
-    }
-    g_array_set_size(ids, 0);
-}

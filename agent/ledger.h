@@ -138,7 +138,7 @@ typedef struct LedgerWaiter {
  */
 GArray *ledger_upload_complete(NuksmAgent *agent, SlotId id);
 
-/* Queue an unused slot to be freed by ledger_flush(). */
+/* Queue an unused slot to be freed once the event is done (effects.h). */
 void ledger_free(NuksmAgent *agent, SlotId id);
 
 /*
@@ -181,8 +181,5 @@ void ledger_confirm(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
 
 /* Drop @client's parked entries: its VM does not map them. */
 void ledger_drop_parked(NuksmAgent *agent, NuksmClient *client);
-
-/* Punch out and release the slots freed since the last call. */
-void ledger_flush(NuksmAgent *agent);
 
 #endif /* NUKSMD_LEDGER_H */

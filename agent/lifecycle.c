@@ -5,6 +5,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
+#include "effects.h"
 #include "home.h"
 #include "lifecycle.h"
 #include "log.h"
@@ -47,11 +48,15 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
     agent->loop = g_main_loop_new(NULL, FALSE);
     replace_init(agent, cfg->replace_rate);
     home_start(agent);
+    effects_start(agent);
     return true;
 }
 
 void agent_stop(NuksmAgent *agent)
 {
+    /* What the last event left: the store must not keep freed pages. */
+    effects_settle(agent);
+    effects_stop(agent);
     home_stop(agent);
     replace_destroy(agent);
     server_stop(agent);

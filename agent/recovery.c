@@ -88,7 +88,6 @@ static bool reap_orphans(NuksmAgent *agent, uint64_t *freed)
             }
         }
     }
-    ledger_flush(agent);
     return true;
 }
 

@@ -258,8 +258,6 @@ static gboolean on_tick(gpointer opaque)
     while (budget-- && r->next < r->plan->len) {
         start_move(agent, &g_array_index(r->plan, ReplaceMove, r->next++));
     }
-    outbox_flush(agent);
-    ledger_flush(agent);
     if (r->next < r->plan->len) {
         return G_SOURCE_CONTINUE;
     }

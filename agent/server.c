@@ -7,7 +7,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <malloc.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -19,10 +18,8 @@
 #include <glib-unix.h>
 
 #include "dispatch.h"
-#include "ledger.h"
+#include "effects.h"
 #include "log.h"
-#include "merge.h"
-#include "outbox.h"
 #include "server.h"
 #include "transport.h"
 
@@ -33,13 +30,6 @@
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
 #endif
-
-/*
- * A client that leaves with this much queued or this many pages: give
- * the heap it used back to the system.
- */
-#define TRIM_AFTER_TXQ_BYTES (1u << 20)
-#define TRIM_AFTER_PAGES (1u << 16)
 
 static void fill_addr(struct sockaddr_un *addr, const char *path)
 {
@@ -105,45 +95,6 @@ static bool remove_stale_socket(const char *path)
     return true;
 }
 
-/*
- * Free the clients marked dead while handling the current event.  glibc
- * keeps freed heap for reuse: give it back when a big client went, so
- * that a flood leaves no lasting cost.
- */
-static void reap_clients(NuksmAgent *agent)
-{
-    GList *l = agent->clients.list.head;
-    bool trim = false;
-
-    while (l) {
-        NuksmClient *client = l->data;
-
-        l = l->next;
-        if (client->dead) {
-            trim |= client->txq_bytes >= TRIM_AFTER_TXQ_BYTES ||
-                    client->pages.count >= TRIM_AFTER_PAGES;
-            merge_client_leave(agent, client);
-            clients_remove(&agent->clients, client);
-        }
-    }
-    if (trim) {
-        malloc_trim(0);
-    }
-}
-
-/*
- * After each event: send the batches it produced (which may find more
- * clients dead), free the dead clients (which sends nothing), then punch
- * out the slots that became unused.  The outbox is empty when clients
- * are freed, so it never points to a freed client.
- */
-static void finish_event(NuksmAgent *agent)
-{
-    outbox_flush(agent);
-    reap_clients(agent);
-    ledger_flush(agent);
-}
-
 static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
 {
     NuksmClient *client = opaque;
@@ -173,7 +124,7 @@ static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
      * This may destroy the source being dispatched, which GLib allows;
      * the return value is then ignored.
      */
-    finish_event(agent);
+    effects_settle(agent);
     return G_SOURCE_CONTINUE;
 }
 
@@ -187,7 +138,7 @@ static gboolean on_hello_timeout(gpointer opaque)
     if (!client->hello_done && !client->dead) {
         transport_reject(client, 0, NUKSM_ERR_HANDSHAKE,
                       "no HELLO within %d s", HANDSHAKE_SECONDS);
-        finish_event(client->agent);
+        effects_settle(client->agent);
     }
     return G_SOURCE_REMOVE;
 }
@@ -354,7 +305,7 @@ static void server_listen(NuksmAgent *agent, int fd, const char *path)
     agent->socket_path = g_strdup(path);
     agent->listen_fd = fd;
     agent->rx_buf = g_malloc(NUKSM_MSG_MAX);
-    transport_init(finish_event);
+    transport_init(effects_settle);
     agent->listen_watch = g_unix_fd_add(fd, G_IO_IN, on_listen_ready, agent);
 }
 

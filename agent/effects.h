@@ -1,0 +1,31 @@
+/*
+ * nuksmd effects: what handling an event decided to do, carried out in
+ * one place once the event is done.
+ *
+ * The modules that keep the books send and free nothing on their own:
+ * they queue entries for VMs in the outbox (outbox.h), mark clients dead
+ * (transport.h) and queue unused slots to be freed (ledger_free()).
+ * effects_settle() then sends the queued batches (which may find more
+ * clients dead), frees the dead clients (which queues slots but sends
+ * nothing) and punches the queued slots out of the store, in that order,
+ * so that the outbox never points to a freed client.
+ *
+ * The server settles after each event of a client; for timers and
+ * process watches, a GSource does before the main loop polls again.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSMD_EFFECTS_H
+#define NUKSMD_EFFECTS_H
+
+#include "agent.h"
+
+void effects_settle(NuksmAgent *agent);
+
+/* Settle whatever a timer or a process watch left, before each poll. */
+void effects_start(NuksmAgent *agent);
+void effects_stop(NuksmAgent *agent);
+
+#endif /* NUKSMD_EFFECTS_H */
