@@ -169,3 +169,15 @@ GPtrArray *clients_list_vms(const ClientRegistry *reg)
     g_ptr_array_sort(vms, compare_ids);
     return vms;
 }
+
+uint32_t client_home_of_page(const NuksmClient *client, uint64_t page)
+{
+    const NuksmMsgTopology *t = client->topology;
+
+    for (uint32_t r = 0; t && r < t->nr_ranges; r++) {
+        if (page - t->ranges[r].first < t->ranges[r].count) {
+            return client->home[t->ranges[r].gnode];
+        }
+    }
+    return client_home(client, 0);
+}

@@ -123,4 +123,18 @@ unsigned clients_count_vms(const ClientRegistry *reg);
 /* The clients_is_vm() clients sorted by id; free with g_ptr_array_unref. */
 GPtrArray *clients_list_vms(const ClientRegistry *reg);
 
+/*
+ * The home node of @client's guest node @gnode (home.h; 0 before
+ * TOPOLOGY).
+ */
+static inline uint32_t client_home(const NuksmClient *client,
+                                   uint32_t gnode)
+{
+    return client->topology && gnode < client->topology->nr_gnodes ?
+           client->home[gnode] : 0;
+}
+
+/* The home node of @client's RAM page @page (TOPOLOGY's ranges). */
+uint32_t client_home_of_page(const NuksmClient *client, uint64_t page);
+
 #endif /* NUKSMD_CLIENTS_H */

@@ -11,6 +11,7 @@
 #include "detached.h"
 #include "dispatch.h"
 #include "home.h"
+#include "ledger.h"
 #include "libvirt.h"
 #include "log.h"
 #include "merge.h"
@@ -198,7 +199,7 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         memcpy(e->vm_name, vm->vm_name, sizeof(e->vm_name));
         memcpy(e->object_id, vm->object_id, sizeof(e->object_id));
         e->merged_pages = vm->merged_pages;
-        home_locality(vm, &e->merged_local, &e->merged_remote);
+        ledger_locality(vm, &e->merged_local, &e->merged_remote);
         if (vm->topology) {
             e->nr_gnodes = vm->topology->nr_gnodes;
             memcpy(e->home, vm->home, e->nr_gnodes);

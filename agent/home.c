@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "home.h"
-#include "ledger.h"
 #include "log.h"
 #include "transport.h"
 
@@ -281,38 +280,6 @@ static void update(NuksmAgent *agent, NuksmClient *client, bool first)
     }
     if (moved) {
         replace_request(agent, "a home node changed");
-    }
-}
-
-uint32_t home_of_page(const NuksmClient *client, uint64_t page)
-{
-    const NuksmMsgTopology *t = client->topology;
-
-    for (uint32_t r = 0; t && r < t->nr_ranges; r++) {
-        if (page - t->ranges[r].first < t->ranges[r].count) {
-            return client->home[t->ranges[r].gnode];
-        }
-    }
-    return home_of(client, 0);
-}
-
-void home_locality(const NuksmClient *client, uint64_t *local,
-                   uint64_t *remote)
-{
-    const KeyMap *m = &client->pages;
-
-    *local = *remote = 0;
-    for (size_t i = 0; i < m->size; i++) {
-        const KeyMapEntry *e = &m->entries[i];
-
-        if (e->used && e->ns == 0 &&
-            (e->tag == PAGE_MAPPED || e->tag == PAGE_PARKED)) {
-            if (slot_id_node(e->value) == home_of_page(client, e->key)) {
-                (*local)++;
-            } else {
-                (*remote)++;
-            }
-        }
     }
 }
 

@@ -49,13 +49,6 @@ void home_stop(NuksmAgent *agent);
 void home_handle_topology(NuksmAgent *agent, NuksmClient *client,
                           uint32_t seq, const void *payload);
 
-/* The home node of @client's guest node @gnode (0 before TOPOLOGY). */
-static inline uint32_t home_of(const NuksmClient *client, uint32_t gnode)
-{
-    return client->topology && gnode < client->topology->nr_gnodes ?
-           client->home[gnode] : 0;
-}
-
 /*
  * The memory source, pure so that unit tests reach it.
  *
@@ -71,15 +64,5 @@ static inline uint32_t home_of(const NuksmClient *client, uint32_t gnode)
  */
 bool home_parse_nodes(const char *list, uint64_t *nodes);
 int home_memory_node(uint64_t allowed, uint64_t placed);
-
-/* The home node of @client's RAM page @page (TOPOLOGY's ranges). */
-uint32_t home_of_page(const NuksmClient *client, uint64_t page);
-
-/*
- * @client's merged pages whose copy is on their home node, and the
- * others.  Walks its whole table: for reports, not for hot paths.
- */
-void home_locality(const NuksmClient *client, uint64_t *local,
-                   uint64_t *remote);
 
 #endif /* NUKSMD_HOME_H */

@@ -38,7 +38,7 @@ void keymap_destroy(KeyMap *m)
     keymap_init(m, m->seed);
 }
 
-static size_t home_of(const KeyMap *m, uint64_t key, uint16_t ns)
+static size_t bucket_of(const KeyMap *m, uint64_t key, uint16_t ns)
 {
     return key_hash(m->seed, key, ns) & (m->size - 1);
 }
@@ -56,7 +56,7 @@ static void resize(KeyMap *m, size_t size)
         if (!old[i].used) {
             continue;
         }
-        j = home_of(m, old[i].key, old[i].ns);
+        j = bucket_of(m, old[i].key, old[i].ns);
         while (m->entries[j].used) {
             j = (j + 1) & (size - 1);
         }
@@ -72,7 +72,7 @@ KeyMapEntry *keymap_lookup(const KeyMap *m, uint64_t key, uint16_t ns)
     if (!m->count) {
         return NULL;
     }
-    for (i = home_of(m, key, ns); m->entries[i].used;
+    for (i = bucket_of(m, key, ns); m->entries[i].used;
          i = (i + 1) & (m->size - 1)) {
         if (m->entries[i].key == key && m->entries[i].ns == ns) {
             return &m->entries[i];
@@ -94,7 +94,7 @@ KeyMapEntry *keymap_insert(KeyMap *m, uint64_t key, uint16_t ns,
     if ((m->count + 1) * 4 > m->size * 3) {
         resize(m, m->size ? m->size * 2 : KEYMAP_MIN_SIZE);
     }
-    for (i = home_of(m, key, ns); m->entries[i].used;
+    for (i = bucket_of(m, key, ns); m->entries[i].used;
          i = (i + 1) & (m->size - 1)) {
         continue;
     }
@@ -112,18 +112,18 @@ void keymap_remove(KeyMap *m, KeyMapEntry *e)
 
     /*
      * Backward-shift deletion: move later members of the probe chain
-     * into the hole unless their home lies cyclically in (hole, j], so
+     * into the hole unless their bucket lies cyclically in (hole, j], so
      * that lookups never need tombstones.
      */
     for (;;) {
-        size_t home;
+        size_t bucket;
 
         j = (j + 1) & mask;
         if (!m->entries[j].used) {
             break;
         }
-        home = home_of(m, m->entries[j].key, m->entries[j].ns);
-        if (((j - home) & mask) >= ((j - hole) & mask)) {
+        bucket = bucket_of(m, m->entries[j].key, m->entries[j].ns);
+        if (((j - bucket) & mask) >= ((j - hole) & mask)) {
             m->entries[hole] = m->entries[j];
             hole = j;
         }

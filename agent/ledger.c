@@ -377,3 +377,23 @@ void ledger_drop_parked(NuksmAgent *agent, NuksmClient *client)
     client->parked_pages = 0;
     keymap_destroy(&pages);
 }
+
+void ledger_locality(const NuksmClient *client, uint64_t *local,
+                   uint64_t *remote)
+{
+    const KeyMap *m = &client->pages;
+
+    *local = *remote = 0;
+    for (size_t i = 0; i < m->size; i++) {
+        const KeyMapEntry *e = &m->entries[i];
+
+        if (e->used && e->ns == 0 &&
+            (e->tag == PAGE_MAPPED || e->tag == PAGE_PARKED)) {
+            if (slot_id_node(e->value) == client_home_of_page(client, e->key)) {
+                (*local)++;
+            } else {
+                (*remote)++;
+            }
+        }
+    }
+}

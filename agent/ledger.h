@@ -182,4 +182,11 @@ void ledger_confirm(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
 /* Drop @client's parked entries: its VM does not map them. */
 void ledger_drop_parked(NuksmAgent *agent, NuksmClient *client);
 
+/*
+ * @client's merged pages whose copy is on their home node, and the
+ * others.  Walks its whole table: for reports, not for hot paths.
+ */
+void ledger_locality(const NuksmClient *client, uint64_t *local,
+                     uint64_t *remote);
+
 #endif /* NUKSMD_LEDGER_H */

@@ -5,14 +5,110 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <unistd.h>
+
+#include "conditions.h"
+#include "detached.h"
 #include "effects.h"
 #include "home.h"
+#include "ledger.h"
 #include "lifecycle.h"
 #include "log.h"
-#include "merge.h"
 #include "nuksm-config.h"
+#include "recovery.h"
 #include "server.h"
 #include "topology.h"
+
+/*
+ * Candidates remembered per agent: at most 96 MiB of unstable table, and
+ * at most a quarter of the memory budget, since the table never shrinks.
+ */
+#define UNSTABLE_MAX_ENTRIES (1u << 22)
+
+static bool client_alive(uint32_t client_id, void *opaque)
+{
+    return ledger_client(opaque, client_id);
+}
+
+/*
+ * Open the store in @state_dir, take over the pages a previous agent
+ * left there (see recovery.h) and set up the merge engine's state.  With
+ * @bind_nodes, store pages are bound to their host node.  Logs and
+ * returns false on failure.
+ */
+static bool open_engine(NuksmAgent *agent, const char *state_dir,
+                        uint32_t restore_grace, bool bind_nodes)
+{
+    /*
+     * Random, so that a generation from before a restart is unlikely to
+     * match a slot's current one; the hash seed keeps clients from
+     * choosing digests that collide in the tables.
+     */
+    uint32_t gen = g_random_int();
+    uint64_t seed = (uint64_t)g_random_int() << 32 | g_random_int();
+
+    if (!store_open(&agent->store, state_dir, agent->nr_nodes, bind_nodes)) {
+        return false;
+    }
+    /*
+     * Handed to every VM, for a QEMU that may not create a userfaultfd
+     * itself (vm.unprivileged_userfaultfd=0): docs/security.rst says why
+     * that is safe.
+     */
+    agent->userfaultfd = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+    if (agent->userfaultfd < 0) {
+        log_warning("cannot open /dev/userfaultfd (%s): a QEMU that may not "
+                    "create a userfaultfd itself cannot merge",
+                    g_strerror(errno));
+    }
+    mappers_open(&agent->mappers, state_dir);
+    memcg_init(&agent->memcg);
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        slots_init(&agent->slots[n], STORE_SLOTS, gen);
+    }
+    index_init(&agent->index, seed);
+    unstable_init(&agent->unstable,
+                  MIN(UNSTABLE_MAX_ENTRIES,
+                      agent->memory_max / 4 / sizeof(UnstableEntry)),
+                  seed, client_alive, agent);
+    domains_init(&agent->domains, agent->store.secret,
+                 sizeof(agent->store.secret));
+    ledger_init(agent);
+    agent->outbox = g_ptr_array_new();
+    log_info("store in %s: %u file%s of %" PRIu64 " GiB (sparse)",
+             state_dir, agent->nr_nodes, agent->nr_nodes == 1 ? "" : "s",
+             STORE_SIZE >> 30);
+    recovery_start(agent, restore_grace);
+    return true;
+}
+
+/*
+ * Tear the engine down; the store keeps its pages, parked ones too, for
+ * the next agent.
+ */
+static void close_engine(NuksmAgent *agent)
+{
+    recovery_stop(agent);
+    detached_destroy(agent);
+    g_clear_pointer(&agent->outbox, g_ptr_array_unref);
+    ledger_destroy(agent);
+    conditions_destroy(agent);
+    domains_destroy(&agent->domains);
+    unstable_destroy(&agent->unstable);
+    index_destroy(&agent->index);
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        slots_destroy(&agent->slots[n]);
+    }
+    mappers_close(&agent->mappers);
+    memcg_destroy(&agent->memcg);
+    if (agent->userfaultfd >= 0) {
+        close(agent->userfaultfd);
+    }
+    store_close(&agent->store);
+}
 
 bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
 {
@@ -34,8 +130,8 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
     if (!server_start(agent, cfg->socket_path, cfg->socket_gid)) {
         return false;
     }
-    if (!merge_init(agent, cfg->state_dir, cfg->restore_grace,
-                    !cfg->fake_numa)) {
+    if (!open_engine(agent, cfg->state_dir, cfg->restore_grace,
+                     !cfg->fake_numa)) {
         server_stop(agent);
         return false;
     }
@@ -60,6 +156,6 @@ void agent_stop(NuksmAgent *agent)
     home_stop(agent);
     replace_destroy(agent);
     server_stop(agent);
-    merge_destroy(agent);
+    close_engine(agent);
     g_clear_pointer(&agent->loop, g_main_loop_unref);
 }

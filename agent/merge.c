@@ -5,12 +5,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <malloc.h>
-#include <stdarg.h>
-#include <unistd.h>
 
 #include "conditions.h"
 #include "copies.h"
@@ -22,14 +17,7 @@
 #include "nuksm-digest.h"
 #include "outbox.h"
 #include "policy.h"
-#include "recovery.h"
 #include "transport.h"
-
-/*
- * Candidates remembered per agent: at most 96 MiB of unstable table, and
- * at most a quarter of the memory budget, since the table never shrinks.
- */
-#define UNSTABLE_MAX_ENTRIES (1u << 22)
 
 /*
  * Pages of one VM on their way to a slot (waiting for an upload,
@@ -38,78 +26,6 @@
  * bound on what one client that never uploads or answers can hold.
  */
 #define CLIENT_IN_FLIGHT_MAX (1u << 16)
-
-static bool client_alive(uint32_t client_id, void *opaque)
-{
-    return ledger_client(opaque, client_id);
-}
-
-bool merge_init(NuksmAgent *agent, const char *state_dir,
-                uint32_t restore_grace, bool bind_nodes)
-{
-    /*
-     * Random, so that a generation from before a restart is unlikely to
-     * match a slot's current one; the hash seed keeps clients from
-     * choosing digests that collide in the tables.
-     */
-    uint32_t gen = g_random_int();
-    uint64_t seed = (uint64_t)g_random_int() << 32 | g_random_int();
-
-    if (!store_open(&agent->store, state_dir, agent->nr_nodes, bind_nodes)) {
-        return false;
-    }
-    /*
-     * Handed to every VM, for a QEMU that may not create a userfaultfd
-     * itself (vm.unprivileged_userfaultfd=0): docs/security.rst says why
-     * that is safe.
-     */
-    agent->userfaultfd = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
-    if (agent->userfaultfd < 0) {
-        log_warning("cannot open /dev/userfaultfd (%s): a QEMU that may not "
-                    "create a userfaultfd itself cannot merge",
-                    g_strerror(errno));
-    }
-    mappers_open(&agent->mappers, state_dir);
-    memcg_init(&agent->memcg);
-    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
-        slots_init(&agent->slots[n], STORE_SLOTS, gen);
-    }
-    index_init(&agent->index, seed);
-    unstable_init(&agent->unstable,
-                  MIN(UNSTABLE_MAX_ENTRIES,
-                      agent->memory_max / 4 / sizeof(UnstableEntry)),
-                  seed, client_alive, agent);
-    domains_init(&agent->domains, agent->store.secret,
-                 sizeof(agent->store.secret));
-    ledger_init(agent);
-    agent->outbox = g_ptr_array_new();
-    log_info("store in %s: %u file%s of %" PRIu64 " GiB (sparse)",
-             state_dir, agent->nr_nodes, agent->nr_nodes == 1 ? "" : "s",
-             STORE_SIZE >> 30);
-    recovery_start(agent, restore_grace);
-    return true;
-}
-
-void merge_destroy(NuksmAgent *agent)
-{
-    recovery_stop(agent);
-    detached_destroy(agent);
-    g_clear_pointer(&agent->outbox, g_ptr_array_unref);
-    ledger_destroy(agent);
-    conditions_destroy(agent);
-    domains_destroy(&agent->domains);
-    unstable_destroy(&agent->unstable);
-    index_destroy(&agent->index);
-    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
-        slots_destroy(&agent->slots[n]);
-    }
-    mappers_close(&agent->mappers);
-    memcg_destroy(&agent->memcg);
-    if (agent->userfaultfd >= 0) {
-        close(agent->userfaultfd);
-    }
-    store_close(&agent->store);
-}
 
 void merge_client_join(NuksmAgent *agent, NuksmClient *client)
 {
@@ -255,7 +171,7 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
 {
     PolicyOwner pv = {
         .client = v->id,
-        .home = home_of(v, c->gnode),
+        .home = client_home(v, c->gnode),
         .priority = v->priority,
         .hot = policy_page_hot(c->idle, agent->cold_windows),
     };

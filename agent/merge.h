@@ -23,21 +23,6 @@
 #include "agent.h"
 
 /*
- * Open the store in @state_dir, take over the pages a previous agent
- * left there (see recovery.h) and set up the engine.  With @bind_nodes,
- * store pages are bound to their host node.  Logs and returns false on
- * failure.
- */
-bool merge_init(NuksmAgent *agent, const char *state_dir,
-                uint32_t restore_grace, bool bind_nodes);
-
-/*
- * Tear down; the store keeps its pages, parked ones too, for the next
- * agent.
- */
-void merge_destroy(NuksmAgent *agent);
-
-/*
  * A VM completed HELLO: hand it what its process left parked (see
  * detached.h) and send it a STORE with a read-only fd per node.
  */

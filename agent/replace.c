@@ -9,7 +9,6 @@
 
 #include "agent.h"
 #include "copies.h"
-#include "home.h"
 #include "ledger.h"
 #include "log.h"
 #include "merge.h"
@@ -118,7 +117,7 @@ static void plan_slot(NuksmAgent *agent, SlotId id, const Sharer *sh,
 
         o[i] = (PolicyOwner) {
             .client = client->id,
-            .home = home_of_page(client, sh[i].page),
+            .home = client_home_of_page(client, sh[i].page),
             .priority = client->priority,
             .hot = false,   /* a write would have ended its sharing */
         };
