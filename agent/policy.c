@@ -184,3 +184,67 @@ uint32_t policy_replace_node(NuksmPolicyId policy, const PolicyLoad *load,
         return node;
     }
 }
+
+int policy_memory_node(uint64_t allowed, uint64_t placed)
+{
+    if (!allowed || (allowed & ~placed) || allowed == placed) {
+        return -1;
+    }
+    return __builtin_ctzll(allowed);
+}
+
+static uint32_t lowest_node(uint64_t nodes)
+{
+    return __builtin_ctzll(nodes);
+}
+
+/* The home node @h's sources give, into h->source; h->node is the last. */
+static uint32_t home_source(const PolicyHomeView *v, PolicyHome *h)
+{
+    uint64_t all_nodes = v->nr_nodes == 64 ? UINT64_MAX :
+                         (1ull << v->nr_nodes) - 1;
+    uint64_t backend = v->backend_nodes & all_nodes;
+    const PolicyVcpus *c = &v->vcpus;
+    uint32_t best = 0;
+    int memory;
+
+    if (c->count && c->allowed && !(c->allowed & (c->allowed - 1))) {
+        h->source = NUKSM_HOME_PINNED;
+        return lowest_node(c->allowed);
+    }
+    if (backend && v->backend_binds) {
+        h->source = NUKSM_HOME_BACKEND;
+        return lowest_node(backend);
+    }
+    memory = policy_memory_node(c->mems, all_nodes);
+    if (memory >= 0) {
+        h->source = NUKSM_HOME_MEMORY;
+        return memory;
+    }
+    for (uint32_t n = 1; n < v->nr_nodes; n++) {
+        if (c->running[n] > c->running[best]) {
+            best = n;
+        }
+    }
+    if (!c->running[best]) {
+        h->source = NUKSM_HOME_DEFAULT;
+        return 0;
+    }
+    h->source = NUKSM_HOME_RUNNING;
+    return best;
+}
+
+void policy_home(const PolicyHomeView *v, PolicyHome *h)
+{
+    bool was_running = h->source == NUKSM_HOME_RUNNING;
+    uint32_t node = home_source(v, h);
+
+    if (h->source == NUKSM_HOME_RUNNING) {
+        if (was_running && node != h->node &&
+            ++h->streak < POLICY_HOME_RUNNING_STREAK) {
+            return;
+        }
+        h->streak = 0;
+    }
+    h->node = node;
+}

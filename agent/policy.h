@@ -1,6 +1,7 @@
 /*
- * nuksmd placement policy: which pages may share a copy, and on which
- * node the copy lives, one function per decision.  Pure: the callers
+ * nuksmd placement policy: which pages may share a copy, on which node
+ * the copy lives, and which node is a VM's home, one function per
+ * decision.  Pure: the callers
  * describe the pages and the nodes (PolicyOwner, PolicyLoad) and carry
  * out what comes back; nothing here reads the agent, the store or /proc,
  * so the unit tests (tests/unit/test-policy.c) cover every policy.
@@ -107,5 +108,62 @@ bool policy_moves_copies(NuksmPolicyId policy);
 uint32_t policy_replace_node(NuksmPolicyId policy, const PolicyLoad *load,
                              uint32_t node, const PolicyOwner *o, size_t n,
                              uint32_t hot_owner, uint64_t digest);
+
+/*
+ * Home nodes.  The home of a guest node of a VM is the host node its
+ * memory should be on, and the node its pages' copies go by.  The first
+ * source that applies decides:
+ *
+ *   pinned   its vCPUs may only run on CPUs of one node: that node
+ *   backend  its memory backend is bound to (or prefers) host nodes: the
+ *            lowest of them
+ *   memory   its vCPUs may only allocate memory on some of the nodes the
+ *            agent places on, not all (their cpuset's mems, as `virsh
+ *            numatune --nodeset` or libvirt's <numatune> set them): the
+ *            lowest of them.  Never with --fake-numa (vcpus.h)
+ *   running  where most of its vCPUs ran last, once that has held for
+ *            POLICY_HOME_RUNNING_STREAK evaluations (a scheduler's
+ *            migrations must not make merged pages follow every hop)
+ *   default  node 0
+ *
+ * A guest node without vCPUs (memory only) goes by all the VM's vCPUs.
+ * The vCPUs of a guest node count together: pinned looks at the union of
+ * the nodes they may run on, memory at the union of those they may
+ * allocate on.
+ */
+#define POLICY_HOME_RUNNING_STREAK 3
+
+/* What the vCPUs of a guest node may do and did (vcpus.h). */
+typedef struct PolicyVcpus {
+    uint32_t count;
+    uint64_t allowed;                   /* nodes they may run on */
+    uint64_t mems;                      /* nodes they may allocate on */
+    uint32_t running[NUKSM_MAX_NODES];  /* vCPUs that ran last there */
+} PolicyVcpus;
+
+typedef struct PolicyHomeView {
+    PolicyVcpus vcpus;
+    uint64_t backend_nodes;  /* its memory backend's host-nodes */
+    bool backend_binds;      /* ... with policy bind or preferred */
+    uint32_t nr_nodes;       /* the agent places on nodes 0..nr_nodes-1 */
+} PolicyHomeView;
+
+/* A guest node's home, as decided at the last evaluation. */
+typedef struct PolicyHome {
+    uint32_t node;
+    NuksmHomeSourceId source;
+    uint32_t streak;         /* evaluations running pointed elsewhere */
+} PolicyHome;
+
+/* Re-evaluate @home, of the guest node that @view describes. */
+void policy_home(const PolicyHomeView *view, PolicyHome *home);
+
+/*
+ * The home the memory source gives vCPUs allowed memory on @allowed when
+ * the agent places on @placed: the lowest node of @allowed if it is a
+ * non-empty strict subset of @placed, else -1 (the source does not
+ * apply).
+ */
+int policy_memory_node(uint64_t allowed, uint64_t placed);
 
 #endif /* NUKSMD_POLICY_H */
