@@ -25,73 +25,99 @@
 #include "topology.h"
 #include "unstable.h"
 
-typedef struct NuksmAgent {
-    GMainLoop *loop;
-
-    NuksmPolicyId policy;        /* placement policy in force */
-    uint32_t nr_nodes;           /* 1..NUKSM_MAX_NODES */
-    Topology topology;
-
-    /* NUMA placement (home.c, policy.c) */
-    uint32_t cold_windows;       /* idle windows before a page is cold */
-    guint home_timer;
-    PolicyLoad placement;        /* the nodes for policy.c: use */
-                                 /* agent_policy_load() */
-    GHashTable *hot_owners;      /* SlotId -> client id: fair placed the */
-                                 /* copy with the VM it is hot for */
-    Replacer replacer;           /* replace.c */
-
-    ClientRegistry clients;
-    uint32_t next_client_id;     /* handed out on HELLO, from 1 */
-    const char *libvirt_dir;     /* libvirt hook's registrations */
-
-    /* Merge engine, owned by merge.c and its helpers. */
-    Store store;
-    int userfaultfd;             /* /dev/userfaultfd, -1: given to VMs */
-    Mappers mappers;             /* processes given the store */
-    Memcg memcg;                 /* the room left in our memory cgroup */
-    SlotTable slots[NUKSM_MAX_NODES];
-    StableIndex index;
-    UnstableTable unstable;
-    Domains domains;
-    GHashTable *vms;             /* client id -> NuksmClient, joined VMs */
-    GHashTable *uploads;         /* SlotId -> Upload, slots being uploaded */
-    GArray *freeing;             /* SlotIds to punch out, then release */
-    guint settle_source;         /* effects.c */
-    GPtrArray *outbox;           /* clients with batches to send */
-    GQueue detached;             /* parked references (detached.c) */
-    /* What holds back new merges (conditions.c) */
-    uint32_t conditions;         /* NuksmCondition bits */
-    char *condition_reasons[NUKSM_COND_COUNT];  /* per bit, while set */
-    gint64 store_retry_at;       /* store full: next try, monotonic us */
-    uint64_t memory_max;         /* heap budget, bytes (--memory-max) */
-
-    /* Orphans (recovery.c) */
-    uint64_t orphan_pages;       /* slots in SLOT_ORPHAN */
-    guint orphan_timer;          /* next look at who maps them */
-    uint64_t orphans_logged;     /* orphan_pages when last logged */
-    bool orphans_unscannable;    /* the last look could not see them all */
-
-    /* Listening socket, owned by server.c. */
-    char *socket_path;
+/* The listening socket (server.c). */
+typedef struct AgentServer {
+    char *path;
     int listen_fd;
     guint listen_watch;
-    guint accept_retry;          /* re-arms accepting after EMFILE */
-    bool socket_activated;       /* systemd's socket, never unlinked */
-    dev_t socket_dev;            /* the socket file we bound, so that we */
-    ino_t socket_ino;            /* never unlink somebody else's */
-    void *rx_buf;                /* NUKSM_MSG_MAX bytes each */
-    void *tx_buf;
+    guint accept_retry;      /* re-arms accepting after EMFILE */
+    bool activated;          /* systemd's socket, never unlinked */
+    dev_t dev;               /* the socket file we bound, so that we */
+    ino_t ino;               /* never unlink somebody else's */
+    void *rx_buf;            /* NUKSM_MSG_MAX bytes */
+} AgentServer;
+
+/* What holds back new merges (conditions.c). */
+typedef struct AgentConditions {
+    uint32_t held;                          /* NuksmCondition bits */
+    char *reasons[NUKSM_COND_COUNT];        /* per bit, while held */
+    gint64 store_retry_at;   /* store full: next try, monotonic us */
+    uint64_t memory_max;     /* heap budget, bytes (--memory-max) */
+} AgentConditions;
+
+/* Slots no VM references that a process may still map (recovery.c). */
+typedef struct AgentOrphans {
+    uint64_t pages;          /* slots in SLOT_ORPHAN (the ledger counts) */
+    guint timer;             /* next look at who maps them */
+    uint64_t logged;         /* pages when last logged */
+    bool unscannable;        /* the last look could not see them all */
+} AgentOrphans;
+
+/* Who uses which slot (ledger.c). */
+typedef struct AgentLedger {
+    SlotTable slots[NUKSM_MAX_NODES];
+    GHashTable *vms;         /* client id -> NuksmClient, joined VMs */
+    GHashTable *uploads;     /* SlotId -> sharers, slots being uploaded */
+} AgentLedger;
+
+/* What an event left to do (effects.h). */
+typedef struct AgentEffects {
+    GPtrArray *outbox;       /* clients with batches to send (outbox.c) */
+    GArray *freeing;         /* SlotIds to punch out (ledger_free()) */
+    guint settle_source;
+} AgentEffects;
+
+/* NUMA placement (policy.c decides; home.c, merge.c, replace.c ask). */
+typedef struct AgentPlacement {
+    NuksmPolicyId policy;    /* in force; SET_POLICY changes it */
+    uint32_t cold_windows;   /* idle windows before a page is cold */
+    guint home_timer;        /* home.c's periodic look */
+    PolicyLoad load;         /* the nodes for policy.c: use */
+                             /* agent_policy_load() */
+    GHashTable *hot_owners;  /* SlotId -> client id: fair placed the */
+                             /* copy with the VM it is hot for */
+} AgentPlacement;
+
+/*
+ * The agent: each part is changed by the module its comment names, and
+ * read by others.
+ */
+typedef struct NuksmAgent {
+    /* Set at start, then only read. */
+    GMainLoop *loop;
+    uint32_t nr_nodes;       /* 1..NUKSM_MAX_NODES */
+    Topology topology;
+    const char *libvirt_dir; /* libvirt hook's registrations */
+
+    AgentServer server;
+    ClientRegistry clients;  /* clients.c */
+    AgentPlacement placement;
+    Replacer replacer;       /* replace.c */
+
+    /* The merge engine (merge.c and the modules it calls). */
+    Store store;             /* store.c; copies.c writes and effects.c */
+                             /* punches pages */
+    int userfaultfd;         /* /dev/userfaultfd, -1: given to VMs */
+    Mappers mappers;         /* processes given the store */
+    Memcg memcg;             /* the room left in our memory cgroup */
+    StableIndex index;       /* copies.c indexes, ledger.c unindexes */
+    UnstableTable unstable;
+    Domains domains;
+    AgentLedger ledger;
+    GQueue detached;         /* parked references (detached.c) */
+    AgentConditions conditions;
+    AgentOrphans orphans;
+    AgentEffects effects;
 } NuksmAgent;
 
 /* The nodes as the placement policy sees them now (policy.h). */
 static inline PolicyLoad *agent_policy_load(NuksmAgent *agent)
 {
-    PolicyLoad *load = &agent->placement;
+    PolicyLoad *load = &agent->placement.load;
 
     load->nr_nodes = agent->nr_nodes;
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
-        load->copies[n] = agent->slots[n].nr_used;
+        load->copies[n] = agent->ledger.slots[n].nr_used;
     }
     return load;
 }

@@ -89,6 +89,7 @@ typedef struct NuksmClient {
 
 typedef struct ClientRegistry {
     GQueue list;             /* NuksmClient *, in connection order */
+    uint32_t next_id;        /* handed out on HELLO, from 1 */
 } ClientRegistry;
 
 /* Register a connection, taking @pidfd (or -1); the caller sets ->watch. */

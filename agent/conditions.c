@@ -33,9 +33,9 @@ void conditions_describe(const NuksmAgent *agent, char *field, size_t len)
     g_autoptr(GString) reason = g_string_new(NULL);
 
     for (unsigned i = 0; i < NUKSM_COND_COUNT; i++) {
-        if (agent->conditions & (1u << i)) {
+        if (agent->conditions.held & (1u << i)) {
             g_string_append_printf(reason, "%s%s", reason->len ? "; " : "",
-                                   agent->condition_reasons[i]);
+                                   agent->conditions.reasons[i]);
         }
     }
     nuksm_strfield_set(field, len, reason->str);
@@ -43,7 +43,7 @@ void conditions_describe(const NuksmAgent *agent, char *field, size_t len)
 
 void conditions_send(NuksmAgent *agent, NuksmClient *client)
 {
-    NuksmMsgCondition msg = { .conditions = agent->conditions };
+    NuksmMsgCondition msg = { .conditions = agent->conditions.held };
 
     conditions_describe(agent, msg.reason, sizeof(msg.reason));
     transport_send(client, NUKSM_MSG_CONDITION, 0, &msg, sizeof(msg));
@@ -66,16 +66,16 @@ void conditions_set(NuksmAgent *agent, NuksmCondition cond,
     unsigned i = bit_index(cond);
     va_list ap;
 
-    if (agent->conditions & cond) {
+    if (agent->conditions.held & cond) {
         return;
     }
-    g_free(agent->condition_reasons[i]);
+    g_free(agent->conditions.reasons[i]);
     va_start(ap, fmt);
-    agent->condition_reasons[i] = g_strdup_vprintf(fmt, ap);
+    agent->conditions.reasons[i] = g_strdup_vprintf(fmt, ap);
     va_end(ap);
-    agent->conditions |= cond;
+    agent->conditions.held |= cond;
     log_warning("%s: %s; no new merges until it ends", names[i],
-                agent->condition_reasons[i]);
+                agent->conditions.reasons[i]);
     broadcast(agent);
 }
 
@@ -83,11 +83,11 @@ void conditions_clear(NuksmAgent *agent, NuksmCondition cond)
 {
     unsigned i = bit_index(cond);
 
-    if (!(agent->conditions & cond)) {
+    if (!(agent->conditions.held & cond)) {
         return;
     }
-    agent->conditions &= ~cond;
-    g_clear_pointer(&agent->condition_reasons[i], g_free);
+    agent->conditions.held &= ~cond;
+    g_clear_pointer(&agent->conditions.reasons[i], g_free);
     log_info("%s no more: merging resumes", names[i]);
     broadcast(agent);
 }
@@ -101,7 +101,7 @@ void conditions_store_full(NuksmAgent *agent, const char *fmt, ...)
     reason = g_strdup_vprintf(fmt, ap);
     va_end(ap);
     conditions_set(agent, NUKSM_COND_STORE_FULL, "%s", reason);
-    agent->store_retry_at = g_get_monotonic_time() +
+    agent->conditions.store_retry_at = g_get_monotonic_time() +
                             STORE_RETRY_SECONDS * G_USEC_PER_SEC;
 }
 
@@ -110,7 +110,7 @@ bool conditions_store_has_room(NuksmAgent *agent)
     uint64_t limit;
 
     if (conditions_hold(agent, NUKSM_COND_STORE_FULL) &&
-        g_get_monotonic_time() < agent->store_retry_at) {
+        g_get_monotonic_time() < agent->conditions.store_retry_at) {
         return false;
     }
     if (memcg_room(&agent->memcg, &limit) < NUKSM_PAGE_SIZE) {
@@ -127,8 +127,8 @@ bool conditions_memory_has_room(NuksmAgent *agent)
     struct mallinfo2 mi = mallinfo2();
     uint64_t used = mi.uordblks + mi.hblkhd;
     bool over = conditions_hold(agent, NUKSM_COND_AGENT_MEMORY);
-    uint64_t limit = over ? agent->memory_max / 100 * MEMORY_RESUME_PERCENT
-                          : agent->memory_max;
+    uint64_t limit = over ? agent->conditions.memory_max / 100 * MEMORY_RESUME_PERCENT
+                          : agent->conditions.memory_max;
 
     if (used < limit) {
         conditions_clear(agent, NUKSM_COND_AGENT_MEMORY);
@@ -137,13 +137,13 @@ bool conditions_memory_has_room(NuksmAgent *agent)
     conditions_set(agent, NUKSM_COND_AGENT_MEMORY,
                    "nuksmd's tables use %" PRIu64 " MiB of its %" PRIu64
                    " MiB budget (--memory-max)", used >> 20,
-                   agent->memory_max >> 20);
+                   agent->conditions.memory_max >> 20);
     return false;
 }
 
 void conditions_destroy(NuksmAgent *agent)
 {
-    for (unsigned i = 0; i < G_N_ELEMENTS(agent->condition_reasons); i++) {
-        g_clear_pointer(&agent->condition_reasons[i], g_free);
+    for (unsigned i = 0; i < G_N_ELEMENTS(agent->conditions.reasons); i++) {
+        g_clear_pointer(&agent->conditions.reasons[i], g_free);
     }
 }

@@ -34,7 +34,7 @@ void conditions_clear(NuksmAgent *agent, NuksmCondition cond);
 static inline bool conditions_hold(const NuksmAgent *agent,
                                    NuksmCondition cond)
 {
-    return agent->conditions & cond;
+    return agent->conditions.held & cond;
 }
 
 /*

@@ -30,7 +30,7 @@ static void handle_hello(NuksmAgent *agent, NuksmClient *client,
     const NuksmMsgHello *hello = payload;
     NuksmMsgHelloAck ack = {
         .version = NUKSM_PROTO_VERSION,
-        .policy = agent->policy,
+        .policy = agent->placement.policy,
         .nr_nodes = agent->nr_nodes,
     };
 
@@ -50,7 +50,7 @@ static void handle_hello(NuksmAgent *agent, NuksmClient *client,
                       (long)client->pid, CLIENT_VMS_PER_PID);
         return;
     }
-    clients_set_hello(client, agent->next_client_id++, hello);
+    clients_set_hello(client, agent->clients.next_id++, hello);
     ack.client_id = client->id;
     nuksm_strfield_set(ack.agent_version, sizeof(ack.agent_version),
                        NUKSM_VERSION);
@@ -75,7 +75,7 @@ static void handle_hello(NuksmAgent *agent, NuksmClient *client,
 
 static void send_policy(NuksmAgent *agent, NuksmClient *client, uint32_t seq)
 {
-    NuksmMsgPolicy msg = { .policy = agent->policy };
+    NuksmMsgPolicy msg = { .policy = agent->placement.policy };
 
     transport_send(client, NUKSM_MSG_POLICY, seq, &msg, sizeof(msg));
 }
@@ -84,18 +84,18 @@ static void handle_set_policy(NuksmAgent *agent, NuksmClient *client,
                               uint32_t seq, const void *payload)
 {
     const NuksmMsgPolicy *req = payload;
-    NuksmPolicyId old = agent->policy;
+    NuksmPolicyId old = agent->placement.policy;
 
-    agent->policy = req->policy;
+    agent->placement.policy = req->policy;
     send_policy(agent, client, seq);
-    if (agent->policy == old) {
+    if (agent->placement.policy == old) {
         log_debug("%s: policy %s unchanged", client->label,
                   nuksm_policy_name(old));
         return;
     }
 
     log_info("policy: %s -> %s (set by %s)", nuksm_policy_name(old),
-             nuksm_policy_name(agent->policy), client->label);
+             nuksm_policy_name(agent->placement.policy), client->label);
     /* Seq 0 marks an unsolicited change for every other VM. */
     for (GList *l = agent->clients.list.head; l; l = l->next) {
         NuksmClient *other = l->data;
@@ -150,7 +150,7 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
                             uint32_t seq, const void *payload)
 {
     NuksmMsgInfo info = {
-        .policy = agent->policy,
+        .policy = agent->placement.policy,
         .vms = clients_count_vms(&agent->clients),
         .nr_nodes = agent->nr_nodes,
     };
@@ -158,7 +158,7 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
     nuksm_strfield_set(info.agent_version, sizeof(info.agent_version),
                        NUKSM_VERSION);
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
-        const SlotTable *t = &agent->slots[n];
+        const SlotTable *t = &agent->ledger.slots[n];
 
         info.pages_shared += t->shared;
         info.pages_sharing += t->sharing;
@@ -166,8 +166,8 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
     }
     info.pages_moved = agent->replacer.moved;
     info.moves_pending = replace_pending(agent);
-    info.orphan_pages = agent->orphan_pages;
-    info.conditions = agent->conditions;
+    info.orphan_pages = agent->orphans.pages;
+    info.conditions = agent->conditions.held;
     conditions_describe(agent, info.condition_reason,
                         sizeof(info.condition_reason));
     transport_send(client, NUKSM_MSG_INFO, seq, &info, sizeof(info));

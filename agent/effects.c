@@ -60,7 +60,7 @@ static gint compare_ids(gconstpointer a, gconstpointer b)
 /* Punch out and release the slots freed since the last call. */
 static void free_slots(NuksmAgent *agent)
 {
-    GArray *ids = agent->freeing;
+    GArray *ids = agent->effects.freeing;
     guint i = 0;
 
     /* Sorted, consecutive slots are punched with one call. */
@@ -94,7 +94,7 @@ void effects_settle(NuksmAgent *agent)
 
 static bool pending(const NuksmAgent *agent)
 {
-    return agent->outbox->len || agent->freeing->len;
+    return agent->effects.outbox->len || agent->effects.freeing->len;
 }
 
 static gboolean settle_prepare(GSource *source, gint *timeout)
@@ -127,14 +127,14 @@ void effects_start(NuksmAgent *agent)
 
     ((SettleSource *)source)->agent = agent;
     g_source_set_name(source, "nuksmd effects");
-    agent->settle_source = g_source_attach(source, NULL);
+    agent->effects.settle_source = g_source_attach(source, NULL);
     g_source_unref(source);
 }
 
 void effects_stop(NuksmAgent *agent)
 {
-    if (agent->settle_source) {
-        g_source_remove(agent->settle_source);
-        agent->settle_source = 0;
+    if (agent->effects.settle_source) {
+        g_source_remove(agent->effects.settle_source);
+        agent->effects.settle_source = 0;
     }
 }

@@ -128,7 +128,7 @@ static gboolean on_home_timer(gpointer opaque)
     GHashTableIter it;
     NuksmClient *client;
 
-    g_hash_table_iter_init(&it, agent->vms);
+    g_hash_table_iter_init(&it, agent->ledger.vms);
     while (g_hash_table_iter_next(&it, NULL, (gpointer *)&client)) {
         if (client->topology) {
             update(agent, client, false);
@@ -139,12 +139,12 @@ static gboolean on_home_timer(gpointer opaque)
 
 void home_start(NuksmAgent *agent)
 {
-    agent->home_timer = g_timeout_add(HOME_PERIOD_MS, on_home_timer, agent);
+    agent->placement.home_timer = g_timeout_add(HOME_PERIOD_MS, on_home_timer, agent);
 }
 
 void home_stop(NuksmAgent *agent)
 {
-    g_clear_handle_id(&agent->home_timer, g_source_remove);
+    g_clear_handle_id(&agent->placement.home_timer, g_source_remove);
 }
 
 /* A vCPU thread id must name a thread of the VM's own process. */

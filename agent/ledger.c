@@ -17,24 +17,24 @@ typedef struct UploadSharer {
 
 void ledger_init(NuksmAgent *agent)
 {
-    agent->vms = g_hash_table_new(NULL, NULL);
-    agent->uploads = g_hash_table_new_full(NULL, NULL, NULL,
+    agent->ledger.vms = g_hash_table_new(NULL, NULL);
+    agent->ledger.uploads = g_hash_table_new_full(NULL, NULL, NULL,
                                            (GDestroyNotify)g_array_unref);
-    agent->freeing = g_array_new(FALSE, FALSE, sizeof(SlotId));
-    agent->hot_owners = g_hash_table_new(NULL, NULL);
+    agent->effects.freeing = g_array_new(FALSE, FALSE, sizeof(SlotId));
+    agent->placement.hot_owners = g_hash_table_new(NULL, NULL);
 }
 
 void ledger_destroy(NuksmAgent *agent)
 {
-    g_clear_pointer(&agent->vms, g_hash_table_destroy);
-    g_clear_pointer(&agent->uploads, g_hash_table_destroy);
-    g_clear_pointer(&agent->freeing, g_array_unref);
-    g_clear_pointer(&agent->hot_owners, g_hash_table_destroy);
+    g_clear_pointer(&agent->ledger.vms, g_hash_table_destroy);
+    g_clear_pointer(&agent->ledger.uploads, g_hash_table_destroy);
+    g_clear_pointer(&agent->effects.freeing, g_array_unref);
+    g_clear_pointer(&agent->placement.hot_owners, g_hash_table_destroy);
 }
 
 NuksmClient *ledger_client(NuksmAgent *agent, uint32_t client_id)
 {
-    return g_hash_table_lookup(agent->vms, GUINT_TO_POINTER(client_id));
+    return g_hash_table_lookup(agent->ledger.vms, GUINT_TO_POINTER(client_id));
 }
 
 char *ledger_ref_problem(NuksmAgent *agent, const NuksmSlotRef *r)
@@ -134,14 +134,14 @@ void ledger_drop(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e)
 
 void ledger_upload_start(NuksmAgent *agent, SlotId id)
 {
-    g_hash_table_insert(agent->uploads, GUINT_TO_POINTER(id),
+    g_hash_table_insert(agent->ledger.uploads, GUINT_TO_POINTER(id),
                         g_array_new(FALSE, FALSE, sizeof(UploadSharer)));
 }
 
 void ledger_upload_join(NuksmAgent *agent, SlotId id, NuksmClient *client,
                         uint64_t page)
 {
-    GArray *sharers = g_hash_table_lookup(agent->uploads,
+    GArray *sharers = g_hash_table_lookup(agent->ledger.uploads,
                                           GUINT_TO_POINTER(id));
     UploadSharer sharer = { .page = page, .client = client->id };
 
@@ -150,7 +150,7 @@ void ledger_upload_join(NuksmAgent *agent, SlotId id, NuksmClient *client,
 
 /*
  * Sharers are recorded by client id and page and checked when the upload
- * ends: a client that left meanwhile is gone from agent->vms, and its
+ * ends: a client that left meanwhile is gone from agent->ledger.vms, and its
  * entries (which ledger_client_leave() dropped) cannot be found.
  */
 static KeyMapEntry *waiting_entry(NuksmAgent *agent, SlotId id,
@@ -174,7 +174,7 @@ static GArray *steal_sharers(NuksmAgent *agent, SlotId id)
 {
     gpointer sharers = NULL;
 
-    g_hash_table_steal_extended(agent->uploads, GUINT_TO_POINTER(id),
+    g_hash_table_steal_extended(agent->ledger.uploads, GUINT_TO_POINTER(id),
                                 NULL, &sharers);
     return sharers;
 }
@@ -227,14 +227,14 @@ void ledger_free(NuksmAgent *agent, SlotId id)
         return;
     }
     if (s->state == SLOT_ORPHAN) {
-        agent->orphan_pages--;
+        agent->orphans.pages--;
     } else {
         index_remove(&agent->index, s->domain, s->digest, id);
-        g_hash_table_remove(agent->uploads, GUINT_TO_POINTER(id));
+        g_hash_table_remove(agent->ledger.uploads, GUINT_TO_POINTER(id));
     }
-    g_hash_table_remove(agent->hot_owners, GUINT_TO_POINTER(id));
+    g_hash_table_remove(agent->placement.hot_owners, GUINT_TO_POINTER(id));
     s->state = SLOT_FREEING;
-    g_array_append_val(agent->freeing, id);
+    g_array_append_val(agent->effects.freeing, id);
 }
 
 void ledger_orphan(NuksmAgent *agent, SlotId id)
@@ -243,9 +243,9 @@ void ledger_orphan(NuksmAgent *agent, SlotId id)
 
     g_assert(s->state == SLOT_READY && !s->refs && !s->pending);
     index_remove(&agent->index, s->domain, s->digest, id);
-    g_hash_table_remove(agent->hot_owners, GUINT_TO_POINTER(id));
+    g_hash_table_remove(agent->placement.hot_owners, GUINT_TO_POINTER(id));
     s->state = SLOT_ORPHAN;
-    agent->orphan_pages++;
+    agent->orphans.pages++;
 }
 
 /*
@@ -283,7 +283,7 @@ void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
     KeyMap pages = client->pages;
 
     /* From now on, uploads and the unstable table no longer see it. */
-    g_hash_table_remove(agent->vms, GUINT_TO_POINTER(client->id));
+    g_hash_table_remove(agent->ledger.vms, GUINT_TO_POINTER(client->id));
     keymap_init(&client->pages, pages.seed);
 
     for (size_t i = 0; i < pages.size; i++) {

@@ -61,7 +61,7 @@ void ledger_destroy(NuksmAgent *agent);
 
 static inline SlotTable *ledger_table(NuksmAgent *agent, SlotId id)
 {
-    return &agent->slots[slot_id_node(id)];
+    return &agent->ledger.slots[slot_id_node(id)];
 }
 
 static inline Slot *ledger_slot(NuksmAgent *agent, SlotId id)

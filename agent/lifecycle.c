@@ -67,17 +67,17 @@ static bool open_engine(NuksmAgent *agent, const char *state_dir,
     mappers_open(&agent->mappers, state_dir);
     memcg_init(&agent->memcg);
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
-        slots_init(&agent->slots[n], STORE_SLOTS, gen);
+        slots_init(&agent->ledger.slots[n], STORE_SLOTS, gen);
     }
     index_init(&agent->index, seed);
     unstable_init(&agent->unstable,
                   MIN(UNSTABLE_MAX_ENTRIES,
-                      agent->memory_max / 4 / sizeof(UnstableEntry)),
+                      agent->conditions.memory_max / 4 / sizeof(UnstableEntry)),
                   seed, client_alive, agent);
     domains_init(&agent->domains, agent->store.secret,
                  sizeof(agent->store.secret));
     ledger_init(agent);
-    agent->outbox = g_ptr_array_new();
+    agent->effects.outbox = g_ptr_array_new();
     log_info("store in %s: %u file%s of %" PRIu64 " GiB (sparse)",
              state_dir, agent->nr_nodes, agent->nr_nodes == 1 ? "" : "s",
              STORE_SIZE >> 30);
@@ -93,14 +93,14 @@ static void close_engine(NuksmAgent *agent)
 {
     recovery_stop(agent);
     detached_destroy(agent);
-    g_clear_pointer(&agent->outbox, g_ptr_array_unref);
+    g_clear_pointer(&agent->effects.outbox, g_ptr_array_unref);
     ledger_destroy(agent);
     conditions_destroy(agent);
     domains_destroy(&agent->domains);
     unstable_destroy(&agent->unstable);
     index_destroy(&agent->index);
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
-        slots_destroy(&agent->slots[n]);
+        slots_destroy(&agent->ledger.slots[n]);
     }
     mappers_close(&agent->mappers);
     memcg_destroy(&agent->memcg);
@@ -113,12 +113,12 @@ static void close_engine(NuksmAgent *agent)
 bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
 {
     *agent = (NuksmAgent) {
-        .listen_fd = -1,
-        .next_client_id = 1,
-        .policy = cfg->policy,
-        .cold_windows = cfg->cold_windows,
-        .memory_max = (uint64_t)cfg->memory_max_mib << 20,
         .libvirt_dir = cfg->libvirt_dir,  /* cfg outlives the agent */
+        .server.listen_fd = -1,
+        .clients.next_id = 1,
+        .placement.policy = cfg->policy,
+        .placement.cold_windows = cfg->cold_windows,
+        .conditions.memory_max = (uint64_t)cfg->memory_max_mib << 20,
     };
     topology_init(&agent->topology, cfg->fake_numa);
     agent->nr_nodes = agent->topology.nr_nodes;
@@ -136,8 +136,8 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
         return false;
     }
     log_info("nuksmd %s listening on %s, policy %s, %u NUMA node%s%s",
-             NUKSM_VERSION, agent->socket_path,
-             nuksm_policy_name(agent->policy),
+             NUKSM_VERSION, agent->server.path,
+             nuksm_policy_name(agent->placement.policy),
              agent->nr_nodes, agent->nr_nodes == 1 ? "" : "s",
              cfg->fake_numa ? " (fake)" : "");
 

@@ -35,7 +35,7 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     client->to_merge = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_upload = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_move = g_array_new(FALSE, FALSE, sizeof(NuksmMove));
-    g_hash_table_insert(agent->vms, GUINT_TO_POINTER(client->id), client);
+    g_hash_table_insert(agent->ledger.vms, GUINT_TO_POINTER(client->id), client);
     detached_adopt(agent, client);
 
     /* Before it gets the store: it may map slots from now on. */
@@ -82,7 +82,7 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
                          const PolicyOwner *pu)
 {
     uint32_t hot_owner;
-    uint32_t node = policy_new_copy(agent->policy, agent_policy_load(agent),
+    uint32_t node = policy_new_copy(agent->placement.policy, agent_policy_load(agent),
                                     pv, pu, c->digest, &hot_owner);
     uint32_t slot;
     SlotId id;
@@ -91,14 +91,14 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
     if (!conditions_store_has_room(agent)) {
         return;
     }
-    if (!slots_alloc(&agent->slots[node], &slot)) {
+    if (!slots_alloc(&agent->ledger.slots[node], &slot)) {
         conditions_store_full(agent, "store node %u holds its %u pages", node,
                          STORE_SLOTS);
         return;
     }
     id = slot_id(node, slot);
     if (hot_owner) {
-        g_hash_table_insert(agent->hot_owners, GUINT_TO_POINTER(id),
+        g_hash_table_insert(agent->placement.hot_owners, GUINT_TO_POINTER(id),
                             GUINT_TO_POINTER(hot_owner));
     }
     s = ledger_slot(agent, id);
@@ -128,7 +128,7 @@ static bool join_copy(NuksmAgent *agent, NuksmClient *v,
         uint32_t node = nth_node(pv->home, i);
         SlotId id;
 
-        if (policy_may_map(agent->policy, pv, node) &&
+        if (policy_may_map(agent->placement.policy, pv, node) &&
             index_lookup(&agent->index, v->domain_id, node, c->digest,
                          &id)) {
             copies_join(agent, v, c->page, id);
@@ -155,7 +155,7 @@ static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
         uint64_t upage;
 
         if (!ue || (u == v && ue->page == c->page) ||
-            !policy_may_share(agent->policy, pv, &pu)) {
+            !policy_may_share(agent->placement.policy, pv, &pu)) {
             continue;
         }
         upage = ue->page;
@@ -173,7 +173,7 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
         .client = v->id,
         .home = client_home(v, c->gnode),
         .priority = v->priority,
-        .hot = policy_page_hot(c->idle, agent->cold_windows),
+        .hot = policy_page_hot(c->idle, agent->placement.cold_windows),
     };
 
     /* A page merges once: it is already merged or on its way there. */

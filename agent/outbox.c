@@ -25,7 +25,7 @@ static void add_client(NuksmAgent *agent, NuksmClient *client)
 {
     if (!client->in_outbox) {
         client->in_outbox = true;
-        g_ptr_array_add(agent->outbox, client);
+        g_ptr_array_add(agent->effects.outbox, client);
     }
 }
 
@@ -75,8 +75,8 @@ static void send_batches(NuksmAgent *agent, NuksmClient *client,
 
 void outbox_flush(NuksmAgent *agent)
 {
-    for (guint i = 0; i < agent->outbox->len; i++) {
-        NuksmClient *client = g_ptr_array_index(agent->outbox, i);
+    for (guint i = 0; i < agent->effects.outbox->len; i++) {
+        NuksmClient *client = g_ptr_array_index(agent->effects.outbox, i);
 
         send_batches(agent, client, NUKSM_MSG_UPLOAD_REQ, client->to_upload,
                      NUKSM_SLOTREFS_MAX);
@@ -86,5 +86,5 @@ void outbox_flush(NuksmAgent *agent)
                      NUKSM_MOVES_MAX);
         client->in_outbox = false;
     }
-    g_ptr_array_set_size(agent->outbox, 0);
+    g_ptr_array_set_size(agent->effects.outbox, 0);
 }

@@ -31,7 +31,7 @@ static bool is_orphan(SlotTable *t, uint32_t slot)
 static void mark_used_orphans(NuksmAgent *agent, const SlotRange *r,
                               GHashTable *used)
 {
-    SlotTable *t = &agent->slots[r->file];
+    SlotTable *t = &agent->ledger.slots[r->file];
     uint32_t end = MIN(r->end, t->top);
     bool reads[REAP_CHUNK];
 
@@ -77,7 +77,7 @@ static bool reap_orphans(NuksmAgent *agent, uint64_t *freed)
         mark_used_orphans(agent, &g_array_index(mapped, SlotRange, i), used);
     }
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
-        SlotTable *t = &agent->slots[n];
+        SlotTable *t = &agent->ledger.slots[n];
 
         for (uint32_t s = 0; s < t->top; s++) {
             if (is_orphan(t, s) &&
@@ -96,35 +96,35 @@ static gboolean on_orphan_timer(gpointer opaque)
     NuksmAgent *agent = opaque;
     uint64_t freed = 0;
 
-    agent->orphan_timer = 0;
-    if (!agent->orphan_pages) {
+    agent->orphans.timer = 0;
+    if (!agent->orphans.pages) {
         return G_SOURCE_REMOVE;
     }
     if (!reap_orphans(agent, &freed)) {
-        if (!agent->orphans_unscannable) {
+        if (!agent->orphans.unscannable) {
             log_warning("cannot read the mappings of every VM process "
                         "(/proc/<pid>/maps): keeping all %" PRIu64 " orphan "
                         "store page%s, which they may map",
-                        agent->orphan_pages,
-                        agent->orphan_pages == 1 ? "" : "s");
+                        agent->orphans.pages,
+                        agent->orphans.pages == 1 ? "" : "s");
         }
-        agent->orphans_unscannable = true;
+        agent->orphans.unscannable = true;
     } else {
-        agent->orphans_unscannable = false;
+        agent->orphans.unscannable = false;
     }
     if (freed) {
         log_info("freed %" PRIu64 " orphan store page%s that no process "
                  "reads", freed, freed == 1 ? "" : "s");
     }
-    if (agent->orphan_pages != agent->orphans_logged) {
-        if (agent->orphan_pages) {
+    if (agent->orphans.pages != agent->orphans.logged) {
+        if (agent->orphans.pages) {
             log_info("keeping %" PRIu64 " orphan store page%s that live "
                      "processes still read without a reference: looking "
-                     "again every %u s", agent->orphan_pages,
-                     agent->orphan_pages == 1 ? "" : "s",
+                     "again every %u s", agent->orphans.pages,
+                     agent->orphans.pages == 1 ? "" : "s",
                      ORPHAN_RECHECK_SECONDS);
         }
-        agent->orphans_logged = agent->orphan_pages;
+        agent->orphans.logged = agent->orphans.pages;
     }
     recovery_watch_orphans(agent);
     return G_SOURCE_REMOVE;
@@ -132,8 +132,8 @@ static gboolean on_orphan_timer(gpointer opaque)
 
 static void watch_after(NuksmAgent *agent, uint32_t seconds)
 {
-    if (agent->orphan_pages && !agent->orphan_timer) {
-        agent->orphan_timer = g_timeout_add_seconds(seconds, on_orphan_timer,
+    if (agent->orphans.pages && !agent->orphans.timer) {
+        agent->orphans.timer = g_timeout_add_seconds(seconds, on_orphan_timer,
                                                     agent);
     }
 }
@@ -150,26 +150,26 @@ void recovery_start(NuksmAgent *agent, uint32_t grace)
 
         while (store_next_data(&agent->store, n, from, &start, &end)) {
             for (uint32_t s = start; s < end; s++) {
-                slots_claim_orphan(&agent->slots[n], s);
+                slots_claim_orphan(&agent->ledger.slots[n], s);
             }
-            agent->orphan_pages += end - start;
+            agent->orphans.pages += end - start;
             from = end;
         }
     }
-    if (agent->orphan_pages) {
+    if (agent->orphans.pages) {
         log_info("store holds %" PRIu64 " page%s from a previous run: VMs "
                  "have %u s to restore them before those no process maps "
-                 "are freed", agent->orphan_pages,
-                 agent->orphan_pages == 1 ? "" : "s", grace);
+                 "are freed", agent->orphans.pages,
+                 agent->orphans.pages == 1 ? "" : "s", grace);
         watch_after(agent, grace);
     }
 }
 
 void recovery_stop(NuksmAgent *agent)
 {
-    if (agent->orphan_timer) {
-        g_source_remove(agent->orphan_timer);
-        agent->orphan_timer = 0;
+    if (agent->orphans.timer) {
+        g_source_remove(agent->orphans.timer);
+        agent->orphans.timer = 0;
     }
 }
 
@@ -204,7 +204,7 @@ static char *adopt_orphan(NuksmAgent *agent, NuksmClient *client,
     s->domain = client->domain_id;
     s->digest = nuksm_page_digest(content, NUKSM_PAGE_SIZE);
     s->state = SLOT_READY;
-    agent->orphan_pages--;
+    agent->orphans.pages--;
     return NULL;
 }
 
@@ -240,8 +240,8 @@ static char *restore_one(NuksmAgent *agent, NuksmClient *client,
         return g_strdup_printf("more than %u pages",
                                LEDGER_CLIENT_PAGES_MAX);
     }
-    s = slots_in_use(&agent->slots[r->node], r->slot) ?
-        slots_get(&agent->slots[r->node], r->slot) : NULL;
+    s = slots_in_use(&agent->ledger.slots[r->node], r->slot) ?
+        slots_get(&agent->ledger.slots[r->node], r->slot) : NULL;
     if (s && s->state == SLOT_ORPHAN) {
         problem = adopt_orphan(agent, client, r, s);
         if (problem) {

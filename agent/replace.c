@@ -72,7 +72,7 @@ static GArray *find_sharers(NuksmAgent *agent)
     GHashTableIter it;
     NuksmClient *client;
 
-    g_hash_table_iter_init(&it, agent->vms);
+    g_hash_table_iter_init(&it, agent->ledger.vms);
     while (g_hash_table_iter_next(&it, NULL, (gpointer *)&client)) {
         const KeyMap *m = &client->pages;
 
@@ -110,7 +110,7 @@ static void plan_slot(NuksmAgent *agent, SlotId id, const Sharer *sh,
     g_autofree PolicyOwner *o = g_new(PolicyOwner, n);
     uint32_t node = slot_id_node(id), target;
     uint32_t hot_owner = GPOINTER_TO_UINT(
-        g_hash_table_lookup(agent->hot_owners, GUINT_TO_POINTER(id)));
+        g_hash_table_lookup(agent->placement.hot_owners, GUINT_TO_POINTER(id)));
 
     for (size_t i = 0; i < n; i++) {
         const NuksmClient *client = ledger_client(agent, sh[i].client);
@@ -122,7 +122,7 @@ static void plan_slot(NuksmAgent *agent, SlotId id, const Sharer *sh,
             .hot = false,   /* a write would have ended its sharing */
         };
     }
-    if (agent->policy == NUKSM_POLICY_ID_LOCAL) {
+    if (agent->placement.policy == NUKSM_POLICY_ID_LOCAL) {
         for (size_t i = 0; i < n; i++) {
             if (o[i].home != node) {
                 plan_move(&agent->replacer, id, &sh[i], o[i].home);
@@ -130,7 +130,7 @@ static void plan_slot(NuksmAgent *agent, SlotId id, const Sharer *sh,
         }
         return;
     }
-    target = policy_replace_node(agent->policy, load, node, o, n, hot_owner,
+    target = policy_replace_node(agent->placement.policy, load, node, o, n, hot_owner,
                                  ledger_slot(agent, id)->digest);
     if (target == node) {
         return;
@@ -166,7 +166,7 @@ static gboolean on_pass(gpointer opaque)
     }
     log_info("re-placement: %u of %u merged pages to move under policy "
              "%s, at most %u per second", r->plan->len, sharers->len,
-             nuksm_policy_name(agent->policy), r->rate);
+             nuksm_policy_name(agent->placement.policy), r->rate);
     if (r->plan->len && !r->tick_timer) {
         r->tick_timer = g_timeout_add(REPLACE_TICK_MS, on_tick, agent);
     }
@@ -181,7 +181,7 @@ void replace_request(NuksmAgent *agent, const char *why)
      * Under global and adaptive every merged page may stay where it is:
      * moves planned under the previous policy are dropped.
      */
-    if (!r->rate || !policy_moves_copies(agent->policy)) {
+    if (!r->rate || !policy_moves_copies(agent->placement.policy)) {
         g_array_set_size(r->plan, 0);
         r->next = 0;
         return;
@@ -211,7 +211,7 @@ static bool copy_on_node(NuksmAgent *agent, SlotId from, uint32_t node,
     }
     if (!store_read(&agent->store, slot_id_node(from), slot_id_slot(from),
                     content) ||
-        !slots_alloc(&agent->slots[node], &slot)) {
+        !slots_alloc(&agent->ledger.slots[node], &slot)) {
         return false;
     }
     *to = slot_id(node, slot);
@@ -223,9 +223,9 @@ static bool copy_on_node(NuksmAgent *agent, SlotId from, uint32_t node,
         return false;
     }
     copies_publish(agent, *to);
-    owner = g_hash_table_lookup(agent->hot_owners, GUINT_TO_POINTER(from));
+    owner = g_hash_table_lookup(agent->placement.hot_owners, GUINT_TO_POINTER(from));
     if (owner) {
-        g_hash_table_insert(agent->hot_owners, GUINT_TO_POINTER(*to), owner);
+        g_hash_table_insert(agent->placement.hot_owners, GUINT_TO_POINTER(*to), owner);
     }
     return true;
 }

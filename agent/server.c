@@ -105,7 +105,7 @@ static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
      * MSG_TRUNC makes recv() return the full datagram size, so that an
      * oversized datagram is rejected rather than silently cut.
      */
-    n = recv(fd, agent->rx_buf, NUKSM_MSG_MAX, MSG_TRUNC | MSG_DONTWAIT);
+    n = recv(fd, agent->server.rx_buf, NUKSM_MSG_MAX, MSG_TRUNC | MSG_DONTWAIT);
     if (n < 0) {
         if (errno == EAGAIN || errno == EINTR) {
             return G_SOURCE_CONTINUE;
@@ -117,7 +117,7 @@ static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
         log_info("%s disconnected", client->label);
         client->dead = true;
     } else {
-        dispatch_message(agent, client, agent->rx_buf, n);
+        dispatch_message(agent, client, agent->server.rx_buf, n);
     }
 
     /*
@@ -165,8 +165,8 @@ static gboolean resume_accept(gpointer opaque)
 {
     NuksmAgent *agent = opaque;
 
-    agent->accept_retry = 0;
-    agent->listen_watch = g_unix_fd_add(agent->listen_fd, G_IO_IN,
+    agent->server.accept_retry = 0;
+    agent->server.listen_watch = g_unix_fd_add(agent->server.listen_fd, G_IO_IN,
                                         on_listen_ready, agent);
     return G_SOURCE_REMOVE;
 }
@@ -217,8 +217,8 @@ static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque)
              */
             log_warning("cannot accept connections: %s, retrying in %d s",
                         g_strerror(errno), ACCEPT_RETRY_SECONDS);
-            agent->listen_watch = 0;
-            agent->accept_retry = g_timeout_add_seconds(ACCEPT_RETRY_SECONDS,
+            agent->server.listen_watch = 0;
+            agent->server.accept_retry = g_timeout_add_seconds(ACCEPT_RETRY_SECONDS,
                                                         resume_accept, agent);
             return G_SOURCE_REMOVE;
         }
@@ -302,11 +302,11 @@ static int activated_socket(void)
 /* Serve on @fd; @path names it in logs (and, if ours, is unlinked). */
 static void server_listen(NuksmAgent *agent, int fd, const char *path)
 {
-    agent->socket_path = g_strdup(path);
-    agent->listen_fd = fd;
-    agent->rx_buf = g_malloc(NUKSM_MSG_MAX);
+    agent->server.path = g_strdup(path);
+    agent->server.listen_fd = fd;
+    agent->server.rx_buf = g_malloc(NUKSM_MSG_MAX);
     transport_init(effects_settle);
-    agent->listen_watch = g_unix_fd_add(fd, G_IO_IN, on_listen_ready, agent);
+    agent->server.listen_watch = g_unix_fd_add(fd, G_IO_IN, on_listen_ready, agent);
 }
 
 bool server_start(NuksmAgent *agent, const char *path, gid_t group)
@@ -330,7 +330,7 @@ bool server_start(NuksmAgent *agent, const char *path, gid_t group)
         server_listen(agent, fd, len > offsetof(struct sockaddr_un,
                                                 sun_path) && bound.sun_path[0]
                                  ? bound.sun_path : "(socket from systemd)");
-        agent->socket_activated = true;
+        agent->server.activated = true;
         return true;
     }
 
@@ -371,8 +371,8 @@ bool server_start(NuksmAgent *agent, const char *path, gid_t group)
         return false;
     }
 
-    agent->socket_dev = st.st_dev;
-    agent->socket_ino = st.st_ino;
+    agent->server.dev = st.st_dev;
+    agent->server.ino = st.st_ino;
     server_listen(agent, fd, path);
     return true;
 }
@@ -388,26 +388,26 @@ void server_stop(NuksmAgent *agent)
     while (agent->clients.list.head) {
         clients_remove(&agent->clients, agent->clients.list.head->data);
     }
-    if (agent->listen_watch) {
-        g_source_remove(agent->listen_watch);
-        agent->listen_watch = 0;
+    if (agent->server.listen_watch) {
+        g_source_remove(agent->server.listen_watch);
+        agent->server.listen_watch = 0;
     }
-    if (agent->accept_retry) {
-        g_source_remove(agent->accept_retry);
-        agent->accept_retry = 0;
+    if (agent->server.accept_retry) {
+        g_source_remove(agent->server.accept_retry);
+        agent->server.accept_retry = 0;
     }
-    close(agent->listen_fd);
-    agent->listen_fd = -1;
+    close(agent->server.listen_fd);
+    agent->server.listen_fd = -1;
 
     /*
      * Another agent may have replaced the file meanwhile: leave it be.
      * systemd's socket stays, for the next activation.
      */
-    if (!agent->socket_activated && stat(agent->socket_path, &st) == 0 &&
-        st.st_dev == agent->socket_dev && st.st_ino == agent->socket_ino) {
-        unlink(agent->socket_path);
+    if (!agent->server.activated && stat(agent->server.path, &st) == 0 &&
+        st.st_dev == agent->server.dev && st.st_ino == agent->server.ino) {
+        unlink(agent->server.path);
     }
-    g_clear_pointer(&agent->socket_path, g_free);
-    g_clear_pointer(&agent->rx_buf, g_free);
+    g_clear_pointer(&agent->server.path, g_free);
+    g_clear_pointer(&agent->server.rx_buf, g_free);
     transport_destroy();
 }

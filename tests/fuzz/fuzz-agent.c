@@ -305,10 +305,10 @@ static uint32_t current_gen(uint32_t node, uint32_t slot)
     const Slot *s;
     SlotRecord rec;
 
-    if (node >= agent.nr_nodes || slot >= agent.slots[node].top) {
+    if (node >= agent.nr_nodes || slot >= agent.ledger.slots[node].top) {
         return 0;
     }
-    s = slots_get(&agent.slots[node], slot);
+    s = slots_get(&agent.ledger.slots[node], slot);
     if (s->state == SLOT_ORPHAN &&
         store_get_record(&agent.store, node, slot, &rec)) {
         return rec.gen;
@@ -382,7 +382,7 @@ static void fire_timers(void)
 {
     guint ids[] = {
         agent.replacer.pass_timer, agent.replacer.tick_timer,
-        agent.home_timer, agent.orphan_timer,
+        agent.placement.home_timer, agent.orphans.timer,
     };
 
     if (trace) {
