@@ -11,7 +11,7 @@
 #include "clients.h"
 
 NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
-                         int fd, pid_t pid, int pidfd, uid_t uid, gid_t gid)
+                         int fd, pid_t pid, int pidfd, uid_t uid)
 {
     NuksmClient *client = g_new0(NuksmClient, 1);
 
@@ -20,7 +20,6 @@ NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
     client->pid = pid;
     client->pidfd = pidfd;
     client->uid = uid;
-    client->gid = gid;
     client->label = g_strdup_printf("client pid %ld", (long)pid);
     g_queue_push_tail(&reg->list, client);
     return client;

@@ -46,7 +46,6 @@ typedef struct NuksmClient {
     pid_t pid;               /* SO_PEERCRED at connect time */
     int pidfd;               /* of the peer process, or -1 */
     uid_t uid;
-    gid_t gid;
     char *label;             /* "client 3 (pid 1234)", for logs */
 
     /* Set once the client is disconnected; it is freed by the reaper. */
@@ -94,7 +93,7 @@ typedef struct ClientRegistry {
 
 /* Register a connection, taking @pidfd (or -1); the caller sets ->watch. */
 NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
-                         int fd, pid_t pid, int pidfd, uid_t uid, gid_t gid);
+                         int fd, pid_t pid, int pidfd, uid_t uid);
 
 /*
  * Unregister @client, remove its watches, close its fds and free it with

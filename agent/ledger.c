@@ -202,7 +202,6 @@ void ledger_upload_cancel(NuksmAgent *agent, SlotId id)
     Slot *s = ledger_slot(agent, id);
     g_autoptr(GArray) sharers = steal_sharers(agent, id);
 
-    s->state = SLOT_CANCELLED;
     index_remove(&agent->index, s->domain, s->digest, id);
     for (guint i = 0; i < sharers->len; i++) {
         NuksmClient *client;
@@ -214,6 +213,10 @@ void ledger_upload_cancel(NuksmAgent *agent, SlotId id)
             ledger_drop(agent, client, e);
         }
     }
+    /*
+     * Unused now, unless the caller still holds a use it gives up next
+     * (release_entry()): that frees the slot then.
+     */
     if (!s->refs && !s->pending) {
         ledger_free(agent, id);
     }

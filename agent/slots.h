@@ -49,7 +49,6 @@ typedef enum SlotState {
     SLOT_ORPHAN,             /* content found at start, not restored yet */
     SLOT_UPLOADING,          /* allocated, content not written yet */
     SLOT_READY,              /* content written, immutable */
-    SLOT_CANCELLED,          /* upload failed: freed once unused */
     SLOT_FREEING,            /* unused, to be punched and released */
 } SlotState;
 
