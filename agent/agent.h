@@ -19,9 +19,9 @@
 #include "index.h"
 #include "nuksm-proto.h"
 #include "policy.h"
+#include "relocate.h"
 #include "slots.h"
 #include "store.h"
-#include "replace.h"
 #include "topology.h"
 #include "unstable.h"
 
@@ -67,7 +67,7 @@ typedef struct AgentEffects {
     guint settle_source;
 } AgentEffects;
 
-/* NUMA placement (policy.c decides; home.c, merge.c, replace.c ask). */
+/* NUMA placement (policy.c decides; home.c, merge.c, relocate.c ask). */
 typedef struct AgentPlacement {
     NuksmPolicyId policy;    /* in force; SET_POLICY changes it */
     uint32_t cold_windows;   /* idle windows before a page is cold */
@@ -92,7 +92,7 @@ typedef struct NuksmAgent {
     AgentServer server;
     ClientRegistry clients;  /* clients.c */
     AgentPlacement placement;
-    Replacer replacer;       /* replace.c */
+    Relocator relocator;       /* relocate.c */
 
     /* The merge engine (merge.c and the modules it calls). */
     Store store;             /* store.c; copies.c writes and effects.c */

@@ -8,7 +8,7 @@
  * the upload.  Once the content is written (copies_fill()), every page
  * sharing the slot is sent a MERGE.  A slot that gets a content by other
  * ways, a RESTORE of an orphan (recovery.c) or a new copy made for
- * re-placement (replace.c), is published the same way: indexed, and
+ * re-placement (relocate.c), is published the same way: indexed, and
  * joined by the pages of its content waiting in the unstable table.
  *
  * Copyright (c) 2026 nuksm developers

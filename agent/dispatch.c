@@ -17,7 +17,7 @@
 #include "merge.h"
 #include "nuksm-config.h"
 #include "recovery.h"
-#include "replace.h"
+#include "relocate.h"
 #include "transport.h"
 
 /* Handler of one request type; @payload passed nuksm_msg_check(). */
@@ -104,7 +104,7 @@ static void handle_set_policy(NuksmAgent *agent, NuksmClient *client,
             send_policy(agent, other, 0);
         }
     }
-    replace_request(agent, "the policy changed");
+    relocate_request(agent, "the policy changed");
 }
 
 static void handle_get_policy(NuksmAgent *agent, NuksmClient *client,
@@ -164,8 +164,8 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
         info.pages_sharing += t->sharing;
         info.store_pages[n] = t->nr_used;
     }
-    info.pages_moved = agent->replacer.moved;
-    info.moves_pending = replace_pending(agent);
+    info.pages_moved = agent->relocator.moved;
+    info.moves_pending = relocate_pending(agent);
     info.orphan_pages = agent->orphans.pages;
     info.conditions = agent->conditions.held;
     conditions_describe(agent, info.condition_reason,
@@ -228,7 +228,7 @@ static const RequestHandler handlers[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_UNMERGED]     = merge_handle_unmerged,
     [NUKSM_MSG_RESTORE]      = recovery_handle_restore,
     [NUKSM_MSG_TOPOLOGY]     = home_handle_topology,
-    [NUKSM_MSG_MOVED]        = replace_handle_moved,
+    [NUKSM_MSG_MOVED]        = relocate_handle_moved,
     [NUKSM_MSG_VM_LIMIT]     = handle_vm_limit,
 };
 

@@ -10,7 +10,7 @@
 #include "home.h"
 #include "log.h"
 #include "policy.h"
-#include "replace.h"
+#include "relocate.h"
 #include "transport.h"
 #include "vcpus.h"
 
@@ -118,7 +118,7 @@ static void update(NuksmAgent *agent, NuksmClient *client, bool first)
         send_home(agent, client);
     }
     if (moved) {
-        replace_request(agent, "a home node changed");
+        relocate_request(agent, "a home node changed");
     }
 }
 

@@ -8,7 +8,7 @@
  * vcpupin`, `virsh numatune --live` or a scheduler moving an unpinned VM
  * are followed: it looks at the vCPU threads (vcpus.h), and the rule
  * (policy_home(), policy.h) decides.  A home that moves starts
- * re-placement (replace.h).  The nodes the agent places on are 0..N-1
+ * re-placement (relocate.h).  The nodes the agent places on are 0..N-1
  * (agent/topology.h).
  *
  * Copyright (c) 2026 nuksm developers

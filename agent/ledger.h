@@ -3,7 +3,7 @@
  * life of slots that follows from it.
  *
  * Each VM has a table page -> (slot, PageState); a page has at most one
- * entry, and while it moves to another copy (see replace.h) one more,
+ * entry, and while it moves to another copy (see relocate.h) one more,
  * in namespace LEDGER_NS_MOVE, naming the slot it moves to as PAGE_MERGING.
  * A slot counts the MAPPED entries naming it as references and the
  * others as pending users; it is freed (punched out of the store, its

@@ -142,7 +142,7 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
              cfg->fake_numa ? " (fake)" : "");
 
     agent->loop = g_main_loop_new(NULL, FALSE);
-    replace_init(agent, cfg->replace_rate);
+    relocate_init(agent, cfg->replace_rate);
     home_start(agent);
     effects_start(agent);
     return true;
@@ -154,7 +154,7 @@ void agent_stop(NuksmAgent *agent)
     effects_settle(agent);
     effects_stop(agent);
     home_stop(agent);
-    replace_destroy(agent);
+    relocate_destroy(agent);
     server_stop(agent);
     close_engine(agent);
     g_clear_pointer(&agent->loop, g_main_loop_unref);

@@ -145,7 +145,7 @@ bool policy_moves_copies(NuksmPolicyId policy)
 }
 
 /* fair: with its hot owner if that one still maps it, else see above. */
-static uint32_t fair_replace_node(const PolicyLoad *load, uint32_t node,
+static uint32_t fair_relocate_node(const PolicyLoad *load, uint32_t node,
                                   const PolicyOwner *o, size_t n,
                                   uint32_t hot_owner)
 {
@@ -162,7 +162,7 @@ static uint32_t fair_replace_node(const PolicyLoad *load, uint32_t node,
     return load->copies[node] > load->copies[best] + 1 ? best : node;
 }
 
-uint32_t policy_replace_node(NuksmPolicyId policy, const PolicyLoad *load,
+uint32_t policy_relocate_node(NuksmPolicyId policy, const PolicyLoad *load,
                              uint32_t node, const PolicyOwner *o, size_t n,
                              uint32_t hot_owner, uint64_t digest)
 {
@@ -179,7 +179,7 @@ uint32_t policy_replace_node(NuksmPolicyId policy, const PolicyLoad *load,
     case NUKSM_POLICY_ID_PRIORITY:
         return o[policy_priority_pick(o, n, digest)].home;
     case NUKSM_POLICY_ID_FAIR:
-        return fair_replace_node(load, node, o, n, hot_owner);
+        return fair_relocate_node(load, node, o, n, hot_owner);
     default:
         return node;
     }

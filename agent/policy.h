@@ -105,7 +105,7 @@ bool policy_moves_copies(NuksmPolicyId policy);
  * none); fair moves a cold copy only when that brings its node and the
  * emptiest owner's node closer by more than one copy.
  */
-uint32_t policy_replace_node(NuksmPolicyId policy, const PolicyLoad *load,
+uint32_t policy_relocate_node(NuksmPolicyId policy, const PolicyLoad *load,
                              uint32_t node, const PolicyOwner *o, size_t n,
                              uint32_t hot_owner, uint64_t digest);
 

@@ -381,7 +381,7 @@ static void send_bytes(Client *c, const uint8_t *data, size_t size)
 static void fire_timers(void)
 {
     guint ids[] = {
-        agent.replacer.pass_timer, agent.replacer.tick_timer,
+        agent.relocator.pass_timer, agent.relocator.tick_timer,
         agent.placement.home_timer, agent.orphans.timer,
     };
 

@@ -1,5 +1,5 @@
 /*
- * nuksmd re-placement: moving merged pages to the copy their placement
+ * nuksmd re-placement (relocate): moving merged pages to the copy their placement
  * now asks for, after the policy changed or a VM's home node did.
  *
  * A pass looks at every merged page, grouped by the copy (slot) it maps,
@@ -23,8 +23,8 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
-#ifndef NUKSMD_REPLACE_H
-#define NUKSMD_REPLACE_H
+#ifndef NUKSMD_RELOCATE_H
+#define NUKSMD_RELOCATE_H
 
 #include <stdint.h>
 
@@ -34,31 +34,31 @@ struct NuksmAgent;
 struct NuksmClient;
 
 /* Moves are carried out this often, each time a tenth of the rate. */
-#define REPLACE_TICK_MS 100
+#define RELOCATE_TICK_MS 100
 /* A pass waits this long for more reasons to come (homes, policy). */
-#define REPLACE_DEBOUNCE_MS 200
+#define RELOCATE_DEBOUNCE_MS 200
 
-typedef struct Replacer {
+typedef struct Relocator {
     uint32_t rate;           /* pages moved per second, at most */
     guint pass_timer;        /* a pass is due */
     guint tick_timer;        /* moves are being carried out */
-    GArray *plan;            /* ReplaceMove, in slot order */
+    GArray *plan;            /* RelocateMove, in slot order */
     guint next;              /* first move of @plan not carried out */
     uint64_t moved;          /* pages moved (MOVED, MERGED) */
-} Replacer;
+} Relocator;
 
-void replace_init(struct NuksmAgent *agent, uint32_t rate);
-void replace_destroy(struct NuksmAgent *agent);
+void relocate_init(struct NuksmAgent *agent, uint32_t rate);
+void relocate_destroy(struct NuksmAgent *agent);
 
 /* Plan a pass soon, because of @why (for the log). */
-void replace_request(struct NuksmAgent *agent, const char *why);
+void relocate_request(struct NuksmAgent *agent, const char *why);
 
 /* Moves planned and not carried out yet. */
-uint64_t replace_pending(const struct NuksmAgent *agent);
+uint64_t relocate_pending(const struct NuksmAgent *agent);
 
 /* MOVED from a VM: payload passed nuksm_msg_check. */
-void replace_handle_moved(struct NuksmAgent *agent,
+void relocate_handle_moved(struct NuksmAgent *agent,
                           struct NuksmClient *client, uint32_t seq,
                           const void *payload);
 
-#endif /* NUKSMD_REPLACE_H */
+#endif /* NUKSMD_RELOCATE_H */

@@ -14,53 +14,53 @@
 #include "merge.h"
 #include "outbox.h"
 #include "policy.h"
-#include "replace.h"
+#include "relocate.h"
 #include "transport.h"
 
 /* A merged page of a VM, as a pass finds it. */
-typedef struct Sharer {
+typedef struct MergedPage {
     SlotId slot;
     uint32_t client;
     uint64_t page;
-} Sharer;
+} MergedPage;
 
 /* A planned move: @client's @page leaves slot @from for a copy on @node. */
-typedef struct ReplaceMove {
+typedef struct RelocateMove {
     SlotId from;
     uint32_t client;
     uint64_t page;
     uint32_t node;
-} ReplaceMove;
+} RelocateMove;
 
 static gboolean on_tick(gpointer opaque);
 
-void replace_init(NuksmAgent *agent, uint32_t rate)
+void relocate_init(NuksmAgent *agent, uint32_t rate)
 {
-    agent->replacer = (Replacer) {
+    agent->relocator = (Relocator) {
         .rate = rate,
-        .plan = g_array_new(FALSE, FALSE, sizeof(ReplaceMove)),
+        .plan = g_array_new(FALSE, FALSE, sizeof(RelocateMove)),
     };
 }
 
-void replace_destroy(NuksmAgent *agent)
+void relocate_destroy(NuksmAgent *agent)
 {
-    Replacer *r = &agent->replacer;
+    Relocator *r = &agent->relocator;
 
     g_clear_handle_id(&r->pass_timer, g_source_remove);
     g_clear_handle_id(&r->tick_timer, g_source_remove);
     g_clear_pointer(&r->plan, g_array_unref);
 }
 
-uint64_t replace_pending(const NuksmAgent *agent)
+uint64_t relocate_pending(const NuksmAgent *agent)
 {
-    const Replacer *r = &agent->replacer;
+    const Relocator *r = &agent->relocator;
 
     return r->plan ? r->plan->len - r->next : 0;
 }
 
 static gint compare_sharers(gconstpointer a, gconstpointer b)
 {
-    const Sharer *x = a, *y = b;
+    const MergedPage *x = a, *y = b;
 
     return x->slot < y->slot ? -1 : x->slot > y->slot;
 }
@@ -68,7 +68,7 @@ static gint compare_sharers(gconstpointer a, gconstpointer b)
 /* Every mapped page of every VM that has nothing parked, by slot. */
 static GArray *find_sharers(NuksmAgent *agent)
 {
-    GArray *sharers = g_array_new(FALSE, FALSE, sizeof(Sharer));
+    GArray *sharers = g_array_new(FALSE, FALSE, sizeof(MergedPage));
     GHashTableIter it;
     NuksmClient *client;
 
@@ -81,7 +81,7 @@ static GArray *find_sharers(NuksmAgent *agent)
         }
         for (size_t i = 0; i < m->size; i++) {
             const KeyMapEntry *e = &m->entries[i];
-            Sharer s = { .slot = e->value, .client = client->id,
+            MergedPage s = { .slot = e->value, .client = client->id,
                          .page = e->key };
 
             if (e->used && e->ns == LEDGER_NS_PAGE &&
@@ -94,17 +94,17 @@ static GArray *find_sharers(NuksmAgent *agent)
     return sharers;
 }
 
-static void plan_move(Replacer *r, SlotId from, const Sharer *s,
+static void plan_move(Relocator *r, SlotId from, const MergedPage *s,
                       uint32_t node)
 {
-    ReplaceMove mv = { .from = from, .client = s->client, .page = s->page,
+    RelocateMove mv = { .from = from, .client = s->client, .page = s->page,
                        .node = node };
 
     g_array_append_val(r->plan, mv);
 }
 
 /* Plan the moves of the @n pages @sh that map slot @id. */
-static void plan_slot(NuksmAgent *agent, SlotId id, const Sharer *sh,
+static void plan_slot(NuksmAgent *agent, SlotId id, const MergedPage *sh,
                       size_t n, PolicyLoad *load)
 {
     g_autofree PolicyOwner *o = g_new(PolicyOwner, n);
@@ -125,12 +125,12 @@ static void plan_slot(NuksmAgent *agent, SlotId id, const Sharer *sh,
     if (agent->placement.policy == NUKSM_POLICY_ID_LOCAL) {
         for (size_t i = 0; i < n; i++) {
             if (o[i].home != node) {
-                plan_move(&agent->replacer, id, &sh[i], o[i].home);
+                plan_move(&agent->relocator, id, &sh[i], o[i].home);
             }
         }
         return;
     }
-    target = policy_replace_node(agent->placement.policy, load, node, o, n, hot_owner,
+    target = policy_relocate_node(agent->placement.policy, load, node, o, n, hot_owner,
                                  ledger_slot(agent, id)->digest);
     if (target == node) {
         return;
@@ -138,14 +138,14 @@ static void plan_slot(NuksmAgent *agent, SlotId id, const Sharer *sh,
     load->copies[node]--;
     load->copies[target]++;
     for (size_t i = 0; i < n; i++) {
-        plan_move(&agent->replacer, id, &sh[i], target);
+        plan_move(&agent->relocator, id, &sh[i], target);
     }
 }
 
 static gboolean on_pass(gpointer opaque)
 {
     NuksmAgent *agent = opaque;
-    Replacer *r = &agent->replacer;
+    Relocator *r = &agent->relocator;
     g_autoptr(GArray) sharers = find_sharers(agent);
     /* A copy: the plan moves copies between the nodes as it goes. */
     PolicyLoad load = *agent_policy_load(agent);
@@ -154,11 +154,11 @@ static gboolean on_pass(gpointer opaque)
     g_array_set_size(r->plan, 0);
     r->next = 0;
     for (guint i = 0; i < sharers->len;) {
-        const Sharer *first = &g_array_index(sharers, Sharer, i);
+        const MergedPage *first = &g_array_index(sharers, MergedPage, i);
         guint n = 1;
 
         while (i + n < sharers->len &&
-               g_array_index(sharers, Sharer, i + n).slot == first->slot) {
+               g_array_index(sharers, MergedPage, i + n).slot == first->slot) {
             n++;
         }
         plan_slot(agent, first->slot, first, n, &load);
@@ -168,14 +168,14 @@ static gboolean on_pass(gpointer opaque)
              "%s, at most %u per second", r->plan->len, sharers->len,
              nuksm_policy_name(agent->placement.policy), r->rate);
     if (r->plan->len && !r->tick_timer) {
-        r->tick_timer = g_timeout_add(REPLACE_TICK_MS, on_tick, agent);
+        r->tick_timer = g_timeout_add(RELOCATE_TICK_MS, on_tick, agent);
     }
     return G_SOURCE_REMOVE;
 }
 
-void replace_request(NuksmAgent *agent, const char *why)
+void relocate_request(NuksmAgent *agent, const char *why)
 {
-    Replacer *r = &agent->replacer;
+    Relocator *r = &agent->relocator;
 
     /*
      * Under global and adaptive every merged page may stay where it is:
@@ -188,7 +188,7 @@ void replace_request(NuksmAgent *agent, const char *why)
     }
     log_debug("re-placement requested: %s", why);
     if (!r->pass_timer) {
-        r->pass_timer = g_timeout_add(REPLACE_DEBOUNCE_MS, on_pass, agent);
+        r->pass_timer = g_timeout_add(RELOCATE_DEBOUNCE_MS, on_pass, agent);
     }
 }
 
@@ -231,7 +231,7 @@ static bool copy_on_node(NuksmAgent *agent, SlotId from, uint32_t node,
 }
 
 /* Carry out @mv if it still makes sense. */
-static void start_move(NuksmAgent *agent, const ReplaceMove *mv)
+static void start_move(NuksmAgent *agent, const RelocateMove *mv)
 {
     NuksmClient *client = ledger_client(agent, mv->client);
     KeyMapEntry *e = client ? ledger_page(client, mv->page) : NULL;
@@ -251,11 +251,11 @@ static void start_move(NuksmAgent *agent, const ReplaceMove *mv)
 static gboolean on_tick(gpointer opaque)
 {
     NuksmAgent *agent = opaque;
-    Replacer *r = &agent->replacer;
-    guint budget = MAX(1, r->rate * REPLACE_TICK_MS / 1000);
+    Relocator *r = &agent->relocator;
+    guint budget = MAX(1, r->rate * RELOCATE_TICK_MS / 1000);
 
     while (budget-- && r->next < r->plan->len) {
-        start_move(agent, &g_array_index(r->plan, ReplaceMove, r->next++));
+        start_move(agent, &g_array_index(r->plan, RelocateMove, r->next++));
     }
     if (r->next < r->plan->len) {
         return G_SOURCE_CONTINUE;
@@ -266,7 +266,7 @@ static gboolean on_tick(gpointer opaque)
     return G_SOURCE_REMOVE;
 }
 
-void replace_handle_moved(NuksmAgent *agent, NuksmClient *client,
+void relocate_handle_moved(NuksmAgent *agent, NuksmClient *client,
                           uint32_t seq, const void *payload)
 {
     const NuksmMsgBatch *batch = payload;
@@ -302,6 +302,6 @@ void replace_handle_moved(NuksmAgent *agent, NuksmClient *client,
             return;
         }
         ledger_move_done(agent, client, m[i].from.page);
-        agent->replacer.moved++;
+        agent->relocator.moved++;
     }
 }
