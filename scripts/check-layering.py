@@ -2,10 +2,10 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """The layering rules `make check` enforces (meson test 'layering'):
 
-1. The agent's pure core (CORE: placement policy, stable index, unstable
-   table, their hash table, slot allocator) includes only the C library,
-   GLib, libnuksm and itself: no I/O, no agent state.  meson.build links
-   it, and its unit tests, with GLib and libnuksm only.
+1. The agent's pure core (agent/core/: placement policy, stable index,
+   unstable table, their hash table, slot allocator) includes only the C
+   library, GLib, libnuksm and itself: no I/O, no agent state.  meson.build
+   links it, and its unit tests, with GLib and libnuksm only.
 2. Nothing of the agent, nuksmctl or libnuksm includes a QEMU header:
    the protocol header is the whole contract between the two sides.
 
@@ -18,8 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-CORE = ["agent/policy", "agent/index", "agent/unstable", "agent/keymap",
-        "agent/slots"]
+CORE = "agent/core"
 LIBNUKSM_HEADERS = {"nuksm-proto.h", "nuksm-digest.h", "nuksm-config.h"}
 C_HEADERS = {"assert.h", "errno.h", "inttypes.h", "limits.h", "math.h",
              "stdbool.h", "stddef.h", "stdint.h", "stdio.h", "stdlib.h",
@@ -39,17 +38,19 @@ def includes(path):
 
 
 def core_violations(root):
-    core_headers = {Path(c).name + ".h" for c in CORE}
-    for stem in CORE:
-        for path in (root / f"{stem}.c", root / f"{stem}.h"):
-            for kind, name in includes(path):
-                allowed = (name in C_HEADERS or name == "glib.h") \
-                    if kind == "<" else \
-                    (name in core_headers or name in LIBNUKSM_HEADERS)
-                if not allowed:
-                    yield (f"{path.relative_to(root)}: includes {name}: "
-                           "the pure core may include only the C library, "
-                           "GLib, libnuksm and itself")
+    core_files = sorted((root / CORE).glob("*.[ch]"))
+    core_headers = {path.name for path in core_files if path.suffix == ".h"}
+    if not core_files:
+        yield f"{CORE}/: no sources: the pure core is not where it belongs"
+    for path in core_files:
+        for kind, name in includes(path):
+            allowed = (name in C_HEADERS or name == "glib.h") \
+                if kind == "<" else \
+                (name in core_headers or name in LIBNUKSM_HEADERS)
+            if not allowed:
+                yield (f"{path.relative_to(root)}: includes {name}: "
+                       "the pure core may include only the C library, "
+                       "GLib, libnuksm and itself")
 
 
 def qemu_violations(root):

@@ -19,7 +19,7 @@ from harness import (COND_AGENT_MEMORY, COND_STORE_FULL, MSG_GET_POLICY,
 
 PAGE = harness.NUKSM_PAGE_SIZE
 MIB = 1 << 20
-# Mirrors agent/merge.c and agent/clients.h.
+# Mirrors agent/merge/merge.c and agent/server/clients.h.
 CLIENT_IN_FLIGHT_MAX = 1 << 16
 CLIENT_HANDSHAKES_PER_UID = 16
 NOBODY = 65534

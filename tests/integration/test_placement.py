@@ -130,7 +130,7 @@ def merge_shared(vms, seed=1):
 PRIORITY_TABLE = [((10, 1), 91), ((5, 1), 83), ((1, 1), 50), ((1, 5), 17),
                   ((1, 10), 9)]
 
-# agent/placement.c: the draw of the priority policy.
+# agent/core/policy.c: the draw of the priority policy.
 PRIORITY_SEED = 0x6e756b736d707269
 M64 = (1 << 64) - 1
 
@@ -488,9 +488,9 @@ def test_numatune_means_nothing_under_fake_numa(cpuset_cgroup, start_agent,
                                                 qtest_vm):
     """What `virsh numatune --nodeset` does, through a real cpuset
     cgroup: the VM may allocate on the lowest real memory node only.
-    Under --fake-numa the memory home source never applies (logical nodes
-    split the CPUs, not the memory; agent/home.h), so the VM, free to run
-    on every CPU, keeps a running (or default) home.  An agent taking
+    Under --fake-numa the memory home source never applies (logical
+    nodes split the CPUs, not the memory; agent/numa/vcpus.h), so the
+    VM, free to run on every CPU, keeps a running (or default) home.  An agent taking
     real node 0 for logical node 0 would say memory.  This host has one
     real node, so the memory source applying cannot be shown here:
     tests/unit/test-home.c covers its rule."""

@@ -1,5 +1,5 @@
 /*
- * Unit tests of nuksmd's home rule (policy_home(), agent/policy.h): each
+ * Unit tests of nuksmd's home rule (policy_home(), agent/core/policy.h): each
  * source in its order, the running streak, and the memory source from a
  * Mems_allowed_list as vcpus.c parses it.
  *

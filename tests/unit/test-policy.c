@@ -1,5 +1,5 @@
 /*
- * Unit tests of nuksmd's placement policy (agent/policy.h), for K nodes:
+ * Unit tests of nuksmd's placement policy (agent/core/policy.h), for K nodes:
  * who may share, where a new copy goes, where re-placement moves it.
  *
  * Copyright (c) 2026 nuksm developers

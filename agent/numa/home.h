@@ -9,7 +9,7 @@
  * are followed: it looks at the vCPU threads (vcpus.h), and the rule
  * (policy_home(), policy.h) decides.  A home that moves starts
  * re-placement (relocate.h).  The nodes the agent places on are 0..N-1
- * (agent/topology.h).
+ * (topology.h).
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
