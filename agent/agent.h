@@ -1,6 +1,73 @@
 /*
  * nuksmd state shared by its modules.
  *
+ * DOC: Overview
+ *
+ * nuksm merges identical guest pages of the VMs of one host into one
+ * read-only copy, on the NUMA node a placement policy picks, with no help
+ * from the kernel beyond ordinary system calls.  Each QEMU finds and
+ * commits merges (hw/mem/nuksm/); this agent, one per host, matches pages
+ * across VMs, decides where copies live and keeps the copies in its
+ * store.  The wire protocol between them, and its rules, is
+ * libnuksm/nuksm-proto.h.  A page's way:
+ *
+ * Scan.  A thread in each QEMU walks the VM's eligible RAM (private,
+ * anonymous, not pinned) at a CPU budget and hashes every resident page
+ * (XXH3).  All-zero pages are dropped on the spot.  A page whose digest
+ * did not change since the previous pass is stable, and a candidate.
+ *
+ * Candidate.  Candidates go to the agent in batches (CANDIDATES): guest
+ * page, digest, guest node, and how long ago the guest last wrote it
+ * (the dirty log), which makes it hot or cold for placement.
+ *
+ * Stable index and unstable table (core/index.h, core/unstable.h).  A
+ * candidate first looks for a copy of its content in its merge domain
+ * that the policy lets it map, its home node's first: if one exists it
+ * joins it.  Otherwise it looks in the unstable table, where candidates
+ * seen once wait, keyed by domain, home node and digest, for a partner it
+ * may share a copy with; with none, it waits there itself.  The digest
+ * only finds partners: equality is proven by the commit's memcmp.
+ *
+ * Placement (core/policy.h).  Pure functions decide everything NUMA: which
+ * pages may share a copy, which node a new copy goes to, where an existing
+ * copy should move, and each guest node's home node (numa/home.h, from
+ * where its vCPU threads may and do run).
+ *
+ * Upload (merge/merge.c, merge/copies.c).  A match allocates a slot on the
+ * chosen node's store file, indexes it, and asks the VM whose page came
+ * last to UPLOAD its content; pages that find the slot meanwhile wait.
+ * The agent checks the digest, writes the slot, records its generation
+ * and domain beside it (host/store.h), and sends every waiting page a
+ * MERGE.  The ledger (merge/ledger.h) counts who uses each slot.
+ *
+ * Merge (the commit, in QEMU).  QEMU write-protects the guest page with
+ * userfaultfd, compares it with the slot byte for byte, and on equality
+ * maps the slot privately over it; blocked writers then complete on a
+ * private copy.  It answers MERGED (or why not); a MERGED page holds a
+ * reference on its slot.
+ *
+ * Copy-on-write break.  A guest write to a merged page makes the kernel
+ * give it a private anonymous copy, as KSM's pages do.  The scan sees it
+ * in /proc/self/pagemap and reports UNMERGED; the agent drops the
+ * reference.  A slot no page uses is punched out of the store and its
+ * generation bumped, so that no stale reference can name it again.
+ *
+ * Re-placement (merge/relocate.h).  When the policy or a home node
+ * changes, the agent moves merged pages to the copy the policy now
+ * wants (MOVE, committed by QEMU like a merge), at a bounded rate.
+ *
+ * Recovery (merge/recovery.h, merge/detached.h).  The store files and the
+ * VMs' mappings of them outlive the agent.  A restarted agent takes every
+ * written slot as an orphan; each VM reconnects and sends RESTORE with
+ * the pages it maps, which take their slots back if generation and domain
+ * match the slot's record.  Orphans no process maps any more are freed.
+ * A VM whose connection ends while its process lives keeps its references
+ * parked until it reconnects.
+ *
+ * After each event, what the handling decided is carried out in one place
+ * (merge/effects.h): send the queued replies, free the clients that went,
+ * punch out the slots that became unused.
+ *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
