@@ -39,6 +39,22 @@ static void fill_addr(struct sockaddr_un *addr, const char *path)
 }
 
 /*
+ * A non-blocking seqpacket socket and *@addr for @path; -1 (logged) if
+ * the socket cannot be made.
+ */
+static int new_socket(struct sockaddr_un *addr, const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                    0);
+
+    if (fd < 0) {
+        log_error("cannot create socket: %s", g_strerror(errno));
+    }
+    fill_addr(addr, path);
+    return fd;
+}
+
+/*
  * Remove a socket file left behind by an agent that died, but never one
  * that somebody still listens on, nor anything that is not a socket.
  */
@@ -65,12 +81,10 @@ static bool remove_stale_socket(const char *path)
      * Non-blocking, so that a wedged agent with a full backlog cannot hang
      * us: EAGAIN also means somebody listens.
      */
-    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    fd = new_socket(&addr, path);
     if (fd < 0) {
-        log_error("cannot create socket: %s", g_strerror(errno));
         return false;
     }
-    fill_addr(&addr, path);
     rc = connect(fd, (struct sockaddr *)&addr, sizeof(addr));
     err = errno;
     close(fd);
@@ -342,12 +356,10 @@ bool server_start(NuksmAgent *agent, const char *path, gid_t group)
         return false;
     }
 
-    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    fd = new_socket(&addr, path);
     if (fd < 0) {
-        log_error("cannot create socket: %s", g_strerror(errno));
         return false;
     }
-    fill_addr(&addr, path);
 
     /*
      * Create the file 0660 from the start: no window where others could
