@@ -8,10 +8,17 @@
    links it, and its unit tests, with GLib and libnuksm only.
 2. Nothing of the agent, nuksmctl or libnuksm includes a QEMU header:
    the protocol header is the whole contract between the two sides.
+3. No two modules of the agent call each other both ways: a module (a
+   .c file and its .h) calls what another's header declares only if that
+   one calls nothing of its own, so that the agent reads from the top
+   (main, lifecycle, server) down to the core.  Callbacks that a lower
+   module is handed (a function pointer) are not calls.
 
     check-layering.py SOURCE_ROOT
+    check-layering.py --graph SOURCE_ROOT
 
-Prints every include that breaks a rule and exits 1, else exits 0.
+Prints every include or call that breaks a rule and exits 1, else exits
+0.  With --graph, prints which agent module calls which instead.
 """
 
 import re
@@ -29,6 +36,14 @@ QEMU_DIRS = {"qemu", "hw", "exec", "qapi", "system", "sysemu", "migration",
              "block", "qom", "monitor", "chardev", "crypto", "io", "net",
              "ui", "accel", "tcg", "trace", "standard-headers", "fpu"}
 OUTSIDE_QEMU = ["agent", "ctl", "libnuksm"]
+
+# A function a header declares or defines inline: "type name(" at the
+# start of a line, not a typedef or a macro.
+DECLARED = re.compile(r"^(?!typedef\b)[A-Za-z_][\w \t*]*?[ \t*]"
+                      r"([a-z_][a-z0-9_]*)\(", re.M)
+CALL = re.compile(r"\b([a-z_][a-z0-9_]*)\s*\(")
+COMMENT_OR_STRING = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\])*"',
+                               re.S)
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 
@@ -64,12 +79,48 @@ def qemu_violations(root):
                            f"{top}/ must not include QEMU headers")
 
 
+def module_calls(root):
+    """{module: {modules whose declared functions it calls}}"""
+    owner = {}
+    for header in sorted((root / "agent").rglob("*.h")):
+        text = COMMENT_OR_STRING.sub("", header.read_text())
+        for name in DECLARED.findall(text):
+            owner.setdefault(name, header.stem)
+    calls = {}
+    for source in sorted((root / "agent").rglob("*.c")):
+        text = COMMENT_OR_STRING.sub("", source.read_text())
+        own = set(DECLARED.findall(text))
+        calls[source.stem] = {owner[name] for name in CALL.findall(text)
+                              if name in owner and name not in own
+                              and owner[name] != source.stem}
+    return calls
+
+
+def two_way_violations(root):
+    calls = module_calls(root)
+    for a in sorted(calls):
+        for b in sorted(calls[a]):
+            if a < b and a in calls.get(b, ()):
+                yield (f"agent: {a} and {b} call each other: one of them "
+                       "must stop calling up (move the shared part down, or "
+                       "hand it a callback)")
+
+
 def main():
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    graph = args[:1] == ["--graph"]
+    if graph:
+        args = args[1:]
+    if len(args) != 1:
         print(__doc__, file=sys.stderr)
         return 2
-    root = Path(sys.argv[1])
-    problems = [*core_violations(root), *qemu_violations(root)]
+    root = Path(args[0])
+    if graph:
+        for module, callees in sorted(module_calls(root).items()):
+            print(f"{module:11} -> {' '.join(sorted(callees))}")
+        return 0
+    problems = [*core_violations(root), *qemu_violations(root),
+                *two_way_violations(root)]
     for problem in problems:
         print(problem)
     return 1 if problems else 0
