@@ -49,6 +49,7 @@ static bool open_engine(NuksmAgent *agent, const char *state_dir,
      */
     uint32_t gen = g_random_int();
     uint64_t seed = (uint64_t)g_random_int() << 32 | g_random_int();
+    uint64_t max_unstable;
 
     if (!store_open(&agent->store, state_dir, agent->nr_nodes, bind_nodes)) {
         return false;
@@ -66,18 +67,16 @@ static bool open_engine(NuksmAgent *agent, const char *state_dir,
     }
     mappers_open(&agent->mappers, state_dir);
     memcg_init(&agent->memcg);
-    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
-        slots_init(&agent->ledger.slots[n], STORE_SLOTS, gen);
-    }
     index_init(&agent->index, seed);
-    unstable_init(&agent->unstable,
-                  MIN(UNSTABLE_MAX_ENTRIES,
-                      agent->conditions.memory_max / 4 / sizeof(UnstableEntry)),
+    max_unstable = agent->conditions.memory_max / 4 / sizeof(UnstableEntry);
+    unstable_init(&agent->unstable, MIN(UNSTABLE_MAX_ENTRIES, max_unstable),
                   seed, client_alive, agent);
     domains_init(&agent->domains, agent->store.secret,
                  sizeof(agent->store.secret));
-    ledger_init(agent);
+    ledger_init(agent, gen);
     agent->effects.outbox = g_ptr_array_new();
+    agent->effects.freeing = g_array_new(FALSE, FALSE, sizeof(SlotId));
+    agent->placement.hot_owners = g_hash_table_new(NULL, NULL);
     log_info("store in %s: %u file%s of %" PRIu64 " GiB (sparse)",
              state_dir, agent->nr_nodes, agent->nr_nodes == 1 ? "" : "s",
              STORE_SIZE >> 30);
@@ -94,14 +93,13 @@ static void close_engine(NuksmAgent *agent)
     recovery_stop(agent);
     detached_destroy(agent);
     g_clear_pointer(&agent->effects.outbox, g_ptr_array_unref);
+    g_clear_pointer(&agent->effects.freeing, g_array_unref);
+    g_clear_pointer(&agent->placement.hot_owners, g_hash_table_destroy);
     ledger_destroy(agent);
     conditions_destroy(agent);
     domains_destroy(&agent->domains);
     unstable_destroy(&agent->unstable);
     index_destroy(&agent->index);
-    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
-        slots_destroy(&agent->ledger.slots[n]);
-    }
     mappers_close(&agent->mappers);
     memcg_destroy(&agent->memcg);
     if (agent->userfaultfd >= 0) {

@@ -146,8 +146,8 @@ bool policy_moves_copies(NuksmPolicyId policy)
 
 /* fair: with its hot owner if that one still maps it, else see above. */
 static uint32_t fair_relocate_node(const PolicyLoad *load, uint32_t node,
-                                  const PolicyOwner *o, size_t n,
-                                  uint32_t hot_owner)
+                                   const PolicyOwner *o, size_t n,
+                                   uint32_t hot_owner)
 {
     uint32_t best = node;
 
@@ -163,8 +163,8 @@ static uint32_t fair_relocate_node(const PolicyLoad *load, uint32_t node,
 }
 
 uint32_t policy_relocate_node(NuksmPolicyId policy, const PolicyLoad *load,
-                             uint32_t node, const PolicyOwner *o, size_t n,
-                             uint32_t hot_owner, uint64_t digest)
+                              uint32_t node, const PolicyOwner *o, size_t n,
+                              uint32_t hot_owner, uint64_t digest)
 {
     size_t last = 0;
 

@@ -106,8 +106,8 @@ bool policy_moves_copies(NuksmPolicyId policy);
  * emptiest owner's node closer by more than one copy.
  */
 uint32_t policy_relocate_node(NuksmPolicyId policy, const PolicyLoad *load,
-                             uint32_t node, const PolicyOwner *o, size_t n,
-                             uint32_t hot_owner, uint64_t digest);
+                              uint32_t node, const PolicyOwner *o, size_t n,
+                              uint32_t hot_owner, uint64_t digest);
 
 /*
  * Home nodes.  The home of a guest node of a VM is the host node its

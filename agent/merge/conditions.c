@@ -127,8 +127,8 @@ bool conditions_memory_has_room(NuksmAgent *agent)
     struct mallinfo2 mi = mallinfo2();
     uint64_t used = mi.uordblks + mi.hblkhd;
     bool over = conditions_hold(agent, NUKSM_COND_AGENT_MEMORY);
-    uint64_t limit = over ? agent->conditions.memory_max / 100 * MEMORY_RESUME_PERCENT
-                          : agent->conditions.memory_max;
+    uint64_t max = agent->conditions.memory_max;
+    uint64_t limit = over ? max / 100 * MEMORY_RESUME_PERCENT : max;
 
     if (used < limit) {
         conditions_clear(agent, NUKSM_COND_AGENT_MEMORY);

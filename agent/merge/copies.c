@@ -78,7 +78,8 @@ void copies_publish(NuksmAgent *agent, SlotId id)
                                                     s->digest, &u, &pu);
         uint64_t page;
 
-        if (!ue || !policy_may_map(agent->placement.policy, &pu, slot_id_node(id))) {
+        if (!ue || !policy_may_map(agent->placement.policy, &pu,
+                                   slot_id_node(id))) {
             continue;
         }
         page = ue->page;

@@ -15,21 +15,23 @@ typedef struct UploadSharer {
     uint32_t client;         /* id: the client may leave meanwhile */
 } UploadSharer;
 
-void ledger_init(NuksmAgent *agent)
+void ledger_init(NuksmAgent *agent, uint32_t gen)
 {
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        slots_init(&agent->ledger.slots[n], STORE_SLOTS, gen);
+    }
     agent->ledger.vms = g_hash_table_new(NULL, NULL);
-    agent->ledger.uploads = g_hash_table_new_full(NULL, NULL, NULL,
-                                           (GDestroyNotify)g_array_unref);
-    agent->effects.freeing = g_array_new(FALSE, FALSE, sizeof(SlotId));
-    agent->placement.hot_owners = g_hash_table_new(NULL, NULL);
+    agent->ledger.uploads =
+        g_hash_table_new_full(NULL, NULL, NULL, (GDestroyNotify)g_array_unref);
 }
 
 void ledger_destroy(NuksmAgent *agent)
 {
     g_clear_pointer(&agent->ledger.vms, g_hash_table_destroy);
     g_clear_pointer(&agent->ledger.uploads, g_hash_table_destroy);
-    g_clear_pointer(&agent->effects.freeing, g_array_unref);
-    g_clear_pointer(&agent->placement.hot_owners, g_hash_table_destroy);
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        slots_destroy(&agent->ledger.slots[n]);
+    }
 }
 
 NuksmClient *ledger_client(NuksmAgent *agent, uint32_t client_id)
@@ -154,7 +156,8 @@ void ledger_upload_join(NuksmAgent *agent, SlotId id, NuksmClient *client,
  * entries (which ledger_client_leave() dropped) cannot be found.
  */
 static KeyMapEntry *waiting_entry(NuksmAgent *agent, SlotId id,
-                                  const UploadSharer *sharer, NuksmClient **client)
+                                  const UploadSharer *sharer,
+                                  NuksmClient **client)
 {
     KeyMapEntry *e;
 
@@ -205,9 +208,9 @@ void ledger_upload_cancel(NuksmAgent *agent, SlotId id)
     index_remove(&agent->index, s->domain, s->digest, id);
     for (guint i = 0; i < sharers->len; i++) {
         NuksmClient *client;
-        KeyMapEntry *e = waiting_entry(agent, id,
-                                       &g_array_index(sharers, UploadSharer, i),
-                                       &client);
+        const UploadSharer *sharer = &g_array_index(sharers, UploadSharer,
+                                                    i);
+        KeyMapEntry *e = waiting_entry(agent, id, sharer, &client);
 
         if (e) {
             ledger_drop(agent, client, e);
@@ -382,7 +385,7 @@ void ledger_drop_parked(NuksmAgent *agent, NuksmClient *client)
 }
 
 void ledger_locality(const NuksmClient *client, uint64_t *local,
-                   uint64_t *remote)
+                     uint64_t *remote)
 {
     const KeyMap *m = &client->pages;
 
@@ -392,7 +395,8 @@ void ledger_locality(const NuksmClient *client, uint64_t *local,
 
         if (e->used && e->ns == 0 &&
             (e->tag == PAGE_MAPPED || e->tag == PAGE_PARKED)) {
-            if (slot_id_node(e->value) == client_home_of_page(client, e->key)) {
+            if (slot_id_node(e->value) ==
+                client_home_of_page(client, e->key)) {
                 (*local)++;
             } else {
                 (*remote)++;

@@ -56,7 +56,8 @@ static inline bool ledger_parked(PageState state)
     return state == PAGE_PARKED || state == PAGE_PARKED_MERGING;
 }
 
-void ledger_init(NuksmAgent *agent);
+/* Slot generations start at @gen (random: see lifecycle.c). */
+void ledger_init(NuksmAgent *agent, uint32_t gen);
 void ledger_destroy(NuksmAgent *agent);
 
 static inline SlotTable *ledger_table(NuksmAgent *agent, SlotId id)

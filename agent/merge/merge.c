@@ -35,7 +35,8 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     client->to_merge = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_upload = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_move = g_array_new(FALSE, FALSE, sizeof(NuksmMove));
-    g_hash_table_insert(agent->ledger.vms, GUINT_TO_POINTER(client->id), client);
+    g_hash_table_insert(agent->ledger.vms, GUINT_TO_POINTER(client->id),
+                        client);
     detached_adopt(agent, client);
 
     /* Before it gets the store: it may map slots from now on. */
@@ -46,7 +47,7 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
         NuksmMsgStore msg = { .node = n, .size = STORE_SIZE };
 
         transport_send_fd(client, NUKSM_MSG_STORE, 0, &msg, sizeof(msg),
-                       agent->store.files[n].ro_fd);
+                          agent->store.files[n].ro_fd);
     }
     conditions_send(agent, client);
 }
@@ -66,7 +67,7 @@ bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
 
     if (problem) {
         transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE, "%s: %s",
-                      what, problem);
+                         what, problem);
         return false;
     }
     return true;
@@ -82,8 +83,9 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
                          const PolicyOwner *pu)
 {
     uint32_t hot_owner;
-    uint32_t node = policy_new_copy(agent->placement.policy, agent_policy_load(agent),
-                                    pv, pu, c->digest, &hot_owner);
+    uint32_t node = policy_new_copy(agent->placement.policy,
+                                    agent_policy_load(agent), pv, pu,
+                                    c->digest, &hot_owner);
     uint32_t slot;
     SlotId id;
     Slot *s;
@@ -93,7 +95,7 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
     }
     if (!slots_alloc(&agent->ledger.slots[node], &slot)) {
         conditions_store_full(agent, "store node %u holds its %u pages", node,
-                         STORE_SLOTS);
+                              STORE_SLOTS);
         return;
     }
     id = slot_id(node, slot);
@@ -150,8 +152,8 @@ static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
         PolicyOwner pu;
         NuksmClient *u;
         UnstableEntry *ue = copies_unstable_partner(agent, v->domain_id,
-                                             nth_node(pv->home, i),
-                                             c->digest, &u, &pu);
+                                                    nth_node(pv->home, i),
+                                                    c->digest, &u, &pu);
         uint64_t upage;
 
         if (!ue || (u == v && ue->page == c->page) ||
@@ -203,15 +205,15 @@ void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
 
         if (c[i].page >= LEDGER_PAGE_LIMIT) {
             transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
-                          "CANDIDATES: page %#" PRIx64 " out of range",
-                          c[i].page);
+                             "CANDIDATES: page %#" PRIx64 " out of range",
+                             c[i].page);
             return;
         }
         if (c[i].gnode >= gnodes) {
             transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
-                          "CANDIDATES: guest node %u of page %#" PRIx64
-                          " out of range (%u guest node%s)", c[i].gnode,
-                          c[i].page, gnodes, gnodes == 1 ? "" : "s");
+                             "CANDIDATES: guest node %u of page %#" PRIx64
+                             " out of range (%u guest node%s)", c[i].gnode,
+                             c[i].page, gnodes, gnodes == 1 ? "" : "s");
             return;
         }
         handle_candidate(agent, client, &c[i]);
@@ -241,15 +243,15 @@ static KeyMapEntry *expect_entry(NuksmAgent *agent, NuksmClient *client,
     e = ledger_page(client, r->page);
     if (!e || e->tag != state || e->value != slot_id(r->node, r->slot)) {
         transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
-                      "%s for page %#" PRIx64 " on node %u slot %u, %s",
-                      name, r->page, r->node, r->slot, why[state]);
+                         "%s for page %#" PRIx64 " on node %u slot %u, %s",
+                         name, r->page, r->node, r->slot, why[state]);
         return NULL;
     }
     s = ledger_slot(agent, e->value);
     if (r->gen != s->gen) {
         transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
-                      "%s for node %u slot %u with stale generation %u "
-                      "(it is %u)", name, r->node, r->slot, r->gen, s->gen);
+                         "%s for node %u slot %u with stale generation %u "
+                         "(it is %u)", name, r->node, r->slot, r->gen, s->gen);
         return NULL;
     }
     return e;

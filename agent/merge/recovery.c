@@ -133,8 +133,8 @@ static gboolean on_orphan_timer(gpointer opaque)
 static void watch_after(NuksmAgent *agent, uint32_t seconds)
 {
     if (agent->orphans.pages && !agent->orphans.timer) {
-        agent->orphans.timer = g_timeout_add_seconds(seconds, on_orphan_timer,
-                                                    agent);
+        agent->orphans.timer = g_timeout_add_seconds(seconds,
+                                                     on_orphan_timer, agent);
     }
 }
 
@@ -307,5 +307,5 @@ void recovery_handle_restore(NuksmAgent *agent, NuksmClient *client,
         refused->count == 1 ? "y" : "ies", first);
     client->refused_pages += refused->count;
     transport_send(client, NUKSM_MSG_REFUSED, 0, refused,
-                sizeof(*refused) + refused->count * sizeof(NuksmSlotRef));
+                   sizeof(*refused) + refused->count * sizeof(NuksmSlotRef));
 }

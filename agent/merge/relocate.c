@@ -110,7 +110,8 @@ static void plan_slot(NuksmAgent *agent, SlotId id, const MergedPage *sh,
     g_autofree PolicyOwner *o = g_new(PolicyOwner, n);
     uint32_t node = slot_id_node(id), target;
     uint32_t hot_owner = GPOINTER_TO_UINT(
-        g_hash_table_lookup(agent->placement.hot_owners, GUINT_TO_POINTER(id)));
+        g_hash_table_lookup(agent->placement.hot_owners,
+                            GUINT_TO_POINTER(id)));
 
     for (size_t i = 0; i < n; i++) {
         const NuksmClient *client = ledger_client(agent, sh[i].client);
@@ -130,8 +131,8 @@ static void plan_slot(NuksmAgent *agent, SlotId id, const MergedPage *sh,
         }
         return;
     }
-    target = policy_relocate_node(agent->placement.policy, load, node, o, n, hot_owner,
-                                 ledger_slot(agent, id)->digest);
+    target = policy_relocate_node(agent->placement.policy, load, node, o, n,
+                                  hot_owner, ledger_slot(agent, id)->digest);
     if (target == node) {
         return;
     }
@@ -223,9 +224,11 @@ static bool copy_on_node(NuksmAgent *agent, SlotId from, uint32_t node,
         return false;
     }
     copies_publish(agent, *to);
-    owner = g_hash_table_lookup(agent->placement.hot_owners, GUINT_TO_POINTER(from));
+    owner = g_hash_table_lookup(agent->placement.hot_owners,
+                                GUINT_TO_POINTER(from));
     if (owner) {
-        g_hash_table_insert(agent->placement.hot_owners, GUINT_TO_POINTER(*to), owner);
+        g_hash_table_insert(agent->placement.hot_owners,
+                            GUINT_TO_POINTER(*to), owner);
     }
     return true;
 }
@@ -267,7 +270,7 @@ static gboolean on_tick(gpointer opaque)
 }
 
 void relocate_handle_moved(NuksmAgent *agent, NuksmClient *client,
-                          uint32_t seq, const void *payload)
+                           uint32_t seq, const void *payload)
 {
     const NuksmMsgBatch *batch = payload;
     const NuksmMove *m = (const NuksmMove *)(batch + 1);
@@ -283,9 +286,9 @@ void relocate_handle_moved(NuksmAgent *agent, NuksmClient *client,
         if (!move || move->value != slot_id(m[i].to.node, m[i].to.slot) ||
             ledger_slot(agent, move->value)->gen != m[i].to.gen) {
             transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
-                          "MOVED for page %#" PRIx64 " to node %u slot %u, "
-                          "which has no MOVE awaiting an answer",
-                          m[i].to.page, m[i].to.node, m[i].to.slot);
+                             "MOVED for page %#" PRIx64 " to node %u slot %u, "
+                             "which has no MOVE awaiting an answer",
+                             m[i].to.page, m[i].to.node, m[i].to.slot);
             return;
         }
         if (m[i].to.status != NUKSM_STATUS_MERGED) {
@@ -296,9 +299,9 @@ void relocate_handle_moved(NuksmAgent *agent, NuksmClient *client,
         if (!e || e->tag != PAGE_MAPPED ||
             e->value != slot_id(m[i].from.node, m[i].from.slot)) {
             transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
-                          "MOVED for page %#" PRIx64 " from node %u slot "
-                          "%u, which it does not map", m[i].from.page,
-                          m[i].from.node, m[i].from.slot);
+                             "MOVED for page %#" PRIx64 " from node %u slot "
+                             "%u, which it does not map", m[i].from.page,
+                             m[i].from.node, m[i].from.slot);
             return;
         }
         ledger_move_done(agent, client, m[i].from.page);

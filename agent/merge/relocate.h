@@ -1,6 +1,7 @@
 /*
- * nuksmd re-placement (relocate): moving merged pages to the copy their placement
- * now asks for, after the policy changed or a VM's home node did.
+ * nuksmd re-placement (relocate): moving merged pages to the copy their
+ * placement now asks for, after the policy changed or a VM's home node
+ * did.
  *
  * A pass looks at every merged page, grouped by the copy (slot) it maps,
  * and plans moves under the policy in force:
@@ -58,7 +59,7 @@ uint64_t relocate_pending(const struct NuksmAgent *agent);
 
 /* MOVED from a VM: payload passed nuksm_msg_check. */
 void relocate_handle_moved(struct NuksmAgent *agent,
-                          struct NuksmClient *client, uint32_t seq,
-                          const void *payload);
+                           struct NuksmClient *client, uint32_t seq,
+                           const void *payload);
 
 #endif /* NUKSMD_RELOCATE_H */

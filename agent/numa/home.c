@@ -139,7 +139,8 @@ static gboolean on_home_timer(gpointer opaque)
 
 void home_start(NuksmAgent *agent)
 {
-    agent->placement.home_timer = g_timeout_add(HOME_PERIOD_MS, on_home_timer, agent);
+    agent->placement.home_timer = g_timeout_add(HOME_PERIOD_MS,
+                                                on_home_timer, agent);
 }
 
 void home_stop(NuksmAgent *agent)
@@ -156,8 +157,8 @@ void home_handle_topology(NuksmAgent *agent, NuksmClient *client,
     for (uint32_t i = 0; i < t->nr_vcpus; i++) {
         if (!vcpus_own_thread(client->pid, t->vcpus[i].tid)) {
             transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
-                          "TOPOLOGY: vCPU thread %u is not a thread of "
-                          "pid %d", t->vcpus[i].tid, client->pid);
+                             "TOPOLOGY: vCPU thread %u is not a thread of "
+                             "pid %d", t->vcpus[i].tid, client->pid);
             return;
         }
     }

@@ -38,16 +38,16 @@ static void handle_hello(NuksmAgent *agent, NuksmClient *client,
         clients_count_role_of_uid(&agent->clients, NUKSM_ROLE_CONTROL,
                                   client->uid) >= CLIENT_CONTROLS_PER_UID) {
         transport_reject(client, seq, NUKSM_ERR_HANDSHAKE,
-                      "too many control connections of uid %u (limit %u)",
-                      (unsigned)client->uid, CLIENT_CONTROLS_PER_UID);
+                         "too many control connections of uid %u (limit %u)",
+                         (unsigned)client->uid, CLIENT_CONTROLS_PER_UID);
         return;
     }
     if (hello->role == NUKSM_ROLE_VM &&
         clients_count_role_of_pid(&agent->clients, NUKSM_ROLE_VM,
                                   client->pid) >= CLIENT_VMS_PER_PID) {
         transport_reject(client, seq, NUKSM_ERR_HANDSHAKE,
-                      "too many VM connections of pid %ld (limit %u)",
-                      (long)client->pid, CLIENT_VMS_PER_PID);
+                         "too many VM connections of pid %ld (limit %u)",
+                         (long)client->pid, CLIENT_VMS_PER_PID);
         return;
     }
     clients_set_hello(client, agent->clients.next_id++, hello);
@@ -66,9 +66,9 @@ static void handle_hello(NuksmAgent *agent, NuksmClient *client,
     }
     if (client->role != NUKSM_ROLE_VM) {
         transport_send(client, NUKSM_MSG_HELLO_ACK, seq, &ack,
-                    sizeof(ack));
+                       sizeof(ack));
     } else if (transport_send_fd(client, NUKSM_MSG_HELLO_ACK, seq, &ack,
-                              sizeof(ack), agent->userfaultfd)) {
+                                 sizeof(ack), agent->userfaultfd)) {
         merge_client_join(agent, client);
     }
 }
@@ -120,8 +120,8 @@ static void handle_set_priority(NuksmAgent *agent, NuksmClient *client,
 
     if (client->role != NUKSM_ROLE_VM) {
         transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
-                      "SET_PRIORITY from a control client, only VMs have "
-                      "a priority");
+                         "SET_PRIORITY from a control client, only VMs have "
+                         "a priority");
         return;
     }
     log_info("%s: priority %u -> %u", client->label, client->priority,
@@ -293,21 +293,21 @@ void dispatch_message(NuksmAgent *agent, NuksmClient *client,
     }
     if (size > NUKSM_MSG_MAX) {
         transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
-                      "malformed message: %zu-byte datagram exceeds the "
-                      "%u-byte limit", size, NUKSM_MSG_MAX);
+                         "malformed message: %zu-byte datagram exceeds the "
+                         "%u-byte limit", size, NUKSM_MSG_MAX);
         return;
     }
     if (!client->hello_done && peek_hello_version(buf, size, &version) &&
         version != NUKSM_PROTO_VERSION) {
         transport_reject(client, seq, NUKSM_ERR_VERSION,
-                      "protocol version mismatch: nuksmd speaks %u, "
-                      "client speaks %u", NUKSM_PROTO_VERSION, version);
+                         "protocol version mismatch: nuksmd speaks %u, "
+                         "client speaks %u", NUKSM_PROTO_VERSION, version);
         return;
     }
     problem = nuksm_msg_check(buf, size);
     if (problem) {
         transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
-                      "malformed message: %s", problem);
+                         "malformed message: %s", problem);
         return;
     }
 
@@ -315,23 +315,23 @@ void dispatch_message(NuksmAgent *agent, NuksmClient *client,
     log_debug("%s: received %s seq %u", client->label, name, seq);
     if (!handlers[hdr.type]) {
         transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
-                      "unexpected %s: only nuksmd sends it", name);
+                         "unexpected %s: only nuksmd sends it", name);
         return;
     }
     if (!client->hello_done && hdr.type != NUKSM_MSG_HELLO) {
         transport_reject(client, seq, NUKSM_ERR_HANDSHAKE,
-                      "%s before HELLO", name);
+                         "%s before HELLO", name);
         return;
     }
     if (client->hello_done && hdr.type == NUKSM_MSG_HELLO) {
         transport_reject(client, seq, NUKSM_ERR_HANDSHAKE,
-                      "second HELLO");
+                         "second HELLO");
         return;
     }
     if (client->role != NUKSM_ROLE_VM && vm_only(hdr.type)) {
         transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
-                      "%s from a control client: only VMs merge pages",
-                      name);
+                         "%s from a control client: only VMs merge pages",
+                         name);
         return;
     }
     if (client->parked_pages && ends_restore(hdr.type)) {

@@ -119,7 +119,8 @@ static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
      * MSG_TRUNC makes recv() return the full datagram size, so that an
      * oversized datagram is rejected rather than silently cut.
      */
-    n = recv(fd, agent->server.rx_buf, NUKSM_MSG_MAX, MSG_TRUNC | MSG_DONTWAIT);
+    n = recv(fd, agent->server.rx_buf, NUKSM_MSG_MAX,
+             MSG_TRUNC | MSG_DONTWAIT);
     if (n < 0) {
         if (errno == EAGAIN || errno == EINTR) {
             return G_SOURCE_CONTINUE;
@@ -151,7 +152,7 @@ static gboolean on_hello_timeout(gpointer opaque)
     client->hello_timer = 0;
     if (!client->hello_done && !client->dead) {
         transport_reject(client, 0, NUKSM_ERR_HANDSHAKE,
-                      "no HELLO within %d s", HANDSHAKE_SECONDS);
+                         "no HELLO within %d s", HANDSHAKE_SECONDS);
         effects_settle(client->agent);
     }
     return G_SOURCE_REMOVE;
@@ -180,8 +181,9 @@ static gboolean resume_accept(gpointer opaque)
     NuksmAgent *agent = opaque;
 
     agent->server.accept_retry = 0;
-    agent->server.listen_watch = g_unix_fd_add(agent->server.listen_fd, G_IO_IN,
-                                        on_listen_ready, agent);
+    agent->server.listen_watch = g_unix_fd_add(agent->server.listen_fd,
+                                               G_IO_IN, on_listen_ready,
+                                               agent);
     return G_SOURCE_REMOVE;
 }
 
@@ -232,8 +234,9 @@ static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque)
             log_warning("cannot accept connections: %s, retrying in %d s",
                         g_strerror(errno), ACCEPT_RETRY_SECONDS);
             agent->server.listen_watch = 0;
-            agent->server.accept_retry = g_timeout_add_seconds(ACCEPT_RETRY_SECONDS,
-                                                        resume_accept, agent);
+            agent->server.accept_retry =
+                g_timeout_add_seconds(ACCEPT_RETRY_SECONDS, resume_accept,
+                                      agent);
             return G_SOURCE_REMOVE;
         }
         if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
@@ -320,7 +323,8 @@ static void server_listen(NuksmAgent *agent, int fd, const char *path)
     agent->server.listen_fd = fd;
     agent->server.rx_buf = g_malloc(NUKSM_MSG_MAX);
     transport_init(effects_settle);
-    agent->server.listen_watch = g_unix_fd_add(fd, G_IO_IN, on_listen_ready, agent);
+    agent->server.listen_watch = g_unix_fd_add(fd, G_IO_IN, on_listen_ready,
+                                               agent);
 }
 
 bool server_start(NuksmAgent *agent, const char *path, gid_t group)

@@ -48,7 +48,10 @@ bool transport_send_fd(NuksmClient *client, NuksmMsgType type, uint32_t seq,
 void transport_reject(NuksmClient *client, uint32_t seq, NuksmErrorCode code,
                       const char *fmt, ...) G_GNUC_PRINTF(4, 5);
 
-/* Send ERROR(HANDSHAKE, @text) to @fd, a connection not served, best effort. */
+/*
+ * Send ERROR(HANDSHAKE, @text) to @fd, a connection not served: best
+ * effort.
+ */
 void transport_refuse(int fd, const char *text);
 
 #endif /* NUKSMD_TRANSPORT_H */

@@ -257,31 +257,31 @@ static void test_replace(void)
 
     /* ksm-order: the latest VM's node. */
     g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_KSM_ORDER, &load,
-                                         0, o, 3, 0, 5), ==, 2);
+                                          0, o, 3, 0, 5), ==, 2);
     /* fair: with the owner it is hot for, while that one maps it. */
     g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 0, o,
-                                         3, 5, 5), ==, 1);
+                                          3, 5, 5), ==, 1);
     /* Else to the emptiest owner's node, if that gains more than one. */
     g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 0, o,
-                                         3, 42, 5), ==, 3);
+                                          3, 42, 5), ==, 3);
     load.copies[0] = 4;
     g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 0, o,
-                                         3, 0, 5), ==, 0);
+                                          3, 0, 5), ==, 0);
     load.copies[0] = 5;
     g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 0, o,
-                                         3, 0, 5), ==, 3);
+                                          3, 0, 5), ==, 3);
     /* priority: the same draw as for a new copy. */
     for (uint64_t i = 0; i < 100; i++) {
         g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_PRIORITY,
-                                             &load, 0, o, 3, 0,
-                                             digest_of(i)), ==,
+                                              &load, 0, o, 3, 0,
+                                              digest_of(i)), ==,
                          o[policy_priority_pick(o, 3, digest_of(i))].home);
     }
     /* global and adaptive leave copies where they are. */
     g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_GLOBAL, &load, 0,
-                                         o, 3, 0, 5), ==, 0);
+                                          o, 3, 0, 5), ==, 0);
     g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_ADAPTIVE, &load, 0,
-                                         o, 3, 0, 5), ==, 0);
+                                          o, 3, 0, 5), ==, 0);
 }
 
 int main(int argc, char **argv)
