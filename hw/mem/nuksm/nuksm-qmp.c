@@ -13,6 +13,7 @@
 #include "monitor/monitor.h"
 #include "qemu/cutils.h"
 #include "nuksm.h"
+#include "nuksm-scan.h"
 
 NuksmInfoList *qmp_query_nuksm(Error **errp)
 {
