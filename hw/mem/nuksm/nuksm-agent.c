@@ -399,7 +399,7 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
     }
     if (hdr->type == NUKSM_MSG_POLICY && hdr->seq == 0) {
         const NuksmMsgPolicy *p = payload;
-        trace_nuksm_agent_policy(nuksm_id(s), nuksm_policy_name(p->policy));
+        trace_nuksm_agent_policy(nuksm_id(s), NuksmPolicy_str(p->policy));
         c->policy = p->policy;
         return;
     }

@@ -38,6 +38,20 @@
 static uint64_t nuksm_created;
 static unsigned nuksm_live;
 
+/*
+ * Policies are named once per side of the protocol: by QAPI's NuksmPolicy
+ * (QMP, and everything in QEMU), by libnuksm's table for the agent and
+ * nuksmctl.  The protocol carries the number, the same in both; the names
+ * are checked against each other when the type is registered.
+ */
+QEMU_BUILD_BUG_ON((int)NUKSM_POLICY_GLOBAL != NUKSM_POLICY_ID_GLOBAL ||
+                  (int)NUKSM_POLICY_KSM_ORDER != NUKSM_POLICY_ID_KSM_ORDER ||
+                  (int)NUKSM_POLICY_LOCAL != NUKSM_POLICY_ID_LOCAL ||
+                  (int)NUKSM_POLICY_FAIR != NUKSM_POLICY_ID_FAIR ||
+                  (int)NUKSM_POLICY_PRIORITY != NUKSM_POLICY_ID_PRIORITY ||
+                  (int)NUKSM_POLICY_ADAPTIVE != NUKSM_POLICY_ID_ADAPTIVE ||
+                  (int)NUKSM_POLICY__MAX != NUKSM_POLICY_ID__MAX);
+
 static int nuksm_add_completed(Object *obj, void *opaque)
 {
     Nuksm *s = (Nuksm *)object_dynamic_cast(obj, TYPE_NUKSM);
@@ -265,9 +279,7 @@ NuksmInfo *nuksm_get_info(Nuksm *s)
     info->priority = s->priority;
     if (s->conn.policy >= 0) {
         info->has_policy = true;
-        info->policy = qapi_enum_parse(&NuksmPolicy_lookup,
-                                       nuksm_policy_name(s->conn.policy),
-                                       NUKSM_POLICY_GLOBAL, &error_abort);
+        info->policy = s->conn.policy;
     }
     if (info->state == NUKSM_STATE_LIMITED) {
         info->has_limit = true;
@@ -784,6 +796,9 @@ static const TypeInfo nuksm_info = {
 
 static void nuksm_register_types(void)
 {
+    for (int i = 0; i < NUKSM_POLICY__MAX; i++) {
+        assert(g_str_equal(NuksmPolicy_str(i), nuksm_policy_name(i)));
+    }
     type_register_static(&nuksm_info);
 }
 

@@ -94,7 +94,7 @@ typedef struct NuksmAgentConn {
     int fd;                     /* -1 while not connected */
     bool ready;                 /* handshake completed */
     uint32_t nr_nodes;          /* from HELLO_ACK */
-    int policy;                 /* NuksmPolicyId, -1 until known */
+    int policy;                 /* NuksmPolicy, -1 until known */
     uint32_t conditions;        /* NuksmCondition bits the agent reports */
     char *condition_reason;     /* why, while conditions is not 0 */
     uint32_t vm_limit_sent;     /* NuksmVmLimit we last told the agent, */
