@@ -41,6 +41,7 @@ static uint32_t nuksm_numa_nr_gnodes(void)
            MIN(ms->numa_state->num_nodes, NUKSM_MAX_GNODES) : 1;
 }
 
+/* The guest node of @rb.  Asks QOM: main loop only (BQL). */
 uint8_t nuksm_numa_block_gnode(RAMBlock *rb)
 {
     MachineState *ms = MACHINE(qdev_get_machine());

@@ -25,9 +25,7 @@
 
 #include "qemu/osdep.h"
 #include "exec/ramblock.h"
-#include "qemu/cutils.h"
 #include "qemu/error-report.h"
-#include "qemu/main-loop.h"
 #include "qemu/rcu.h"
 #include "qemu/timer.h"
 #include "libnuksm/nuksm-digest.h"
