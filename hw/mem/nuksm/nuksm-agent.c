@@ -1,9 +1,10 @@
 /*
  * nuksm: connection to the host agent (nuksmd).
  *
- * Everything here runs in the main loop under the BQL, except posting a
- * message (nuksm_agent_post(), nuksm_agent_backlog()), which the scanner
- * thread does too.  The socket is non-blocking: connecting to a unix
+ * Everything here runs in the main loop under the BQL, except posting
+ * messages (nuksm_agent_post(), nuksm_agent_post_batches(),
+ * nuksm_agent_backlog()), which the scanner thread and RAM discard do
+ * too.  The socket is non-blocking: connecting to a unix
  * socket either succeeds or fails at once, and a message the socket
  * cannot take yet waits in the connection's queue until it is writable,
  * so neither a vCPU nor the main loop ever waits for the agent.
@@ -22,6 +23,7 @@
 #include "qemu/sockets.h"
 #include "system/system.h"
 #include "nuksm.h"
+#include "nuksm-commit.h"
 #include "trace.h"
 
 #define NUKSM_BACKOFF_MIN_MS   100
@@ -160,6 +162,31 @@ void nuksm_agent_post(Nuksm *s, uint32_t epoch, NuksmMsgType type,
     nuksm_agent_queue(s, epoch, type, 0, payload, len);
 }
 
+/*
+ * Post @n entries of @size bytes from @entries, from any thread, as
+ * batch messages of at most @max entries each.
+ */
+void nuksm_agent_post_batches(Nuksm *s, uint32_t epoch, NuksmMsgType type,
+                              const void *entries, size_t size, size_t n,
+                              size_t max)
+{
+    const uint8_t *e = entries;
+
+    while (n) {
+        size_t count = MIN(n, max);
+        uint32_t len = sizeof(NuksmMsgBatch) + count * size;
+        g_autofree uint8_t *buf = g_malloc(len);
+        NuksmMsgBatch *b = (NuksmMsgBatch *)buf;
+
+        b->count = count;
+        b->reserved = 0;
+        memcpy(b + 1, e, count * size);
+        nuksm_agent_post(s, epoch, type, buf, len);
+        e += count * size;
+        n -= count;
+    }
+}
+
 size_t nuksm_agent_backlog(Nuksm *s)
 {
     size_t n;
@@ -239,7 +266,7 @@ static void nuksm_agent_handle_hello_ack(Nuksm *s, const NuksmMsgHelloAck *a,
                                 a->agent_version);
     qapi_event_send_nuksm_agent_connected(nuksm_id(s), s->agent_path);
     /* Before the scanner runs for this connection and tries it. */
-    nuksm_scanner_set_uffd_device(s->scanner, uffd_dev);
+    nuksm_commit_set_uffd_device(s->commit, uffd_dev);
     nuksm_numa_send_topology(s);
     c->vm_limit_sent = NUKSM_VM_LIMIT__MAX;
     nuksm_limit_changed(s);
@@ -277,7 +304,7 @@ static void nuksm_agent_handle_reply(Nuksm *s, const NuksmMsgHeader *hdr,
     }
 }
 
-/* Requests of the merge engine, served by the scanner thread. */
+/* Requests of the merge engine, for the commit unit (scanner thread). */
 static bool nuksm_agent_handle_merge(Nuksm *s, const NuksmMsgHeader *hdr,
                                      const void *payload, int fd)
 {
@@ -289,8 +316,8 @@ static bool nuksm_agent_handle_merge(Nuksm *s, const NuksmMsgHeader *hdr,
     } else if (fd >= 0) {
         return false;
     }
-    nuksm_scanner_queue(s->scanner, hdr->type, s->conn.epoch, payload,
-                        hdr->len, fd);
+    nuksm_commit_queue(s->commit, hdr->type, s->conn.epoch, payload,
+                       hdr->len, fd);
     return true;
 }
 
@@ -372,7 +399,7 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
     }
     if (hdr->type == NUKSM_MSG_POLICY && hdr->seq == 0) {
         const NuksmMsgPolicy *p = payload;
-        trace_nuksm_agent_policy(nuksm_id(s), nuksm_policy_name(p->policy));
+        trace_nuksm_agent_policy(nuksm_id(s), NuksmPolicy_str(p->policy));
         c->policy = p->policy;
         return;
     }

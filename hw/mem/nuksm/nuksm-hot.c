@@ -23,32 +23,30 @@
 #include "qapi/error.h"
 #include "exec/memory.h"
 #include "exec/ramblock.h"
-#include "nuksm-scan.h"
+#include "nuksm-pages.h"
 #include "trace.h"
 
 /* Fold the sample's writes of @rb into its pages' inactive counters. */
 static bool nuksm_hot_harvest(Nuksm *s, RAMBlock *rb, void *opaque)
 {
-    NuksmScanner *sc = s->scanner;
+    NuksmPages *pages = s->pages;
     uint64_t *hot = opaque;
     g_autofree DirtyBitmapSnapshot *snap =
         memory_region_snapshot_and_clear_dirty(rb->mr, 0, rb->used_length,
                                                DIRTY_MEMORY_NUKSM);
     NuksmBlockState *bs;
 
-    qemu_mutex_lock(&sc->page_lock);
-    bs = g_hash_table_lookup(sc->blocks, rb->idstr);
+    qemu_mutex_lock(&pages->lock);
+    bs = nuksm_pages_find(pages, rb);
     for (uint64_t i = 0; bs && i < bs->nr_pages; i++) {
-        if (memory_region_snapshot_get_dirty(rb->mr, snap,
-                                             i * NUKSM_PAGE_SIZE,
-                                             NUKSM_PAGE_SIZE)) {
-            bs->idle[i] = 0;
-            (*hot)++;
-        } else if (bs->idle[i] < NUKSM_HOT_IDLE_MAX) {
-            bs->idle[i]++;
-        }
+        bool written = memory_region_snapshot_get_dirty(rb->mr, snap,
+                                                        i * NUKSM_PAGE_SIZE,
+                                                        NUKSM_PAGE_SIZE);
+
+        nuksm_page_sample(bs, i, written);
+        *hot += written;
     }
-    qemu_mutex_unlock(&sc->page_lock);
+    qemu_mutex_unlock(&pages->lock);
     return true;
 }
 

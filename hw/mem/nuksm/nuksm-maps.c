@@ -38,6 +38,7 @@
 #include "qemu/main-loop.h"
 #include "qemu/units.h"
 #include "qemu/timer.h"
+#include "nuksm-commit.h"
 #include "nuksm-scan.h"
 #include "trace.h"
 
@@ -118,73 +119,65 @@ static bool nuksm_maps_count(uint64_t *count)
     return true;
 }
 
-uint64_t nuksm_maps_in_use(NuksmScanner *sc)
+uint64_t nuksm_maps_in_use(NuksmCommit *c)
 {
-    int64_t n = (int64_t)sc->maps.counted + sc->maps.delta;
+    int64_t n = (int64_t)c->maps.counted + c->maps.delta;
 
     return MAX(n, 0);
 }
 
-static void nuksm_maps_recount(NuksmScanner *sc, int64_t now)
+static void nuksm_maps_recount(NuksmCommit *c, int64_t now)
 {
     uint64_t count;
 
     if (!nuksm_maps_count(&count)) {
         warn_report_once("nuksm: cannot count the mappings of QEMU in "
                          "/proc/self/maps: %s", strerror(errno));
-        sc->maps.counted_at = now;
+        c->maps.counted_at = now;
         return;
     }
-    trace_nuksm_maps_count(count, nuksm_maps_in_use(sc), sc->maps.limit);
-    sc->maps.counted = count;
-    sc->maps.delta = 0;
-    sc->maps.counted_at = now;
+    trace_nuksm_maps_count(count, nuksm_maps_in_use(c), c->maps.limit);
+    c->maps.counted = count;
+    c->maps.delta = 0;
+    c->maps.counted_at = now;
 }
 
-void nuksm_maps_init(NuksmScanner *sc)
+void nuksm_maps_init(NuksmCommit *c)
 {
     int64_t now = get_clock();
 
-    sc->maps.limit = nuksm_maps_read_limit();
-    sc->maps.limit_read_at = now;
-    nuksm_maps_recount(sc, now);
+    c->maps.limit = nuksm_maps_read_limit();
+    c->maps.limit_read_at = now;
+    nuksm_maps_recount(c, now);
 }
 
 /* Tell the main loop, which emits the events (nuksm.c). */
-static void nuksm_maps_notify(NuksmScanner *sc)
+static void nuksm_maps_notify(NuksmCommit *c)
 {
-    qemu_bh_schedule(sc->s->limit_bh);
+    qemu_bh_schedule(c->s->limit_bh);
 }
 
-static void nuksm_maps_set_limited(NuksmScanner *sc)
+static void nuksm_maps_set_limited(NuksmCommit *c)
 {
-    if (sc->maps.limited) {
+    if (c->maps.limited) {
         return;
     }
-    trace_nuksm_maps_limited(nuksm_maps_in_use(sc), sc->maps.limit,
-                             nuksm_maps_budget(sc->maps.limit));
-    qatomic_set(&sc->maps.limited, true);
-    sc->maps.held = 0;
-    nuksm_maps_notify(sc);
+    trace_nuksm_maps_limited(nuksm_maps_in_use(c), c->maps.limit,
+                             nuksm_maps_budget(c->maps.limit));
+    qatomic_set(&c->maps.limited, true);
+    c->maps.held = 0;
+    nuksm_maps_notify(c);
 }
 
 /* Merging resumes: offer the pages held back again. */
-static void nuksm_maps_resume(NuksmScanner *sc)
+static void nuksm_maps_resume(NuksmCommit *c)
 {
-    GHashTableIter it;
-    NuksmBlockState *bs;
-
-    trace_nuksm_maps_resumed(nuksm_maps_in_use(sc), sc->maps.limit,
-                             sc->maps.held);
-    qatomic_set(&sc->maps.limited, false);
-    g_hash_table_iter_init(&it, sc->blocks);
-    while (g_hash_table_iter_next(&it, NULL, (gpointer *)&bs)) {
-        for (uint64_t i = 0; i < bs->nr_pages; i++) {
-            bs->flags[i] &= ~NUKSM_PAGE_HELD;
-        }
-    }
-    nuksm_maps_notify(sc);
-    nuksm_scanner_kick(sc);
+    trace_nuksm_maps_resumed(nuksm_maps_in_use(c), c->maps.limit,
+                             c->maps.held);
+    qatomic_set(&c->maps.limited, false);
+    nuksm_pages_clear_all(c->pages, NUKSM_PAGE_HELD);
+    nuksm_maps_notify(c);
+    nuksm_scanner_kick(c->s->scanner);
 }
 
 /*
@@ -192,32 +185,32 @@ static void nuksm_maps_resume(NuksmScanner *sc)
  * now), and resume merging when the mappings fell clearly below the
  * budget.  Cheap when nothing is due: call it often.
  */
-void nuksm_maps_tick(NuksmScanner *sc, bool force)
+void nuksm_maps_tick(NuksmCommit *c, bool force)
 {
     int64_t now = get_clock();
-    int64_t period = MIN(MAX((int64_t)sc->maps.counted *
+    int64_t period = MIN(MAX((int64_t)c->maps.counted *
                              NUKSM_MAPS_COUNT_NS_PER_MAP,
                              NUKSM_MAPS_COUNT_MIN_NS),
                          NUKSM_MAPS_COUNT_MAX_NS);
     uint64_t budget;
 
-    if (force || now - sc->maps.limit_read_at >= NUKSM_MAPS_LIMIT_PERIOD_NS) {
+    if (force || now - c->maps.limit_read_at >= NUKSM_MAPS_LIMIT_PERIOD_NS) {
         uint64_t limit = nuksm_maps_read_limit();
 
-        if (limit != sc->maps.limit) {
-            trace_nuksm_maps_new_limit(sc->maps.limit, limit);
-            sc->maps.limit = limit;
+        if (limit != c->maps.limit) {
+            trace_nuksm_maps_new_limit(c->maps.limit, limit);
+            c->maps.limit = limit;
             force = true;
         }
-        sc->maps.limit_read_at = now;
+        c->maps.limit_read_at = now;
     }
-    if (force || now - sc->maps.counted_at >= period) {
-        nuksm_maps_recount(sc, now);
+    if (force || now - c->maps.counted_at >= period) {
+        nuksm_maps_recount(c, now);
     }
-    budget = nuksm_maps_budget(sc->maps.limit);
-    if (sc->maps.limited &&
-        nuksm_maps_in_use(sc) + nuksm_maps_resume_margin(budget) <= budget) {
-        nuksm_maps_resume(sc);
+    budget = nuksm_maps_budget(c->maps.limit);
+    if (c->maps.limited &&
+        nuksm_maps_in_use(c) + nuksm_maps_resume_margin(budget) <= budget) {
+        nuksm_maps_resume(c);
     }
 }
 
@@ -226,33 +219,33 @@ void nuksm_maps_tick(NuksmScanner *sc, bool force)
  * be made?  A change that costs nothing is always allowed; one that costs
  * more than the budget has left is refused, and merging is limited.
  */
-bool nuksm_maps_afford(NuksmScanner *sc, int64_t cost, uint64_t pages)
+bool nuksm_maps_afford(NuksmCommit *c, int64_t cost, uint64_t pages)
 {
-    uint64_t budget = nuksm_maps_budget(sc->maps.limit);
+    uint64_t budget = nuksm_maps_budget(c->maps.limit);
 
     if (cost <= 0) {
         return true;
     }
-    if (nuksm_maps_in_use(sc) + cost > budget) {
-        nuksm_maps_set_limited(sc);
-        sc->maps.held += pages;
-        trace_nuksm_maps_refused(pages, cost, nuksm_maps_in_use(sc), budget);
+    if (nuksm_maps_in_use(c) + cost > budget) {
+        nuksm_maps_set_limited(c);
+        c->maps.held += pages;
+        trace_nuksm_maps_refused(pages, cost, nuksm_maps_in_use(c), budget);
         return false;
     }
     return true;
 }
 
 /* Record what a change did to the mappings, as nuksm_maps_cost() said. */
-void nuksm_maps_account(NuksmScanner *sc, int64_t delta)
+void nuksm_maps_account(NuksmCommit *c, int64_t delta)
 {
-    sc->maps.delta += delta;
+    c->maps.delta += delta;
 }
 
 /* mmap() failed with ENOMEM: the limit is reached, whatever we thought. */
-void nuksm_maps_exhausted(NuksmScanner *sc)
+void nuksm_maps_exhausted(NuksmCommit *c)
 {
-    nuksm_maps_tick(sc, true);
-    nuksm_maps_set_limited(sc);
+    nuksm_maps_tick(c, true);
+    nuksm_maps_set_limited(c);
 }
 
 /*
@@ -270,16 +263,15 @@ typedef struct NuksmMapId {
 
 static NuksmMapId nuksm_maps_id(NuksmBlockState *bs, uint64_t i)
 {
-    uint64_t v;
+    uint8_t node;
+    uint64_t slot;
 
-    if (!(bs->flags[i] & NUKSM_PAGE_REMAPPED) || !bs->refs ||
-        !bs->refs[i / NUKSM_REF_REGION]) {
+    if (!nuksm_page_store_pos(bs, i, &node, &slot)) {
         return (NuksmMapId) { .anon = true };
     }
-    v = bs->refs[i / NUKSM_REF_REGION][i % NUKSM_REF_REGION];
     return (NuksmMapId) {
-        .node = v & 0xff,
-        .base = (int64_t)((v >> 8) & (NUKSM_REF_MAX_SLOT - 1)) - (int64_t)i,
+        .node = node,
+        .base = (int64_t)slot - (int64_t)i,
     };
 }
 

@@ -22,7 +22,7 @@
 #include "qapi/error.h"
 #include "system/hostmem.h"
 #include "system/numa.h"
-#include "nuksm-scan.h"
+#include "nuksm-pages.h"
 #include "trace.h"
 
 /* HOME carries the protocol's NuksmHomeSource; QMP shows QAPI's. */
@@ -41,6 +41,7 @@ static uint32_t nuksm_numa_nr_gnodes(void)
            MIN(ms->numa_state->num_nodes, NUKSM_MAX_GNODES) : 1;
 }
 
+/* The guest node of @rb.  Asks QOM: main loop only (BQL). */
 uint8_t nuksm_numa_block_gnode(RAMBlock *rb)
 {
     MachineState *ms = MACHINE(qdev_get_machine());
@@ -119,23 +120,30 @@ static uint32_t nuksm_numa_home(Nuksm *s, uint32_t g)
     return g < s->home.nr_gnodes ? s->home.home[g] : 0;
 }
 
+typedef struct NuksmLocality {
+    Nuksm *s;
+    uint64_t local, remote;
+} NuksmLocality;
+
+static void nuksm_numa_block_locality(NuksmBlockState *bs, void *opaque)
+{
+    NuksmLocality *l = opaque;
+    uint32_t home = nuksm_numa_home(l->s, bs->gnode);
+
+    for (uint32_t n = 0; n < NUKSM_MAX_NODES; n++) {
+        *(n == home ? &l->local : &l->remote) += bs->merged_per_node[n];
+    }
+}
+
 void nuksm_numa_locality(Nuksm *s, uint64_t *local, uint64_t *remote)
 {
-    NuksmScanner *sc = s->scanner;
-    GHashTableIter it;
-    NuksmBlockState *bs;
+    NuksmLocality l = { .s = s };
 
-    *local = *remote = 0;
-    qemu_mutex_lock(&sc->page_lock);
-    g_hash_table_iter_init(&it, sc->blocks);
-    while (g_hash_table_iter_next(&it, NULL, (gpointer *)&bs)) {
-        uint32_t home = nuksm_numa_home(s, bs->gnode);
-
-        for (uint32_t n = 0; n < NUKSM_MAX_NODES; n++) {
-            *(n == home ? local : remote) += bs->merged_per_node[n];
-        }
-    }
-    qemu_mutex_unlock(&sc->page_lock);
+    qemu_mutex_lock(&s->pages->lock);
+    nuksm_pages_foreach(s->pages, nuksm_numa_block_locality, &l);
+    qemu_mutex_unlock(&s->pages->lock);
+    *local = l.local;
+    *remote = l.remote;
 }
 
 NuksmHomeNodeList *nuksm_numa_home_list(Nuksm *s)

@@ -13,6 +13,7 @@
 #include "monitor/monitor.h"
 #include "qemu/cutils.h"
 #include "nuksm.h"
+#include "nuksm-scan.h"
 
 NuksmInfoList *qmp_query_nuksm(Error **errp)
 {
@@ -39,9 +40,7 @@ NuksmAgentInfo *coroutine_fn qmp_query_nuksm_agent(const char *id,
     }
     info = g_new0(NuksmAgentInfo, 1);
     info->version = g_strdup(reply.agent_version);
-    info->policy = qapi_enum_parse(&NuksmPolicy_lookup,
-                                   nuksm_policy_name(reply.policy),
-                                   NUKSM_POLICY_GLOBAL, &error_abort);
+    info->policy = reply.policy;
     info->vms = reply.vms;
     info->pages_shared = reply.pages_shared;
     info->pages_sharing = reply.pages_sharing;
@@ -77,23 +76,15 @@ void qmp_nuksm_scan(const char *id, Error **errp)
     nuksm_kick_all();
 }
 
-void coroutine_fn qmp_nuksm_set_policy(const char *policy, const char *id,
+void coroutine_fn qmp_nuksm_set_policy(NuksmPolicy policy, const char *id,
                                        Error **errp)
 {
-    int policy_id = nuksm_policy_parse(policy);
-    NuksmMsgPolicy msg, reply;
-    Nuksm *s;
+    NuksmMsgPolicy msg = { .policy = policy }, reply;
+    Nuksm *s = nuksm_target(id, errp);
 
-    if (policy_id < 0) {
-        error_setg(errp, "Parameter 'policy' does not accept value '%s' "
-                   "(allowed: %s)", policy, nuksm_policy_names());
-        return;
-    }
-    s = nuksm_target(id, errp);
     if (!s) {
         return;
     }
-    msg.policy = policy_id;
     nuksm_agent_request(s, NUKSM_MSG_SET_POLICY, &msg, sizeof(msg),
                         NUKSM_MSG_POLICY, &reply, sizeof(reply), errp);
 }

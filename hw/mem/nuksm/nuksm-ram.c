@@ -4,6 +4,13 @@
  * nuksm only ever remaps private, anonymous, base-page guest RAM owned by
  * a memory backend.  Everything else is reported with a reason.
  *
+ * Eligibility is QOM business (who owns a block), so it is decided in the
+ * main loop, under the BQL: nuksm_ram_refresh() resolves the eligible
+ * blocks and their guest NUMA nodes into plain data, published with RCU,
+ * when the object completes, when the machine is built and whenever a RAM
+ * block comes or goes.  The scanner thread walks that list
+ * (nuksm_ram_foreach_resolved()) and never touches QOM.
+ *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -16,8 +23,21 @@
 #include "hw/qdev-core.h"
 #include "qemu/rcu.h"
 #include "qemu/rcu_queue.h"
+#include "qemu/main-loop.h"
 #include "system/hostmem.h"
 #include "nuksm.h"
+
+/* An eligible RAM block, as the main loop last resolved it. */
+typedef struct NuksmRamEntry {
+    RAMBlock *rb;               /* identity only, never dereferenced */
+    uint8_t gnode;              /* its guest NUMA node */
+} NuksmRamEntry;
+
+struct NuksmRamList {
+    struct rcu_head rcu;
+    unsigned len;
+    NuksmRamEntry entries[];
+};
 
 /* The memory backend owning @rb, or NULL for device RAM and ROM. */
 static HostMemoryBackend *nuksm_ram_backend(RAMBlock *rb)
@@ -39,7 +59,6 @@ static const char *nuksm_ram_name(RAMBlock *rb)
     return rb->idstr;
 }
 
-/* Runs in the scanner thread too: compares pointers, not names. */
 static bool nuksm_ram_selected(Nuksm *s, RAMBlock *rb)
 {
     return !s->memdev || nuksm_ram_backend(rb) == s->memdev_backend;
@@ -48,6 +67,8 @@ static bool nuksm_ram_selected(Nuksm *s, RAMBlock *rb)
 /*
  * Returns true when nuksm may deduplicate @rb; otherwise stores why not
  * in @reason.  Order matters: the first reason that applies is reported.
+ * Discard, which page pinners disable, is the one condition that changes
+ * while a block lives: nuksm_ram_foreach_resolved() checks it each time.
  */
 static bool nuksm_ram_eligible(Nuksm *s, RAMBlock *rb,
                                NuksmExclusionReason *reason)
@@ -79,6 +100,7 @@ void nuksm_ram_foreach_eligible(Nuksm *s, NuksmRamFn fn, void *opaque)
     NuksmExclusionReason reason;
     RAMBlock *rb;
 
+    assert(bql_locked());
     RCU_READ_LOCK_GUARD();
     RAMBLOCK_FOREACH(rb) {
         if (nuksm_ram_eligible(s, rb, &reason) && !fn(s, rb, opaque)) {
@@ -141,4 +163,60 @@ bool nuksm_ram_resolve_memdev(Nuksm *s, Error **errp)
     }
     s->memdev_backend = MEMORY_BACKEND(obj);
     return true;
+}
+
+static bool nuksm_ram_add_entry(Nuksm *s, RAMBlock *rb, void *opaque)
+{
+    NuksmRamEntry e = {
+        .rb = rb,
+        .gnode = nuksm_numa_block_gnode(rb),
+    };
+
+    g_array_append_val(opaque, e);
+    return true;
+}
+
+void nuksm_ram_refresh(Nuksm *s)
+{
+    g_autoptr(GArray) entries = g_array_new(false, false,
+                                            sizeof(NuksmRamEntry));
+    NuksmRamList *list, *old;
+
+    nuksm_ram_foreach_eligible(s, nuksm_ram_add_entry, entries);
+    list = g_malloc(sizeof(*list) + entries->len * sizeof(NuksmRamEntry));
+    list->len = entries->len;
+    memcpy(list->entries, entries->data, entries->len * sizeof(NuksmRamEntry));
+    old = qatomic_xchg(&s->ram, list);
+    if (old) {
+        g_free_rcu(old, rcu);
+    }
+}
+
+void nuksm_ram_free(Nuksm *s)
+{
+    g_free(qatomic_xchg(&s->ram, NULL));
+}
+
+void nuksm_ram_foreach_resolved(Nuksm *s, NuksmRamResolvedFn fn,
+                                void *opaque)
+{
+    NuksmRamList *list;
+    RAMBlock *rb;
+
+    RCU_READ_LOCK_GUARD();
+    list = qatomic_rcu_read(&s->ram);
+    if (!list || ram_block_discard_is_disabled()) {
+        return;
+    }
+    RAMBLOCK_FOREACH(rb) {
+        for (unsigned i = 0; i < list->len; i++) {
+            if (list->entries[i].rb != rb) {
+                continue;
+            }
+            if (!fn(rb, list->entries[i].gnode, opaque)) {
+                return;
+            }
+            break;
+        }
+    }
 }

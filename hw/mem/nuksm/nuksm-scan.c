@@ -1,5 +1,5 @@
 /*
- * nuksm: the scanner thread ("nuksm-scan").
+ * nuksm: the scanner unit, the "nuksm-scan" thread.
  *
  * Walks the eligible guest RAM in chunks.  For each chunk it reads the
  * pages' entries in /proc/self/pagemap, which tells which pages are
@@ -8,29 +8,29 @@
  * Resident pages are hashed; a page whose digest did not change since the
  * previous pass is stable and becomes a candidate for the agent, or, if
  * all zero, is dropped locally.  Between chunks the thread serves the
- * agent's requests (nuksm-merge.c).
+ * agent's requests (nuksm-commit.c).
  *
  * The thread keeps to a CPU budget (max-cpu, measured on its own CPU
  * clock) and an optional page-rate cap (scan-rate).  The RCU read lock is
  * held for one chunk at a time, never across a sleep (the main loop may be
  * waiting for a grace period; x-commit-delay-us, for tests, is the one
  * exception), and RAM blocks are looked up by name for every chunk, so
- * hot-unplug and resizing are safe.
+ * hot-unplug and resizing are safe.  Which blocks to walk, and their guest
+ * NUMA nodes, the main loop resolved (nuksm-ram.c): the thread never
+ * touches QOM.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
 #include "qemu/osdep.h"
-#include "qapi/error.h"
 #include "exec/ramblock.h"
-#include "qemu/cutils.h"
 #include "qemu/error-report.h"
-#include "qemu/main-loop.h"
 #include "qemu/rcu.h"
 #include "qemu/timer.h"
 #include "libnuksm/nuksm-digest.h"
-#include "nuksm-remap.h"
+#include "nuksm-commit.h"
+#include "nuksm-pages.h"
 #include "nuksm-scan.h"
 #include "trace.h"
 
@@ -57,95 +57,49 @@
 #define PM_SWAPPED   (1ULL << 62)
 #define PM_FILE      (1ULL << 61)
 
-static int nuksm_pagemap_fd = -1;
+/* The scanner's own counters, for query-nuksm. */
+typedef struct NuksmScanCounters {
+    uint64_t pages_scanned;
+    uint64_t full_scans;
+    uint64_t pages_volatile;
+    uint64_t cow_breaks;
+} NuksmScanCounters;
 
-void nuksm_scan_block_refs_free(NuksmBlockState *bs)
-{
-    for (uint64_t r = 0; bs->refs && r < DIV_ROUND_UP(bs->nr_pages,
-                                                      NUKSM_REF_REGION); r++) {
-        g_free(bs->refs[r]);
-    }
-    g_free(bs->refs);
-    bs->refs = NULL;
-}
+struct NuksmScanner {
+    Nuksm *s;
+    QemuThread thread;
+    int pagemap_fd;             /* /proc/self/pagemap, or -1 */
 
-static void nuksm_block_state_free(gpointer p)
-{
-    NuksmBlockState *bs = p;
+    /* Protected by @lock, shared with the main loop */
+    QemuMutex lock;
+    QemuCond cond;              /* wakes the thread (nuksm_scanner_wake()) */
+    bool active;
+    bool quit;
+    bool restart;               /* nuksm-scan asked for a fresh pass */
+    bool zero_pages;
+    uint32_t epoch;             /* connection the thread works for; */
+                                /* also read atomically */
+    uint32_t max_cpu;
+    uint64_t scan_rate;
+    NuksmScanCounters stats;
 
-    nuksm_scan_block_refs_free(bs);
-    g_free(bs->digest);
-    g_free(bs->flags);
-    g_free(bs->idle);
-    g_free(bs);
-}
-
-/* Called with page_lock held. */
-NuksmBlockState *nuksm_scan_block_state(NuksmScanner *sc, RAMBlock *rb)
-{
-    NuksmBlockState *bs = g_hash_table_lookup(sc->blocks, rb->idstr);
-    uint64_t nr_pages = rb->used_length / NUKSM_PAGE_SIZE;
-
-    if (!bs) {
-        bs = g_new0(NuksmBlockState, 1);
-        g_hash_table_insert(sc->blocks, g_strdup(rb->idstr), bs);
-    }
-    if (bs->nr_pages != nr_pages || bs->first_page !=
-        rb->offset / NUKSM_PAGE_SIZE) {
-        /*
-         * New or resized block: forget what we knew of it.  Only device
-         * RAM, which nuksm never touches, is ever resized.
-         */
-        nuksm_scan_block_refs_free(bs);
-        g_free(bs->digest);
-        g_free(bs->flags);
-        g_free(bs->idle);
-        bs->digest = g_new0(uint32_t, nr_pages);
-        bs->flags = g_new0(uint8_t, nr_pages);
-        bs->idle = g_malloc(nr_pages);
-        memset(bs->idle, NUKSM_HOT_IDLE_MAX, nr_pages);
-        memset(bs->merged_per_node, 0, sizeof(bs->merged_per_node));
-        bs->nr_pages = nr_pages;
-        bs->first_page = rb->offset / NUKSM_PAGE_SIZE;
-        bs->gnode = nuksm_numa_block_gnode(rb);
-    }
-    return bs;
-}
-
-/* Post the entries of @a as one batch message and empty @a. */
-static void nuksm_scan_post_batch(NuksmScanner *sc, uint32_t epoch,
-                                  NuksmMsgType type, GArray *a)
-{
-    uint32_t len = sizeof(NuksmMsgBatch) + a->len * g_array_get_element_size(a);
-    g_autofree uint8_t *buf = g_malloc(len);
-    NuksmMsgBatch *b = (NuksmMsgBatch *)buf;
-
-    b->count = a->len;
-    b->reserved = 0;
-    memcpy(b + 1, a->data, len - sizeof(*b));
-    nuksm_agent_post(sc->s, epoch, type, buf, len);
-    g_array_set_size(a, 0);
-}
-
-/* Called with page_lock held. */
-void nuksm_scan_flush_unmerged(NuksmScanner *sc, uint32_t epoch)
-{
-    while (sc->unmerged->len) {
-        uint32_t n = MIN(sc->unmerged->len, NUKSM_SLOTREFS_MAX);
-        g_autoptr(GArray) part = g_array_sized_new(false, false,
-                                                   sizeof(NuksmSlotRef), n);
-
-        g_array_append_vals(part, sc->unmerged->data, n);
-        g_array_remove_range(sc->unmerged, 0, n);
-        nuksm_scan_post_batch(sc, epoch, NUKSM_MSG_UNMERGED, part);
-    }
-}
+    /* Scanner thread only */
+    uint32_t started_epoch;     /* epoch the commit unit last started on */
+    uint64_t passes;            /* passes started */
+    uint64_t news;              /* changes the current pass found */
+    int64_t pause_ms;           /* rest after the current pass */
+    GArray *candidates;         /* NuksmCandidate, to send */
+    uint64_t zero_digest;
+};
 
 static void nuksm_scan_flush_candidates(NuksmScanner *sc, uint32_t epoch)
 {
     if (sc->candidates->len) {
-        nuksm_scan_post_batch(sc, epoch, NUKSM_MSG_CANDIDATES,
-                              sc->candidates);
+        nuksm_agent_post_batches(sc->s, epoch, NUKSM_MSG_CANDIDATES,
+                                 sc->candidates->data,
+                                 sizeof(NuksmCandidate), sc->candidates->len,
+                                 NUKSM_CANDIDATES_MAX);
+        g_array_set_size(sc->candidates, 0);
     }
 }
 
@@ -157,7 +111,7 @@ static void nuksm_scan_add_candidate(NuksmScanner *sc, uint32_t epoch,
         .page = bs->first_page + idx,
         .digest = digest,
         .gnode = bs->gnode,
-        .idle = bs->idle[idx],
+        .idle = nuksm_page_idle(bs, idx),
     };
 
     g_array_append_val(sc->candidates, c);
@@ -166,45 +120,151 @@ static void nuksm_scan_add_candidate(NuksmScanner *sc, uint32_t epoch,
     }
 }
 
-/*
- * Zero the stable zero pages collected in @zero (indexes into the chunk
- * at @host), under write protection.
- */
-static void nuksm_scan_drop_zero_pages(NuksmScanner *sc, NuksmBlockState *bs,
-                                       uint64_t first, uint8_t *host,
-                                       const unsigned *zero, unsigned n)
+/* Read the pagemap entries of the @count pages at @host into @pm. */
+static bool nuksm_scan_read_pagemap(NuksmScanner *sc, uint8_t *host,
+                                    unsigned count, uint64_t *pm)
 {
-    for (unsigned i = 0; i < n; i++) {
-        uint64_t idx = first + zero[i];
-        bool zeroed;
+    off_t off = (uintptr_t)host / NUKSM_PAGE_SIZE * sizeof(uint64_t);
 
-        nuksm_remap_zero_run(sc->uffd, host + zero[i] * NUKSM_PAGE_SIZE, 1,
-                             &zeroed);
-        if (zeroed) {
-            bs->flags[idx] |= NUKSM_PAGE_ZERO;
-            sc->stats.zero_pages++;
-        }
-    }
+    return pread(sc->pagemap_fd, pm, count * sizeof(pm[0]), off) ==
+           count * sizeof(pm[0]);
 }
 
 /*
- * Scan one chunk of @count pages starting at page index @first of @rb.
- * Called with page_lock and the RCU read lock held.
+ * Does the pagemap entry @pm of a merged page say it still maps its
+ * slot?  Not resident or resident from the store file, and not swapped:
+ * a write would have made it anonymous (copy-on-write).
+ */
+static bool nuksm_scan_maps_slot(uint64_t pm)
+{
+    return !(pm & PM_SWAPPED) && !((pm & PM_PRESENT) && !(pm & PM_FILE));
+}
+
+/*
+ * Page @idx of @bs is merged: look whether a write ended its sharing and
+ * report it if so.  Returns true if it still maps its slot.
+ */
+static bool nuksm_scan_still_merged(NuksmScanner *sc, NuksmBlockState *bs,
+                                    uint64_t idx, uint64_t pm,
+                                    NuksmScanCounters *delta)
+{
+    if (nuksm_scan_maps_slot(pm)) {
+        return true;
+    }
+    /*
+     * Copy-on-write made the page anonymous: sharing is over.  Its digest
+     * is still the slot's, so if the write left the content as it was
+     * (the page is hashed next), it is offered again at once rather than
+     * a pass later.
+     */
+    nuksm_commit_forget(sc->s->commit, bs, idx, NUKSM_STATUS_COW);
+    delta->cow_breaks++;
+    sc->news++;
+    return false;
+}
+
+/*
+ * Hash resident page @idx of @bs, at @p, into *digest and keep its
+ * digest.  Returns true if the page is stable (its digest did not change
+ * since the previous pass) and still to be looked at: not while it is
+ * the zero page dropped before.
+ */
+static bool nuksm_scan_hash(NuksmScanner *sc, NuksmBlockState *bs,
+                            uint64_t idx, const uint8_t *p, uint64_t *digest,
+                            NuksmScanCounters *delta)
+{
+    uint32_t last = nuksm_page_digest32(bs, idx);
+    uint32_t digest32;
+
+    *digest = nuksm_page_digest(p, NUKSM_PAGE_SIZE);
+    if (nuksm_page_flags(bs, idx) & NUKSM_PAGE_ZERO) {
+        if (*digest == sc->zero_digest) {
+            return false;       /* read since, still the zero page */
+        }
+        nuksm_pages_unzeroed(sc->s->pages, bs, idx);
+        delta->cow_breaks++;
+        sc->news++;
+    }
+    /* 0 means "not hashed yet", so fold a zero digest to 1. */
+    digest32 = (uint32_t)*digest ?: 1;
+    if (last == digest32) {
+        nuksm_page_update(bs, idx, 0, NUKSM_PAGE_STABLE);
+        return true;
+    }
+    if (last) {
+        delta->pages_volatile++;
+    }
+    nuksm_page_update(bs, idx, NUKSM_PAGE_STABLE | NUKSM_PAGE_OFFERED, 0);
+    nuksm_page_set_digest32(bs, idx, digest32);
+    sc->news++;
+    return false;
+}
+
+/* What becomes of a stable page. */
+typedef enum NuksmScanVerdict {
+    NUKSM_SCAN_KEEP,            /* nothing this pass */
+    NUKSM_SCAN_DROP_ZERO,       /* all zero: drop it locally */
+    NUKSM_SCAN_OFFER,           /* a candidate for the agent */
+} NuksmScanVerdict;
+
+static NuksmScanVerdict nuksm_scan_verdict(NuksmScanner *sc,
+                                           NuksmBlockState *bs, uint64_t idx,
+                                           const uint8_t *p, uint64_t digest,
+                                           bool zero_pages)
+{
+    uint8_t flags = nuksm_page_flags(bs, idx);
+
+    /*
+     * Without userfaultfd nothing can be merged safely.  A page the agent
+     * is merging already may be nominated again: the agent ignores it.
+     */
+    if (!nuksm_commit_has_uffd(sc->s->commit)) {
+        return NUKSM_SCAN_KEEP;
+    }
+    if (digest == sc->zero_digest && nuksm_page_is_zero(p, NUKSM_PAGE_SIZE)) {
+        /* MADV_DONTNEED on a store mapping would expose the store. */
+        return zero_pages && !(flags & NUKSM_PAGE_REMAPPED) ?
+               NUKSM_SCAN_DROP_ZERO : NUKSM_SCAN_KEEP;
+    }
+    /* Refused for lack of mappings: offered when merging resumes. */
+    if (flags & NUKSM_PAGE_HELD) {
+        return NUKSM_SCAN_KEEP;
+    }
+    if ((flags & NUKSM_PAGE_OFFERED) &&
+        (sc->passes + idx) % NUKSM_SCAN_REOFFER_PASSES) {
+        return NUKSM_SCAN_KEEP;
+    }
+    return NUKSM_SCAN_OFFER;
+}
+
+static void nuksm_scan_offer(NuksmScanner *sc, uint32_t epoch,
+                             NuksmBlockState *bs, uint64_t idx,
+                             uint64_t digest)
+{
+    if (!(nuksm_page_flags(bs, idx) & NUKSM_PAGE_OFFERED)) {
+        nuksm_page_update(bs, idx, 0, NUKSM_PAGE_OFFERED);
+        sc->news++;
+    }
+    nuksm_scan_add_candidate(sc, epoch, bs, idx, digest);
+}
+
+/*
+ * Scan one chunk of @count pages starting at page index @first of @rb;
+ * returns how many were hashed.  Called with page_lock and the RCU read
+ * lock held.
  */
 static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
                                  NuksmBlockState *bs, uint64_t first,
                                  unsigned count, uint32_t epoch,
-                                 NuksmScanStats *delta)
+                                 NuksmScanCounters *delta)
 {
     uint8_t *host = rb->host + first * NUKSM_PAGE_SIZE;
     uint64_t pm[NUKSM_SCAN_CHUNK_PAGES];
     unsigned zero[NUKSM_SCAN_CHUNK_PAGES], nr_zero = 0;
-    off_t pm_off = (uintptr_t)host / NUKSM_PAGE_SIZE * sizeof(uint64_t);
     unsigned hashed = 0;
     bool zero_pages;
 
-    if (pread(nuksm_pagemap_fd, pm, count * sizeof(pm[0]), pm_off) !=
-        count * sizeof(pm[0])) {
+    if (!nuksm_scan_read_pagemap(sc, host, count, pm)) {
         return 0;
     }
     qemu_mutex_lock(&sc->lock);
@@ -214,85 +274,36 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
     for (unsigned i = 0; i < count; i++) {
         uint64_t idx = first + i;
         uint8_t *p = host + i * NUKSM_PAGE_SIZE;
-        uint8_t *flags = &bs->flags[idx];
         uint64_t digest;
-        uint32_t digest32;
 
-        if (*flags & NUKSM_PAGE_MERGED) {
-            if (!(pm[i] & PM_SWAPPED) &&
-                !((pm[i] & PM_PRESENT) && !(pm[i] & PM_FILE))) {
-                continue;       /* still maps its slot */
-            }
-            /*
-             * Copy-on-write made the page anonymous: sharing is over.
-             * Its digest is still the slot's, so if the write left the
-             * content as it was (the page is hashed below), it is
-             * offered again at once rather than a pass later.
-             */
-            nuksm_merge_forget(sc, bs, idx, NUKSM_STATUS_COW);
-            delta->cow_breaks++;
-            sc->news++;
+        if ((nuksm_page_flags(bs, idx) & NUKSM_PAGE_MERGED) &&
+            nuksm_scan_still_merged(sc, bs, idx, pm[i], delta)) {
+            continue;
         }
         if (!(pm[i] & PM_PRESENT)) {
             continue;
         }
-        digest = nuksm_page_digest(p, NUKSM_PAGE_SIZE);
         hashed++;
-        if (*flags & NUKSM_PAGE_ZERO) {
-            if (digest == sc->zero_digest) {
-                continue;       /* read since, still the zero page */
-            }
-            *flags &= ~NUKSM_PAGE_ZERO;
-            sc->stats.zero_pages--;
-            delta->cow_breaks++;
-            sc->news++;
-        }
-        /* 0 means "not hashed yet", so fold a zero digest to 1. */
-        digest32 = (uint32_t)digest ?: 1;
-        if (bs->digest[idx] == digest32) {
-            *flags |= NUKSM_PAGE_STABLE;
-        } else {
-            if (bs->digest[idx]) {
-                delta->pages_volatile++;
-            }
-            *flags &= ~(NUKSM_PAGE_STABLE | NUKSM_PAGE_OFFERED);
-            bs->digest[idx] = digest32;
-            sc->news++;
+        if (!nuksm_scan_hash(sc, bs, idx, p, &digest, delta)) {
             continue;
         }
-        /*
-         * Without userfaultfd nothing can be merged safely.  A page the
-         * agent is merging already may be nominated again: the agent
-         * ignores it.
-         */
-        if (sc->uffd < 0) {
-            continue;
+        switch (nuksm_scan_verdict(sc, bs, idx, p, digest, zero_pages)) {
+        case NUKSM_SCAN_KEEP:
+            break;
+        case NUKSM_SCAN_DROP_ZERO:
+            zero[nr_zero++] = i;
+            break;
+        case NUKSM_SCAN_OFFER:
+            nuksm_scan_offer(sc, epoch, bs, idx, digest);
+            break;
         }
-        if (digest == sc->zero_digest &&
-            nuksm_page_is_zero(p, NUKSM_PAGE_SIZE)) {
-            /* MADV_DONTNEED on a store mapping would expose the store. */
-            if (zero_pages && !(*flags & NUKSM_PAGE_REMAPPED)) {
-                zero[nr_zero++] = i;
-            }
-            continue;
-        }
-        /* Refused for lack of mappings: offered when merging resumes. */
-        if (*flags & NUKSM_PAGE_HELD) {
-            continue;
-        }
-        if ((*flags & NUKSM_PAGE_OFFERED) &&
-            (sc->passes + idx) % NUKSM_SCAN_REOFFER_PASSES) {
-            continue;
-        }
-        if (!(*flags & NUKSM_PAGE_OFFERED)) {
-            *flags |= NUKSM_PAGE_OFFERED;
-            sc->news++;
-        }
-        nuksm_scan_add_candidate(sc, epoch, bs, idx, digest);
     }
-    if (nr_zero && sc->uffd >= 0) {
+    if (nr_zero && nuksm_commit_has_uffd(sc->s->commit)) {
         sc->news += nr_zero;
-        nuksm_scan_drop_zero_pages(sc, bs, first, host, zero, nr_zero);
+        for (unsigned i = 0; i < nr_zero; i++) {
+            nuksm_commit_drop_zero(sc->s->commit, bs, first + zero[i],
+                                   host + zero[i] * NUKSM_PAGE_SIZE);
+        }
     }
     return hashed;
 }
@@ -310,16 +321,11 @@ static void nuksm_scan_serve(NuksmScanner *sc)
 {
     NuksmWork *w;
 
-    while ((w = g_queue_pop_head(&sc->work))) {
+    while ((w = nuksm_commit_next(sc->s->commit))) {
         uint32_t epoch = sc->epoch;
 
         qemu_mutex_unlock(&sc->lock);
-        if (w->epoch == epoch) {
-            nuksm_merge_handle(sc, w);
-        } else if (w->fd >= 0) {
-            close(w->fd);
-        }
-        g_free(w);
+        nuksm_commit_serve(sc->s->commit, w, epoch);
         qemu_mutex_lock(&sc->lock);
     }
 }
@@ -362,52 +368,85 @@ static bool nuksm_scan_throttle(NuksmScanner *sc, int64_t cpu_ns,
     return go_on;
 }
 
-static bool nuksm_pass_add_block(Nuksm *s, RAMBlock *rb, void *opaque)
+/* A RAM block a pass walks. */
+typedef struct NuksmPassBlock {
+    char *name;
+    uint8_t gnode;
+} NuksmPassBlock;
+
+static void nuksm_pass_block_free(gpointer p)
 {
-    g_ptr_array_add(opaque, g_strdup(rb->idstr));
+    NuksmPassBlock *pb = p;
+
+    g_free(pb->name);
+    g_free(pb);
+}
+
+static bool nuksm_pass_add_block(RAMBlock *rb, uint8_t gnode, void *opaque)
+{
+    NuksmPassBlock *pb = g_new(NuksmPassBlock, 1);
+
+    pb->name = g_strdup(rb->idstr);
+    pb->gnode = gnode;
+    g_ptr_array_add(opaque, pb);
     return true;
+}
+
+/*
+ * Scan the chunk of block @pb from page @first on, if the block still
+ * has such a page; returns false at the block's end.  Adds to *hashed
+ * and @delta.
+ */
+static bool nuksm_scan_next_chunk(NuksmScanner *sc, const NuksmPassBlock *pb,
+                                  uint64_t first, uint32_t epoch,
+                                  unsigned *hashed, NuksmScanCounters *delta)
+{
+    NuksmPages *pages = sc->s->pages;
+    bool more = false;
+
+    WITH_RCU_READ_LOCK_GUARD() {
+        RAMBlock *rb = qemu_ram_block_by_name(pb->name);
+        NuksmBlockState *bs;
+
+        qemu_mutex_lock(&pages->lock);
+        bs = rb ? nuksm_pages_block(pages, rb, pb->gnode) : NULL;
+        if (bs && first < bs->nr_pages) {
+            *hashed = nuksm_scan_chunk(sc, rb, bs, first,
+                                       MIN(NUKSM_SCAN_CHUNK_PAGES,
+                                           bs->nr_pages - first),
+                                       epoch, delta);
+            nuksm_commit_flush_unmerged(sc->s->commit, epoch);
+            more = true;
+        }
+        qemu_mutex_unlock(&pages->lock);
+    }
+    return more;
 }
 
 /* One full pass.  Returns true if it ran to the end. */
 static bool nuksm_scan_pass(NuksmScanner *sc, uint32_t epoch)
 {
-    g_autoptr(GPtrArray) pass = g_ptr_array_new_with_free_func(g_free);
+    g_autoptr(GPtrArray) pass =
+        g_ptr_array_new_with_free_func(nuksm_pass_block_free);
     int64_t cpu_debt = 0, wall_start = 0;
     unsigned pages_since_sleep = 0;
-    NuksmScanStats delta;
+    NuksmScanCounters delta;
 
-    nuksm_ram_foreach_eligible(sc->s, nuksm_pass_add_block, pass);
+    nuksm_ram_foreach_resolved(sc->s, nuksm_pass_add_block, pass);
 
     for (guint b = 0; b < pass->len; b++) {
-        const char *name = g_ptr_array_index(pass, b);
+        const NuksmPassBlock *pb = g_ptr_array_index(pass, b);
 
         for (uint64_t first = 0;; first += NUKSM_SCAN_CHUNK_PAGES) {
             int64_t cpu_start = nuksm_thread_cpu_ns();
             unsigned hashed = 0;
-            bool end = false;
 
             if (!wall_start) {
                 wall_start = get_clock();
             }
             memset(&delta, 0, sizeof(delta));
-            WITH_RCU_READ_LOCK_GUARD() {
-                RAMBlock *rb = qemu_ram_block_by_name(name);
-                NuksmBlockState *bs;
-
-                qemu_mutex_lock(&sc->page_lock);
-                bs = rb ? nuksm_scan_block_state(sc, rb) : NULL;
-                if (!bs || first >= bs->nr_pages) {
-                    end = true;
-                } else {
-                    hashed = nuksm_scan_chunk(sc, rb, bs, first,
-                                 MIN(NUKSM_SCAN_CHUNK_PAGES,
-                                     bs->nr_pages - first),
-                                 epoch, &delta);
-                    nuksm_scan_flush_unmerged(sc, epoch);
-                }
-                qemu_mutex_unlock(&sc->page_lock);
-            }
-            if (end) {
+            if (!nuksm_scan_next_chunk(sc, pb, first, epoch, &hashed,
+                                       &delta)) {
                 break;
             }
             cpu_debt += nuksm_thread_cpu_ns() - cpu_start;
@@ -437,84 +476,44 @@ static bool nuksm_scan_pass(NuksmScanner *sc, uint32_t epoch)
 }
 
 /*
- * Take or release userfaultfd on the eligible RAM.  nuksm holds it only
- * while active: migration, postcopy and background snapshots use
- * userfaultfd on the same RAM.
+ * Rest after a full pass, serving the agent, until the pause is over or
+ * the pass is to restart.  Called with @lock held.
  */
-static bool nuksm_scan_register(Nuksm *s, RAMBlock *rb, void *opaque)
+static void nuksm_scan_rest(NuksmScanner *sc)
 {
-    NuksmScanner *sc = opaque;
-    Error *err = NULL;
+    int64_t end = get_clock() + sc->pause_ms * SCALE_MS;
 
-    if (!nuksm_remap_register(sc->uffd, rb->host, rb->used_length, &err)) {
-        warn_report_err(err);
+    while (sc->active && !sc->restart && !sc->quit && get_clock() < end) {
+        nuksm_scan_serve(sc);
+        /* Limited, see within a second whether it is over. */
+        qemu_mutex_unlock(&sc->lock);
+        nuksm_commit_tick(sc->s->commit);
+        qemu_mutex_lock(&sc->lock);
+        qemu_cond_timedwait(&sc->cond, &sc->lock,
+                            MAX(1, MIN(end - get_clock(),
+                                       NANOSECONDS_PER_SECOND) / SCALE_MS));
     }
-    return true;
 }
 
 /*
- * Create our userfaultfd.  Without one nothing can merge: the error is
- * kept for query-nuksm (limit userfaultfd) and reported once, and it is
- * tried again only on the next connection to the agent.
+ * Wait, serving the agent, while nothing can merge for lack of a
+ * userfaultfd: until a new connection brings another chance or the
+ * object changes.  Called with @lock held.
  */
-static void nuksm_scan_take_uffd(NuksmScanner *sc)
+static void nuksm_scan_wait_for_uffd(NuksmScanner *sc)
 {
-    Error *err = NULL;
-    bool active, changed;
-    int uffd;
+    NuksmCommit *c = sc->s->commit;
 
-    qemu_mutex_lock(&sc->lock);
-    if (sc->uffd_error && !sc->uffd_retry) {
-        qemu_mutex_unlock(&sc->lock);
-        return;
+    if (sc->active && !sc->quit && !nuksm_commit_wants_uffd(c) &&
+        !nuksm_commit_has_work(c)) {
+        qemu_cond_wait(&sc->cond, &sc->lock);
     }
-    sc->uffd_retry = false;
-    uffd = nuksm_remap_uffd_open(sc->uffd_dev, &err);
-    changed = (uffd < 0) != !!sc->uffd_error;
-    g_clear_pointer(&sc->uffd_error, g_free);
-    if (uffd < 0) {
-        sc->uffd_error = g_strdup(error_get_pretty(err));
-    }
-    qemu_mutex_unlock(&sc->lock);
-    if (changed) {
-        qemu_bh_schedule(sc->s->limit_bh);
-    }
-    if (uffd < 0) {
-        error_free(err);
-        return;
-    }
-    qemu_mutex_lock(&sc->page_lock);
-    qemu_mutex_lock(&sc->lock);
-    active = sc->active;
-    qemu_mutex_unlock(&sc->lock);
-    /*
-     * Checked under page_lock: once deactivation released userfaultfd
-     * (under page_lock too), a migration may hold its own on our RAM.
-     */
-    if (!active || sc->uffd >= 0) {
-        qemu_mutex_unlock(&sc->page_lock);
-        close(uffd);
-        return;
-    }
-    sc->uffd = uffd;
-    nuksm_ram_foreach_eligible(sc->s, nuksm_scan_register, sc);
-    qemu_mutex_unlock(&sc->page_lock);
-}
-
-static void nuksm_scan_release_uffd(NuksmScanner *sc)
-{
-    qemu_mutex_lock(&sc->page_lock);
-    if (sc->uffd >= 0) {
-        /* Closing unregisters every range and wakes any waiter. */
-        close(sc->uffd);
-        sc->uffd = -1;
-    }
-    qemu_mutex_unlock(&sc->page_lock);
 }
 
 static void *nuksm_scan_thread(void *opaque)
 {
     NuksmScanner *sc = opaque;
+    NuksmCommit *c = sc->s->commit;
 
     rcu_register_thread();
     qemu_mutex_lock(&sc->lock);
@@ -523,9 +522,9 @@ static void *nuksm_scan_thread(void *opaque)
 
         nuksm_scan_serve(sc);
         if (!sc->active) {
-            if (sc->uffd >= 0) {
+            if (nuksm_commit_has_uffd(c)) {
                 qemu_mutex_unlock(&sc->lock);
-                nuksm_scan_release_uffd(sc);
+                nuksm_commit_release_uffd(c);
                 qemu_mutex_lock(&sc->lock);
                 continue;
             }
@@ -536,24 +535,21 @@ static void *nuksm_scan_thread(void *opaque)
         sc->restart = false;
         qemu_mutex_unlock(&sc->lock);
 
-        if (sc->uffd < 0) {
-            nuksm_scan_take_uffd(sc);
+        if (!nuksm_commit_has_uffd(c)) {
+            nuksm_commit_take_uffd(c);
         }
-        if (sc->uffd < 0) {
-            /* Nothing can merge: serve the agent, wait for a change. */
+        if (!nuksm_commit_has_uffd(c)) {
             qemu_mutex_lock(&sc->lock);
-            if (sc->active && !sc->uffd_retry && !sc->quit &&
-                g_queue_is_empty(&sc->work)) {
-                qemu_cond_wait(&sc->cond, &sc->lock);
-            }
+            nuksm_scan_wait_for_uffd(sc);
             continue;
         }
-        if (sc->work_epoch != epoch) {
-            nuksm_merge_reset(sc, epoch);
+        if (sc->started_epoch != epoch) {
+            /* What the old connection did not get to send is moot. */
+            g_array_set_size(sc->candidates, 0);
+            nuksm_commit_start(c, epoch);
+            sc->started_epoch = epoch;
         }
-        qemu_mutex_lock(&sc->page_lock);
-        nuksm_maps_tick(sc, false);
-        qemu_mutex_unlock(&sc->page_lock);
+        nuksm_commit_tick(c);
         trace_nuksm_scan_pass_start();
         sc->passes++;
         sc->news = 0;
@@ -565,30 +561,13 @@ static void *nuksm_scan_thread(void *opaque)
             sc->stats.full_scans++;
             trace_nuksm_scan_pass_done(sc->stats.full_scans,
                                        sc->stats.pages_scanned);
-            if (!sc->restart && !sc->quit) {
-                int64_t end = get_clock() + sc->pause_ms * SCALE_MS;
-                /* Rest, but keep serving the agent. */
-                while (sc->active && !sc->restart && !sc->quit &&
-                       get_clock() < end) {
-                    nuksm_scan_serve(sc);
-                    /* Limited, see within a second whether it is over. */
-                    qemu_mutex_unlock(&sc->lock);
-                    qemu_mutex_lock(&sc->page_lock);
-                    nuksm_maps_tick(sc, false);
-                    qemu_mutex_unlock(&sc->page_lock);
-                    qemu_mutex_lock(&sc->lock);
-                    qemu_cond_timedwait(&sc->cond, &sc->lock,
-                                        MAX(1, MIN(end - get_clock(),
-                                                   NANOSECONDS_PER_SECOND) /
-                                            SCALE_MS));
-                }
-            }
+            nuksm_scan_rest(sc);
         } else {
             qemu_mutex_lock(&sc->lock);
         }
     }
     qemu_mutex_unlock(&sc->lock);
-    nuksm_scan_release_uffd(sc);
+    nuksm_commit_release_uffd(c);
     rcu_unregister_thread();
     return NULL;
 }
@@ -598,31 +577,18 @@ NuksmScanner *nuksm_scanner_new(Nuksm *s)
     NuksmScanner *sc = g_new0(NuksmScanner, 1);
     static uint8_t zero_page[NUKSM_PAGE_SIZE];
 
-    if (nuksm_pagemap_fd < 0) {
-        nuksm_pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-        if (nuksm_pagemap_fd < 0) {
-            error_report("nuksm: cannot open /proc/self/pagemap: %s",
-                         strerror(errno));
-        }
+    sc->pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (sc->pagemap_fd < 0) {
+        error_report("nuksm: cannot open /proc/self/pagemap: %s",
+                     strerror(errno));
     }
     sc->s = s;
     sc->pause_ms = NUKSM_SCAN_PASS_PAUSE_MS;
     sc->max_cpu = NUKSM_DEFAULT_MAX_CPU;
     sc->zero_pages = true;
-    sc->uffd = -1;
-    sc->uffd_dev = -1;
     sc->zero_digest = nuksm_page_digest(zero_page, NUKSM_PAGE_SIZE);
-    sc->blocks = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
-                                       nuksm_block_state_free);
     sc->candidates = g_array_new(false, false, sizeof(NuksmCandidate));
-    sc->unmerged = g_array_new(false, false, sizeof(NuksmSlotRef));
-    for (int n = 0; n < NUKSM_MAX_NODES; n++) {
-        sc->stores[n].fd = -1;
-    }
-    nuksm_maps_init(sc);
-    g_queue_init(&sc->work);
     qemu_mutex_init(&sc->lock);
-    qemu_mutex_init(&sc->page_lock);
     qemu_cond_init(&sc->cond);
     qemu_thread_create(&sc->thread, "nuksm-scan", nuksm_scan_thread, sc,
                        QEMU_THREAD_JOINABLE);
@@ -631,31 +597,18 @@ NuksmScanner *nuksm_scanner_new(Nuksm *s)
 
 void nuksm_scanner_free(NuksmScanner *sc)
 {
-    NuksmWork *w;
-
     qemu_mutex_lock(&sc->lock);
     sc->quit = true;
     qemu_cond_broadcast(&sc->cond);
     qemu_mutex_unlock(&sc->lock);
     qemu_thread_join(&sc->thread);
 
-    while ((w = g_queue_pop_head(&sc->work))) {
-        if (w->fd >= 0) {
-            close(w->fd);
-        }
-        g_free(w);
+    if (sc->pagemap_fd >= 0) {
+        close(sc->pagemap_fd);
     }
-    nuksm_merge_stores_free(sc);
-    if (sc->uffd_dev >= 0) {
-        close(sc->uffd_dev);
-    }
-    g_free(sc->uffd_error);
-    g_hash_table_destroy(sc->blocks);
     g_array_free(sc->candidates, true);
-    g_array_free(sc->unmerged, true);
     qemu_cond_destroy(&sc->cond);
     qemu_mutex_destroy(&sc->lock);
-    qemu_mutex_destroy(&sc->page_lock);
     g_free(sc);
 }
 
@@ -665,7 +618,7 @@ void nuksm_scanner_set_active(NuksmScanner *sc, bool active, uint32_t epoch)
     if (sc->active != active || sc->epoch != epoch) {
         trace_nuksm_scan_active(active);
         sc->active = active;
-        sc->epoch = epoch;
+        qatomic_set(&sc->epoch, epoch);
         qemu_cond_broadcast(&sc->cond);
     }
     qemu_mutex_unlock(&sc->lock);
@@ -675,7 +628,7 @@ void nuksm_scanner_set_active(NuksmScanner *sc, bool active, uint32_t epoch)
      * thread never waits for the main loop while holding page_lock.
      */
     if (!active) {
-        nuksm_scan_release_uffd(sc);
+        nuksm_commit_release_uffd(sc->s->commit);
     }
 }
 
@@ -698,62 +651,34 @@ void nuksm_scanner_kick(NuksmScanner *sc)
     qemu_mutex_unlock(&sc->lock);
 }
 
-bool nuksm_scanner_limited(NuksmScanner *sc)
-{
-    return qatomic_read(&sc->maps.limited);
-}
-
-bool nuksm_scanner_has_remapped(NuksmScanner *sc)
-{
-    bool remapped;
-
-    qemu_mutex_lock(&sc->page_lock);
-    remapped = sc->remapped_pages > 0;
-    qemu_mutex_unlock(&sc->page_lock);
-    return remapped;
-}
-
-void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmScanStats *stats)
-{
-    qemu_mutex_lock(&sc->page_lock);
-    qemu_mutex_lock(&sc->lock);
-    *stats = sc->stats;
-    pstrcpy(stats->uffd_error, sizeof(stats->uffd_error),
-            sc->uffd_error ? sc->uffd_error : "");
-    qemu_mutex_unlock(&sc->lock);
-    stats->maps_in_use = nuksm_maps_in_use(sc);
-    stats->maps_limit = sc->maps.limit;
-    stats->maps_budget = nuksm_maps_budget(sc->maps.limit);
-    stats->maps_limited = sc->maps.limited;
-    qemu_mutex_unlock(&sc->page_lock);
-}
-
-/* On each connection to the agent, before the scanner runs for it. */
-void nuksm_scanner_set_uffd_device(NuksmScanner *sc, int dev_fd)
+void nuksm_scanner_wake(NuksmScanner *sc)
 {
     qemu_mutex_lock(&sc->lock);
-    if (sc->uffd_dev >= 0) {
-        close(sc->uffd_dev);
-    }
-    sc->uffd_dev = dev_fd;
-    sc->uffd_retry = true;
     qemu_cond_broadcast(&sc->cond);
     qemu_mutex_unlock(&sc->lock);
 }
 
-void nuksm_scanner_queue(NuksmScanner *sc, NuksmMsgType type,
-                         uint32_t epoch, const void *payload, uint32_t len,
-                         int fd)
+bool nuksm_scanner_is_active(NuksmScanner *sc)
 {
-    NuksmWork *w = g_malloc(sizeof(*w) + len);
+    bool active;
 
-    w->type = type;
-    w->epoch = epoch;
-    w->fd = fd;
-    w->len = len;
-    memcpy(w->payload, payload, len);
     qemu_mutex_lock(&sc->lock);
-    g_queue_push_tail(&sc->work, w);
-    qemu_cond_broadcast(&sc->cond);
+    active = sc->active;
+    qemu_mutex_unlock(&sc->lock);
+    return active;
+}
+
+uint32_t nuksm_scanner_epoch(NuksmScanner *sc)
+{
+    return qatomic_read(&sc->epoch);
+}
+
+void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmStats *stats)
+{
+    qemu_mutex_lock(&sc->lock);
+    stats->pages_scanned = sc->stats.pages_scanned;
+    stats->full_scans = sc->stats.full_scans;
+    stats->pages_volatile = sc->stats.pages_volatile;
+    stats->cow_breaks = sc->stats.cow_breaks;
     qemu_mutex_unlock(&sc->lock);
 }

@@ -7,9 +7,8 @@
  *
  * This file holds the QOM type: properties and their validation, the
  * object's state, and its reactions to machine and migration events.
- * The agent connection lives in nuksm-agent.c, RAM eligibility in
- * nuksm-ram.c, the scanner thread in nuksm-scan.c and the QMP/HMP
- * commands in nuksm-qmp.c.
+ * nuksm.h maps the other units.  nuksm objects are found through QOM,
+ * among the children of /objects.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -30,10 +29,60 @@
 #include "system/runstate.h"
 #include "system/system.h"
 #include "nuksm.h"
+#include "nuksm-commit.h"
+#include "nuksm-pages.h"
+#include "nuksm-scan.h"
 #include "trace.h"
 
-static QTAILQ_HEAD(, Nuksm) nuksm_objects =
-    QTAILQ_HEAD_INITIALIZER(nuksm_objects);
+/* Complete nuksm objects: how many created so far, how many still live. */
+static uint64_t nuksm_created;
+static unsigned nuksm_live;
+
+/*
+ * Policies are named once per side of the protocol: by QAPI's NuksmPolicy
+ * (QMP, and everything in QEMU), by libnuksm's table for the agent and
+ * nuksmctl.  The protocol carries the number, the same in both; the names
+ * are checked against each other when the type is registered.
+ */
+QEMU_BUILD_BUG_ON((int)NUKSM_POLICY_GLOBAL != NUKSM_POLICY_ID_GLOBAL ||
+                  (int)NUKSM_POLICY_KSM_ORDER != NUKSM_POLICY_ID_KSM_ORDER ||
+                  (int)NUKSM_POLICY_LOCAL != NUKSM_POLICY_ID_LOCAL ||
+                  (int)NUKSM_POLICY_FAIR != NUKSM_POLICY_ID_FAIR ||
+                  (int)NUKSM_POLICY_PRIORITY != NUKSM_POLICY_ID_PRIORITY ||
+                  (int)NUKSM_POLICY_ADAPTIVE != NUKSM_POLICY_ID_ADAPTIVE ||
+                  (int)NUKSM_POLICY__MAX != NUKSM_POLICY_ID__MAX);
+
+static int nuksm_add_completed(Object *obj, void *opaque)
+{
+    Nuksm *s = (Nuksm *)object_dynamic_cast(obj, TYPE_NUKSM);
+
+    if (s && s->completed) {
+        g_ptr_array_add(opaque, s);
+    }
+    return 0;
+}
+
+static gint nuksm_compare_created(gconstpointer a, gconstpointer b)
+{
+    const Nuksm *sa = *(Nuksm * const *)a;
+    const Nuksm *sb = *(Nuksm * const *)b;
+
+    return sa->created < sb->created ? -1 : sa->created > sb->created;
+}
+
+/*
+ * The complete nuksm objects (children of /objects), in the order they
+ * were created.
+ */
+static GPtrArray *nuksm_objects(void)
+{
+    GPtrArray *all = g_ptr_array_new();
+
+    object_child_foreach(object_get_objects_root(), nuksm_add_completed,
+                         all);
+    g_ptr_array_sort(all, nuksm_compare_created);
+    return all;
+}
 
 const char *nuksm_id(Nuksm *s)
 {
@@ -44,7 +93,7 @@ const char *nuksm_id(Nuksm *s)
  * The limit that holds back merging now, the object's own first, or
  * NUKSM_LIMIT__MAX if none does.
  */
-static NuksmLimit nuksm_limit(Nuksm *s, const NuksmScanStats *stats)
+static NuksmLimit nuksm_limit(Nuksm *s, const NuksmStats *stats)
 {
     if (stats->uffd_error[0]) {
         return NUKSM_LIMIT_USERFAULTFD;
@@ -61,17 +110,19 @@ static NuksmLimit nuksm_limit(Nuksm *s, const NuksmScanStats *stats)
     return NUKSM_LIMIT__MAX;
 }
 
-static void nuksm_get_scan_stats(Nuksm *s, NuksmScanStats *stats)
+static void nuksm_get_stats(Nuksm *s, NuksmStats *stats)
 {
-    *stats = (NuksmScanStats) { 0 };
+    *stats = (NuksmStats) { 0 };
     if (s->scanner) {
         nuksm_scanner_get_stats(s->scanner, stats);
+        nuksm_pages_get_stats(s->pages, stats);
+        nuksm_commit_get_stats(s->commit, stats);
     }
 }
 
 NuksmState nuksm_state(Nuksm *s)
 {
-    NuksmScanStats stats;
+    NuksmStats stats;
 
     if (!s->enabled) {
         return NUKSM_STATE_DISABLED;
@@ -83,7 +134,7 @@ NuksmState nuksm_state(Nuksm *s)
     if (s->migrating || runstate_check(RUN_STATE_INMIGRATE)) {
         return NUKSM_STATE_PAUSED;
     }
-    nuksm_get_scan_stats(s, &stats);
+    nuksm_get_stats(s, &stats);
     if (nuksm_limit(s, &stats) != NUKSM_LIMIT__MAX) {
         return NUKSM_STATE_LIMITED;
     }
@@ -109,7 +160,7 @@ void nuksm_update_activity(Nuksm *s)
 
 /* Human text for @limit-reason and NUKSM_MERGING_LIMITED. */
 static char *nuksm_limit_reason(Nuksm *s, NuksmLimit limit,
-                                const NuksmScanStats *stats)
+                                const NuksmStats *stats)
 {
     if (limit == NUKSM_LIMIT_USERFAULTFD) {
         return g_strdup(stats->uffd_error);
@@ -128,7 +179,7 @@ static char *nuksm_limit_reason(Nuksm *s, NuksmLimit limit,
  * nuksmctl vms (the agent knows its own conditions).
  */
 static void nuksm_send_vm_limit(Nuksm *s, NuksmLimit limit,
-                                const NuksmScanStats *stats)
+                                const NuksmStats *stats)
 {
     NuksmMsgVmLimit msg = { .limit = NUKSM_VM_LIMIT_NONE };
 
@@ -152,11 +203,11 @@ static void nuksm_send_vm_limit(Nuksm *s, NuksmLimit limit,
 
 void nuksm_limit_changed(Nuksm *s)
 {
-    NuksmScanStats stats;
+    NuksmStats stats;
     NuksmLimit limit;
     g_autofree char *reason = NULL;
 
-    nuksm_get_scan_stats(s, &stats);
+    nuksm_get_stats(s, &stats);
     limit = nuksm_limit(s, &stats);
     nuksm_send_vm_limit(s, limit, &stats);
     if (limit == s->limit_reported) {
@@ -186,39 +237,40 @@ static void nuksm_scanner_limit_changed(void *opaque)
 
 Nuksm *nuksm_find(const char *id, Error **errp)
 {
-    Nuksm *s;
+    Object *obj = object_resolve_path_component(object_get_objects_root(),
+                                                id);
+    Nuksm *s = obj ? (Nuksm *)object_dynamic_cast(obj, TYPE_NUKSM) : NULL;
 
-    QTAILQ_FOREACH(s, &nuksm_objects, next) {
-        if (strcmp(nuksm_id(s), id) == 0) {
-            return s;
-        }
+    if (!s || !s->completed) {
+        error_setg(errp, "no nuksm object with id '%s'", id);
+        return NULL;
     }
-    error_setg(errp, "no nuksm object with id '%s'", id);
-    return NULL;
+    return s;
 }
 
 Nuksm *nuksm_first_connected(Error **errp)
 {
-    Nuksm *s;
+    g_autoptr(GPtrArray) all = nuksm_objects();
 
-    QTAILQ_FOREACH(s, &nuksm_objects, next) {
+    for (guint i = 0; i < all->len; i++) {
+        Nuksm *s = g_ptr_array_index(all, i);
+
         if (s->conn.ready) {
             return s;
         }
     }
-    error_setg(errp, QTAILQ_EMPTY(&nuksm_objects) ?
-               "there is no nuksm object" :
-               "no nuksm object is connected to its agent");
+    error_setg(errp, all->len ? "no nuksm object is connected to its agent" :
+               "there is no nuksm object");
     return NULL;
 }
 
 NuksmInfo *nuksm_get_info(Nuksm *s)
 {
     NuksmInfo *info = g_new0(NuksmInfo, 1);
-    NuksmScanStats stats;
+    NuksmStats stats;
     NuksmNodePagesList **tail;
 
-    nuksm_get_scan_stats(s, &stats);
+    nuksm_get_stats(s, &stats);
     info->id = g_strdup(nuksm_id(s));
     info->state = nuksm_state(s);
     info->agent = g_strdup(s->agent_path);
@@ -227,9 +279,7 @@ NuksmInfo *nuksm_get_info(Nuksm *s)
     info->priority = s->priority;
     if (s->conn.policy >= 0) {
         info->has_policy = true;
-        info->policy = qapi_enum_parse(&NuksmPolicy_lookup,
-                                       nuksm_policy_name(s->conn.policy),
-                                       NUKSM_POLICY_GLOBAL, &error_abort);
+        info->policy = s->conn.policy;
     }
     if (info->state == NUKSM_STATE_LIMITED) {
         info->has_limit = true;
@@ -269,20 +319,22 @@ NuksmInfo *nuksm_get_info(Nuksm *s)
 
 NuksmInfoList *nuksm_list_info(void)
 {
+    g_autoptr(GPtrArray) all = nuksm_objects();
     NuksmInfoList *head = NULL, **tail = &head;
-    Nuksm *s;
 
-    QTAILQ_FOREACH(s, &nuksm_objects, next) {
-        QAPI_LIST_APPEND(tail, nuksm_get_info(s));
+    for (guint i = 0; i < all->len; i++) {
+        QAPI_LIST_APPEND(tail, nuksm_get_info(g_ptr_array_index(all, i)));
     }
     return head;
 }
 
 void nuksm_kick_all(void)
 {
-    Nuksm *s;
+    g_autoptr(GPtrArray) all = nuksm_objects();
 
-    QTAILQ_FOREACH(s, &nuksm_objects, next) {
+    for (guint i = 0; i < all->len; i++) {
+        Nuksm *s = g_ptr_array_index(all, i);
+
         if (s->enabled) {
             nuksm_scanner_kick(s->scanner);
         }
@@ -522,16 +574,49 @@ static int nuksm_migration_notify(NotifierWithReturn *notifier,
     return 0;
 }
 
-/* ram_block_discard_range() over RAM some nuksm object remapped. */
+/*
+ * ram_block_discard_range() over RAM some nuksm object remapped.  Set
+ * while a complete nuksm object exists (@nuksm_live counts them): QEMU
+ * has one such hook, not one per object.
+ */
+typedef struct NuksmDiscard {
+    RAMBlock *rb;
+    void *host;
+    size_t length;
+    bool done;
+} NuksmDiscard;
+
+static int nuksm_discard_one(Object *obj, void *opaque)
+{
+    Nuksm *s = (Nuksm *)object_dynamic_cast(obj, TYPE_NUKSM);
+    NuksmDiscard *d = opaque;
+
+    if (s && s->completed) {
+        d->done |= nuksm_commit_discard(s->commit, d->rb, d->host, d->length);
+    }
+    return 0;
+}
+
 static bool nuksm_discard_remapped(RAMBlock *rb, void *host, size_t length)
 {
-    bool done = false;
-    Nuksm *s;
+    NuksmDiscard d = { .rb = rb, .host = host, .length = length };
 
-    QTAILQ_FOREACH(s, &nuksm_objects, next) {
-        done |= nuksm_scanner_discard(s->scanner, rb, host, length);
-    }
-    return done;
+    object_child_foreach(object_get_objects_root(), nuksm_discard_one, &d);
+    return d.done;
+}
+
+/* RAM blocks come and go under the BQL: resolve eligible RAM after. */
+static void nuksm_ram_changed(RAMBlockNotifier *n, void *host, size_t size,
+                              size_t max_size)
+{
+    Nuksm *s = container_of(n, Nuksm, ram_notifier);
+
+    qemu_bh_schedule(s->ram_bh);
+}
+
+static void nuksm_ram_changed_bh(void *opaque)
+{
+    nuksm_ram_refresh(opaque);
 }
 
 /* Guest RAM exists only once the machine is built. */
@@ -540,6 +625,7 @@ static void nuksm_machine_done(Notifier *notifier, void *data)
     Nuksm *s = container_of(notifier, Nuksm, machine_done);
 
     nuksm_ram_resolve_memdev(s, &error_fatal);
+    nuksm_ram_refresh(s);
 }
 
 /* Leaving the incoming-migration state lets the object become active. */
@@ -556,17 +642,26 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
         if (!nuksm_ram_resolve_memdev(s, errp)) {
             return;
         }
+        nuksm_ram_refresh(s);
     } else {
         s->machine_done.notify = nuksm_machine_done;
         qemu_add_machine_init_done_notifier(&s->machine_done);
     }
     s->completed = true;
+    s->created = nuksm_created++;
+    nuksm_live++;
     ram_block_discard_remapped = nuksm_discard_remapped;
+    s->ram_bh = qemu_bh_new(nuksm_ram_changed_bh, s);
+    s->ram_notifier.ram_block_added = nuksm_ram_changed;
+    s->ram_notifier.ram_block_removed = nuksm_ram_changed;
+    ram_block_notifier_add(&s->ram_notifier);
     s->limit_bh = qemu_bh_new(nuksm_scanner_limit_changed, s);
+    s->pages = g_new0(NuksmPages, 1);
+    nuksm_pages_init(s->pages);
+    s->commit = nuksm_commit_new(s, s->pages);
     s->scanner = nuksm_scanner_new(s);
     nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate,
-                                 s->zero_pages);
-    QTAILQ_INSERT_TAIL(&nuksm_objects, s, next);
+                             s->zero_pages);
     migration_add_notifier(&s->migration_notifier, nuksm_migration_notify);
     s->vm_state = qemu_add_vm_change_state_handler(nuksm_vm_state_change, s);
     nuksm_hot_start(s);
@@ -583,7 +678,7 @@ static bool nuksm_can_be_deleted(UserCreatable *uc)
     Nuksm *s = NUKSM(uc);
 
     return QLIST_EMPTY(&s->conn.requests) &&
-           !(s->scanner && nuksm_scanner_has_remapped(s->scanner));
+           !(s->pages && nuksm_pages_has_remapped(s->pages));
 }
 
 static void nuksm_instance_init(Object *obj)
@@ -607,7 +702,9 @@ static void nuksm_instance_finalize(Object *obj)
 
     if (s->completed) {
         s->completed = false;
-        QTAILQ_REMOVE(&nuksm_objects, s, next);
+        if (!--nuksm_live) {
+            ram_block_discard_remapped = NULL;
+        }
         migration_remove_notifier(&s->migration_notifier);
         qemu_del_vm_change_state_handler(s->vm_state);
         if (s->machine_done.notify) {
@@ -615,6 +712,12 @@ static void nuksm_instance_finalize(Object *obj)
         }
         nuksm_hot_stop(s);
         nuksm_scanner_free(s->scanner);
+        nuksm_commit_free(s->commit);
+        nuksm_pages_destroy(s->pages);
+        g_free(s->pages);
+        ram_block_notifier_remove(&s->ram_notifier);
+        qemu_bh_delete(s->ram_bh);
+        nuksm_ram_free(s);
         qemu_bh_delete(s->limit_bh);
     }
     nuksm_agent_cleanup(s);
@@ -693,6 +796,9 @@ static const TypeInfo nuksm_info = {
 
 static void nuksm_register_types(void)
 {
+    for (int i = 0; i < NUKSM_POLICY__MAX; i++) {
+        assert(g_str_equal(NuksmPolicy_str(i), nuksm_policy_name(i)));
+    }
     type_register_static(&nuksm_info);
 }
 

@@ -1,6 +1,52 @@
 /*
  * nuksm: NUMA-aware memory deduplication through a shared host agent.
  *
+ * The units of the QEMU side, in the order a page flows through them
+ * (scan -> index and policy, in the agent -> commit):
+ *
+ *   nuksm.c         the QOM object: properties, state, events, machine
+ *                   and migration hooks                  main loop, BQL
+ *   nuksm-ram.c     which RAM is eligible, resolved into plain data for
+ *                   the scanner thread                   main loop, BQL
+ *   nuksm-scan.c    walk eligible RAM, hash pages, offer stable ones
+ *                   (NuksmScanner)                       scanner thread
+ *   nuksm-pages.c   the per-page table: digests, flags, inactive
+ *                   counters, slot references (NuksmPages) page_lock
+ *   nuksm-agent.c   the connection to nuksmd: handshake, messages in,
+ *                   the queue of messages out            main loop, BQL;
+ *                                                        posting: tx_lock
+ *   nuksm-commit.c  carry out the agent's requests: userfaultfd, stores,
+ *                   request queue, UPLOAD/MERGE/MOVE, discard
+ *                   (NuksmCommit)                        scanner thread
+ *   nuksm-remap.c   the system calls of a commit (write-protect, compare,
+ *                   remap, wake)                         under page_lock
+ *   nuksm-maps.c    the mapping budget against vm.max_map_count
+ *                                                        under page_lock
+ *   nuksm-numa.c    guest NUMA layout for the agent, home nodes,
+ *                   locality                             main loop, BQL
+ *   nuksm-hot.c     write hotness from the dirty log     main loop, BQL
+ *   nuksm-qmp.c     QMP commands and HMP "info nuksm"    main loop, BQL
+ *
+ * Two threads: the main loop (everything under the BQL) and the
+ * "nuksm-scan" thread, which scans and serves the commit unit's queue
+ * between chunks.  RAM discard enters the commit unit from whichever
+ * thread discards.  Locks, in the order they nest (take a later one while
+ * holding an earlier one, never the reverse):
+ *
+ *   BQL             main loop only: the scanner thread never takes it
+ *   RCU read lock   keeps RAM blocks (and the eligible list) alive for one
+ *                   chunk or one commit; never held across a sleep (see
+ *                   nuksm-commit.c's upload)
+ *   page_lock       NuksmPages.lock: page states, references, counters,
+ *                   and the commit unit's userfaultfd, stores, pending
+ *                   UNMERGED and mapping budget
+ *   lock            NuksmScanner.lock: thread control (active, epoch,
+ *                   budget), scan counters
+ *   commit lock     NuksmCommit.lock: the request queue, the
+ *                   /dev/userfaultfd of the agent and the userfaultfd error
+ *   conn.tx_lock    the queue of messages to the agent, taken by
+ *                   nuksm_agent_post() and nuksm_agent_backlog()
+ *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -13,6 +59,7 @@
 #include "qemu/queue.h"
 #include "qemu/thread.h"
 #include "qemu/timer.h"
+#include "exec/ramlist.h"
 #include "qapi/qapi-types-nuksm.h"
 #include "system/runstate.h"
 #include "libnuksm/nuksm-proto.h"
@@ -33,17 +80,21 @@ OBJECT_DECLARE_SIMPLE_TYPE(Nuksm, NUKSM)
 #define NUKSM_HOT_OFF_POLL_MS  1000
 
 typedef struct NuksmRequest NuksmRequest;
+typedef struct NuksmPages NuksmPages;
+typedef struct NuksmCommit NuksmCommit;
 typedef struct NuksmScanner NuksmScanner;
+typedef struct NuksmRamList NuksmRamList;
 
 /*
  * Connection to nuksmd; main loop only, under the BQL, except @tx, which
- * the scanner thread posts to as well (nuksm_agent_post(), @tx_lock).
+ * the scanner thread and RAM discard post to as well (nuksm_agent_post(),
+ * @tx_lock).
  */
 typedef struct NuksmAgentConn {
     int fd;                     /* -1 while not connected */
     bool ready;                 /* handshake completed */
     uint32_t nr_nodes;          /* from HELLO_ACK */
-    int policy;                 /* NuksmPolicyId, -1 until known */
+    int policy;                 /* NuksmPolicy, -1 until known */
     uint32_t conditions;        /* NuksmCondition bits the agent reports */
     char *condition_reason;     /* why, while conditions is not 0 */
     uint32_t vm_limit_sent;     /* NuksmVmLimit we last told the agent, */
@@ -87,19 +138,44 @@ struct Nuksm {
     HostMemoryBackend *memdev_backend;
 
     bool completed;             /* user_creatable complete() ran */
+    uint64_t created;           /* order of completion among nuksm objects */
     bool migrating;             /* stepped aside for migration/snapshot */
     NuksmAgentConn conn;
     NuksmMsgHome home;          /* from the agent; zero until it says */
     NuksmHot hot;
+    /* The units of the scanner thread, once complete */
+    NuksmPages *pages;
+    NuksmCommit *commit;
     NuksmScanner *scanner;
+    NuksmRamList *ram;          /* eligible RAM, RCU (nuksm-ram.c) */
+    QEMUBH *ram_bh;             /* RAM blocks changed: refresh @ram */
+    RAMBlockNotifier ram_notifier;
     QEMUBH *limit_bh;           /* a limit of the scanner changed */
     NuksmLimit limit_reported;  /* of the last NUKSM_MERGING_LIMITED, */
                                 /* NUKSM_LIMIT__MAX since RESUMED */
     Notifier machine_done;
     NotifierWithReturn migration_notifier;
     VMChangeStateEntry *vm_state;
-    QTAILQ_ENTRY(Nuksm) next;
 };
+
+/* Figures of all units, for query-nuksm and the limit events. */
+typedef struct NuksmStats {
+    /* nuksm-scan.c */
+    uint64_t pages_scanned;
+    uint64_t full_scans;
+    uint64_t pages_volatile;
+    uint64_t cow_breaks;
+    /* nuksm-pages.c */
+    uint64_t merged_pages;      /* pages mapping a store slot */
+    uint64_t zero_pages;        /* pages dropped as zero */
+    uint64_t merged_per_node[NUKSM_MAX_NODES];
+    /* nuksm-commit.c */
+    uint64_t maps_in_use;       /* the process's mappings (VMAs) */
+    uint64_t maps_limit;        /* vm.max_map_count */
+    uint64_t maps_budget;       /* the most nuksm lets the process reach */
+    bool maps_limited;          /* merges held back by the budget */
+    char uffd_error[256];       /* why nothing can merge, "" if it can */
+} NuksmStats;
 
 /* nuksm.c */
 NuksmState nuksm_state(Nuksm *s);
@@ -126,6 +202,9 @@ void nuksm_agent_cleanup(Nuksm *s);
 void nuksm_agent_send_priority(Nuksm *s);
 void nuksm_agent_post(Nuksm *s, uint32_t epoch, NuksmMsgType type,
                       const void *payload, uint32_t len);
+void nuksm_agent_post_batches(Nuksm *s, uint32_t epoch, NuksmMsgType type,
+                              const void *entries, size_t size, size_t n,
+                              size_t max);
 size_t nuksm_agent_backlog(Nuksm *s);
 int coroutine_fn nuksm_agent_request(Nuksm *s, NuksmMsgType type,
                                      const void *payload, uint32_t len,
@@ -133,12 +212,24 @@ int coroutine_fn nuksm_agent_request(Nuksm *s, NuksmMsgType type,
                                      void *reply, uint32_t reply_len,
                                      Error **errp);
 
-/* nuksm-ram.c */
+/* nuksm-ram.c: main loop (BQL), but for nuksm_ram_foreach_resolved() */
 typedef bool (*NuksmRamFn)(Nuksm *s, RAMBlock *rb, void *opaque);
+typedef bool (*NuksmRamResolvedFn)(RAMBlock *rb, uint8_t gnode,
+                                   void *opaque);
 uint64_t nuksm_ram_eligible_pages(Nuksm *s);
 NuksmExclusionList *nuksm_ram_exclusions(Nuksm *s);
 void nuksm_ram_foreach_eligible(Nuksm *s, NuksmRamFn fn, void *opaque);
 bool nuksm_ram_resolve_memdev(Nuksm *s, Error **errp);
+/* Resolve the eligible RAM again, for nuksm_ram_foreach_resolved(). */
+void nuksm_ram_refresh(Nuksm *s);
+void nuksm_ram_free(Nuksm *s);
+/*
+ * Any thread: call @fn for each eligible RAM block as last resolved,
+ * with its guest node, until it returns false; none while discard is
+ * disabled.  Takes the RCU read lock; @rb is valid while it is held.
+ */
+void nuksm_ram_foreach_resolved(Nuksm *s, NuksmRamResolvedFn fn,
+                                void *opaque);
 
 /* nuksm-numa.c */
 uint8_t nuksm_numa_block_gnode(RAMBlock *rb);
@@ -151,41 +242,5 @@ NuksmHomeNodeList *nuksm_numa_home_list(Nuksm *s);
 void nuksm_hot_start(Nuksm *s);
 void nuksm_hot_stop(Nuksm *s);
 NuksmHotness *nuksm_hot_info(Nuksm *s);
-
-/* nuksm-scan.c */
-typedef struct NuksmScanStats {
-    uint64_t pages_scanned;
-    uint64_t full_scans;
-    uint64_t pages_volatile;
-    uint64_t merged_pages;      /* pages mapping a store slot */
-    uint64_t zero_pages;        /* pages dropped as zero */
-    uint64_t cow_breaks;
-    uint64_t merged_per_node[NUKSM_MAX_NODES];
-    uint64_t maps_in_use;       /* the process's mappings (VMAs) */
-    uint64_t maps_limit;        /* vm.max_map_count */
-    uint64_t maps_budget;       /* the most nuksm lets the process reach */
-    bool maps_limited;          /* merges held back by the budget */
-    char uffd_error[256];       /* why nothing can merge, "" if it can */
-} NuksmScanStats;
-
-
-NuksmScanner *nuksm_scanner_new(Nuksm *s);
-void nuksm_scanner_free(NuksmScanner *sc);
-void nuksm_scanner_set_active(NuksmScanner *sc, bool active,
-                              uint32_t epoch);
-void nuksm_scanner_set_budget(NuksmScanner *sc, uint32_t max_cpu,
-                              uint64_t scan_rate, bool zero_pages);
-void nuksm_scanner_kick(NuksmScanner *sc);
-void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmScanStats *stats);
-void nuksm_scanner_set_uffd_device(NuksmScanner *sc, int dev_fd);
-bool nuksm_scanner_has_remapped(NuksmScanner *sc);
-bool nuksm_scanner_limited(NuksmScanner *sc);
-void nuksm_scanner_queue(NuksmScanner *sc, NuksmMsgType type,
-                         uint32_t epoch, const void *payload, uint32_t len,
-                         int fd);
-
-/* nuksm-merge.c */
-bool nuksm_scanner_discard(NuksmScanner *sc, RAMBlock *rb, void *host,
-                           size_t len);
 
 #endif /* HW_MEM_NUKSM_H */

@@ -1,0 +1,121 @@
+/*
+ * nuksm: the commit unit, what changes the backing of guest pages.
+ *
+ * It owns the userfaultfd on guest RAM, the agent's store descriptors,
+ * the queue of the agent's requests and the mapping budget, and carries
+ * out the agent's decisions (nuksm-commit.c, with nuksm-remap.c for the
+ * system calls and nuksm-maps.c for the budget).  Its requests are served
+ * by the scanner thread between chunks; RAM discard enters it from
+ * whichever thread discards.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef HW_MEM_NUKSM_COMMIT_H
+#define HW_MEM_NUKSM_COMMIT_H
+
+#include "qemu/thread.h"
+#include "nuksm.h"
+#include "nuksm-pages.h"
+
+/* A node's store, as the agent handed it over (read-only). */
+typedef struct NuksmStore {
+    int fd;                     /* -1 if not received */
+    uint64_t size;
+} NuksmStore;
+
+/*
+ * The mapping budget (nuksm-maps.c): how many mappings (VMAs) the process
+ * uses against vm.max_map_count.  Protected by page_lock, like every
+ * change of what backs guest pages; @limited is also read atomically.
+ */
+typedef struct NuksmMaps {
+    uint64_t limit;             /* vm.max_map_count, as last read */
+    uint64_t counted;           /* lines of /proc/self/maps, last count */
+    int64_t delta;              /* what our changes added since (model) */
+    int64_t counted_at;         /* get_clock() of the last count */
+    int64_t limit_read_at;      /* get_clock() of the last limit read */
+    bool limited;               /* costly merges are being refused */
+    uint64_t held;              /* pages refused while limited */
+} NuksmMaps;
+
+/* A request from the agent, queued by the main loop for the thread. */
+typedef struct NuksmWork {
+    NuksmMsgType type;
+    uint32_t epoch;
+    int fd;                     /* STORE only */
+    uint32_t len;
+    uint8_t payload[];
+} NuksmWork;
+
+struct NuksmCommit {
+    Nuksm *s;
+    NuksmPages *pages;          /* the table it changes (s->pages) */
+
+    /*
+     * Protected by @lock: what the main loop hands over and the scanner
+     * thread takes.  After changing them the main loop wakes the thread
+     * (nuksm_scanner_wake()).
+     */
+    QemuMutex lock;
+    GQueue work;                /* NuksmWork *, from the agent */
+    int uffd_dev;               /* /dev/userfaultfd from the agent, or -1 */
+    bool uffd_retry;            /* a new connection: try userfaultfd again */
+    char *uffd_error;           /* why we have no userfaultfd, or NULL */
+
+    /*
+     * Protected by page_lock (@pages->lock): what backs guest pages.
+     * @uffd is set only by the scanner thread, which may read it without
+     * the lock (atomically).
+     */
+    int uffd;                   /* -1 while stepped aside */
+    NuksmStore stores[NUKSM_MAX_NODES];
+    GArray *unmerged;           /* NuksmSlotRef, to send */
+    NuksmMaps maps;
+};
+
+/* nuksm-commit.c: main loop (BQL) */
+NuksmCommit *nuksm_commit_new(Nuksm *s, NuksmPages *pages);
+void nuksm_commit_free(NuksmCommit *c);
+void nuksm_commit_queue(NuksmCommit *c, NuksmMsgType type, uint32_t epoch,
+                        const void *payload, uint32_t len, int fd);
+/* On each connection to the agent, before the scanner runs for it. */
+void nuksm_commit_set_uffd_device(NuksmCommit *c, int dev_fd);
+/* Fill the userfaultfd and mapping figures of @stats. */
+void nuksm_commit_get_stats(NuksmCommit *c, NuksmStats *stats);
+
+/* nuksm-commit.c: any thread */
+void nuksm_commit_release_uffd(NuksmCommit *c);
+bool nuksm_commit_discard(NuksmCommit *c, RAMBlock *rb, void *host,
+                          size_t len);
+
+/* nuksm-commit.c: scanner thread, no lock held unless said otherwise */
+bool nuksm_commit_has_uffd(NuksmCommit *c);
+void nuksm_commit_take_uffd(NuksmCommit *c);
+bool nuksm_commit_wants_uffd(NuksmCommit *c);
+bool nuksm_commit_has_work(NuksmCommit *c);
+NuksmWork *nuksm_commit_next(NuksmCommit *c);
+void nuksm_commit_serve(NuksmCommit *c, NuksmWork *w, uint32_t epoch);
+void nuksm_commit_start(NuksmCommit *c, uint32_t epoch);
+void nuksm_commit_tick(NuksmCommit *c);
+/* ... with page_lock held */
+void nuksm_commit_forget(NuksmCommit *c, NuksmBlockState *bs, uint64_t idx,
+                         NuksmSlotStatus why);
+void nuksm_commit_flush_unmerged(NuksmCommit *c, uint32_t epoch);
+bool nuksm_commit_drop_zero(NuksmCommit *c, NuksmBlockState *bs,
+                            uint64_t idx, uint8_t *host);
+
+/* nuksm-maps.c (page_lock held unless said otherwise) */
+void nuksm_maps_init(NuksmCommit *c);
+void nuksm_maps_tick(NuksmCommit *c, bool force);
+int64_t nuksm_maps_cost(NuksmBlockState *bs, uint64_t idx, uint64_t n,
+                        bool anon, uint8_t node, uint64_t slot);
+int64_t nuksm_maps_window(NuksmBlockState *bs, uint64_t idx, uint64_t n);
+bool nuksm_maps_afford(NuksmCommit *c, int64_t cost, uint64_t pages);
+void nuksm_maps_account(NuksmCommit *c, int64_t delta);
+void nuksm_maps_exhausted(NuksmCommit *c);
+uint64_t nuksm_maps_in_use(NuksmCommit *c);
+uint64_t nuksm_maps_budget(uint64_t limit);
+
+#endif /* HW_MEM_NUKSM_COMMIT_H */

@@ -1,0 +1,210 @@
+/*
+ * nuksm: the per-page table, what nuksm knows of each guest page.
+ *
+ * One NuksmBlockState per RAM block nuksm scanned, found by the block's
+ * name: per guest page a 32-bit digest (nuksm-scan.c), a flag byte, an
+ * inactive counter (nuksm-hot.c), and, in the regions where some page is
+ * merged, the store slot the page maps (nuksm-commit.c).  The table also
+ * counts the pages in each state for query-nuksm.
+ *
+ * Lock rules: the table and every NuksmBlockState in it are protected by
+ * NuksmPages.lock, "page_lock" in the lock order (nuksm.h).  It is taken
+ * by the scanner thread for each chunk and each commit, by the main loop
+ * (hotness samples, locality, statistics) and by RAM discard (any
+ * thread).  Other units read and change pages only through the functions
+ * below, with the lock held unless a function says otherwise; they may
+ * read a block's @first_page, @nr_pages, @gnode and @merged_per_node.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef HW_MEM_NUKSM_PAGES_H
+#define HW_MEM_NUKSM_PAGES_H
+
+#include "qemu/thread.h"
+#include "nuksm.h"
+
+/*
+ * Per-page flags (one byte per guest page), and the combinations that are
+ * legal (nuksm_page_update() asserts them):
+ *
+ *   OFFERED  implies STABLE: only a stable page is offered, and a page
+ *            that stops being stable is no longer on offer;
+ *   HELD     excludes OFFERED: a held page is not offered until merging
+ *            resumes (nuksm-maps.c);
+ *   MERGED   implies REMAPPED: a page maps its slot through a mapping of
+ *            the store, which stays when a write ends the sharing;
+ *   ZERO     excludes REMAPPED (and so MERGED): only anonymous memory is
+ *            dropped as zero, and a dropped page is never merged.
+ *
+ * Every other combination is legal: e.g. a merged page is usually STABLE
+ * and OFFERED too, and a HELD page may be dropped as ZERO.
+ */
+enum {
+    NUKSM_PAGE_STABLE   = 1 << 0,  /* digest unchanged since last pass */
+    NUKSM_PAGE_MERGED   = 1 << 1,  /* maps a store slot (see ->refs) */
+    NUKSM_PAGE_ZERO     = 1 << 2,  /* dropped as a zero page */
+    NUKSM_PAGE_REMAPPED = 1 << 3,  /* mapped from a store file, maybe COWed */
+    NUKSM_PAGE_OFFERED  = 1 << 4,  /* sent to the agent as a candidate */
+    NUKSM_PAGE_HELD     = 1 << 5,  /* refused for lack of mappings */
+};
+
+/* Pages per region of NuksmBlockState.refs. */
+#define NUKSM_REF_REGION 512
+/* Slots a packed reference can name (its 24 bits). */
+#define NUKSM_REF_MAX_SLOT (1u << 24)
+
+/*
+ * Scan state of one RAM block: 6 bytes per guest page, plus 8 bytes per
+ * page of the 2 MiB regions where some page is merged.
+ */
+typedef struct NuksmBlockState {
+    uint64_t first_page;        /* ram_addr / NUKSM_PAGE_SIZE */
+    uint64_t nr_pages;
+    uint8_t gnode;              /* guest NUMA node of the block */
+    uint32_t *digest;           /* low 32 bits; 0 = not hashed yet */
+    uint8_t *flags;
+    uint8_t *idle;              /* inactive counters (nuksm-hot.c) */
+    uint64_t merged_per_node[NUKSM_MAX_NODES];  /* its merged pages */
+    /*
+     * The slot each merged page maps (gen << 32 | slot << 8 | node), by
+     * region of NUKSM_REF_REGION pages; a region is allocated when one of
+     * its pages first merges.
+     */
+    uint64_t **refs;
+} NuksmBlockState;
+
+typedef struct NuksmPages {
+    QemuMutex lock;             /* "page_lock": everything below */
+    GHashTable *blocks;         /* RAM block name -> NuksmBlockState */
+    uint64_t remapped_pages;    /* pages with NUKSM_PAGE_REMAPPED */
+    uint64_t merged_pages;      /* ... with NUKSM_PAGE_MERGED */
+    uint64_t zero_pages;        /* ... with NUKSM_PAGE_ZERO */
+    uint64_t merged_per_node[NUKSM_MAX_NODES];  /* merged, by slot node */
+} NuksmPages;
+
+static inline void nuksm_page_assert_legal(uint8_t f)
+{
+    assert(!(f & NUKSM_PAGE_OFFERED) || (f & NUKSM_PAGE_STABLE));
+    assert(!(f & NUKSM_PAGE_HELD) || !(f & NUKSM_PAGE_OFFERED));
+    assert(!(f & NUKSM_PAGE_MERGED) || (f & NUKSM_PAGE_REMAPPED));
+    assert(!(f & NUKSM_PAGE_ZERO) || !(f & NUKSM_PAGE_REMAPPED));
+}
+
+static inline uint8_t nuksm_page_flags(const NuksmBlockState *bs,
+                                       uint64_t idx)
+{
+    return bs->flags[idx];
+}
+
+/*
+ * Clear @clear, then set @set, in the flags of page @idx of @bs.  Flags
+ * that are counted (MERGED, ZERO, REMAPPED) change only through the
+ * nuksm_pages_*() functions below.
+ */
+static inline void nuksm_page_update(NuksmBlockState *bs, uint64_t idx,
+                                     uint8_t clear, uint8_t set)
+{
+    uint8_t f = (bs->flags[idx] & ~clear) | set;
+
+    nuksm_page_assert_legal(f);
+    bs->flags[idx] = f;
+}
+
+/* The page's last digest (low 32 bits, never 0), 0 if not hashed yet. */
+static inline uint32_t nuksm_page_digest32(const NuksmBlockState *bs,
+                                           uint64_t idx)
+{
+    return bs->digest[idx];
+}
+
+static inline void nuksm_page_set_digest32(NuksmBlockState *bs,
+                                           uint64_t idx, uint32_t digest32)
+{
+    bs->digest[idx] = digest32;
+}
+
+/* Samples since the page was last seen written (nuksm-hot.c). */
+static inline uint8_t nuksm_page_idle(const NuksmBlockState *bs,
+                                      uint64_t idx)
+{
+    return bs->idle[idx];
+}
+
+/*
+ * A hotness sample saw page @idx written (@written), or not: its
+ * inactive counter restarts, or counts one more, up to
+ * NUKSM_HOT_IDLE_MAX.
+ */
+static inline void nuksm_page_sample(NuksmBlockState *bs, uint64_t idx,
+                                     bool written)
+{
+    if (written) {
+        bs->idle[idx] = 0;
+    } else if (bs->idle[idx] < NUKSM_HOT_IDLE_MAX) {
+        bs->idle[idx]++;
+    }
+}
+
+void nuksm_pages_init(NuksmPages *p);
+void nuksm_pages_destroy(NuksmPages *p);
+
+/*
+ * The state of @rb, created (every page unknown) for a block new to the
+ * table or whose size or place changed; @gnode is its guest NUMA node,
+ * as the main loop resolved it (nuksm-ram.c).
+ */
+NuksmBlockState *nuksm_pages_block(NuksmPages *p, RAMBlock *rb,
+                                   uint8_t gnode);
+/* The state of @rb if the table has one, else NULL. */
+NuksmBlockState *nuksm_pages_find(NuksmPages *p, RAMBlock *rb);
+
+typedef void NuksmPagesBlockFn(NuksmBlockState *bs, void *opaque);
+void nuksm_pages_foreach(NuksmPages *p, NuksmPagesBlockFn *fn, void *opaque);
+
+/* Clear @flags on every page of the table. */
+void nuksm_pages_clear_all(NuksmPages *p, uint8_t flags);
+
+/*
+ * The slot page @idx maps or last mapped: it must be REMAPPED.  The
+ * reference stays when MERGED is cleared, as the mapping does.
+ */
+NuksmSlotRef nuksm_page_ref(const NuksmBlockState *bs, uint64_t idx);
+/* True if page @idx is MERGED and maps exactly the slot @r names. */
+bool nuksm_page_maps(const NuksmBlockState *bs, uint64_t idx,
+                     const NuksmSlotRef *r);
+/*
+ * Where page @idx is mapped from: false for anonymous memory, else true
+ * with the store's node and the slot.
+ */
+bool nuksm_page_store_pos(const NuksmBlockState *bs, uint64_t idx,
+                          uint8_t *node, uint64_t *slot);
+/* True if a page of [@first, @first + @count) of @bs is REMAPPED. */
+bool nuksm_pages_any_remapped(const NuksmBlockState *bs, uint64_t first,
+                              uint64_t count);
+
+/* Page @idx now maps slot @r: MERGED and REMAPPED, counted. */
+void nuksm_pages_merged(NuksmPages *p, NuksmBlockState *bs, uint64_t idx,
+                        const NuksmSlotRef *r);
+/*
+ * Page @idx, MERGED, no longer counts as merged; @clear are further flags
+ * to clear.  Returns the slot it mapped.
+ */
+NuksmSlotRef nuksm_pages_unmerged(NuksmPages *p, NuksmBlockState *bs,
+                                  uint64_t idx, uint8_t clear);
+/* Page @idx was dropped as zero, or is no longer. */
+void nuksm_pages_zeroed(NuksmPages *p, NuksmBlockState *bs, uint64_t idx);
+void nuksm_pages_unzeroed(NuksmPages *p, NuksmBlockState *bs, uint64_t idx);
+/*
+ * Page @idx, not MERGED, is fresh anonymous memory again (a discard):
+ * nothing is known of it.
+ */
+void nuksm_pages_discarded(NuksmPages *p, NuksmBlockState *bs, uint64_t idx);
+
+/* Takes the lock: does some page map a store? */
+bool nuksm_pages_has_remapped(NuksmPages *p);
+/* Takes the lock: fill the merged and zero page counts of @stats. */
+void nuksm_pages_get_stats(NuksmPages *p, NuksmStats *stats);
+
+#endif /* HW_MEM_NUKSM_PAGES_H */
