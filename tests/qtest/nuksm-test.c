@@ -438,6 +438,55 @@ static void test_hotplug(void)
     agent_cleanup(&a);
 }
 
+/* Hotness windows @id has sampled so far. */
+static uint64_t hot_samples(QTestState *qts, const char *id)
+{
+    QDict *resp;
+    QDict *info = nuksm_info(qts, id, &resp);
+    uint64_t samples = qdict_get_int(qdict_get_qdict(info, "hotness"),
+                                     "samples");
+
+    qobject_unref(resp);
+    return samples;
+}
+
+/*
+ * Two objects over different backends sample writes at once, with
+ * windows that overlap in every order: the dirty-log flag they share
+ * stays on while either window is open, and the VM runs on (it aborted
+ * when the first window to close turned the flag off for both).
+ */
+static void test_two_objects(void)
+{
+    const char *ids[] = { "dedup0", "dedup1" };
+    Agent a;
+    QTestState *qts;
+
+    agent_init(&a);
+    agent_start(&a, NULL);
+    qts = qtest_initf("-machine q35 -m 128M "
+                      "-object memory-backend-ram,id=m0,size=64M "
+                      "-object memory-backend-ram,id=m1,size=64M "
+                      "-numa node,memdev=m0 -numa node,memdev=m1 "
+                      "-object nuksm,id=dedup0,agent=%s,memdev=m0,"
+                      "hot-window=10 "
+                      "-object nuksm,id=dedup1,agent=%s,memdev=m1,"
+                      "hot-window=13", a.sock, a.sock);
+    for (size_t k = 0; k < G_N_ELEMENTS(ids); k++) {
+        int i;
+
+        for (i = 0; i < WAIT_MS / 10 && hot_samples(qts, ids[k]) < 20; i++) {
+            g_usleep(10 * 1000);
+        }
+        g_assert_cmpuint(hot_samples(qts, ids[k]), >=, 20);
+    }
+    g_assert_cmpint(agent_vms(qts), ==, 2);
+
+    qtest_quit(qts);
+    agent_kill(&a, SIGTERM);
+    agent_cleanup(&a);
+}
+
 /* Without an agent, agent requests fail cleanly, naming the reason. */
 static void test_no_agent_errors(void)
 {
@@ -784,6 +833,7 @@ int main(int argc, char **argv)
     qtest_add_func("/nuksm/state-transitions", test_state_transitions);
     qtest_add_func("/nuksm/policy", test_policy);
     qtest_add_func("/nuksm/hotplug", test_hotplug);
+    qtest_add_func("/nuksm/two-objects", test_two_objects);
     qtest_add_func("/nuksm/no-agent-errors", test_no_agent_errors);
     qtest_add_func("/nuksm/enabled-and-scan", test_enabled_and_scan);
     qtest_add_func("/nuksm/migration-pauses", test_migration_pauses);

@@ -8,6 +8,12 @@
  * and dirty-limit keep their own flags and bitmaps: nuksm never clears
  * theirs, and logging stays on while any of them needs it.
  *
+ * The flag is one for the whole VM: it is on while any nuksm object's
+ * window is open.  Objects whose RAM overlaps share the bitmap of the
+ * overlap too, and each clears what it harvests there, so that their
+ * samples may miss each other's writes (a page then looks colder than it
+ * is; nothing else depends on it).
+ *
  * To bound the cost, writes are sampled: logging runs for one window of
  * hot-window ms, is harvested, then stays off for a window.  Each page
  * has an inactive counter (AdaptMD §III-B): samples since the page was
@@ -25,6 +31,26 @@
 #include "exec/ramblock.h"
 #include "nuksm-pages.h"
 #include "trace.h"
+
+/* nuksm objects whose window is open, each counted once. */
+static unsigned nuksm_hot_logging;
+
+static bool nuksm_hot_log_start(Error **errp)
+{
+    if (!nuksm_hot_logging &&
+        !memory_global_dirty_log_start(GLOBAL_DIRTY_NUKSM, errp)) {
+        return false;
+    }
+    nuksm_hot_logging++;
+    return true;
+}
+
+static void nuksm_hot_log_stop(void)
+{
+    if (!--nuksm_hot_logging) {
+        memory_global_dirty_log_stop(GLOBAL_DIRTY_NUKSM);
+    }
+}
 
 /* Fold the sample's writes of @rb into its pages' inactive counters. */
 static bool nuksm_hot_harvest(Nuksm *s, RAMBlock *rb, void *opaque)
@@ -67,7 +93,7 @@ static void nuksm_hot_tick(void *opaque)
         uint64_t hot = 0;
 
         nuksm_ram_foreach_eligible(s, nuksm_hot_harvest, &hot);
-        memory_global_dirty_log_stop(GLOBAL_DIRTY_NUKSM);
+        nuksm_hot_log_stop();
         h->logging = false;
         h->samples++;
         h->hot_pages = hot;
@@ -75,7 +101,7 @@ static void nuksm_hot_tick(void *opaque)
     } else if (s->hot_window_ms && nuksm_is_running(s)) {
         Error *err = NULL;
 
-        if (memory_global_dirty_log_start(GLOBAL_DIRTY_NUKSM, &err)) {
+        if (nuksm_hot_log_start(&err)) {
             nuksm_ram_foreach_eligible(s, nuksm_hot_clear, NULL);
             h->logging = true;
             g_clear_pointer(&h->error, g_free);
@@ -100,7 +126,7 @@ void nuksm_hot_stop(Nuksm *s)
     NuksmHot *h = &s->hot;
 
     if (h->logging) {
-        memory_global_dirty_log_stop(GLOBAL_DIRTY_NUKSM);
+        nuksm_hot_log_stop();
         h->logging = false;
     }
     g_clear_pointer(&h->timer, timer_free);

@@ -175,9 +175,9 @@ static bool nuksm_remap_slot_filled(const uint8_t *slot_page)
  * The slots are mapped privately at a place of their own before their
  * content is compared, then moved over the guest pages.  The agent frees
  * a slot it lost track of (after its own restart) only when no process
- * maps it privately (agent/mapwatch.c), so a slot this run compared can
- * no longer be punched out before it backs the guest page, however long
- * this thread is stopped in between.
+ * maps it privately (agent/host/mapwatch.c), so a slot this run compared
+ * can no longer be punched out before it backs the guest page, however
+ * long this thread is stopped in between.
  */
 size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
                              int store_fd, uint64_t slot, uint32_t delay_us,
