@@ -19,8 +19,8 @@
 
 /* Longest --restore-grace: a day. */
 #define RESTORE_GRACE_MAX 86400
-/* --cold-windows: QEMU's idle counters saturate at 255. */
-#define COLD_WINDOWS_MAX 255
+/* --cold-windows: QEMU's idle counters saturate there. */
+#define COLD_WINDOWS_MAX NUKSM_IDLE_NEVER
 /* --replace-rate: pages moved per second, at most. */
 #define REPLACE_RATE_MAX 1000000
 /* --memory-max: MiB of heap for nuksmd's tables, 16 MiB to 1 TiB. */

@@ -36,6 +36,19 @@
 #define NUKSM_MAX_VCPUS     1024u /* vCPU threads a VM reports */
 #define NUKSM_MAX_RANGES    128u  /* RAM ranges a VM reports */
 
+/*
+ * Slots per node's store: a slot number has NUKSM_SLOT_BITS bits (slot s
+ * is the page at s * NUKSM_PAGE_SIZE of the node's store file).
+ */
+#define NUKSM_SLOT_BITS     24u
+#define NUKSM_SLOTS_PER_NODE (1u << NUKSM_SLOT_BITS)
+
+/*
+ * A candidate's @idle: hotness windows since the page was last seen
+ * written, saturating here; a page never seen written has it too.
+ */
+#define NUKSM_IDLE_NEVER    255u
+
 typedef enum NuksmMsgType {
     NUKSM_MSG_HELLO        = 1,  /* client -> agent, first message */
     NUKSM_MSG_HELLO_ACK    = 2,  /* agent -> client, handshake accepted */
@@ -268,7 +281,7 @@ typedef struct NuksmCandidate {
     uint64_t digest;         /* nuksm_page_digest() of the content */
     uint8_t gnode;           /* guest NUMA node of the page (TOPOLOGY) */
     uint8_t idle;            /* hotness windows since the page was last */
-                             /* written, saturating; 255: never seen */
+                             /* written, up to NUKSM_IDLE_NEVER */
     uint8_t reserved[6];     /* must be 0 */
 } NuksmCandidate;
 
@@ -282,7 +295,7 @@ typedef enum NuksmSlotStatus {
     NUKSM_STATUS_FAILED    = 4,  /* MERGED: the remap failed (map count) */
     NUKSM_STATUS_COW       = 5,  /* UNMERGED: a write broke the sharing */
     NUKSM_STATUS_DISCARDED = 6,  /* UNMERGED: the page was discarded */
-    NUKSM_STATUS_RELEASED  = 7,  /* UNMERGED: nuksm gave the page back */
+    /* 7 is not used: it was a status no side ever sent. */
     NUKSM_STATUS__MAX,
 } NuksmSlotStatus;
 

@@ -24,14 +24,6 @@ void index_destroy(StableIndex *ix)
     }
 }
 
-/* The key of @digest's copy on @node. */
-static uint64_t node_key(uint32_t node, uint64_t digest)
-{
-    const uint32_t shift = 64 - INDEX_NODE_BITS;
-
-    return (uint64_t)node << shift | (digest & ((1ull << shift) - 1));
-}
-
 /* The top bits pick the shard; the shard's table uses the low ones. */
 static KeyMap *shard_of(const StableIndex *ix, uint16_t domain, uint64_t key)
 {
@@ -43,7 +35,7 @@ static KeyMap *shard_of(const StableIndex *ix, uint16_t domain, uint64_t key)
 bool index_lookup(const StableIndex *ix, uint16_t domain, uint32_t node,
                   uint64_t digest, SlotId *id)
 {
-    uint64_t key = node_key(node, digest);
+    uint64_t key = key_of_copy(node, digest);
     KeyMapEntry *e = keymap_lookup(shard_of(ix, domain, key), key, domain);
 
     if (e) {
@@ -55,7 +47,7 @@ bool index_lookup(const StableIndex *ix, uint16_t domain, uint32_t node,
 bool index_insert(StableIndex *ix, uint16_t domain, uint64_t digest,
                   SlotId id)
 {
-    uint64_t key = node_key(slot_id_node(id), digest);
+    uint64_t key = key_of_copy(slot_id_node(id), digest);
     bool added;
     KeyMapEntry *e = keymap_insert(shard_of(ix, domain, key), key, domain,
                                    &added);
@@ -69,7 +61,7 @@ bool index_insert(StableIndex *ix, uint16_t domain, uint64_t digest,
 void index_remove(StableIndex *ix, uint16_t domain, uint64_t digest,
                   SlotId id)
 {
-    uint64_t key = node_key(slot_id_node(id), digest);
+    uint64_t key = key_of_copy(slot_id_node(id), digest);
     KeyMap *m = shard_of(ix, domain, key);
     KeyMapEntry *e = keymap_lookup(m, key, domain);
 

@@ -4,9 +4,10 @@
  * has at most one copy per node.  Sharded by digest so that growing the
  * index rehashes one shard at a time, never the whole index.
  *
- * The node takes the top INDEX_NODE_BITS bits of the digest in the key:
- * two contents whose digests differ only there share an entry, so the
- * second one is not indexed (and merges later, or not at all).  Merges
+ * The key is key_of_copy() (keymap.h), where the node takes the top bits
+ * of the digest: two contents whose digests differ only there share an
+ * entry, so the second one is not indexed (and merges later, or not at
+ * all).  Merges
  * never trust a digest anyway: every page is compared with its slot.
  *
  * Copyright (c) 2026 nuksm developers
@@ -20,10 +21,6 @@
 #include "slots.h"
 
 #define INDEX_SHARD_BITS 6
-#define INDEX_NODE_BITS  6
-
-_Static_assert(NUKSM_MAX_NODES <= 1u << INDEX_NODE_BITS,
-               "a node fits the index key");
 
 typedef struct StableIndex {
     KeyMap shards[1u << INDEX_SHARD_BITS];

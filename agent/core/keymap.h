@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nuksm-proto.h"
+
 typedef struct KeyMapEntry {
     uint64_t key;
     uint32_t value;          /* the user's */
@@ -34,6 +36,24 @@ typedef struct KeyMap {
 
 /* Keyed 64-bit hash of (@key, @ns); also used to pick shards and sets. */
 uint64_t key_hash(uint64_t seed, uint64_t key, uint16_t ns);
+
+/*
+ * A content on a node as one key, for the stable index and the unstable
+ * table: the node in the top KEY_NODE_BITS bits, the digest's other bits
+ * below.  Two digests that differ only in those top bits make one key
+ * (index.h says what follows from that).
+ */
+#define KEY_NODE_BITS 6
+
+_Static_assert(NUKSM_MAX_NODES <= 1u << KEY_NODE_BITS,
+               "a node fits a key");
+
+static inline uint64_t key_of_copy(uint32_t node, uint64_t digest)
+{
+    const uint32_t shift = 64 - KEY_NODE_BITS;
+
+    return (uint64_t)node << shift | (digest & ((1ull << shift) - 1));
+}
 
 void keymap_init(KeyMap *m, uint64_t seed);
 

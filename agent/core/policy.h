@@ -61,7 +61,7 @@ typedef struct PolicyLoad {
     uint64_t hot_turns[NUKSM_MAX_NODES];
 } PolicyLoad;
 
-/* Is a page hot, written @idle windows ago (255: never seen written)? */
+/* Is a page hot, written @idle windows ago (or NUKSM_IDLE_NEVER)? */
 bool policy_page_hot(uint8_t idle, uint32_t cold_windows);
 
 /* May @o map a copy that lives on @node? */

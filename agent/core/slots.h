@@ -20,10 +20,10 @@
 #include "nuksm-proto.h"
 
 /*
- * Slots per store file.  A SlotId packs (node, slot) into 32 bits, which
- * NUKSM_MAX_NODES nodes of 2^SLOT_BITS slots fit in.
+ * A SlotId packs (node, slot) into 32 bits, which NUKSM_MAX_NODES nodes
+ * of NUKSM_SLOTS_PER_NODE slots fit in.
  */
-#define SLOT_BITS 24
+#define SLOT_BITS NUKSM_SLOT_BITS
 typedef uint32_t SlotId;
 
 _Static_assert(NUKSM_MAX_NODES <= (1ull << (32 - SLOT_BITS)),

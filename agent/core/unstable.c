@@ -49,7 +49,7 @@ void unstable_destroy(UnstableTable *u)
 static void sets_of(const UnstableTable *u, uint16_t domain, uint32_t node,
                     uint64_t digest, UnstableEntry *sets[2])
 {
-    uint64_t h = key_hash(u->seed, digest ^ (uint64_t)node << 56, domain);
+    uint64_t h = key_hash(u->seed, key_of_copy(node, digest), domain);
 
     sets[0] = &u->entries[(h & (u->nr_sets - 1)) * UNSTABLE_WAYS];
     sets[1] = &u->entries[((h >> 32) & (u->nr_sets - 1)) * UNSTABLE_WAYS];

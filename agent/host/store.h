@@ -29,7 +29,7 @@
 #define STORE_SECRET_LEN 32
 
 /* Pages and bytes of a store file: 2^24 pages, 64 GiB, all sparse. */
-#define STORE_SLOTS (1u << SLOT_BITS)
+#define STORE_SLOTS NUKSM_SLOTS_PER_NODE
 #define STORE_SIZE  ((uint64_t)STORE_SLOTS * NUKSM_PAGE_SIZE)
 
 /*

@@ -219,7 +219,7 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
                            NUKSM_STATUS_FAILED);
         } else if (type == NUKSM_MSG_UNMERGED) {
             read_slot_refs(r, count, NUKSM_STATUS_COW,
-                           NUKSM_STATUS_RELEASED);
+                           NUKSM_STATUS_DISCARDED);
         } else {
             read_slot_refs(r, count, NUKSM_STATUS_NONE, NUKSM_STATUS_NONE);
         }

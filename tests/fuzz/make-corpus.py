@@ -24,11 +24,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "integration"))
 import harness as h  # noqa: E402  (the protocol's constants and packers)
 
-# Layouts harness.py has no use for.
-MAX_GNODES = h.MAX_GNODES
-MEMPOLICY_BIND = 2
-HOME_HEAD = struct.Struct("=II")
-HOME_BACKEND = 2
+MEMPOLICY_BIND = h.proto.MEMPOLICY_BIND
+HOME_BACKEND = h.proto.HOME_BACKEND
 
 # fuzz-agent.c's ops, and the values it fills in.
 OP_SEND_A, OP_SEND_B, OP_SEND_C = 0, 1, 2
@@ -48,9 +45,7 @@ topology = h.pack_topology
 
 
 def home(homes, sources):
-    pad = bytes(MAX_GNODES - len(homes))
-    return HOME_HEAD.pack(len(homes), 0) + bytes(homes) + pad + \
-        bytes(sources) + pad
+    return h.proto.HOME.pack(len(homes), 0, bytes(homes), bytes(sources))
 
 
 def move(page, old, new, status):
@@ -72,7 +67,8 @@ def refs(*entries, status=h.STATUS_NONE):
 def proto_seeds():
     vm_entry = h.VM_ENTRY.pack(1, 100, 0, 10, b"default", b"vm0", b"dedup0",
                                5, 3, 2, 2, 2, bytes([0, 1]) + bytes(62),
-                               b"65000 of 65530 mappings in use")
+                               b"65000 of 65530 mappings in use", b"vm0",
+                               b"0c4f3a7e-2f7b-4e0c-9d1e-3a6b5c4d2e1f")
     return {
         "hello-vm": msg(h.MSG_HELLO, h.hello(role=h.ROLE_VM, priority=10,
                                              domain=b"default",
@@ -106,7 +102,7 @@ def proto_seeds():
              h.SlotRef(2, 1, 5, 7, h.STATUS_FAILED)])),
         "unmerged": msg(h.MSG_UNMERGED, h.pack_slot_refs(
             [h.SlotRef(1, 0, 0, 7, h.STATUS_COW),
-             h.SlotRef(2, 1, 5, 7, h.STATUS_RELEASED)])),
+             h.SlotRef(2, 1, 5, 7, h.STATUS_DISCARDED)])),
         "restore": msg(h.MSG_RESTORE, refs((1, 0, 0), (9, 1, 2))),
         "topology": msg(h.MSG_TOPOLOGY, topology(
             [(0b01, MEMPOLICY_BIND), (0b10, 0)], [(1234, 0), (1235, 1)],

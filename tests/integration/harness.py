@@ -19,6 +19,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -37,54 +38,29 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 PR_SET_PDEATHSIG = 1
 GUEST_READY = "nuksm-guest: ready"
 
-# Mirrors libnuksm/nuksm-proto.h.
-PROTO_MAGIC = 0x4D534B4E
-PROTO_VERSION = 7
-MSG_MAX = 65536
-NUKSM_PAGE_SIZE = 4096
-MSG_HELLO, MSG_HELLO_ACK, MSG_ERROR = 1, 2, 3
-MSG_SET_POLICY, MSG_POLICY, MSG_GET_POLICY = 4, 5, 6
-MSG_SET_PRIORITY, MSG_GET_INFO, MSG_INFO = 7, 8, 9
-MSG_LIST_VMS, MSG_VMS = 10, 11
-MSG_STORE, MSG_CANDIDATES, MSG_UPLOAD_REQ, MSG_UPLOAD = 12, 13, 14, 15
-MSG_MERGE, MSG_MERGED, MSG_UNMERGED, MSG_RESTORE = 16, 17, 18, 19
-MSG_TOPOLOGY, MSG_HOME, MSG_MOVE, MSG_MOVED = 20, 21, 22, 23
-MSG_REFUSED, MSG_CONDITION, MSG_VM_LIMIT = 24, 25, 26
-COND_STORE_FULL, COND_AGENT_MEMORY = 1, 2
-STATUS_NONE, STATUS_MERGED, STATUS_CHANGED, STATUS_GONE = 0, 1, 2, 3
-STATUS_FAILED, STATUS_COW, STATUS_DISCARDED, STATUS_RELEASED = 4, 5, 6, 7
-ERR_VERSION, ERR_BAD_MESSAGE, ERR_HANDSHAKE = 1, 2, 3
-ROLE_VM, ROLE_CONTROL = 1, 2
-POLICIES = ["global", "ksm-order", "local", "fair", "priority", "adaptive"]
-POLICY_NAMES = ", ".join(POLICIES)
+# The wire protocol, generated from libnuksm/nuksm-proto.h at build time
+# ($BUILD/meson/nuksm_proto.py, by libnuksm/nuksm-proto-py.c, which checks
+# every layout against the compiler's): no copy of it is kept here.
+sys.path.insert(0, str(BUILD / "meson"))
+import nuksm_proto as proto  # noqa: E402
 
-HEADER = struct.Struct("=IHHII")
-HELLO = struct.Struct("=IIII64s64s64s")
-HELLO_ACK = struct.Struct("=IIII32s")
-ERROR = struct.Struct("=II256s")
-POLICY = struct.Struct("=I")
-PRIORITY = struct.Struct("=I")
-INFO = struct.Struct("=32sIIIIQQQQQ64Q256s")
-VMS = struct.Struct("=II")
-VM_ENTRY = struct.Struct("=IIII64s64s64sQQQII64s128s64s40s")
-VM_LIMIT = struct.Struct("=II128s")
-VM_LIMIT_USERFAULTFD, VM_LIMIT_MAP_COUNT = 1, 2
-STORE = struct.Struct("=IIQ")
-# NuksmMsgTopology: a head, then guest nodes, vCPUs and RAM ranges
-TOPOLOGY_HEAD = struct.Struct("=IIII")
-GUEST_NODE = struct.Struct("=QII")
-VCPU = struct.Struct("=II")
-PAGE_RANGE = struct.Struct("=QQII")
-MAX_GNODES, MAX_VCPUS, MAX_RANGES = 64, 1024, 128
-BATCH = struct.Struct("=II")
-# NuksmCandidate: page, digest, guest node, inactive counter
-CANDIDATE = struct.Struct("=QQBB6x")
-IDLE_NEVER = 255
-SLOTREF = struct.Struct("=QIIII")
-BATCH_SPACE = MSG_MAX - HEADER.size - BATCH.size
-CANDIDATES_MAX = BATCH_SPACE // CANDIDATE.size
-SLOTREFS_MAX = BATCH_SPACE // SLOTREF.size
-UPLOAD_MAX = BATCH_SPACE // (SLOTREF.size + NUKSM_PAGE_SIZE)
+from nuksm_proto import (  # noqa: E402,F401 (re-exported for the tests)
+    BATCH, CANDIDATE, CANDIDATES_MAX, COND_AGENT_MEMORY, COND_STORE_FULL,
+    CONDITION, ERR_BAD_MESSAGE, ERR_HANDSHAKE, ERR_VERSION, ERROR,
+    GUEST_NODE, HEADER, HELLO, HELLO_ACK, IDLE_NEVER, INFO, MAX_GNODES,
+    MAX_RANGES, MAX_VCPUS, MSG_CANDIDATES, MSG_CONDITION, MSG_ERROR,
+    MSG_GET_INFO, MSG_GET_POLICY, MSG_HELLO, MSG_HELLO_ACK, MSG_HOME,
+    MSG_INFO, MSG_LIST_VMS, MSG_MAX, MSG_MERGE, MSG_MERGED, MSG_MOVE,
+    MSG_MOVED, MSG_POLICY, MSG_REFUSED, MSG_RESTORE, MSG_SET_POLICY,
+    MSG_SET_PRIORITY, MSG_STORE, MSG_TOPOLOGY, MSG_UNMERGED, MSG_UPLOAD,
+    MSG_UPLOAD_REQ, MSG_VM_LIMIT, MSG_VMS, NUKSM_PAGE_SIZE, PAGE_RANGE,
+    POLICIES, POLICY, PRIORITY, PROTO_MAGIC, PROTO_VERSION, ROLE_CONTROL,
+    ROLE_VM, SLOTREF, SLOTREFS_MAX, STATUS_CHANGED, STATUS_COW,
+    STATUS_DISCARDED, STATUS_FAILED, STATUS_GONE, STATUS_MERGED,
+    STATUS_NONE, STORE, TOPOLOGY_HEAD, UPLOAD_MAX, VCPU, VM_ENTRY, VM_LIMIT,
+    VM_LIMIT_MAP_COUNT, VM_LIMIT_USERFAULTFD, VMS)
+
+POLICY_NAMES = ", ".join(POLICIES)
 
 
 def cstr(field):
@@ -255,7 +231,6 @@ Info = collections.namedtuple("Info", "vms pages_shared pages_sharing "
 
 # A CONDITION message: NuksmCondition bits and the reason.
 Condition = collections.namedtuple("Condition", "bits reason")
-CONDITION = struct.Struct("=II256s")
 
 
 def parse_condition(msg):

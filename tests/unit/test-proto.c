@@ -149,7 +149,7 @@ static size_t pack_batch(void *buf, NuksmMsgType type, uint32_t seq,
         if (type == NUKSM_MSG_MERGED) {
             r[n].status = NUKSM_STATUS_MERGED + n % 4;
         } else if (type == NUKSM_MSG_UNMERGED) {
-            r[n].status = NUKSM_STATUS_COW + n % 3;
+            r[n].status = NUKSM_STATUS_COW + n % 2;
         }
     }
     memset(pages, 0xa5, count * item);
@@ -793,7 +793,7 @@ static void test_reject_slot_refs(void)
         { NUKSM_MSG_RESTORE,    NUKSM_STATUS_NONE,   NUKSM_STATUS_NONE },
         { NUKSM_MSG_REFUSED,    NUKSM_STATUS_NONE,   NUKSM_STATUS_NONE },
         { NUKSM_MSG_MERGED,     NUKSM_STATUS_MERGED, NUKSM_STATUS_FAILED },
-        { NUKSM_MSG_UNMERGED,   NUKSM_STATUS_COW,    NUKSM_STATUS_RELEASED },
+        { NUKSM_MSG_UNMERGED,   NUKSM_STATUS_COW,    NUKSM_STATUS_DISCARDED },
     };
 
     for (size_t i = 0; i < G_N_ELEMENTS(kinds); i++) {

@@ -52,8 +52,8 @@ enum {
 
 /* Pages per region of NuksmBlockState.refs. */
 #define NUKSM_REF_REGION 512
-/* Slots a packed reference can name (its 24 bits). */
-#define NUKSM_REF_MAX_SLOT (1u << 24)
+/* Slots a packed reference can name: a node's (nuksm-proto.h). */
+#define NUKSM_REF_MAX_SLOT NUKSM_SLOTS_PER_NODE
 
 /*
  * Scan state of one RAM block: 6 bytes per guest page, plus 8 bytes per

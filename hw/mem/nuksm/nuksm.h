@@ -75,7 +75,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(Nuksm, NUKSM)
 #define NUKSM_HOT_WINDOW_MIN_MS 10
 #define NUKSM_HOT_WINDOW_MAX_MS 600000
 /* Inactive counters saturate here, and start here: never seen written. */
-#define NUKSM_HOT_IDLE_MAX     255
+#define NUKSM_HOT_IDLE_MAX     NUKSM_IDLE_NEVER
 /* How often a disabled hotness sampler looks whether it is wanted. */
 #define NUKSM_HOT_OFF_POLL_MS  1000
 
