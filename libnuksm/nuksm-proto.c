@@ -293,45 +293,150 @@ static const char *check_home(const NuksmMsgHome *h)
     return NULL;
 }
 
+static const char *check_hello(const void *p)
+{
+    const NuksmMsgHello *h = p;
+
+    if (!strfield_ok(h->domain, sizeof(h->domain)) ||
+        !strfield_ok(h->vm_name, sizeof(h->vm_name)) ||
+        !strfield_ok(h->object_id, sizeof(h->object_id))) {
+        return "unterminated string in HELLO";
+    }
+    if (h->reserved != 0) {
+        return "reserved field set in HELLO";
+    }
+    if (h->role != NUKSM_ROLE_VM && h->role != NUKSM_ROLE_CONTROL) {
+        return "unknown client role in HELLO";
+    }
+    if (h->role == NUKSM_ROLE_VM &&
+        (h->priority < NUKSM_PRIORITY_MIN ||
+         h->priority > NUKSM_PRIORITY_MAX)) {
+        return "priority out of range in HELLO";
+    }
+    if (h->role == NUKSM_ROLE_VM && h->domain[0] == '\0') {
+        return "empty domain in HELLO";
+    }
+    return NULL;
+}
+
+static const char *check_hello_ack(const void *p)
+{
+    const NuksmMsgHelloAck *a = p;
+
+    if (!strfield_ok(a->agent_version, sizeof(a->agent_version))) {
+        return "unterminated string in HELLO_ACK";
+    }
+    if (a->policy >= NUKSM_POLICY_ID__MAX) {
+        return "unknown policy in HELLO_ACK";
+    }
+    if (a->nr_nodes < 1 || a->nr_nodes > NUKSM_MAX_NODES) {
+        return "node count out of range in HELLO_ACK";
+    }
+    return NULL;
+}
+
+static const char *check_info(const void *p)
+{
+    const NuksmMsgInfo *i = p;
+
+    if (!strfield_ok(i->agent_version, sizeof(i->agent_version)) ||
+        !strfield_ok(i->condition_reason, sizeof(i->condition_reason))) {
+        return "unterminated string in INFO";
+    }
+    if (i->policy >= NUKSM_POLICY_ID__MAX) {
+        return "unknown policy in INFO";
+    }
+    if (i->nr_nodes < 1 || i->nr_nodes > NUKSM_MAX_NODES) {
+        return "node count out of range in INFO";
+    }
+    if (i->conditions & ~NUKSM_COND_ALL) {
+        return "unknown condition in INFO";
+    }
+    return NULL;
+}
+
+static const char *check_vm_limit_msg(const void *p)
+{
+    const NuksmMsgVmLimit *l = p;
+
+    if (l->reserved) {
+        return "reserved field set in VM_LIMIT";
+    }
+    return check_vm_limit(l->limit, l->reason, sizeof(l->reason));
+}
+
+static const char *check_condition(const void *p)
+{
+    const NuksmMsgCondition *c = p;
+
+    if (c->conditions & ~NUKSM_COND_ALL) {
+        return "unknown condition in CONDITION";
+    }
+    if (c->reserved) {
+        return "reserved field set in CONDITION";
+    }
+    if (!strfield_ok(c->reason, sizeof(c->reason))) {
+        return "unterminated string in CONDITION";
+    }
+    return NULL;
+}
+
+static const char *check_vms(const void *p, size_t len)
+{
+    const NuksmMsgVms *v = p;
+    const NuksmVmEntry *e;
+
+    if (len < sizeof(*v) ||
+        (len - sizeof(*v)) != (size_t)v->count * sizeof(NuksmVmEntry)) {
+        return "VMS size does not match its count";
+    }
+    if (v->count > v->total) {
+        return "VMS count exceeds total";
+    }
+    e = (const NuksmVmEntry *)(v + 1);
+    for (uint32_t n = 0; n < v->count; n++) {
+        const char *bad;
+
+        if (e[n].nr_gnodes > NUKSM_MAX_GNODES) {
+            return "bad guest node count in VMS";
+        }
+        if (!strfield_ok(e[n].domain, sizeof(e[n].domain)) ||
+            !strfield_ok(e[n].vm_name, sizeof(e[n].vm_name)) ||
+            !strfield_ok(e[n].object_id, sizeof(e[n].object_id))) {
+            return "unterminated string in VMS";
+        }
+        bad = check_vm_limit(e[n].limit, e[n].limit_reason,
+                             sizeof(e[n].limit_reason));
+        if (bad) {
+            return bad;
+        }
+    }
+    return NULL;
+}
+
+static const char *check_store(const void *p)
+{
+    const NuksmMsgStore *st = p;
+
+    if (st->node >= NUKSM_MAX_NODES) {
+        return "node out of range in STORE";
+    }
+    if (!st->size || st->size % NUKSM_PAGE_SIZE) {
+        return "bad size in STORE";
+    }
+    if (st->reserved) {
+        return "reserved field set in STORE";
+    }
+    return NULL;
+}
+
 static const char *check_payload(uint16_t type, const void *p, size_t len)
 {
     switch (type) {
-    case NUKSM_MSG_HELLO: {
-        const NuksmMsgHello *h = p;
-        if (!strfield_ok(h->domain, sizeof(h->domain)) ||
-            !strfield_ok(h->vm_name, sizeof(h->vm_name)) ||
-            !strfield_ok(h->object_id, sizeof(h->object_id))) {
-            return "unterminated string in HELLO";
-        }
-        if (h->reserved != 0) {
-            return "reserved field set in HELLO";
-        }
-        if (h->role != NUKSM_ROLE_VM && h->role != NUKSM_ROLE_CONTROL) {
-            return "unknown client role in HELLO";
-        }
-        if (h->role == NUKSM_ROLE_VM &&
-            (h->priority < NUKSM_PRIORITY_MIN ||
-             h->priority > NUKSM_PRIORITY_MAX)) {
-            return "priority out of range in HELLO";
-        }
-        if (h->role == NUKSM_ROLE_VM && h->domain[0] == '\0') {
-            return "empty domain in HELLO";
-        }
-        return NULL;
-    }
-    case NUKSM_MSG_HELLO_ACK: {
-        const NuksmMsgHelloAck *a = p;
-        if (!strfield_ok(a->agent_version, sizeof(a->agent_version))) {
-            return "unterminated string in HELLO_ACK";
-        }
-        if (a->policy >= NUKSM_POLICY_ID__MAX) {
-            return "unknown policy in HELLO_ACK";
-        }
-        if (a->nr_nodes < 1 || a->nr_nodes > NUKSM_MAX_NODES) {
-            return "node count out of range in HELLO_ACK";
-        }
-        return NULL;
-    }
+    case NUKSM_MSG_HELLO:
+        return check_hello(p);
+    case NUKSM_MSG_HELLO_ACK:
+        return check_hello_ack(p);
     case NUKSM_MSG_ERROR: {
         const NuksmMsgError *e = p;
         return strfield_ok(e->message, sizeof(e->message)) ?
@@ -352,86 +457,16 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
     case NUKSM_MSG_GET_INFO:
     case NUKSM_MSG_LIST_VMS:
         return len == 0 ? NULL : "unexpected payload";
-    case NUKSM_MSG_INFO: {
-        const NuksmMsgInfo *i = p;
-        if (!strfield_ok(i->agent_version, sizeof(i->agent_version)) ||
-            !strfield_ok(i->condition_reason, sizeof(i->condition_reason))) {
-            return "unterminated string in INFO";
-        }
-        if (i->policy >= NUKSM_POLICY_ID__MAX) {
-            return "unknown policy in INFO";
-        }
-        if (i->nr_nodes < 1 || i->nr_nodes > NUKSM_MAX_NODES) {
-            return "node count out of range in INFO";
-        }
-        if (i->conditions & ~NUKSM_COND_ALL) {
-            return "unknown condition in INFO";
-        }
-        return NULL;
-    }
-    case NUKSM_MSG_VM_LIMIT: {
-        const NuksmMsgVmLimit *l = p;
-        if (l->reserved) {
-            return "reserved field set in VM_LIMIT";
-        }
-        return check_vm_limit(l->limit, l->reason, sizeof(l->reason));
-    }
-    case NUKSM_MSG_CONDITION: {
-        const NuksmMsgCondition *c = p;
-        if (c->conditions & ~NUKSM_COND_ALL) {
-            return "unknown condition in CONDITION";
-        }
-        if (c->reserved) {
-            return "reserved field set in CONDITION";
-        }
-        if (!strfield_ok(c->reason, sizeof(c->reason))) {
-            return "unterminated string in CONDITION";
-        }
-        return NULL;
-    }
-    case NUKSM_MSG_VMS: {
-        const NuksmMsgVms *v = p;
-        const NuksmVmEntry *e;
-        if (len < sizeof(*v) ||
-            (len - sizeof(*v)) != (size_t)v->count * sizeof(NuksmVmEntry)) {
-            return "VMS size does not match its count";
-        }
-        if (v->count > v->total) {
-            return "VMS count exceeds total";
-        }
-        e = (const NuksmVmEntry *)(v + 1);
-        for (uint32_t n = 0; n < v->count; n++) {
-            const char *bad;
-
-            if (e[n].nr_gnodes > NUKSM_MAX_GNODES) {
-                return "bad guest node count in VMS";
-            }
-            if (!strfield_ok(e[n].domain, sizeof(e[n].domain)) ||
-                !strfield_ok(e[n].vm_name, sizeof(e[n].vm_name)) ||
-                !strfield_ok(e[n].object_id, sizeof(e[n].object_id))) {
-                return "unterminated string in VMS";
-            }
-            bad = check_vm_limit(e[n].limit, e[n].limit_reason,
-                                 sizeof(e[n].limit_reason));
-            if (bad) {
-                return bad;
-            }
-        }
-        return NULL;
-    }
-    case NUKSM_MSG_STORE: {
-        const NuksmMsgStore *st = p;
-        if (st->node >= NUKSM_MAX_NODES) {
-            return "node out of range in STORE";
-        }
-        if (!st->size || st->size % NUKSM_PAGE_SIZE) {
-            return "bad size in STORE";
-        }
-        if (st->reserved) {
-            return "reserved field set in STORE";
-        }
-        return NULL;
-    }
+    case NUKSM_MSG_INFO:
+        return check_info(p);
+    case NUKSM_MSG_VM_LIMIT:
+        return check_vm_limit_msg(p);
+    case NUKSM_MSG_CONDITION:
+        return check_condition(p);
+    case NUKSM_MSG_VMS:
+        return check_vms(p, len);
+    case NUKSM_MSG_STORE:
+        return check_store(p);
     case NUKSM_MSG_CANDIDATES:
         if (!check_batch(p, len, sizeof(NuksmCandidate), 0)) {
             return "CANDIDATES size does not match its count";

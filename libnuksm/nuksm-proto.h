@@ -8,6 +8,49 @@
  * fields.  A receiver validates every message with nuksm_msg_check() before
  * looking at its payload.
  *
+ * The rules both sides keep are written here and nowhere else; a side
+ * that breaks one is a misbehaving peer (the agent answers ERROR and
+ * disconnects it, QEMU disconnects).
+ *
+ * Order.  A client's first message is HELLO; the agent answers HELLO_ACK
+ * (to a VM with /dev/userfaultfd attached when the agent has it) or ERROR,
+ * and only then takes other requests.  The agent then sends a VM one STORE
+ * per node (each with that node's store file, read-only) and a CONDITION.
+ * The VM sends TOPOLOGY (again whenever its layout changes, and the agent
+ * answers HOME), and one RESTORE, in batches, of every page it still maps
+ * from a store, before its first merge message of the connection
+ * (CANDIDATES, UPLOAD, MERGED, UNMERGED, MOVED): what the agent kept for it
+ * from an earlier connection and it did not restore by then is dropped.
+ *
+ * seq.  A request carries a seq that is not 0, chosen by its sender; the
+ * reply (HELLO_ACK, POLICY, INFO, VMS, ERROR) echoes it.  seq 0 marks a
+ * message that answers no request by seq: notifications (POLICY after
+ * another client's SET_POLICY, CONDITION, HOME, STORE) and the merge
+ * messages, which answer each other entry by entry (a page and a slot
+ * reference), not by seq.
+ *
+ * Obligations of the merge messages (VM clients only):
+ * - The agent sends UPLOAD_REQ only for pages of that VM's CANDIDATES.
+ *   The VM sends UPLOAD only for entries of an UPLOAD_REQ, each at most
+ *   once; an entry it cannot read goes unanswered, and the pages waiting
+ *   for that slot wait while the VM stays connected.
+ * - Every MERGE entry gets exactly one MERGED entry (its status says the
+ *   outcome), and every MOVE entry exactly one MOVED entry, unless the
+ *   connection ends first; the VM may have mapped the slot then, so the
+ *   agent keeps it until the VM's RESTORE says, or no process maps it.
+ * - A MERGED entry with status MERGED, a MOVED one with MERGED, and an
+ *   accepted RESTORE entry each make a reference.  UNMERGED ends one, once,
+ *   when a write or a discard made the page leave its slot; nothing else
+ *   does while the connection lasts.
+ *
+ * Generations.  A slot's generation changes whenever the agent frees the
+ * slot, and starts at a random value in each agent, so (node, slot, gen)
+ * names one content for as long as anyone holds a reference to it.  The
+ * agent frees a slot only when no page uses it: none maps it, none was
+ * sent a MERGE or MOVE for it without its answer.  Each written slot has
+ * a record beside it in the store (its generation and its domain's key),
+ * which a restarted agent checks RESTORE entries against.
+ *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
  */

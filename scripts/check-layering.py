@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 
 CORE = "agent/core"
-LIBNUKSM_HEADERS = {"nuksm-proto.h", "nuksm-digest.h", "nuksm-config.h"}
+LIBNUKSM_HEADERS = {"nuksm-proto.h", "nuksm-digest.h", "nuksm-pagemap.h",
+                    "nuksm-config.h"}
 C_HEADERS = {"assert.h", "errno.h", "inttypes.h", "limits.h", "math.h",
              "stdbool.h", "stddef.h", "stdint.h", "stdio.h", "stdlib.h",
              "string.h"}

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "mapwatch.h"
+#include "nuksm-pagemap.h"
 
 bool mapwatch_parse_line(const char *line, MapsLine *out)
 {
@@ -88,11 +89,6 @@ bool mapwatch_scan(const struct stat *files, uint32_t nr_files,
     return complete;
 }
 
-/* Bits of a /proc/<pid>/pagemap entry (Documentation/admin-guide/mm). */
-#define PM_PRESENT (1ull << 63)
-#define PM_SWAPPED (1ull << 62)
-#define PM_FILE    (1ull << 61)
-
 void mapwatch_reads_slots(const SlotRange *r, uint32_t first,
                           uint32_t count, uint32_t page_size, bool *reads)
 {
@@ -110,12 +106,6 @@ void mapwatch_reads_slots(const SlotRange *r, uint32_t first,
         close(fd);
     }
     for (uint32_t i = 0; i < count; i++) {
-        /*
-         * A present page that is not the file's, or one in swap, is the
-         * process's own copy; a page not faulted in yet would read the
-         * slot.
-         */
-        reads[i] = !ok || (!(pm[i] & PM_SWAPPED) &&
-                           (!(pm[i] & PM_PRESENT) || (pm[i] & PM_FILE)));
+        reads[i] = !ok || nuksm_pagemap_reads_file(pm[i]);
     }
 }

@@ -7,7 +7,8 @@
  * in namespace LEDGER_NS_MOVE, naming the slot it moves to as PAGE_MERGING.
  * A slot counts the MAPPED entries naming it as references and the
  * others as pending users; it is freed (punched out of the store, its
- * generation bumped) once it has neither.  A slot is never freed
+ * generation bumped) once it has neither, as the protocol's generations
+ * require (libnuksm/nuksm-proto.h).  A slot is never freed
  * while a VM may map it: from the MERGE that names it until the VM's
  * answer (a RESTORE if the connection ends first while its process
  * lives: see detached.h), and while the VM holds a reference.

@@ -8,10 +8,12 @@
  *   VM -> MERGED      each MERGE's outcome; MERGED takes a reference
  *   VM -> UNMERGED    a page that left its slot drops its reference
  *
- * Candidates meet in the unstable table (see unstable.h); slots with
- * content are found through the stable index; ledger.h keeps who uses
- * which slot.  A VM that sends anything it was not asked for is
- * disconnected: its pages are dropped like those of a VM that left.
+ * The order of these messages and what each side owes the other are
+ * libnuksm/nuksm-proto.h's.  Candidates meet in the unstable table (see
+ * unstable.h); slots with content are found through the stable index;
+ * ledger.h keeps who uses which slot.  A VM that sends anything it was
+ * not asked for is disconnected: its pages are dropped like those of a
+ * VM that left.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later

@@ -29,6 +29,7 @@
 #include "qemu/rcu.h"
 #include "qemu/timer.h"
 #include "libnuksm/nuksm-digest.h"
+#include "libnuksm/nuksm-pagemap.h"
 #include "nuksm-commit.h"
 #include "nuksm-pages.h"
 #include "nuksm-scan.h"
@@ -51,11 +52,6 @@
 #define NUKSM_SCAN_RATE_SLICE_PAGES 256
 /* Messages waiting for the socket before the scanner holds back. */
 #define NUKSM_SCAN_MAX_BACKLOG 64
-
-/* pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst) */
-#define PM_PRESENT   (1ULL << 63)
-#define PM_SWAPPED   (1ULL << 62)
-#define PM_FILE      (1ULL << 61)
 
 /* The scanner's own counters, for query-nuksm. */
 typedef struct NuksmScanCounters {
@@ -131,16 +127,6 @@ static bool nuksm_scan_read_pagemap(NuksmScanner *sc, uint8_t *host,
 }
 
 /*
- * Does the pagemap entry @pm of a merged page say it still maps its
- * slot?  Not resident or resident from the store file, and not swapped:
- * a write would have made it anonymous (copy-on-write).
- */
-static bool nuksm_scan_maps_slot(uint64_t pm)
-{
-    return !(pm & PM_SWAPPED) && !((pm & PM_PRESENT) && !(pm & PM_FILE));
-}
-
-/*
  * Page @idx of @bs is merged: look whether a write ended its sharing and
  * report it if so.  Returns true if it still maps its slot.
  */
@@ -148,7 +134,7 @@ static bool nuksm_scan_still_merged(NuksmScanner *sc, NuksmBlockState *bs,
                                     uint64_t idx, uint64_t pm,
                                     NuksmScanCounters *delta)
 {
-    if (nuksm_scan_maps_slot(pm)) {
+    if (nuksm_pagemap_reads_file(pm)) {
         return true;
     }
     /*
@@ -280,7 +266,7 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
             nuksm_scan_still_merged(sc, bs, idx, pm[i], delta)) {
             continue;
         }
-        if (!(pm[i] & PM_PRESENT)) {
+        if (!(pm[i] & NUKSM_PM_PRESENT)) {
             continue;
         }
         hashed++;
