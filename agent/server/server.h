@@ -1,6 +1,6 @@
 /*
- * nuksmd server: the listening socket, receiving, and the end of each
- * event (sending what it queued, freeing dead clients and slots).
+ * nuksmd server: the listening socket, admission and receiving; each
+ * client event ends with effects_settle() (effects.h).
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
