@@ -79,6 +79,7 @@
 
 #include <glib.h>
 
+#include "assign.h"
 #include "clients.h"
 #include "domains.h"
 #include "mappers.h"
@@ -124,7 +125,8 @@ typedef struct AgentOrphans {
 typedef struct AgentLedger {
     SlotTable slots[NUKSM_MAX_NODES];
     GHashTable *vms;         /* client id -> NuksmClient, joined VMs */
-    GHashTable *uploads;     /* SlotId -> sharers, slots being uploaded */
+    GHashTable *uploads;     /* SlotId -> Upload, slots being uploaded */
+    guint upload_timer;      /* merge.c's look at late uploads */
 } AgentLedger;
 
 /* What an event left to do (effects.h). */
@@ -155,6 +157,9 @@ typedef struct NuksmAgent {
     uint32_t nr_nodes;       /* 1..NUKSM_MAX_NODES */
     Topology topology;
     const char *libvirt_dir; /* libvirt hook's registrations */
+    const AssignConfig *assign;  /* who goes into which merge domain */
+    gid_t admin_gid;         /* its members administer, or -1 */
+    bool vm_set_policy;      /* VMs may SET_POLICY */
 
     AgentServer server;
     ClientRegistry clients;  /* clients.c */

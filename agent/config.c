@@ -6,6 +6,7 @@
  */
 
 #include <grp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,8 @@
 #include "nuksm-config.h"
 
 #define CONFIG_GROUP "nuksmd"
+/* [domain NAME]: a merge domain the operator assigns VMs to */
+#define RULE_GROUP_PREFIX "domain "
 
 /* Longest --restore-grace: a day. */
 #define RESTORE_GRACE_MAX 86400
@@ -149,6 +152,64 @@ static bool set_socket_group(NuksmdConfig *cfg, const char *origin,
     return true;
 }
 
+static bool set_admin_group(NuksmdConfig *cfg, const char *origin,
+                            const char *value)
+{
+    struct group *gr = getgrnam(value);
+
+    if (!gr) {
+        usage_error(origin, "no group '%s' on this host (a group whose "
+                    "members administer nuksmd besides root)", value);
+        return false;
+    }
+    cfg->admin_gid = gr->gr_gid;
+    return true;
+}
+
+static bool set_isolation(NuksmdConfig *cfg, const char *origin,
+                          const char *value)
+{
+    if (!assign_parse_isolation(value, &cfg->assign.isolation)) {
+        usage_error(origin, "unknown isolation '%s' (allowed: shared, vm)",
+                    value);
+        return false;
+    }
+    return true;
+}
+
+static bool set_vm_domains(NuksmdConfig *cfg, const char *origin,
+                           const char *value)
+{
+    if (!assign_parse_requests(value, &cfg->assign.vm_domains)) {
+        usage_error(origin, "unknown value '%s' (allowed: ignore, refuse, "
+                    "allow)", value);
+        return false;
+    }
+    return true;
+}
+
+static bool parse_bool(const char *origin, const char *value, bool *out)
+{
+    if (g_str_equal(value, "true") || g_str_equal(value, "yes") ||
+        g_str_equal(value, "1")) {
+        *out = true;
+    } else if (g_str_equal(value, "false") || g_str_equal(value, "no") ||
+               g_str_equal(value, "0")) {
+        *out = false;
+    } else {
+        usage_error(origin, "invalid value '%s' (allowed: true, false)",
+                    value);
+        return false;
+    }
+    return true;
+}
+
+static bool set_vm_set_policy(NuksmdConfig *cfg, const char *origin,
+                              const char *value)
+{
+    return parse_bool(origin, value, &cfg->vm_set_policy);
+}
+
 static bool set_libvirt_dir(NuksmdConfig *cfg, const char *origin,
                             const char *value)
 {
@@ -210,6 +271,10 @@ static const struct {
     { "memory-max",    set_memory_max },
     { "libvirt-dir",   set_libvirt_dir },
     { "socket-group",  set_socket_group },
+    { "admin-group",   set_admin_group },
+    { "isolation",     set_isolation },
+    { "vm-domains",    set_vm_domains },
+    { "vm-set-policy", set_vm_set_policy },
 };
 
 enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
@@ -235,21 +300,113 @@ static int setting_index(const char *key)
     return -1;
 }
 
-/* Apply every key of @path's [nuksmd] group. */
-static bool load_key_file(NuksmdConfig *cfg, const char *path)
+/* A uid or gid: a number, or a name @lookup finds; else -1. */
+static int64_t parse_id(const char *text, bool user)
 {
-    g_autoptr(GKeyFile) kf = g_key_file_new();
+    guint64 number;
+
+    if (g_ascii_string_to_unsigned(text, 10, 0, UINT32_MAX - 1, &number,
+                                   NULL)) {
+        return number;
+    }
+    if (user) {
+        struct passwd *pw = getpwnam(text);
+
+        return pw ? (int64_t)pw->pw_uid : -1;
+    }
+    struct group *gr = getgrnam(text);
+
+    return gr ? (int64_t)gr->gr_gid : -1;
+}
+
+/* The ids of the list @key of @group into @ids. */
+static bool load_ids(GKeyFile *kf, const char *path, const char *group,
+                     const char *key, bool user, GArray *ids)
+{
+    g_auto(GStrv) names = g_key_file_get_string_list(kf, group, key, NULL,
+                                                     NULL);
+
+    for (char **n = names; n && *n; n++) {
+        int64_t id = parse_id(g_strstrip(*n), user);
+        uint32_t value = id;
+
+        if (id < 0) {
+            usage_error(path, "[%s] %s: no %s '%s' on this host", group, key,
+                        user ? "user" : "group", *n);
+            return false;
+        }
+        g_array_append_val(ids, value);
+    }
+    return true;
+}
+
+static char **load_globs(GKeyFile *kf, const char *group, const char *key)
+{
+    g_auto(GStrv) globs = g_key_file_get_string_list(kf, group, key, NULL,
+                                                     NULL);
+
+    for (char **g = globs; g && *g; g++) {
+        g_strstrip(*g);
+    }
+    return g_steal_pointer(&globs);
+}
+
+static const char *const rule_keys[] = {
+    "users", "groups", "cgroups", "libvirt-names", "max-priority", NULL,
+};
+
+/*
+ * A [domain NAME] group: which VMs go into domain NAME (assign.h) and
+ * the highest priority its VMs may have.
+ */
+static bool load_rule(NuksmdConfig *cfg, GKeyFile *kf, const char *path,
+                      const char *group)
+{
+    const char *name = group + strlen(RULE_GROUP_PREFIX);
+    g_auto(GStrv) keys = g_key_file_get_keys(kf, group, NULL, NULL);
+    g_autofree char *max = NULL;
+    DomainRule *rule;
+
+    if (!nuksm_domain_name_valid(name)) {
+        usage_error(path, "[%s]: '%s' is not a domain name (1 to %u "
+                    "characters from [A-Za-z0-9._-])", group, name,
+                    NUKSM_NAME_LEN - 1);
+        return false;
+    }
+    for (char **key = keys; *key; key++) {
+        if (!g_strv_contains(rule_keys, *key)) {
+            g_autofree char *allowed = g_strjoinv(", ", (char **)rule_keys);
+
+            usage_error(path, "unknown key '%s' in [%s] (allowed: %s)", *key,
+                        group, allowed);
+            return false;
+        }
+    }
+    rule = assign_add_rule(&cfg->assign, name);
+    if (!load_ids(kf, path, group, "users", true, rule->uids) ||
+        !load_ids(kf, path, group, "groups", false, rule->gids)) {
+        return false;
+    }
+    rule->cgroups = load_globs(kf, group, "cgroups");
+    rule->libvirt_names = load_globs(kf, group, "libvirt-names");
+    max = g_key_file_get_string(kf, group, "max-priority", NULL);
+    if (max) {
+        g_autofree char *origin = g_strdup_printf("%s: [%s] max-priority",
+                                                  path, group);
+
+        return parse_number(origin, max, NUKSM_PRIORITY_MIN,
+                            NUKSM_PRIORITY_MAX, "priority", "",
+                            &rule->max_priority);
+    }
+    return true;
+}
+
+/* Apply every key of @path's [nuksmd] group. */
+static bool load_settings(NuksmdConfig *cfg, GKeyFile *kf, const char *path)
+{
     g_autoptr(GError) err = NULL;
     g_auto(GStrv) keys = NULL;
 
-    if (!g_key_file_load_from_file(kf, path, G_KEY_FILE_NONE, &err)) {
-        usage_error("--config", "cannot load %s: %s", path, err->message);
-        return false;
-    }
-    if (!g_key_file_has_group(kf, CONFIG_GROUP)) {
-        usage_error("--config", "%s has no [" CONFIG_GROUP "] group", path);
-        return false;
-    }
     keys = g_key_file_get_keys(kf, CONFIG_GROUP, NULL, NULL);
     for (char **key = keys; *key; key++) {
         int i = setting_index(*key);
@@ -275,12 +432,48 @@ static bool load_key_file(NuksmdConfig *cfg, const char *path)
     return true;
 }
 
+/* Apply @path: its [nuksmd] group, then its [domain NAME] groups. */
+static bool load_key_file(NuksmdConfig *cfg, const char *path)
+{
+    g_autoptr(GKeyFile) kf = g_key_file_new();
+    g_autoptr(GError) err = NULL;
+    g_auto(GStrv) groups = NULL;
+
+    if (!g_key_file_load_from_file(kf, path, G_KEY_FILE_NONE, &err)) {
+        usage_error("--config", "cannot load %s: %s", path, err->message);
+        return false;
+    }
+    if (!g_key_file_has_group(kf, CONFIG_GROUP)) {
+        usage_error("--config", "%s has no [" CONFIG_GROUP "] group", path);
+        return false;
+    }
+    if (!load_settings(cfg, kf, path)) {
+        return false;
+    }
+    groups = g_key_file_get_groups(kf, NULL);
+    for (char **group = groups; *group; group++) {
+        if (g_str_equal(*group, CONFIG_GROUP)) {
+            continue;
+        }
+        if (!g_str_has_prefix(*group, RULE_GROUP_PREFIX)) {
+            usage_error(path, "unknown group [%s] (allowed: [" CONFIG_GROUP
+                        "], [" RULE_GROUP_PREFIX "NAME])", *group);
+            return false;
+        }
+        if (!load_rule(cfg, kf, path, *group)) {
+            return false;
+        }
+    }
+    return true;
+}
+
 bool config_load(NuksmdConfig *cfg, int argc, char **argv)
 {
     g_autofree char *config_path = NULL;
     char *cli[NR_SETTINGS] = { NULL };  /* values of settings[i], as typed */
     gboolean foreground = FALSE;
     gboolean version = FALSE;
+    gboolean vm_set_policy = FALSE;
     GOptionEntry entries[] = {
         { "socket", 0, 0, G_OPTION_ARG_FILENAME, &cli[0],
           "Listen on PATH (default " NUKSM_DEFAULT_SOCKET ")", "PATH" },
@@ -311,6 +504,17 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         { "socket-group", 0, 0, G_OPTION_ARG_STRING, &cli[10],
           "Give the socket this group, whose members may connect "
           "(not with systemd's socket)", "GROUP" },
+        { "admin-group", 0, 0, G_OPTION_ARG_STRING, &cli[11],
+          "Members of GROUP may change host-wide settings (the policy), "
+          "as root may", "GROUP" },
+        { "isolation", 0, 0, G_OPTION_ARG_STRING, &cli[12],
+          "Where VMs the operator assigned no domain go: shared (one "
+          "domain, the default) or vm (a domain each)", "MODE" },
+        { "vm-domains", 0, 0, G_OPTION_ARG_STRING, &cli[13],
+          "What a VM's own domain request does: ignore (default), refuse "
+          "or allow", "WHAT" },
+        { "vm-set-policy", 0, 0, G_OPTION_ARG_NONE, &vm_set_policy,
+          "Let VMs set the host-wide policy (QMP nuksm-set-policy)", NULL },
         { "config", 0, 0, G_OPTION_ARG_FILENAME, &config_path,
           "Read settings from the [nuksmd] group of FILE", "FILE" },
         { "foreground", 0, 0, G_OPTION_ARG_NONE, &foreground,
@@ -335,7 +539,9 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         .memory_max_mib = default_memory_max(),
         .libvirt_dir = g_strdup(NUKSM_DEFAULT_LIBVIRT_DIR),
         .socket_gid = (gid_t)-1,
+        .admin_gid = (gid_t)-1,
     };
+    assign_config_init(&cfg->assign);
 
     ctx = g_option_context_new("- nuksm host agent");
     g_option_context_add_main_entries(ctx, entries, NULL);
@@ -343,9 +549,11 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         "Policies: global, ksm-order, local, fair, priority, adaptive.\n"
         "The --config FILE takes the keys socket, policy, fake-numa,\n"
         "log-level, state-dir, restore-grace, cold-windows,\n"
-        "replace-rate, memory-max, libvirt-dir and socket-group in a\n"
-        "[nuksmd] group;\n"
-        "command-line options override it.\n");
+        "replace-rate, memory-max, libvirt-dir, socket-group,\n"
+        "admin-group, isolation, vm-domains and vm-set-policy in a\n"
+        "[nuksmd] group, and merge domains VMs are assigned to in\n"
+        "[domain NAME] groups (users, groups, cgroups, libvirt-names,\n"
+        "max-priority); command-line options override it.\n");
     if (!g_option_context_parse(ctx, &argc, &argv, &err)) {
         fprintf(stderr, "nuksmd: %s (see --help)\n", err->message);
         goto out;
@@ -361,6 +569,9 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
     }
     if (config_path && !load_key_file(cfg, config_path)) {
         goto out;
+    }
+    if (vm_set_policy) {
+        cli[setting_index("vm-set-policy")] = g_strdup("true");
     }
     for (int i = 0; i < NR_SETTINGS; i++) {
         g_autofree char *origin = g_strconcat("--", settings[i].key, NULL);
@@ -383,4 +594,5 @@ void config_clear(NuksmdConfig *cfg)
     g_clear_pointer(&cfg->socket_path, g_free);
     g_clear_pointer(&cfg->state_dir, g_free);
     g_clear_pointer(&cfg->libvirt_dir, g_free);
+    assign_config_clear(&cfg->assign);
 }

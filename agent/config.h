@@ -12,6 +12,7 @@
 
 #include <glib.h>
 
+#include "assign.h"
 #include "log.h"
 #include "nuksm-proto.h"
 
@@ -27,6 +28,9 @@ typedef struct NuksmdConfig {
     uint32_t memory_max_mib;   /* heap budget of nuksmd's tables */
     char *libvirt_dir;         /* libvirt hook's registrations */
     gid_t socket_gid;          /* group of the socket, or -1: ours */
+    gid_t admin_gid;           /* its members administer, or -1: none */
+    bool vm_set_policy;        /* VMs may set the host-wide policy */
+    AssignConfig assign;       /* isolation, vm-domains, [domain NAME] */
 } NuksmdConfig;
 
 /*

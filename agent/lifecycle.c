@@ -17,6 +17,7 @@
 #include "ledger.h"
 #include "lifecycle.h"
 #include "log.h"
+#include "merge.h"
 #include "nuksm-config.h"
 #include "recovery.h"
 #include "server.h"
@@ -71,15 +72,14 @@ static bool open_engine(NuksmAgent *agent, const char *state_dir,
     max_unstable = agent->conditions.memory_max / 4 / sizeof(UnstableEntry);
     unstable_init(&agent->unstable, MIN(UNSTABLE_MAX_ENTRIES, max_unstable),
                   seed, client_alive, agent);
-    domains_init(&agent->domains, agent->store.secret,
+    domains_init(&agent->domains, &agent->store, agent->store.secret,
                  sizeof(agent->store.secret));
     ledger_init(agent, gen);
     agent->effects.outbox = g_ptr_array_new();
     agent->effects.freeing = g_array_new(FALSE, FALSE, sizeof(SlotId));
     agent->placement.hot_owners = g_hash_table_new(NULL, NULL);
-    log_info("store in %s: %u file%s of %" PRIu64 " GiB (sparse)",
-             state_dir, agent->nr_nodes, agent->nr_nodes == 1 ? "" : "s",
-             STORE_SIZE >> 30);
+    log_info("store in %s: a file of %" PRIu64 " GiB (sparse) per merge "
+             "domain and node", state_dir, STORE_SIZE >> 30);
     recovery_start(agent, restore_grace);
     return true;
 }
@@ -112,6 +112,9 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
 {
     *agent = (NuksmAgent) {
         .libvirt_dir = cfg->libvirt_dir,  /* cfg outlives the agent */
+        .assign = &cfg->assign,
+        .admin_gid = cfg->admin_gid,
+        .vm_set_policy = cfg->vm_set_policy,
         .server.listen_fd = -1,
         .clients.next_id = 1,
         .placement.policy = cfg->policy,
@@ -138,9 +141,16 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
              nuksm_policy_name(agent->placement.policy),
              agent->nr_nodes, agent->nr_nodes == 1 ? "" : "s",
              cfg->fake_numa ? " (fake)" : "");
+    log_info("merge domains: isolation %s, VM requests %s, %u assigned "
+             "domain%s; VMs %s set the policy",
+             assign_isolation_name(cfg->assign.isolation),
+             assign_requests_name(cfg->assign.vm_domains),
+             cfg->assign.rules->len, cfg->assign.rules->len == 1 ? "" : "s",
+             cfg->vm_set_policy ? "may" : "may not");
 
     agent->loop = g_main_loop_new(NULL, FALSE);
     relocate_init(agent, cfg->replace_rate);
+    merge_start(agent);
     home_start(agent);
     effects_start(agent);
     return true;
@@ -151,6 +161,7 @@ void agent_stop(NuksmAgent *agent)
     /* What the last event left: the store must not keep freed pages. */
     effects_settle(agent);
     effects_stop(agent);
+    merge_stop(agent);
     home_stop(agent);
     relocate_destroy(agent);
     server_stop(agent);

@@ -210,6 +210,16 @@ static void print_json(GString *out)
     fputs(out->str, stdout);
 }
 
+/* INFO's scope, as nuksmctl status names it. */
+static const char *scope_name(uint32_t scope)
+{
+    switch (scope) {
+    case NUKSM_INFO_HOST:   return "host";
+    case NUKSM_INFO_DOMAIN: return "domain";
+    default:                return "none";
+    }
+}
+
 static void cmd_status(Ctl *ctl, bool json)
 {
     const NuksmMsgInfo *info = ctl_request(ctl, NUKSM_MSG_GET_INFO, NULL, 0,
@@ -222,6 +232,8 @@ static void cmd_status(Ctl *ctl, bool json)
         json_string(out, info->agent_version);
         g_string_append(out, ", \"policy\": ");
         json_string(out, policy);
+        g_string_append(out, ", \"scope\": ");
+        json_string(out, scope_name(info->scope));
         g_string_append_printf(out,
             ", \"nodes\": %u, \"vms\": %u, \"pages_shared\": %" PRIu64
             ", \"pages_sharing\": %" PRIu64 ", \"pages_moved\": %" PRIu64
@@ -251,14 +263,19 @@ static void cmd_status(Ctl *ctl, bool json)
     printf("agent version:  %s\n", info->agent_version);
     printf("policy:         %s\n", policy);
     printf("NUMA nodes:     %u\n", info->nr_nodes);
+    printf("merging:        %s\n", info->conditions ?
+           info->condition_reason : "not held back");
+    if (info->scope != NUKSM_INFO_HOST) {
+        printf("(the host's counters are for administrators: root, "
+               "nuksmd's user or its admin-group)\n");
+        return;
+    }
     printf("VMs:            %u\n", info->vms);
     printf("pages shared:   %" PRIu64 "\n", info->pages_shared);
     printf("pages sharing:  %" PRIu64 "\n", info->pages_sharing);
     printf("pages moved:    %" PRIu64 " (%" PRIu64 " pending)\n",
            info->pages_moved, info->moves_pending);
     printf("orphan pages:   %" PRIu64 "\n", info->orphan_pages);
-    printf("merging:        %s\n", info->conditions ?
-           info->condition_reason : "not held back");
     printf("store pages:\n");
     for (uint32_t i = 0; i < info->nr_nodes; i++) {
         g_autofree char *node = g_strdup_printf("node %u:", i);
@@ -360,7 +377,8 @@ static void print_vms_table(const NuksmMsgVms *vms,
         row[0] = g_strdup_printf("%u", e->client_id);
         row[1] = g_strdup_printf("%u", e->pid);
         row[2] = g_strdup_printf("%u", e->uid);
-        row[3] = table_text(e->domain);
+        row[3] = g_strdup_printf("%s (%s)", e->domain,
+                                 nuksm_domain_source_name(e->domain_source));
         row[4] = table_text(e->vm_name);
         row[5] = table_text(e->object_id);
         row[6] = g_strdup_printf("%u", e->priority);
@@ -428,15 +446,20 @@ static void cmd_vms(Ctl *ctl, bool json)
             "%s{\"id\": %u, \"pid\": %u, \"uid\": %u, \"domain\": ",
             i ? ", " : "", e->client_id, e->pid, e->uid);
         json_string(out, e->domain);
+        g_string_append(out, ", \"domain_source\": ");
+        json_string(out, nuksm_domain_source_name(e->domain_source));
+        g_string_append(out, ", \"requested_domain\": ");
+        json_string(out, e->requested_domain);
         g_string_append(out, ", \"name\": ");
         json_string(out, e->vm_name);
         g_string_append(out, ", \"object\": ");
         json_string(out, e->object_id);
         g_string_append_printf(out,
-            ", \"priority\": %u, \"merged_pages\": %" PRIu64
+            ", \"priority\": %u, \"priority_limit\": %u"
+            ", \"merged_pages\": %" PRIu64
             ", \"merged_local\": %" PRIu64 ", \"merged_remote\": %" PRIu64
-            ", \"home\": [", e->priority, e->merged_pages, e->merged_local,
-            e->merged_remote);
+            ", \"home\": [", e->priority, e->priority_limit,
+            e->merged_pages, e->merged_local, e->merged_remote);
         for (uint32_t g = 0; g < e->nr_gnodes; g++) {
             g_string_append_printf(out, "%s%u", g ? ", " : "", e->home[g]);
         }

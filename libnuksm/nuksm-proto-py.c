@@ -119,6 +119,10 @@ static void emit_constants(void)
     CONST("ERR_VERSION", NUKSM_ERR_VERSION);
     CONST("ERR_BAD_MESSAGE", NUKSM_ERR_BAD_MESSAGE);
     CONST("ERR_HANDSHAKE", NUKSM_ERR_HANDSHAKE);
+    CONST("ERR_DENIED", NUKSM_ERR_DENIED);
+    CONST("INFO_HOST", NUKSM_INFO_HOST);
+    CONST("INFO_DOMAIN", NUKSM_INFO_DOMAIN);
+    CONST("INFO_NONE", NUKSM_INFO_NONE);
     CONST("ROLE_VM", NUKSM_ROLE_VM);
     CONST("ROLE_CONTROL", NUKSM_ROLE_CONTROL);
     CONST("COND_STORE_FULL", NUKSM_COND_STORE_FULL);
@@ -142,6 +146,13 @@ static void emit_constants(void)
     CONST("HOME_BACKEND", NUKSM_HOME_BACKEND);
     CONST("HOME_RUNNING", NUKSM_HOME_RUNNING);
     CONST("HOME_MEMORY", NUKSM_HOME_MEMORY);
+
+    printf("DOMAIN_SOURCES = [");
+    for (uint32_t d = 0; d < NUKSM_DOMAIN_SOURCE__MAX; d++) {
+        printf("%s\"%s\"", d ? ", " : "", nuksm_domain_source_name(d));
+    }
+    printf("]\n");
+    printf("DEFAULT_DOMAIN = \"%s\"\n", NUKSM_DEFAULT_DOMAIN);
 
     printf("POLICIES = [");
     for (uint32_t p = 0; p < NUKSM_POLICY_ID__MAX; p++) {
@@ -171,7 +182,12 @@ static void emit_structs(void)
            MEMBER(NuksmMsgHelloAck, client_id, "I"),
            MEMBER(NuksmMsgHelloAck, policy, "I"),
            MEMBER(NuksmMsgHelloAck, nr_nodes, "I"),
-           MEMBER(NuksmMsgHelloAck, agent_version, "32s"));
+           MEMBER(NuksmMsgHelloAck, agent_version, "32s"),
+           MEMBER(NuksmMsgHelloAck, domain_source, "I"),
+           MEMBER(NuksmMsgHelloAck, priority, "I"),
+           MEMBER(NuksmMsgHelloAck, priority_limit, "I"),
+           MEMBER(NuksmMsgHelloAck, admin, "I"),
+           MEMBER(NuksmMsgHelloAck, domain, "64s"));
     STRUCT("ERROR", NuksmMsgError,
            MEMBER(NuksmMsgError, code, "I"),
            MEMBER(NuksmMsgError, reserved, "I"),
@@ -186,6 +202,8 @@ static void emit_structs(void)
            MEMBER(NuksmMsgInfo, vms, "I"),
            MEMBER(NuksmMsgInfo, nr_nodes, "I"),
            MEMBER(NuksmMsgInfo, conditions, "I"),
+           MEMBER(NuksmMsgInfo, scope, "I"),
+           MEMBER(NuksmMsgInfo, reserved, "I"),
            MEMBER(NuksmMsgInfo, pages_shared, "Q"),
            MEMBER(NuksmMsgInfo, pages_sharing, "Q"),
            MEMBER(NuksmMsgInfo, pages_moved, "Q"),
@@ -204,6 +222,9 @@ static void emit_structs(void)
            MEMBER(NuksmVmEntry, domain, "64s"),
            MEMBER(NuksmVmEntry, vm_name, "64s"),
            MEMBER(NuksmVmEntry, object_id, "64s"),
+           MEMBER(NuksmVmEntry, requested_domain, "64s"),
+           MEMBER(NuksmVmEntry, domain_source, "I"),
+           MEMBER(NuksmVmEntry, priority_limit, "I"),
            MEMBER(NuksmVmEntry, merged_pages, "Q"),
            MEMBER(NuksmVmEntry, merged_local, "Q"),
            MEMBER(NuksmVmEntry, merged_remote, "Q"),

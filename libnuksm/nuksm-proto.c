@@ -125,6 +125,27 @@ const char *nuksm_vm_limit_name(uint32_t limit)
     }
 }
 
+const char *nuksm_domain_source_name(uint32_t source)
+{
+    switch (source) {
+    case NUKSM_DOMAIN_SHARED:  return "shared";
+    case NUKSM_DOMAIN_PRIVATE: return "private";
+    case NUKSM_DOMAIN_LIBVIRT: return "libvirt";
+    case NUKSM_DOMAIN_RULE:    return "rule";
+    case NUKSM_DOMAIN_REQUEST: return "request";
+    default:                   return NULL;
+    }
+}
+
+bool nuksm_domain_name_valid(const char *name)
+{
+    size_t len = strlen(name);
+
+    return len >= 1 && len < NUKSM_NAME_LEN &&
+           strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                  "0123456789._-") == len;
+}
+
 /* A VM's limit and its reason, in VM_LIMIT and VMS. */
 static const char *check_vm_limit(uint32_t limit, const char *reason,
                                   size_t reason_size)
@@ -323,8 +344,16 @@ static const char *check_hello_ack(const void *p)
 {
     const NuksmMsgHelloAck *a = p;
 
-    if (!strfield_ok(a->agent_version, sizeof(a->agent_version))) {
+    if (!strfield_ok(a->agent_version, sizeof(a->agent_version)) ||
+        !strfield_ok(a->domain, sizeof(a->domain))) {
         return "unterminated string in HELLO_ACK";
+    }
+    if (a->domain_source >= NUKSM_DOMAIN_SOURCE__MAX) {
+        return "unknown domain source in HELLO_ACK";
+    }
+    if (a->priority > NUKSM_PRIORITY_MAX ||
+        a->priority_limit > NUKSM_PRIORITY_MAX || a->admin > 1) {
+        return "value out of range in HELLO_ACK";
     }
     if (a->policy >= NUKSM_POLICY_ID__MAX) {
         return "unknown policy in HELLO_ACK";
@@ -351,6 +380,12 @@ static const char *check_info(const void *p)
     }
     if (i->conditions & ~NUKSM_COND_ALL) {
         return "unknown condition in INFO";
+    }
+    if (i->scope >= NUKSM_INFO_SCOPE__MAX) {
+        return "unknown scope in INFO";
+    }
+    if (i->reserved) {
+        return "reserved field set in INFO";
     }
     return NULL;
 }
@@ -402,8 +437,13 @@ static const char *check_vms(const void *p, size_t len)
         }
         if (!strfield_ok(e[n].domain, sizeof(e[n].domain)) ||
             !strfield_ok(e[n].vm_name, sizeof(e[n].vm_name)) ||
-            !strfield_ok(e[n].object_id, sizeof(e[n].object_id))) {
+            !strfield_ok(e[n].object_id, sizeof(e[n].object_id)) ||
+            !strfield_ok(e[n].requested_domain,
+                         sizeof(e[n].requested_domain))) {
             return "unterminated string in VMS";
+        }
+        if (e[n].domain_source >= NUKSM_DOMAIN_SOURCE__MAX) {
+            return "unknown domain source in VMS";
         }
         bad = check_vm_limit(e[n].limit, e[n].limit_reason,
                              sizeof(e[n].limit_reason));

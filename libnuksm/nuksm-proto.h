@@ -63,7 +63,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 7u
+#define NUKSM_PROTO_VERSION 8u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -129,6 +129,8 @@ typedef enum NuksmErrorCode {
     NUKSM_ERR_VERSION     = 1,   /* protocol version mismatch */
     NUKSM_ERR_BAD_MESSAGE = 2,   /* malformed or unexpected message */
     NUKSM_ERR_HANDSHAKE   = 3,   /* request before HELLO, or HELLO twice */
+    NUKSM_ERR_DENIED      = 4,   /* the client's role or credentials do not */
+                                 /* allow it (since protocol 8) */
 } NuksmErrorCode;
 
 /*
@@ -149,6 +151,38 @@ typedef enum NuksmClientRole {
     NUKSM_ROLE_VM      = 1,      /* a QEMU with -object nuksm */
     NUKSM_ROLE_CONTROL = 2,      /* nuksmctl and other management tools */
 } NuksmClientRole;
+
+/*
+ * Where a VM's merge domain came from (HELLO_ACK, VMS).  The agent
+ * decides it from what it can verify of the VM's process; the VM's own
+ * HELLO domain is only a request (docs/security.rst).
+ */
+typedef enum NuksmDomainSource {
+    NUKSM_DOMAIN_SHARED  = 0,    /* nothing assigned: the host's one */
+                                 /* domain (isolation=shared) */
+    NUKSM_DOMAIN_PRIVATE = 1,    /* nothing assigned: a domain of its own */
+                                 /* (isolation=vm) */
+    NUKSM_DOMAIN_LIBVIRT = 2,    /* its libvirt domain's nuksm metadata */
+    NUKSM_DOMAIN_RULE    = 3,    /* a [domain NAME] rule of nuksmd.conf */
+    NUKSM_DOMAIN_REQUEST = 4,    /* its own request (vm-domains=allow) */
+    NUKSM_DOMAIN_SOURCE__MAX,
+} NuksmDomainSource;
+
+/* "shared", "private", "libvirt", "rule", "request"; NULL otherwise. */
+const char *nuksm_domain_source_name(uint32_t source);
+
+/*
+ * The HELLO domain a VM sends when it asks for none: QEMU's default of
+ * the nuksm object's domain property.
+ */
+#define NUKSM_DEFAULT_DOMAIN "default"
+
+/*
+ * A merge domain name a VM or an operator may give: 1 to NAME_LEN - 1
+ * characters of [A-Za-z0-9._-].  The agent's own names for private
+ * domains ("vm:...") are outside this set, so nobody can ask for one.
+ */
+bool nuksm_domain_name_valid(const char *name);
 
 #define NUKSM_PRIORITY_MIN 1u
 #define NUKSM_PRIORITY_MAX 1000u
@@ -183,6 +217,13 @@ typedef struct NuksmMsgHelloAck {
     uint32_t policy;     /* NuksmPolicyId currently in force */
     uint32_t nr_nodes;   /* NUMA nodes the agent places on (1..MAX_NODES) */
     char agent_version[NUKSM_VERSION_LEN];
+    /* VM role: what the agent decided for it (else zero) */
+    uint32_t domain_source;   /* NuksmDomainSource */
+    uint32_t priority;        /* in force: the VM's, at most the limit */
+    uint32_t priority_limit;  /* the operator's ceiling, or PRIORITY_MAX */
+    uint32_t admin;           /* control role: 1 if it may change */
+                              /* host-wide settings (SET_POLICY) */
+    char domain[NUKSM_NAME_LEN];  /* the merge domain it is in */
 } NuksmMsgHelloAck;
 
 typedef struct NuksmMsgError {
@@ -251,12 +292,28 @@ typedef struct NuksmMsgCondition {
                                     /* empty when no condition holds */
 } NuksmMsgCondition;
 
+/*
+ * What the counters of an INFO cover.  Only an administrator sees the
+ * whole host; a VM sees its own merge domain; other control clients see
+ * no counters (docs/security.rst).
+ */
+typedef enum NuksmInfoScope {
+    NUKSM_INFO_HOST   = 0,
+    NUKSM_INFO_DOMAIN = 1,   /* vms, pages_shared, pages_sharing and */
+                             /* store_pages of the client's domain; */
+                             /* pages_moved, moves_pending, orphan_pages 0 */
+    NUKSM_INFO_NONE   = 2,   /* every counter 0 */
+    NUKSM_INFO_SCOPE__MAX,
+} NuksmInfoScope;
+
 typedef struct NuksmMsgInfo {
     char agent_version[NUKSM_VERSION_LEN];
     uint32_t policy;         /* NuksmPolicyId */
     uint32_t vms;            /* connected VM clients */
     uint32_t nr_nodes;       /* 1..NUKSM_MAX_NODES */
     uint32_t conditions;     /* NuksmCondition bits in force */
+    uint32_t scope;          /* NuksmInfoScope of the counters below */
+    uint32_t reserved;
     uint64_t pages_shared;   /* store pages in use (KSM pages_shared) */
     uint64_t pages_sharing;  /* guest pages mapping them (KSM pages_sharing) */
     uint64_t pages_moved;    /* merged pages moved by re-placement */
@@ -272,9 +329,12 @@ typedef struct NuksmVmEntry {
     uint32_t pid;            /* from SO_PEERCRED */
     uint32_t uid;            /* from SO_PEERCRED */
     uint32_t priority;
-    char domain[NUKSM_NAME_LEN];
+    char domain[NUKSM_NAME_LEN];     /* the agent's choice (HELLO_ACK) */
     char vm_name[NUKSM_NAME_LEN];
     char object_id[NUKSM_NAME_LEN];
+    char requested_domain[NUKSM_NAME_LEN];  /* what its HELLO asked for */
+    uint32_t domain_source;  /* NuksmDomainSource */
+    uint32_t priority_limit; /* the operator's ceiling, or PRIORITY_MAX */
     uint64_t merged_pages;
     uint64_t merged_local;   /* copy on the home of the page's guest node */
     uint64_t merged_remote;

@@ -14,6 +14,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <stdio.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -91,20 +92,33 @@ static bool lock_dir(Store *st)
     return true;
 }
 
-/* Allocate @f's pages on host node @node, where that node exists. */
-static void bind_to_node(StoreFile *f, uint32_t node)
+/*
+ * Allocate the pages of the file @fd on host node @node, where that node
+ * exists.  A tmpfs file's binding is its own (the kernel keeps it with
+ * the file), set through a shared mapping of it, which can then go: it
+ * applies to every page allocated for the file, pwrite() included.
+ */
+static void bind_to_node(int fd, const char *path, uint32_t node)
 {
     unsigned long mask[NUKSM_MAX_NODES / (8 * sizeof(unsigned long)) + 1];
+    void *map;
 
     if (numa_available() < 0 ||
         !numa_bitmask_isbitset(numa_all_nodes_ptr, node)) {
         log_debug("store node %u: no such host node, pages not bound", node);
         return;
     }
+    map = mmap(NULL, STORE_SIZE, PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (map == MAP_FAILED) {
+        log_warning("cannot map %s to bind it to its host node: %s", path,
+                    g_strerror(errno));
+        return;
+    }
     memset(mask, 0, sizeof(mask));
     mask[node / (8 * sizeof(unsigned long))] =
         1ul << node % (8 * sizeof(unsigned long));
-    if (mbind(f->map, STORE_SIZE, MPOL_BIND, mask, sizeof(mask) * 8, 0) < 0) {
+    if (mbind(map, STORE_SIZE, MPOL_BIND, mask, sizeof(mask) * 8, 0) < 0) {
         if (errno == EINVAL || errno == ENOSYS) {
             /* No NUMA in this kernel: there is nothing to bind to. */
             log_debug("store node %u: mbind: %s", node, g_strerror(errno));
@@ -113,6 +127,7 @@ static void bind_to_node(StoreFile *f, uint32_t node)
                         node, g_strerror(errno));
         }
     }
+    munmap(map, STORE_SIZE);
 }
 
 /* Open or create <state-dir>/@name, mode 0600, read-write. */
@@ -170,52 +185,37 @@ static bool load_secret(Store *st)
     return ok;
 }
 
-static bool open_file(Store *st, uint32_t node, bool bind)
+static char *store_name(const char *key, uint32_t node)
 {
-    g_autofree char *name = g_strdup_printf("store-node%u", node);
-    g_autofree char *records = g_strdup_printf("slots-node%u", node);
+    return g_strdup_printf("store-%s-node%u", key, node);
+}
+
+/* Open or create the store file @name of node @node, read-write. */
+static int open_store_file(Store *st, const char *name, uint32_t node)
+{
     g_autofree char *path = g_build_filename(st->dir, name, NULL);
-    StoreFile *f = &st->files[node];
+    int fd = open_private(st, name);
     struct stat sb;
 
-    f->records_fd = open_private(st, records);
-    f->fd = open_private(st, name);
-    if (f->records_fd < 0 || f->fd < 0 || fstat(f->fd, &sb) < 0) {
-        return false;
+    if (fd < 0) {
+        return -1;
     }
-    if ((uint64_t)sb.st_size > STORE_SIZE) {
+    if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size > STORE_SIZE) {
         log_error("%s is larger than a store (%" G_GUINT64_FORMAT " bytes): "
                   "not made by this nuksmd", path, STORE_SIZE);
-        return false;
+        close(fd);
+        return -1;
     }
     /* Growing a file keeps its content: a restart finds its pages. */
-    if (ftruncate(f->fd, STORE_SIZE) < 0) {
+    if (ftruncate(fd, STORE_SIZE) < 0) {
         log_error("cannot set up %s: %s", path, g_strerror(errno));
-        return false;
+        close(fd);
+        return -1;
     }
-    f->ro_fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (f->ro_fd < 0) {
-        log_error("cannot open %s: %s", path, g_strerror(errno));
-        return false;
+    if (st->bind) {
+        bind_to_node(fd, path, node);
     }
-    /*
-     * The node binding of a tmpfs file's pages is set through a shared
-     * mapping of it (mbind) and applies to every page allocated for the
-     * file, pwrite() included.
-     */
-    f->map = mmap(NULL, STORE_SIZE, PROT_READ | PROT_WRITE,
-                  MAP_SHARED | MAP_NORESERVE, f->fd, 0);
-    if (f->map == MAP_FAILED) {
-        f->map = NULL;
-        log_error("cannot map %s: %s", path, g_strerror(errno));
-        return false;
-    }
-    /* Guest memory has no business in the agent's core dumps. */
-    madvise(f->map, STORE_SIZE, MADV_DONTDUMP);
-    if (bind) {
-        bind_to_node(f, node);
-    }
-    return true;
+    return fd;
 }
 
 bool store_open(Store *st, const char *dir, uint32_t nr_nodes, bool bind)
@@ -224,10 +224,11 @@ bool store_open(Store *st, const char *dir, uint32_t nr_nodes, bool bind)
         .dir = g_strdup(dir),
         .lock_fd = -1,
         .nr_nodes = nr_nodes,
+        .bind = bind,
+        .domains = g_ptr_array_new(),
     };
     for (uint32_t n = 0; n < NUKSM_MAX_NODES; n++) {
-        st->files[n].fd = st->files[n].ro_fd = -1;
-        st->files[n].records_fd = -1;
+        st->records_fds[n] = -1;
     }
 
     if (g_mkdir_with_parents(dir, 0700) < 0) {
@@ -240,7 +241,10 @@ bool store_open(Store *st, const char *dir, uint32_t nr_nodes, bool bind)
         goto fail;
     }
     for (uint32_t n = 0; n < nr_nodes; n++) {
-        if (!open_file(st, n, bind)) {
+        g_autofree char *records = g_strdup_printf("slots-node%u", n);
+
+        st->records_fds[n] = open_private(st, records);
+        if (st->records_fds[n] < 0) {
             goto fail;
         }
     }
@@ -253,24 +257,14 @@ fail:
 
 void store_close(Store *st)
 {
+    for (guint d = 0; st->domains && d < st->domains->len; d++) {
+        store_close_domain(st, d, false);
+    }
+    g_clear_pointer(&st->domains, g_ptr_array_unref);
     for (uint32_t n = 0; n < NUKSM_MAX_NODES; n++) {
-        StoreFile *f = &st->files[n];
-
-        if (f->map) {
-            munmap(f->map, STORE_SIZE);
-            f->map = NULL;
-        }
-        if (f->ro_fd >= 0) {
-            close(f->ro_fd);
-            f->ro_fd = -1;
-        }
-        if (f->fd >= 0) {
-            close(f->fd);
-            f->fd = -1;
-        }
-        if (f->records_fd >= 0) {
-            close(f->records_fd);
-            f->records_fd = -1;
+        if (st->records_fds[n] >= 0) {
+            close(st->records_fds[n]);
+            st->records_fds[n] = -1;
         }
     }
     if (st->lock_fd >= 0) {
@@ -278,6 +272,115 @@ void store_close(Store *st)
         st->lock_fd = -1;
     }
     g_clear_pointer(&st->dir, g_free);
+}
+
+/* The key of a store file's name "store-KEY-nodeN", or NULL. */
+static char *key_of_name(const char *name)
+{
+    const char *key = name + strlen("store-");
+
+    if (!g_str_has_prefix(name, "store-") || strlen(key) <= STORE_KEY_LEN ||
+        strspn(key, "0123456789abcdef") != STORE_KEY_LEN ||
+        !g_str_has_prefix(key + STORE_KEY_LEN, "-node")) {
+        return NULL;
+    }
+    return g_strndup(key, STORE_KEY_LEN);
+}
+
+GPtrArray *store_list_domains(const Store *st)
+{
+    GPtrArray *keys = g_ptr_array_new_with_free_func(g_free);
+    g_autoptr(GDir) dir = g_dir_open(st->dir, 0, NULL);
+    const char *name;
+
+    while (dir && (name = g_dir_read_name(dir))) {
+        g_autofree char *key = key_of_name(name);
+
+        if (key && !g_ptr_array_find_with_equal_func(keys, key, g_str_equal,
+                                                     NULL)) {
+            g_ptr_array_add(keys, g_steal_pointer(&key));
+        }
+    }
+    return keys;
+}
+
+static StoreDomain *domain_files(const Store *st, uint16_t domain)
+{
+    StoreDomain *sd = domain < st->domains->len ?
+                      g_ptr_array_index(st->domains, domain) : NULL;
+
+    g_assert(sd);
+    return sd;
+}
+
+bool store_open_domain(Store *st, uint16_t domain, const char *key)
+{
+    StoreDomain *sd = g_new0(StoreDomain, 1);
+
+    g_strlcpy(sd->key, key, sizeof(sd->key));
+    for (uint32_t n = 0; n < NUKSM_MAX_NODES; n++) {
+        sd->fds[n] = -1;
+    }
+    if (domain >= st->domains->len) {
+        g_ptr_array_set_size(st->domains, domain + 1);
+    }
+    g_assert(!g_ptr_array_index(st->domains, domain));
+    g_ptr_array_index(st->domains, domain) = sd;
+    for (uint32_t n = 0; n < st->nr_nodes; n++) {
+        g_autofree char *name = store_name(key, n);
+
+        sd->fds[n] = open_store_file(st, name, n);
+        if (sd->fds[n] < 0) {
+            store_close_domain(st, domain, false);
+            return false;
+        }
+    }
+    return true;
+}
+
+void store_close_domain(Store *st, uint16_t domain, bool remove)
+{
+    StoreDomain *sd = domain < st->domains->len ?
+                      g_ptr_array_index(st->domains, domain) : NULL;
+
+    if (!sd) {
+        return;
+    }
+    for (uint32_t n = 0; n < st->nr_nodes; n++) {
+        g_autofree char *name = store_name(sd->key, n);
+        g_autofree char *path = g_build_filename(st->dir, name, NULL);
+
+        if (sd->fds[n] >= 0) {
+            close(sd->fds[n]);
+        }
+        /* A VM that still maps a page keeps it: the mapping holds it. */
+        if (remove && unlink(path) < 0 && errno != ENOENT) {
+            log_warning("cannot remove %s: %s", path, g_strerror(errno));
+        }
+    }
+    g_ptr_array_index(st->domains, domain) = NULL;
+    g_free(sd);
+}
+
+int store_reader(const Store *st, uint16_t domain, uint32_t node)
+{
+    char path[64];
+    int fd;
+
+    /* Reopened through our descriptor: no name lookup to be fooled. */
+    snprintf(path, sizeof(path), "/proc/self/fd/%d",
+             store_fd(st, domain, node));
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        log_warning("cannot open store node %u read-only: %s", node,
+                    g_strerror(errno));
+    }
+    return fd;
+}
+
+int store_fd(const Store *st, uint16_t domain, uint32_t node)
+{
+    return domain_files(st, domain)->fds[node];
 }
 
 /* pwrite() all of @buf; 0 or an errno (ENOSPC for a short write). */
@@ -288,17 +391,17 @@ static int write_all(int fd, const void *buf, size_t len, off_t off)
     return n == (ssize_t)len ? 0 : n < 0 ? errno : ENOSPC;
 }
 
-int store_write(Store *st, uint32_t node, uint32_t slot,
+int store_write(Store *st, uint16_t domain, uint32_t node, uint32_t slot,
                 const void *content)
 {
-    return write_all(st->files[node].fd, content, NUKSM_PAGE_SIZE,
+    return write_all(store_fd(st, domain, node), content, NUKSM_PAGE_SIZE,
                      (off_t)slot * NUKSM_PAGE_SIZE);
 }
 
-bool store_read(const Store *st, uint32_t node, uint32_t slot,
-                void *content)
+bool store_read(const Store *st, uint16_t domain, uint32_t node,
+                uint32_t slot, void *content)
 {
-    ssize_t n = pread(st->files[node].fd, content, NUKSM_PAGE_SIZE,
+    ssize_t n = pread(store_fd(st, domain, node), content, NUKSM_PAGE_SIZE,
                       (off_t)slot * NUKSM_PAGE_SIZE);
 
     if (n != NUKSM_PAGE_SIZE) {
@@ -312,14 +415,14 @@ bool store_read(const Store *st, uint32_t node, uint32_t slot,
 int store_set_record(Store *st, uint32_t node, uint32_t slot,
                      const SlotRecord *rec)
 {
-    return write_all(st->files[node].records_fd, rec, sizeof(*rec),
+    return write_all(st->records_fds[node], rec, sizeof(*rec),
                      (off_t)slot * sizeof(*rec));
 }
 
 bool store_get_record(const Store *st, uint32_t node, uint32_t slot,
                       SlotRecord *rec)
 {
-    ssize_t n = pread(st->files[node].records_fd, rec, sizeof(*rec),
+    ssize_t n = pread(st->records_fds[node], rec, sizeof(*rec),
                       (off_t)slot * sizeof(*rec));
 
     if (n == 0) {
@@ -343,23 +446,22 @@ static bool punch(int fd, off_t off, off_t len)
                      len) == 0;
 }
 
-void store_punch(Store *st, uint32_t node, uint32_t slot, uint32_t count)
+void store_punch(Store *st, uint16_t domain, uint32_t node, uint32_t slot,
+                 uint32_t count)
 {
-    const StoreFile *f = &st->files[node];
-
-    if (!punch(f->fd, (off_t)slot * NUKSM_PAGE_SIZE,
+    if (!punch(store_fd(st, domain, node), (off_t)slot * NUKSM_PAGE_SIZE,
                (off_t)count * NUKSM_PAGE_SIZE) ||
-        !punch(f->records_fd, (off_t)slot * sizeof(SlotRecord),
+        !punch(st->records_fds[node], (off_t)slot * sizeof(SlotRecord),
                (off_t)count * sizeof(SlotRecord))) {
         log_warning("cannot free slots %u..%u of store node %u: %s",
                     slot, slot + count - 1, node, g_strerror(errno));
     }
 }
 
-bool store_next_data(const Store *st, uint32_t node, uint32_t from,
-                     uint32_t *start, uint32_t *end)
+bool store_next_data(const Store *st, uint16_t domain, uint32_t node,
+                     uint32_t from, uint32_t *start, uint32_t *end)
 {
-    int fd = st->files[node].fd;
+    int fd = store_fd(st, domain, node);
     off_t data, hole;
 
     data = lseek(fd, (off_t)from * NUKSM_PAGE_SIZE, SEEK_DATA);

@@ -1,32 +1,40 @@
 /*
- * nuksmd store: one file per NUMA node in the state directory, holding
- * the merged pages.  Slot s of node n is the page at offset
- * s * NUKSM_PAGE_SIZE of <state-dir>/store-node<n>.
+ * nuksmd store: the merged pages, in files of the state directory, one
+ * per merge domain and NUMA node.  Slot s of node n is the page at
+ * offset s * NUKSM_PAGE_SIZE of <state-dir>/store-<key>-node<n>, where
+ * <key> names the slot's domain (merge/domains.h): slot numbers are
+ * shared by a node's domains, and each slot's page is in its own
+ * domain's file only, so that a VM, given its domain's files read-only,
+ * can read no other domain's pages.
  *
  * Files, not anonymous memfds, so that a restarted agent finds the pages
  * that VMs still map and can punch out the ones nobody maps any more.
- * Beside each store file, <state-dir>/slots-node<n> keeps a SlotRecord
- * per slot VMs were told to map, so that a restarted agent knows each
- * page's generation and domain instead of believing what clients claim.
+ * Beside them, <state-dir>/slots-node<n> keeps a SlotRecord per slot VMs
+ * were told to map, so that a restarted agent knows each page's
+ * generation and domain instead of believing what clients claim.
  * They must live on tmpfs: merged pages are memory, never written back.
- * Each file has a fixed sparse size, so that QEMU maps it once.  The
- * agent is the only writer; VMs get read-only descriptors.
+ * Each store file has a fixed sparse size, so that QEMU maps it once.
+ * The agent is the only writer; VMs get read-only descriptors.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-
 #ifndef NUKSMD_STORE_H
 #define NUKSMD_STORE_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <glib.h>
+
 #include "nuksm-proto.h"
 #include "slots.h"
 
 /* Bytes of the state directory's secret, which keys domain names. */
 #define STORE_SECRET_LEN 32
+
+/* Hex digits of a domain's key in its files' names (128 bits). */
+#define STORE_KEY_LEN 32
 
 /* Pages and bytes of a store file: 2^24 pages, 64 GiB, all sparse. */
 #define STORE_SLOTS NUKSM_SLOTS_PER_NODE
@@ -39,29 +47,29 @@
  */
 typedef struct SlotRecord {
     uint32_t gen;            /* the generation VMs were told */
-    uint32_t domain_key;     /* domains_key() of its domain, never 0 */
+    uint32_t domain_key;     /* domains_record_key() of its domain */
 } SlotRecord;
 
-typedef struct StoreFile {
-    int fd;                  /* read-write, the agent's own */
-    int records_fd;          /* SlotRecords, read-write */
-    int ro_fd;               /* read-only, what VMs receive */
-    void *map;               /* STORE_SIZE bytes, shared: carries the */
-                             /* node binding, never accessed */
-} StoreFile;
+/* The store files of one merge domain. */
+typedef struct StoreDomain {
+    char key[STORE_KEY_LEN + 1];
+    int fds[NUKSM_MAX_NODES];        /* read-write, the agent's own */
+} StoreDomain;
 
 typedef struct Store {
     char *dir;
     int lock_fd;             /* flock()ed: one agent per state directory */
     uint8_t secret[STORE_SECRET_LEN];  /* <state-dir>/secret */
     uint32_t nr_nodes;
-    StoreFile files[NUKSM_MAX_NODES];
+    bool bind;               /* pages bound to their host node */
+    int records_fds[NUKSM_MAX_NODES];  /* SlotRecords, read-write */
+    GPtrArray *domains;      /* domain id -> StoreDomain, NULL if closed */
 } Store;
 
 /*
- * Open or create the state directory @dir (0700, on tmpfs) and a store
- * file per node (0600), keeping the content of existing ones.  With
- * @bind, each file's pages are bound to the host node of the same
+ * Open or create the state directory @dir (0700, on tmpfs) and its
+ * record files (0600), keeping the content of existing ones.  With
+ * @bind, each store file's pages are bound to the host node of the same
  * number.  Logs and returns false on failure.
  */
 bool store_open(Store *st, const char *dir, uint32_t nr_nodes, bool bind);
@@ -69,16 +77,41 @@ bool store_open(Store *st, const char *dir, uint32_t nr_nodes, bool bind);
 void store_close(Store *st);
 
 /*
- * Write the page of a slot: 0 or an errno.  Writes go through the file,
- * not the mapping: a full tmpfs (ENOSPC) or memory cgroup (ENOMEM) then
- * fails the write instead of killing the agent with SIGBUS.
+ * The keys of the domains whose store files are in the state directory
+ * (a previous agent's); free with g_ptr_array_unref().
  */
-int store_write(Store *st, uint32_t node, uint32_t slot,
+GPtrArray *store_list_domains(const Store *st);
+
+/*
+ * Open or create the files of domain @domain, named by @key, keeping
+ * their content.  Logs and returns false on failure.
+ */
+bool store_open_domain(Store *st, uint16_t domain, const char *key);
+
+/* Close the files of @domain and, with @remove, delete them. */
+void store_close_domain(Store *st, uint16_t domain, bool remove);
+
+/*
+ * A new read-only descriptor of @domain's file of @node, for a VM of
+ * it; -1, logged, on failure.
+ */
+int store_reader(const Store *st, uint16_t domain, uint32_t node);
+
+/* The read-write descriptor of @domain's file of @node. */
+int store_fd(const Store *st, uint16_t domain, uint32_t node);
+
+/*
+ * Write the page of a slot of @domain: 0 or an errno.  Writes go through
+ * the file, not a mapping: a full tmpfs (ENOSPC) or memory cgroup
+ * (ENOMEM) then fails the write instead of killing the agent with
+ * SIGBUS.
+ */
+int store_write(Store *st, uint16_t domain, uint32_t node, uint32_t slot,
                 const void *content);
 
 /* Read the page of a slot; logs and returns false on failure. */
-bool store_read(const Store *st, uint32_t node, uint32_t slot,
-                void *content);
+bool store_read(const Store *st, uint16_t domain, uint32_t node,
+                uint32_t slot, void *content);
 
 /*
  * The record of a slot that holds content.  store_set_record() goes
@@ -90,16 +123,17 @@ bool store_get_record(const Store *st, uint32_t node, uint32_t slot,
                       SlotRecord *rec);
 
 /*
- * Give the pages of @count slots from @slot back to the system, and
- * clear their records.
+ * Give the pages of @count slots of @domain from @slot back to the
+ * system, and clear their records.
  */
-void store_punch(Store *st, uint32_t node, uint32_t slot, uint32_t count);
+void store_punch(Store *st, uint16_t domain, uint32_t node, uint32_t slot,
+                 uint32_t count);
 
 /*
- * The first run of slots holding content at or after @from, as
- * [*start, *end); false if there is none.
+ * The first run of slots of @domain holding content at or after @from,
+ * as [*start, *end); false if there is none.
  */
-bool store_next_data(const Store *st, uint32_t node, uint32_t from,
-                     uint32_t *start, uint32_t *end);
+bool store_next_data(const Store *st, uint16_t domain, uint32_t node,
+                     uint32_t from, uint32_t *start, uint32_t *end);
 
 #endif /* NUKSMD_STORE_H */

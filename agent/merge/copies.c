@@ -15,9 +15,9 @@ bool copies_fill(NuksmAgent *agent, SlotId id, const void *content)
     Slot *s = ledger_slot(agent, id);
     SlotRecord rec = {
         .gen = s->gen,
-        .domain_key = domains_key(&agent->domains, s->domain),
+        .domain_key = domains_record_key(&agent->domains, s->domain),
     };
-    int err = store_write(&agent->store, slot_id_node(id),
+    int err = store_write(&agent->store, s->domain, slot_id_node(id),
                           slot_id_slot(id), content);
 
     if (!err) {

@@ -104,8 +104,8 @@ void detached_client_leave(NuksmAgent *agent, NuksmClient *client)
     d = g_new0(Detached, 1);
     d->agent = agent;
     d->pid = client->pid;
-    /* Same name, same id: the client's reference keeps it. */
-    d->domain_id = domains_get(&agent->domains, client->domain);
+    d->domain_id = client->domain_id;
+    domains_hold(&agent->domains, d->domain_id);
     keymap_init(&d->pages, client->pages.seed);
     ledger_client_leave(agent, client, &d->pages);
     if (!d->pages.count) {

@@ -7,99 +7,147 @@
 
 #include <string.h>
 
-#include "clients.h"
 #include "domains.h"
-
-/* Every VM could bring its own domain: ids must cover CLIENTS_MAX. */
-_Static_assert(CLIENTS_MAX < UINT16_MAX, "domain ids are 16 bits");
+#include "log.h"
 
 typedef struct Domain {
-    char *name;
+    char key[STORE_KEY_LEN + 1];
+    uint32_t record_key;
     uint16_t id;
-    uint32_t key;
     unsigned users;
+    DomainStats stats;
 } Domain;
 
-static void domain_free(gpointer p)
+void domains_init(Domains *d, Store *store, const void *secret,
+                  size_t secret_len)
 {
-    Domain *dom = p;
-
-    g_free(dom->name);
-    g_free(dom);
-}
-
-void domains_init(Domains *d, const void *secret, size_t secret_len)
-{
-    d->by_name = g_hash_table_new_full(g_str_hash, g_str_equal, NULL,
-                                       domain_free);
+    d->by_key = g_hash_table_new_full(g_str_hash, g_str_equal, NULL,
+                                      g_free);
     d->by_id = g_ptr_array_new();
     d->secret = g_bytes_new(secret, secret_len);
+    d->store = store;
 }
 
 void domains_destroy(Domains *d)
 {
-    g_clear_pointer(&d->by_name, g_hash_table_destroy);
+    g_clear_pointer(&d->by_key, g_hash_table_destroy);
     g_clear_pointer(&d->by_id, g_ptr_array_unref);
     g_clear_pointer(&d->secret, g_bytes_unref);
 }
 
-/* HMAC-SHA256 of @name, cut to 32 bits. */
-static uint32_t make_key(const Domains *d, const char *name)
+/* HMAC-SHA256 of @name, as STORE_KEY_LEN hex digits. */
+static void make_key(const Domains *d, const char *name, char *key)
 {
-    gsize secret_len, len;
+    gsize secret_len;
     const guchar *secret = g_bytes_get_data(d->secret, &secret_len);
-    g_autoptr(GHmac) hmac = g_hmac_new(G_CHECKSUM_SHA256, secret,
-                                       secret_len);
-    uint8_t digest[32];
-    uint32_t key;
+    g_autofree char *hex = g_compute_hmac_for_string(G_CHECKSUM_SHA256,
+                                                     secret, secret_len,
+                                                     name, -1);
 
-    len = sizeof(digest);
-    g_hmac_update(hmac, (const guchar *)name, strlen(name));
-    g_hmac_get_digest(hmac, digest, &len);
-    memcpy(&key, digest, sizeof(key));
-    return key ? key : 1;
+    g_strlcpy(key, hex, STORE_KEY_LEN + 1);
 }
 
-uint16_t domains_get(Domains *d, const char *name)
+/* The first 32 bits of @key, never 0. */
+static uint32_t record_key_of(const char *key)
 {
-    Domain *dom = g_hash_table_lookup(d->by_name, name);
+    char head[9];
+    uint32_t value;
+
+    g_strlcpy(head, key, sizeof(head));
+    value = g_ascii_strtoull(head, NULL, 16);
+    return value ? value : 1;
+}
+
+/* The domain of @key, with a new id and its files open; NULL if not. */
+static Domain *domain_new(Domains *d, const char *key)
+{
+    Domain *dom;
     guint id;
 
-    if (dom) {
-        dom->users++;
-        return dom->id;
-    }
     for (id = 0; id < d->by_id->len; id++) {
         if (!g_ptr_array_index(d->by_id, id)) {
             break;
         }
     }
+    if (id > UINT16_MAX) {
+        log_warning("too many merge domains (%u)", id);
+        return NULL;
+    }
+    if (!store_open_domain(d->store, id, key)) {
+        return NULL;
+    }
     if (id == d->by_id->len) {
         g_ptr_array_add(d->by_id, NULL);
     }
     dom = g_new0(Domain, 1);
-    dom->name = g_strdup(name);
+    g_strlcpy(dom->key, key, sizeof(dom->key));
+    dom->record_key = record_key_of(key);
     dom->id = id;
-    dom->key = make_key(d, name);
-    dom->users = 1;
     g_ptr_array_index(d->by_id, id) = dom;
-    g_hash_table_insert(d->by_name, dom->name, dom);
-    return id;
+    g_hash_table_insert(d->by_key, dom->key, dom);
+    return dom;
 }
 
-uint32_t domains_key(const Domains *d, uint16_t id)
+static bool get(Domains *d, const char *key, uint16_t *id)
 {
-    const Domain *dom = g_ptr_array_index(d->by_id, id);
+    Domain *dom = g_hash_table_lookup(d->by_key, key);
 
-    return dom->key;
+    if (!dom) {
+        dom = domain_new(d, key);
+        if (!dom) {
+            return false;
+        }
+    }
+    dom->users++;
+    *id = dom->id;
+    return true;
+}
+
+bool domains_get(Domains *d, const char *name, uint16_t *id)
+{
+    char key[STORE_KEY_LEN + 1];
+
+    make_key(d, name, key);
+    return get(d, key, id);
+}
+
+bool domains_get_key(Domains *d, const char *key, uint16_t *id)
+{
+    return get(d, key, id);
+}
+
+static Domain *domain_of(const Domains *d, uint16_t id)
+{
+    Domain *dom = g_ptr_array_index(d->by_id, id);
+
+    g_assert(dom);
+    return dom;
+}
+
+void domains_hold(Domains *d, uint16_t id)
+{
+    domain_of(d, id)->users++;
 }
 
 void domains_put(Domains *d, uint16_t id)
 {
-    Domain *dom = g_ptr_array_index(d->by_id, id);
+    Domain *dom = domain_of(d, id);
 
-    if (--dom->users == 0) {
-        g_ptr_array_index(d->by_id, id) = NULL;
-        g_hash_table_remove(d->by_name, dom->name);
+    if (--dom->users) {
+        return;
     }
+    /* No slot of it is in use: its files hold no page. */
+    store_close_domain(d->store, id, true);
+    g_ptr_array_index(d->by_id, id) = NULL;
+    g_hash_table_remove(d->by_key, dom->key);
+}
+
+uint32_t domains_record_key(const Domains *d, uint16_t id)
+{
+    return domain_of(d, id)->record_key;
+}
+
+DomainStats *domains_stats(Domains *d, uint16_t id)
+{
+    return &domain_of(d, id)->stats;
 }

@@ -1,12 +1,16 @@
 /*
- * nuksmd merge domains: the HELLO domain names of connected VMs, as small
- * ids for the index.  Only VMs of one domain ever share pages.  An id
- * lives while a VM of its domain is connected or detached (its process
- * runs on after its connection went, keeping its merged pages: see
- * detached.h); every slot and index entry of a domain belongs to such
- * VMs, so none outlives its id.
- * A domain's key outlives it and the agent: it names the domain in the
- * store's records (store.h).
+ * nuksmd merge domains.  Only VMs of one domain ever share pages, and
+ * each domain has store files of its own (host/store.h), so that the
+ * read-only descriptors a VM holds show its own domain's pages and no
+ * other's.  Which domain a VM is in is decided by core/assign.h.
+ *
+ * A domain has a small id for the index and the slots, and a key that
+ * names it in the state directory: a keyed hash of its name, so that
+ * the key outlives the agent (a restarted agent finds each domain's
+ * files and records) and no client can pick a name whose key is another
+ * domain's.  A domain lives while anything uses it: a connected or
+ * detached VM of it (detached.h), or a slot of its store that is not
+ * free yet.  When the last goes, its files, empty by then, are removed.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -15,31 +19,59 @@
 #ifndef NUKSMD_DOMAINS_H
 #define NUKSMD_DOMAINS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <glib.h>
 
+#include "nuksm-proto.h"
+#include "store.h"
+
+/* What a VM of a domain is told of it (INFO with NUKSM_INFO_DOMAIN). */
+typedef struct DomainStats {
+    uint32_t vms;            /* connected VMs */
+    uint64_t pages_shared;   /* its slots that pages map */
+    uint64_t pages_sharing;  /* pages mapping them, less one a slot */
+    uint64_t store_pages[NUKSM_MAX_NODES];  /* its slots not free */
+} DomainStats;
+
 typedef struct Domains {
-    GHashTable *by_name;     /* name -> Domain */
+    GHashTable *by_key;      /* key -> Domain */
     GPtrArray *by_id;        /* id -> Domain, NULL if unused */
     GBytes *secret;          /* keys the names */
+    Store *store;            /* holds each domain's files */
 } Domains;
 
 /* Keys are made with @secret, the state directory's (store.h). */
-void domains_init(Domains *d, const void *secret, size_t secret_len);
+void domains_init(Domains *d, Store *store, const void *secret,
+                  size_t secret_len);
 void domains_destroy(Domains *d);
 
-/* The id of @name, taking a reference on it. */
-uint16_t domains_get(Domains *d, const char *name);
+/*
+ * The id of domain @name, taking a reference on it; its store files are
+ * opened, or made.  False, logged, if they cannot be.
+ */
+bool domains_get(Domains *d, const char *name, uint16_t *id);
 
 /*
- * The key of domain @id: the same for every agent with the same secret,
- * never 0.  A keyed hash, so that no client can pick a name whose key is
- * another domain's.
+ * The id of the domain whose files have key @key (store_list_domains()
+ * after a restart), taking a reference.  False, logged, if its files
+ * cannot be opened.
  */
-uint32_t domains_key(const Domains *d, uint16_t id);
+bool domains_get_key(Domains *d, const char *key, uint16_t *id);
 
-/* Drop a reference taken by domains_get(). */
+/* Another reference on @id, which has one. */
+void domains_hold(Domains *d, uint16_t id);
+
+/* Drop a reference: the last removes the domain and its files. */
 void domains_put(Domains *d, uint16_t id);
+
+/*
+ * The 32 bits of domain @id's key that the store's slot records keep:
+ * the same for every agent with the same secret, never 0.
+ */
+uint32_t domains_record_key(const Domains *d, uint16_t id);
+
+DomainStats *domains_stats(Domains *d, uint16_t id);
 
 #endif /* NUKSMD_DOMAINS_H */

@@ -63,22 +63,23 @@ static void free_slots(NuksmAgent *agent)
     GArray *ids = agent->effects.freeing;
     guint i = 0;
 
-    /* Sorted, consecutive slots are punched with one call. */
+    /* Sorted, consecutive slots of a domain are punched with one call. */
     g_array_sort(ids, compare_ids);
     while (i < ids->len) {
         SlotId first = g_array_index(ids, SlotId, i);
+        uint16_t domain = ledger_slot(agent, first)->domain;
         guint n = 1;
 
         while (i + n < ids->len &&
                g_array_index(ids, SlotId, i + n) == first + n &&
-               slot_id_node(first + n) == slot_id_node(first)) {
+               slot_id_node(first + n) == slot_id_node(first) &&
+               ledger_slot(agent, first + n)->domain == domain) {
             n++;
         }
-        store_punch(&agent->store, slot_id_node(first), slot_id_slot(first),
-                    n);
+        store_punch(&agent->store, domain, slot_id_node(first),
+                    slot_id_slot(first), n);
         for (guint k = 0; k < n; k++) {
-            slots_release(ledger_table(agent, first),
-                          slot_id_slot(first) + k);
+            ledger_release_slot(agent, first + k);
         }
         i += n;
     }

@@ -15,14 +15,28 @@ typedef struct UploadSharer {
     uint32_t client;         /* id: the client may leave meanwhile */
 } UploadSharer;
 
+/* A slot being uploaded. */
+typedef struct Upload {
+    gint64 deadline;         /* monotonic us: the uploader's time is up */
+    GArray *sharers;         /* UploadSharer, the uploader's first */
+} Upload;
+
+static void upload_free(gpointer p)
+{
+    Upload *up = p;
+
+    g_array_unref(up->sharers);
+    g_free(up);
+}
+
 void ledger_init(NuksmAgent *agent, uint32_t gen)
 {
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
         slots_init(&agent->ledger.slots[n], STORE_SLOTS, gen);
     }
     agent->ledger.vms = g_hash_table_new(NULL, NULL);
-    agent->ledger.uploads =
-        g_hash_table_new_full(NULL, NULL, NULL, (GDestroyNotify)g_array_unref);
+    agent->ledger.uploads = g_hash_table_new_full(NULL, NULL, NULL,
+                                                  upload_free);
 }
 
 void ledger_destroy(NuksmAgent *agent)
@@ -37,6 +51,54 @@ void ledger_destroy(NuksmAgent *agent)
 NuksmClient *ledger_client(NuksmAgent *agent, uint32_t client_id)
 {
     return g_hash_table_lookup(agent->ledger.vms, GUINT_TO_POINTER(client_id));
+}
+
+void ledger_take_slot(NuksmAgent *agent, SlotId id, uint16_t domain)
+{
+    ledger_slot(agent, id)->domain = domain;
+    domains_hold(&agent->domains, domain);
+    domains_stats(&agent->domains, domain)->store_pages[slot_id_node(id)]++;
+}
+
+void ledger_release_slot(NuksmAgent *agent, SlotId id)
+{
+    uint16_t domain = ledger_slot(agent, id)->domain;
+
+    slots_release(ledger_table(agent, id), slot_id_slot(id));
+    domains_stats(&agent->domains, domain)->store_pages[slot_id_node(id)]--;
+    domains_put(&agent->domains, domain);
+}
+
+/*
+ * A page maps slot @id now, or no longer: the slot tables and the
+ * domain count shared and sharing pages alike.  put_ref() returns true
+ * when the slot is unused.
+ */
+static void get_ref(NuksmAgent *agent, SlotId id)
+{
+    Slot *s = ledger_slot(agent, id);
+    DomainStats *stats = domains_stats(&agent->domains, s->domain);
+
+    slots_get_ref(ledger_table(agent, id), slot_id_slot(id));
+    if (s->refs == 1) {
+        stats->pages_shared++;
+    } else {
+        stats->pages_sharing++;
+    }
+}
+
+static bool put_ref(NuksmAgent *agent, SlotId id)
+{
+    Slot *s = ledger_slot(agent, id);
+    DomainStats *stats = domains_stats(&agent->domains, s->domain);
+    bool unused = slots_put_ref(ledger_table(agent, id), slot_id_slot(id));
+
+    if (s->refs == 0) {
+        stats->pages_shared--;
+    } else {
+        stats->pages_sharing--;
+    }
+    return unused;
 }
 
 char *ledger_ref_problem(NuksmAgent *agent, const NuksmSlotRef *r)
@@ -67,7 +129,7 @@ void ledger_add(NuksmAgent *agent, NuksmClient *client, uint64_t page,
     e->value = id;
     e->tag = state;
     if (state == PAGE_MAPPED) {
-        slots_get_ref(t, slot_id_slot(id));
+        get_ref(agent, id);
         client->merged_pages++;
     } else {
         slots_get_pending(t, slot_id_slot(id));
@@ -98,9 +160,9 @@ void ledger_move_done(NuksmAgent *agent, NuksmClient *client, uint64_t page)
     e = ledger_page(client, page);
     from = e->value;
     e->value = to;
-    slots_get_ref(ledger_table(agent, to), slot_id_slot(to));
+    get_ref(agent, to);
     slots_put_pending(ledger_table(agent, to), slot_id_slot(to));
-    if (slots_put_ref(ledger_table(agent, from), slot_id_slot(from))) {
+    if (put_ref(agent, from)) {
         ledger_free(agent, from);
     }
 }
@@ -110,7 +172,7 @@ void ledger_map(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e)
     SlotTable *t = ledger_table(agent, e->value);
 
     e->tag = PAGE_MAPPED;
-    slots_get_ref(t, slot_id_slot(e->value));
+    get_ref(agent, e->value);
     slots_put_pending(t, slot_id_slot(e->value));
     client->merged_pages++;
 }
@@ -124,7 +186,7 @@ void ledger_drop(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e)
     client->parked_pages -= ledger_parked(e->tag);
     if (ledger_holds_ref(e->tag)) {
         client->merged_pages--;
-        unused = slots_put_ref(t, slot_id_slot(id));
+        unused = put_ref(agent, id);
     } else {
         unused = slots_put_pending(t, slot_id_slot(id));
     }
@@ -136,18 +198,22 @@ void ledger_drop(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e)
 
 void ledger_upload_start(NuksmAgent *agent, SlotId id)
 {
-    g_hash_table_insert(agent->ledger.uploads, GUINT_TO_POINTER(id),
-                        g_array_new(FALSE, FALSE, sizeof(UploadSharer)));
+    Upload *up = g_new0(Upload, 1);
+
+    up->deadline = g_get_monotonic_time() +
+                   LEDGER_UPLOAD_SECONDS * G_USEC_PER_SEC;
+    up->sharers = g_array_new(FALSE, FALSE, sizeof(UploadSharer));
+    g_hash_table_insert(agent->ledger.uploads, GUINT_TO_POINTER(id), up);
 }
 
 void ledger_upload_join(NuksmAgent *agent, SlotId id, NuksmClient *client,
                         uint64_t page)
 {
-    GArray *sharers = g_hash_table_lookup(agent->ledger.uploads,
-                                          GUINT_TO_POINTER(id));
+    Upload *up = g_hash_table_lookup(agent->ledger.uploads,
+                                     GUINT_TO_POINTER(id));
     UploadSharer sharer = { .page = page, .client = client->id };
 
-    g_array_append_val(sharers, sharer);
+    g_array_append_val(up->sharers, sharer);
 }
 
 /*
@@ -175,11 +241,67 @@ static KeyMapEntry *waiting_entry(NuksmAgent *agent, SlotId id,
 
 static GArray *steal_sharers(NuksmAgent *agent, SlotId id)
 {
-    gpointer sharers = NULL;
+    gpointer p = NULL;
+    GArray *sharers;
 
     g_hash_table_steal_extended(agent->ledger.uploads, GUINT_TO_POINTER(id),
-                                NULL, &sharers);
+                                NULL, &p);
+    sharers = g_array_ref(((Upload *)p)->sharers);
+    upload_free(p);
     return sharers;
+}
+
+GArray *ledger_uploads_overdue(NuksmAgent *agent, gint64 now)
+{
+    GArray *ids = g_array_new(FALSE, FALSE, sizeof(SlotId));
+    GHashTableIter iter;
+    gpointer key, value;
+
+    g_hash_table_iter_init(&iter, agent->ledger.uploads);
+    while (g_hash_table_iter_next(&iter, &key, &value)) {
+        SlotId id = GPOINTER_TO_UINT(key);
+
+        if (((Upload *)value)->deadline <= now) {
+            g_array_append_val(ids, id);
+        }
+    }
+    return ids;
+}
+
+bool ledger_upload_reassign(NuksmAgent *agent, SlotId id,
+                            bool (*may_upload)(const NuksmClient *client),
+                            LedgerWaiter *late, LedgerWaiter *next)
+{
+    Upload *up = g_hash_table_lookup(agent->ledger.uploads,
+                                     GUINT_TO_POINTER(id));
+    UploadSharer first = g_array_index(up->sharers, UploadSharer, 0);
+    KeyMapEntry *late_entry = waiting_entry(agent, id, &first, &late->client);
+
+    late->page = first.page;
+    if (!late_entry || late_entry->tag != PAGE_UPLOADING) {
+        late->client = NULL;
+    }
+    for (guint i = 1; i < up->sharers->len; i++) {
+        UploadSharer sharer = g_array_index(up->sharers, UploadSharer, i);
+        KeyMapEntry *e = waiting_entry(agent, id, &sharer, &next->client);
+
+        if (!e || !may_upload(next->client)) {
+            continue;
+        }
+        e->tag = PAGE_UPLOADING;
+        next->page = sharer.page;
+        g_array_remove_index(up->sharers, i);
+        g_array_index(up->sharers, UploadSharer, 0) = sharer;
+        up->deadline = g_get_monotonic_time() +
+                       LEDGER_UPLOAD_SECONDS * G_USEC_PER_SEC;
+        if (late->client) {
+            /* The new uploader keeps the slot: this frees nothing. */
+            ledger_drop(agent, late->client, late_entry);
+        }
+        return true;
+    }
+    ledger_upload_cancel(agent, id);
+    return false;
 }
 
 GArray *ledger_upload_complete(NuksmAgent *agent, SlotId id)
@@ -271,7 +393,7 @@ static void release_entry(NuksmAgent *agent, const KeyMapEntry *e,
         ledger_upload_cancel(agent, e->value);
     }
     if (ledger_holds_ref(e->tag)) {
-        unused = slots_put_ref(t, slot_id_slot(e->value));
+        unused = put_ref(agent, e->value);
     } else {
         unused = slots_put_pending(t, slot_id_slot(e->value));
     }

@@ -95,6 +95,16 @@ char *ledger_ref_problem(NuksmAgent *agent, const NuksmSlotRef *r);
 /* The joined VM of id @client_id, or NULL if it left. */
 NuksmClient *ledger_client(NuksmAgent *agent, uint32_t client_id);
 
+/*
+ * A slot just allocated (SLOT_UPLOADING) or claimed as an orphan holds
+ * content of domain @domain: the domain and its files live at least as
+ * long as the slot is not free.
+ */
+void ledger_take_slot(NuksmAgent *agent, SlotId id, uint16_t domain);
+
+/* A punched slot goes back to the free pool, and gives up its domain. */
+void ledger_release_slot(NuksmAgent *agent, SlotId id);
+
 /* Add an entry for @page, which @client has none for. */
 void ledger_add(NuksmAgent *agent, NuksmClient *client, uint64_t page,
                 SlotId id, PageState state);
@@ -115,6 +125,12 @@ void ledger_map(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
 /* Remove an entry; its slot is freed if that was its last user. */
 void ledger_drop(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
 
+/* A page of a client: one that waits for an upload, or uploads. */
+typedef struct LedgerWaiter {
+    NuksmClient *client;
+    uint64_t page;
+} LedgerWaiter;
+
 /*
  * Uploads.  A new slot starts SLOT_UPLOADING with the pages that will
  * share it, the uploader's one first; more may join until the content
@@ -122,23 +138,38 @@ void ledger_drop(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
  * copies.h, and every sharer still there is to be sent a MERGE) or is
  * cancelled (the sharers' entries are dropped and the slot freed), which
  * is also what happens when the content cannot be stored.
+ *
+ * The uploader has LEDGER_UPLOAD_SECONDS from the start: one that does
+ * not upload in time, whether it cannot or will not, must not hold back
+ * the others' merge of that content (merge.c hands the upload on).
  */
+#define LEDGER_UPLOAD_SECONDS 5
+
 void ledger_upload_start(NuksmAgent *agent, SlotId id);
 void ledger_upload_join(NuksmAgent *agent, SlotId id, NuksmClient *client,
                         uint64_t page);
 void ledger_upload_cancel(NuksmAgent *agent, SlotId id);
 
-/* A page that waited for an upload and may now map its slot. */
-typedef struct LedgerWaiter {
-    NuksmClient *client;
-    uint64_t page;
-} LedgerWaiter;
 
 /*
  * Upload @id is stored: its sharers still there become PAGE_MERGING.
  * Returns them (LedgerWaiter), for the caller to send each a MERGE.
  */
 GArray *ledger_upload_complete(NuksmAgent *agent, SlotId id);
+
+/* The uploads whose uploader's time is up by @now (monotonic us). */
+GArray *ledger_uploads_overdue(NuksmAgent *agent, gint64 now);
+
+/*
+ * Upload @id's uploader is late: the first waiting sharer of a client
+ * @may_upload becomes the uploader, with time of its own, and is in
+ * @next; the late one's page (in @late, client NULL if it is gone)
+ * leaves the slot.  False if no sharer may upload: the upload is
+ * cancelled.
+ */
+bool ledger_upload_reassign(NuksmAgent *agent, SlotId id,
+                            bool (*may_upload)(const NuksmClient *client),
+                            LedgerWaiter *late, LedgerWaiter *next);
 
 /* Queue an unused slot to be freed once the event is done (effects.h). */
 void ledger_free(NuksmAgent *agent, SlotId id);

@@ -6,6 +6,7 @@
  */
 
 #include <inttypes.h>
+#include <unistd.h>
 
 #include "conditions.h"
 #include "copies.h"
@@ -30,7 +31,7 @@
 void merge_client_join(NuksmAgent *agent, NuksmClient *client)
 {
     client->joined = true;
-    client->domain_id = domains_get(&agent->domains, client->domain);
+    domains_stats(&agent->domains, client->domain_id)->vms++;
     keymap_init(&client->pages, agent->index.seed);
     client->to_merge = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_upload = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
@@ -43,11 +44,18 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     if (client->pid > 0) {
         mappers_add(&agent->mappers, client->pid);
     }
+    /* Its own domain's files only: it can read no other's pages. */
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
         NuksmMsgStore msg = { .node = n, .size = STORE_SIZE };
+        int fd = store_reader(&agent->store, client->domain_id, n);
 
-        transport_send_fd(client, NUKSM_MSG_STORE, 0, &msg, sizeof(msg),
-                          agent->store.files[n].ro_fd);
+        if (fd < 0) {
+            transport_reject(client, 0, NUKSM_ERR_BAD_MESSAGE,
+                             "nuksmd cannot open its store (see its log)");
+            return;
+        }
+        transport_send_fd(client, NUKSM_MSG_STORE, 0, &msg, sizeof(msg), fd);
+        close(fd);
     }
     conditions_send(agent, client);
 }
@@ -55,6 +63,7 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
 void merge_client_leave(NuksmAgent *agent, NuksmClient *client)
 {
     if (client->joined) {
+        domains_stats(&agent->domains, client->domain_id)->vms--;
         detached_client_leave(agent, client);
         client->joined = false;
     }
@@ -74,14 +83,33 @@ bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
 }
 
 /*
+ * An uploader that let its time pass (LEDGER_UPLOAD_SECONDS) is not
+ * asked to upload again for this long, doubled with each further miss
+ * up to the maximum: a client that claims contents and never uploads
+ * them cannot keep a domain's other VMs from merging them.
+ */
+#define UPLOAD_BAN_SECONDS 60
+#define UPLOAD_BAN_MAX_SECONDS 3600
+
+/* Late uploads of a client, remembered until they come or this many. */
+#define REVOKED_UPLOADS_MAX CLIENT_IN_FLIGHT_MAX
+
+static bool may_upload(const NuksmClient *client)
+{
+    return g_get_monotonic_time() >= client->uploads_banned_until;
+}
+
+/*
  * @v's candidate @c and the unstable entry of @u's @upage (placed as
- * @pv and @pu) share a new slot.
+ * @pv and @pu) share a new slot.  @v uploads it, unless it may not and
+ * @u may.
  */
 static void start_upload(NuksmAgent *agent, NuksmClient *v,
                          const NuksmCandidate *c, const PolicyOwner *pv,
                          NuksmClient *u, uint64_t upage,
                          const PolicyOwner *pu)
 {
+    bool u_uploads = !may_upload(v);
     uint32_t hot_owner;
     uint32_t node = policy_new_copy(agent->placement.policy,
                                     agent_policy_load(agent), pv, pu,
@@ -105,14 +133,22 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
     }
     s = ledger_slot(agent, id);
     s->digest = c->digest;
-    s->domain = v->domain_id;
+    ledger_take_slot(agent, id, v->domain_id);
 
     ledger_upload_start(agent, id);
-    ledger_add(agent, v, c->page, id, PAGE_UPLOADING);
-    ledger_upload_join(agent, id, v, c->page);
-    ledger_add(agent, u, upage, id, PAGE_WAITING);
-    ledger_upload_join(agent, id, u, upage);
-    outbox_add(agent, v, NUKSM_MSG_UPLOAD_REQ, c->page, id, s->gen);
+    if (u_uploads) {
+        ledger_add(agent, u, upage, id, PAGE_UPLOADING);
+        ledger_upload_join(agent, id, u, upage);
+        ledger_add(agent, v, c->page, id, PAGE_WAITING);
+        ledger_upload_join(agent, id, v, c->page);
+        outbox_add(agent, u, NUKSM_MSG_UPLOAD_REQ, upage, id, s->gen);
+    } else {
+        ledger_add(agent, v, c->page, id, PAGE_UPLOADING);
+        ledger_upload_join(agent, id, v, c->page);
+        ledger_add(agent, u, upage, id, PAGE_WAITING);
+        ledger_upload_join(agent, id, u, upage);
+        outbox_add(agent, v, NUKSM_MSG_UPLOAD_REQ, c->page, id, s->gen);
+    }
     copies_publish(agent, id);
 }
 
@@ -156,8 +192,10 @@ static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
                                                     c->digest, &u, &pu);
         uint64_t upage;
 
+        /* One of the two must be trusted to upload. */
         if (!ue || (u == v && ue->page == c->page) ||
-            !policy_may_share(agent->placement.policy, pv, &pu)) {
+            !policy_may_share(agent->placement.policy, pv, &pu) ||
+            (!may_upload(v) && !may_upload(u))) {
             continue;
         }
         upage = ue->page;
@@ -270,6 +308,25 @@ static void send_merges(NuksmAgent *agent, SlotId id)
     }
 }
 
+/*
+ * Whether @r is an upload @client was too late for (its page left the
+ * slot then): it is ignored, not taken for a protocol violation.
+ */
+static bool revoked_upload(NuksmClient *client, const NuksmSlotRef *r)
+{
+    gpointer slot;
+
+    if (!client->revoked_uploads ||
+        !g_hash_table_lookup_extended(client->revoked_uploads,
+                                      GSIZE_TO_POINTER(r->page), NULL,
+                                      &slot) ||
+        GPOINTER_TO_UINT(slot) != slot_id(r->node, r->slot)) {
+        return false;
+    }
+    g_hash_table_remove(client->revoked_uploads, GSIZE_TO_POINTER(r->page));
+    return true;
+}
+
 void merge_handle_upload(NuksmAgent *agent, NuksmClient *client,
                          uint32_t seq, const void *payload)
 {
@@ -279,10 +336,16 @@ void merge_handle_upload(NuksmAgent *agent, NuksmClient *client,
 
     for (uint32_t i = 0; i < batch->count; i++) {
         const uint8_t *content = pages + (size_t)i * NUKSM_PAGE_SIZE;
-        KeyMapEntry *e = expect_entry(agent, client, seq, NUKSM_MSG_UPLOAD,
-                                      &refs[i], PAGE_UPLOADING);
+        KeyMapEntry *e;
         SlotId id;
 
+        if (revoked_upload(client, &refs[i])) {
+            log_debug("%s: page %#" PRIx64 " uploaded after its time, "
+                      "ignored", client->label, refs[i].page);
+            continue;
+        }
+        e = expect_entry(agent, client, seq, NUKSM_MSG_UPLOAD, &refs[i],
+                         PAGE_UPLOADING);
         if (!e) {
             return;
         }
@@ -343,5 +406,71 @@ void merge_handle_unmerged(NuksmAgent *agent, NuksmClient *client,
             return;
         }
         ledger_drop(agent, client, e);
+    }
+}
+
+/*
+ * @client let the upload of @page to @id pass its time: it may not
+ * upload for a while, and its upload, should it come, is ignored.
+ * @first: its first miss of this look.
+ */
+static void upload_missed(NuksmClient *client, uint64_t page, SlotId id,
+                          bool first)
+{
+    if (!client->revoked_uploads ||
+        g_hash_table_size(client->revoked_uploads) >= REVOKED_UPLOADS_MAX) {
+        g_clear_pointer(&client->revoked_uploads, g_hash_table_destroy);
+        client->revoked_uploads = g_hash_table_new(NULL, NULL);
+    }
+    g_hash_table_insert(client->revoked_uploads, GSIZE_TO_POINTER(page),
+                        GUINT_TO_POINTER(id));
+    if (first) {
+        unsigned shift = MIN(client->uploads_missed, 6u);
+        unsigned ban = MIN(UPLOAD_BAN_SECONDS << shift,
+                           UPLOAD_BAN_MAX_SECONDS);
+
+        client->uploads_missed++;
+        client->uploads_banned_until = g_get_monotonic_time() +
+                                       (gint64)ban * G_USEC_PER_SEC;
+        log_warning("%s: did not upload in %u s (time %u): its uploads "
+                    "go to other VMs for %u s", client->label,
+                    LEDGER_UPLOAD_SECONDS, client->uploads_missed, ban);
+    }
+}
+
+static gboolean on_upload_timer(gpointer opaque)
+{
+    NuksmAgent *agent = opaque;
+    g_autoptr(GArray) ids = ledger_uploads_overdue(agent,
+                                                   g_get_monotonic_time());
+    g_autoptr(GHashTable) late_clients = g_hash_table_new(NULL, NULL);
+
+    for (guint i = 0; i < ids->len; i++) {
+        SlotId id = g_array_index(ids, SlotId, i);
+        LedgerWaiter late, next;
+
+        if (ledger_upload_reassign(agent, id, may_upload, &late, &next)) {
+            outbox_add(agent, next.client, NUKSM_MSG_UPLOAD_REQ, next.page,
+                       id, ledger_slot(agent, id)->gen);
+        }
+        if (late.client) {
+            upload_missed(late.client, late.page, id,
+                          g_hash_table_add(late_clients, late.client));
+        }
+    }
+    return G_SOURCE_CONTINUE;
+}
+
+void merge_start(NuksmAgent *agent)
+{
+    agent->ledger.upload_timer = g_timeout_add_seconds(1, on_upload_timer,
+                                                       agent);
+}
+
+void merge_stop(NuksmAgent *agent)
+{
+    if (agent->ledger.upload_timer) {
+        g_source_remove(agent->ledger.upload_timer);
+        agent->ledger.upload_timer = 0;
     }
 }

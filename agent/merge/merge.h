@@ -37,6 +37,14 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client);
 void merge_client_leave(NuksmAgent *agent, NuksmClient *client);
 
 /*
+ * Start and stop watching the uploads' time (LEDGER_UPLOAD_SECONDS): a
+ * late upload goes to another sharer, and its uploader may not upload
+ * for a while.
+ */
+void merge_start(NuksmAgent *agent);
+void merge_stop(NuksmAgent *agent);
+
+/*
  * Check that @r names a node, slot and page that exist; else reject
  * @client (naming @what) and return false.
  */

@@ -26,12 +26,13 @@ static bool is_orphan(SlotTable *t, uint32_t slot)
 
 /*
  * Mark in @used (a set of SlotIds) the orphans that the pages @r maps
- * still read.  Only the parts of @r with orphans are looked up.
+ * still read, @r being a mapping of a store file of @node.  Only the
+ * parts of @r with orphans are looked up.
  */
 static void mark_used_orphans(NuksmAgent *agent, const SlotRange *r,
-                              GHashTable *used)
+                              uint32_t node, GHashTable *used)
 {
-    SlotTable *t = &agent->ledger.slots[r->file];
+    SlotTable *t = &agent->ledger.slots[node];
     uint32_t end = MIN(r->end, t->top);
     bool reads[REAP_CHUNK];
 
@@ -49,11 +50,33 @@ static void mark_used_orphans(NuksmAgent *agent, const SlotRange *r,
         for (; i < n; i++) {
             if (reads[i] && is_orphan(t, first + i)) {
                 g_hash_table_add(used,
-                                 GUINT_TO_POINTER(slot_id(r->file,
-                                                          first + i)));
+                                 GUINT_TO_POINTER(slot_id(node, first + i)));
             }
         }
     }
+}
+
+/*
+ * The store files of every open domain, and the node of each: what
+ * mapwatch_scan() looks for in the mappings of processes.
+ */
+static bool store_files(NuksmAgent *agent, GArray *files, GArray *nodes)
+{
+    for (guint d = 0; d < agent->store.domains->len; d++) {
+        if (!g_ptr_array_index(agent->store.domains, d)) {
+            continue;
+        }
+        for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+            struct stat sb;
+
+            if (fstat(store_fd(&agent->store, d, n), &sb) < 0) {
+                return false;
+            }
+            g_array_append_val(files, sb);
+            g_array_append_val(nodes, n);
+        }
+    }
+    return true;
 }
 
 /* Free the orphans no process reads; false if that cannot be told. */
@@ -62,19 +85,20 @@ static bool reap_orphans(NuksmAgent *agent, uint64_t *freed)
     g_autoptr(GArray) mapped = g_array_new(FALSE, FALSE, sizeof(SlotRange));
     g_autoptr(GArray) pids = mappers_live(&agent->mappers);
     g_autoptr(GHashTable) used = g_hash_table_new(NULL, NULL);
-    struct stat files[NUKSM_MAX_NODES];
+    g_autoptr(GArray) files = g_array_new(FALSE, FALSE, sizeof(struct stat));
+    g_autoptr(GArray) nodes = g_array_new(FALSE, FALSE, sizeof(uint32_t));
 
-    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
-        if (fstat(agent->store.files[n].fd, &files[n]) < 0) {
-            return false;
-        }
-    }
-    if (!mapwatch_scan(files, agent->nr_nodes, NUKSM_PAGE_SIZE,
-                       (pid_t *)pids->data, pids->len, mapped)) {
+    if (!store_files(agent, files, nodes) ||
+        !mapwatch_scan((const struct stat *)files->data, files->len,
+                       NUKSM_PAGE_SIZE, (pid_t *)pids->data, pids->len,
+                       mapped)) {
         return false;
     }
     for (guint i = 0; i < mapped->len; i++) {
-        mark_used_orphans(agent, &g_array_index(mapped, SlotRange, i), used);
+        const SlotRange *r = &g_array_index(mapped, SlotRange, i);
+
+        mark_used_orphans(agent, r, g_array_index(nodes, uint32_t, r->file),
+                          used);
     }
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
         SlotTable *t = &agent->ledger.slots[n];
@@ -143,18 +167,46 @@ void recovery_watch_orphans(NuksmAgent *agent)
     watch_after(agent, ORPHAN_RECHECK_SECONDS);
 }
 
-void recovery_start(NuksmAgent *agent, uint32_t grace)
+/* Take the pages of domain @domain's files as orphans. */
+static void claim_orphans(NuksmAgent *agent, uint16_t domain)
 {
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        SlotTable *t = &agent->ledger.slots[n];
         uint32_t start, end, from = 0;
 
-        while (store_next_data(&agent->store, n, from, &start, &end)) {
+        while (store_next_data(&agent->store, domain, n, from, &start,
+                               &end)) {
             for (uint32_t s = start; s < end; s++) {
-                slots_claim_orphan(&agent->ledger.slots[n], s);
+                /* A slot's page is in one domain's file only. */
+                if (slots_in_use(t, s)) {
+                    log_warning("slot %u of node %u has a page in two "
+                                "domains' files: kept in the first one's",
+                                s, n);
+                    continue;
+                }
+                slots_claim_orphan(t, s);
+                ledger_take_slot(agent, slot_id(n, s), domain);
+                agent->orphans.pages++;
             }
-            agent->orphans.pages += end - start;
             from = end;
         }
+    }
+}
+
+void recovery_start(NuksmAgent *agent, uint32_t grace)
+{
+    g_autoptr(GPtrArray) keys = store_list_domains(&agent->store);
+
+    for (guint i = 0; i < keys->len; i++) {
+        uint16_t domain;
+
+        if (!domains_get_key(&agent->domains, g_ptr_array_index(keys, i),
+                             &domain)) {
+            continue;
+        }
+        claim_orphans(agent, domain);
+        /* Its orphans hold it now; none: its files go. */
+        domains_put(&agent->domains, domain);
     }
     if (agent->orphans.pages) {
         log_info("store holds %" PRIu64 " page%s from a previous run: VMs "
@@ -183,8 +235,12 @@ static char *adopt_orphan(NuksmAgent *agent, NuksmClient *client,
     uint8_t content[NUKSM_PAGE_SIZE];
     SlotRecord rec;
 
+    if (s->domain != client->domain_id) {
+        return g_strdup_printf("node %u slot %u belongs to another merge "
+                               "domain", r->node, r->slot);
+    }
     if (!store_get_record(&agent->store, r->node, r->slot, &rec) ||
-        !store_read(&agent->store, r->node, r->slot, content)) {
+        !store_read(&agent->store, s->domain, r->node, r->slot, content)) {
         return g_strdup_printf("node %u slot %u cannot be read", r->node,
                                r->slot);
     }
@@ -196,12 +252,12 @@ static char *adopt_orphan(NuksmAgent *agent, NuksmClient *client,
         return g_strdup_printf("node %u slot %u has generation %u, not %u",
                                r->node, r->slot, rec.gen, r->gen);
     }
-    if (rec.domain_key != domains_key(&agent->domains, client->domain_id)) {
+    if (rec.domain_key !=
+        domains_record_key(&agent->domains, client->domain_id)) {
         return g_strdup_printf("node %u slot %u belongs to another merge "
                                "domain", r->node, r->slot);
     }
     s->gen = rec.gen;
-    s->domain = client->domain_id;
     s->digest = nuksm_page_digest(content, NUKSM_PAGE_SIZE);
     s->state = SLOT_READY;
     agent->orphans.pages--;

@@ -210,15 +210,15 @@ static bool copy_on_node(NuksmAgent *agent, SlotId from, uint32_t node,
     if (index_lookup(&agent->index, s->domain, node, s->digest, to)) {
         return ledger_slot(agent, *to)->state == SLOT_READY;
     }
-    if (!store_read(&agent->store, slot_id_node(from), slot_id_slot(from),
-                    content) ||
+    if (!store_read(&agent->store, s->domain, slot_id_node(from),
+                    slot_id_slot(from), content) ||
         !slots_alloc(&agent->ledger.slots[node], &slot)) {
         return false;
     }
     *to = slot_id(node, slot);
     t = ledger_slot(agent, *to);
     t->digest = s->digest;
-    t->domain = s->domain;
+    ledger_take_slot(agent, *to, s->domain);
     if (!copies_fill(agent, *to, content)) {
         ledger_free(agent, *to);
         return false;

@@ -11,7 +11,7 @@
 #include "clients.h"
 
 NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
-                         int fd, pid_t pid, int pidfd, uid_t uid)
+                         int fd, pid_t pid, int pidfd, uid_t uid, gid_t gid)
 {
     NuksmClient *client = g_new0(NuksmClient, 1);
 
@@ -20,6 +20,7 @@ NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
     client->pid = pid;
     client->pidfd = pidfd;
     client->uid = uid;
+    client->gid = gid;
     client->label = g_strdup_printf("client pid %ld", (long)pid);
     g_queue_push_tail(&reg->list, client);
     return client;
@@ -49,18 +50,26 @@ void clients_remove(ClientRegistry *reg, NuksmClient *client)
         g_array_unref(client->to_move);
     }
     g_free(client->topology);
+    g_clear_pointer(&client->revoked_uploads, g_hash_table_destroy);
     g_free(client->label);
     g_free(client);
 }
 
 void clients_set_hello(NuksmClient *client, uint32_t id,
-                       const NuksmMsgHello *hello)
+                       const NuksmMsgHello *hello,
+                       const Assignment *assigned)
 {
     client->hello_done = true;
     client->id = id;
     client->role = hello->role;
-    client->priority = hello->role == NUKSM_ROLE_VM ? hello->priority : 0;
-    memcpy(client->domain, hello->domain, sizeof(client->domain));
+    if (hello->role == NUKSM_ROLE_VM) {
+        client->priority_limit = assigned->priority_limit;
+        client->priority = MIN(hello->priority, assigned->priority_limit);
+        memcpy(client->domain, assigned->domain, sizeof(client->domain));
+        memcpy(client->requested_domain, hello->domain,
+               sizeof(client->requested_domain));
+        client->domain_source = assigned->source;
+    }
     memcpy(client->vm_name, hello->vm_name, sizeof(client->vm_name));
     memcpy(client->object_id, hello->object_id, sizeof(client->object_id));
 

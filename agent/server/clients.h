@@ -13,6 +13,7 @@
 
 #include <glib.h>
 
+#include "assign.h"
 #include "keymap.h"
 #include "nuksm-proto.h"
 
@@ -46,23 +47,31 @@ typedef struct NuksmClient {
     pid_t pid;               /* SO_PEERCRED at connect time */
     int pidfd;               /* of the peer process, or -1 */
     uid_t uid;
+    gid_t gid;
     char *label;             /* "client 3 (pid 1234)", for logs */
 
     /* Set once the client is disconnected; it is freed by the reaper. */
     bool dead;
 
-    /* From HELLO */
+    /* From HELLO, and what the agent decided of it (dispatch.c) */
     bool hello_done;
     uint32_t id;
     NuksmClientRole role;
-    uint32_t priority;
-    char domain[NUKSM_NAME_LEN];
+    bool admin;              /* may change host-wide settings */
+    uint32_t priority;       /* in force: at most priority_limit */
+    uint32_t priority_limit; /* the operator's ceiling */
+    char domain[NUKSM_NAME_LEN];            /* the agent's choice */
+    char requested_domain[NUKSM_NAME_LEN];  /* what its HELLO asked */
+    NuksmDomainSource domain_source;
     char vm_name[NUKSM_NAME_LEN];
     char object_id[NUKSM_NAME_LEN];
 
     uint64_t merged_pages;   /* guest pages mapped onto store pages */
     uint64_t parked_pages;   /* entries taken back, not yet restored */
     uint64_t refused_pages;  /* RESTORE entries refused */
+    uint32_t uploads_missed; /* uploads it let pass their time (merge.c) */
+    gint64 uploads_banned_until;    /* monotonic us: asked none till then */
+    GHashTable *revoked_uploads;    /* page -> SlotId it was too late for */
     NuksmMsgVmLimit limit;   /* what holds back its merging in QEMU */
 
     /* Messages the socket could not take yet (server.c) */
@@ -93,7 +102,7 @@ typedef struct ClientRegistry {
 
 /* Register a connection, taking @pidfd (or -1); the caller sets ->watch. */
 NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
-                         int fd, pid_t pid, int pidfd, uid_t uid);
+                         int fd, pid_t pid, int pidfd, uid_t uid, gid_t gid);
 
 /*
  * Unregister @client, remove its watches, close its fds and free it with
@@ -101,9 +110,13 @@ NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
  */
 void clients_remove(ClientRegistry *reg, NuksmClient *client);
 
-/* Record an accepted HELLO (already validated) and the assigned @id. */
+/*
+ * Record an accepted HELLO (already validated), the assigned @id and,
+ * for a VM, the domain and priority limit the agent chose (@assigned).
+ */
 void clients_set_hello(NuksmClient *client, uint32_t id,
-                       const NuksmMsgHello *hello);
+                       const NuksmMsgHello *hello,
+                       const Assignment *assigned);
 
 unsigned clients_count(const ClientRegistry *reg);
 

@@ -11,6 +11,7 @@
 #include "detached.h"
 #include "dispatch.h"
 #include "home.h"
+#include "identity.h"
 #include "ledger.h"
 #include "libvirt.h"
 #include "log.h"
@@ -24,6 +25,38 @@
 typedef void (*RequestHandler)(NuksmAgent *agent, NuksmClient *client,
                                uint32_t seq, const void *payload);
 
+/*
+ * Decide what @client is from what the kernel and root say of its
+ * process: for a VM, its merge domain and priority limit (@assigned);
+ * for a control client, whether it administers.  False after refusing
+ * it.
+ */
+static bool judge_client(NuksmAgent *agent, NuksmClient *client,
+                         uint32_t seq, const NuksmMsgHello *hello,
+                         Assignment *assigned)
+{
+    ClientIdentity who;
+    g_autofree char *error = NULL;
+    bool ok = identity_read(&who, client->pid, client->pidfd, client->uid,
+                            client->gid, agent->libvirt_dir, &error);
+
+    if (ok && hello->role == NUKSM_ROLE_VM) {
+        PeerIdentity peer;
+
+        identity_peer(&who, &peer);
+        assign_domain(agent->assign, &peer, hello->domain, assigned);
+        error = g_steal_pointer(&assigned->refusal);
+        ok = !error;
+    } else if (ok) {
+        client->admin = identity_is_admin(&who, agent->admin_gid);
+    }
+    identity_clear(&who);
+    if (!ok) {
+        transport_reject(client, seq, NUKSM_ERR_DENIED, "%s", error);
+    }
+    return ok;
+}
+
 static void handle_hello(NuksmAgent *agent, NuksmClient *client,
                          uint32_t seq, const void *payload)
 {
@@ -33,6 +66,7 @@ static void handle_hello(NuksmAgent *agent, NuksmClient *client,
         .policy = agent->placement.policy,
         .nr_nodes = agent->nr_nodes,
     };
+    Assignment assigned = { .source = NUKSM_DOMAIN_SHARED };
 
     if (hello->role == NUKSM_ROLE_CONTROL &&
         clients_count_role_of_uid(&agent->clients, NUKSM_ROLE_CONTROL,
@@ -50,26 +84,46 @@ static void handle_hello(NuksmAgent *agent, NuksmClient *client,
                          (long)client->pid, CLIENT_VMS_PER_PID);
         return;
     }
-    clients_set_hello(client, agent->clients.next_id++, hello);
+    if (!judge_client(agent, client, seq, hello, &assigned)) {
+        return;
+    }
+    clients_set_hello(client, agent->clients.next_id++, hello, &assigned);
     ack.client_id = client->id;
     nuksm_strfield_set(ack.agent_version, sizeof(ack.agent_version),
                        NUKSM_VERSION);
 
-    if (client->role == NUKSM_ROLE_VM) {
-        g_autofree char *domain = g_strescape(client->domain, NULL);
-        g_autofree char *object = g_strescape(client->object_id, NULL);
-
-        log_info("%s: VM joined domain '%s', object '%s', priority %u",
-                 client->label, domain, object, client->priority);
-    } else {
-        log_info("%s: control client", client->label);
-    }
     if (client->role != NUKSM_ROLE_VM) {
-        transport_send(client, NUKSM_MSG_HELLO_ACK, seq, &ack,
-                       sizeof(ack));
-    } else if (transport_send_fd(client, NUKSM_MSG_HELLO_ACK, seq, &ack,
-                                 sizeof(ack), agent->userfaultfd)) {
+        log_info("%s: control client%s", client->label,
+                 client->admin ? ", administrator" : "");
+        ack.admin = client->admin;
+        transport_send(client, NUKSM_MSG_HELLO_ACK, seq, &ack, sizeof(ack));
+        return;
+    }
+
+    /* Names come from the client: escape them before they reach logs. */
+    g_autofree char *requested = g_strescape(client->requested_domain, NULL);
+    g_autofree char *object = g_strescape(client->object_id, NULL);
+
+    log_info("%s: VM joined domain '%s' (%s; it asked for '%s'), object "
+             "'%s', priority %u (limit %u)", client->label, client->domain,
+             nuksm_domain_source_name(client->domain_source), requested,
+             object, client->priority, client->priority_limit);
+    if (!domains_get(&agent->domains, client->domain, &client->domain_id)) {
+        transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
+                         "nuksmd cannot open the store of domain '%s' (see "
+                         "its log)", client->domain);
+        return;
+    }
+    ack.domain_source = client->domain_source;
+    ack.priority = client->priority;
+    ack.priority_limit = client->priority_limit;
+    memcpy(ack.domain, client->domain, sizeof(ack.domain));
+    if (transport_send_fd(client, NUKSM_MSG_HELLO_ACK, seq, &ack,
+                          sizeof(ack), agent->userfaultfd)) {
+        /* Takes over the domain reference. */
         merge_client_join(agent, client);
+    } else {
+        domains_put(&agent->domains, client->domain_id);
     }
 }
 
@@ -80,12 +134,35 @@ static void send_policy(NuksmAgent *agent, NuksmClient *client, uint32_t seq)
     transport_send(client, NUKSM_MSG_POLICY, seq, &msg, sizeof(msg));
 }
 
+/* Why @client may not change host-wide settings, or NULL if it may. */
+static const char *host_wide_denied(NuksmAgent *agent,
+                                    const NuksmClient *client)
+{
+    if (client->role == NUKSM_ROLE_VM) {
+        return agent->vm_set_policy ? NULL :
+               "this nuksmd does not let VMs set the host-wide policy "
+               "(vm-set-policy=false); ask the host's administrator";
+    }
+    return client->admin ? NULL :
+           "changing host-wide settings needs an administrator: root, "
+           "nuksmd's user or a member of its admin-group";
+}
+
 static void handle_set_policy(NuksmAgent *agent, NuksmClient *client,
                               uint32_t seq, const void *payload)
 {
     const NuksmMsgPolicy *req = payload;
     NuksmPolicyId old = agent->placement.policy;
+    const char *denied = host_wide_denied(agent, client);
 
+    if (denied) {
+        g_autofree char *text = g_strdup_printf("SET_POLICY: %s", denied);
+
+        log_info("%s: SET_POLICY %s refused: %s", client->label,
+                 nuksm_policy_name(req->policy), denied);
+        transport_deny(client, seq, text);
+        return;
+    }
     agent->placement.policy = req->policy;
     send_policy(agent, client, seq);
     if (agent->placement.policy == old) {
@@ -124,9 +201,10 @@ static void handle_set_priority(NuksmAgent *agent, NuksmClient *client,
                          "a priority");
         return;
     }
-    log_info("%s: priority %u -> %u", client->label, client->priority,
-             req->priority);
-    client->priority = req->priority;
+    log_info("%s: priority %u -> %u (asked %u, limit %u)", client->label,
+             client->priority, MIN(req->priority, client->priority_limit),
+             req->priority, client->priority_limit);
+    client->priority = MIN(req->priority, client->priority_limit);
 }
 
 static void handle_vm_limit(NuksmAgent *agent, NuksmClient *client,
@@ -146,31 +224,68 @@ static void handle_vm_limit(NuksmAgent *agent, NuksmClient *client,
     client->limit = *limit;
 }
 
+/*
+ * What @client may see of the host's counters: an administrator all of
+ * them, a VM its own domain's, others none (INFO's scope).
+ */
+static NuksmInfoScope info_scope(const NuksmClient *client)
+{
+    if (client->role == NUKSM_ROLE_VM) {
+        return NUKSM_INFO_DOMAIN;
+    }
+    return client->admin ? NUKSM_INFO_HOST : NUKSM_INFO_NONE;
+}
+
 static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
                             uint32_t seq, const void *payload)
 {
     NuksmMsgInfo info = {
         .policy = agent->placement.policy,
-        .vms = clients_count_vms(&agent->clients),
         .nr_nodes = agent->nr_nodes,
+        .scope = info_scope(client),
     };
 
     nuksm_strfield_set(info.agent_version, sizeof(info.agent_version),
                        NUKSM_VERSION);
-    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
-        const SlotTable *t = &agent->ledger.slots[n];
-
-        info.pages_shared += t->shared;
-        info.pages_sharing += t->sharing;
-        info.store_pages[n] = t->nr_used;
-    }
-    info.pages_moved = agent->relocator.moved;
-    info.moves_pending = relocate_pending(agent);
-    info.orphan_pages = agent->orphans.pages;
+    /* Conditions hold back every VM's merging: each must see them. */
     info.conditions = agent->conditions.held;
     conditions_describe(agent, info.condition_reason,
                         sizeof(info.condition_reason));
+    if (info.scope == NUKSM_INFO_HOST) {
+        info.vms = clients_count_vms(&agent->clients);
+        for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+            const SlotTable *t = &agent->ledger.slots[n];
+
+            info.pages_shared += t->shared;
+            info.pages_sharing += t->sharing;
+            info.store_pages[n] = t->nr_used;
+        }
+        info.pages_moved = agent->relocator.moved;
+        info.moves_pending = relocate_pending(agent);
+        info.orphan_pages = agent->orphans.pages;
+    } else if (info.scope == NUKSM_INFO_DOMAIN) {
+        const DomainStats *stats = domains_stats(&agent->domains,
+                                                 client->domain_id);
+
+        info.vms = stats->vms;
+        info.pages_shared = stats->pages_shared;
+        info.pages_sharing = stats->pages_sharing;
+        memcpy(info.store_pages, stats->store_pages,
+               agent->nr_nodes * sizeof(info.store_pages[0]));
+    }
     transport_send(client, NUKSM_MSG_INFO, seq, &info, sizeof(info));
+}
+
+/*
+ * Whether @client may see @vm in LIST_VMS: an administrator sees every
+ * VM, a control client those of its own user, a VM its own process's.
+ */
+static bool may_list(const NuksmClient *client, const NuksmClient *vm)
+{
+    if (client->role == NUKSM_ROLE_VM) {
+        return vm->pid == client->pid;
+    }
+    return client->admin || vm->uid == client->uid;
 }
 
 static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
@@ -178,11 +293,20 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
 {
     g_autoptr(GPtrArray) vms = clients_list_vms(&agent->clients);
     g_autoptr(GHashTable) libvirt = libvirt_registry_read(agent->libvirt_dir);
-    uint32_t count = MIN(vms->len, NUKSM_VMS_MAX_ENTRIES);
-    uint32_t len = sizeof(NuksmMsgVms) + count * sizeof(NuksmVmEntry);
-    g_autofree NuksmMsgVms *msg = g_malloc0(len);
-    NuksmVmEntry *entries = (NuksmVmEntry *)(msg + 1);
+    uint32_t count;
+    uint32_t len;
+    g_autofree NuksmMsgVms *msg = NULL;
+    NuksmVmEntry *entries;
 
+    for (guint i = vms->len; i-- > 0;) {
+        if (!may_list(client, g_ptr_array_index(vms, i))) {
+            g_ptr_array_remove_index(vms, i);
+        }
+    }
+    count = MIN(vms->len, NUKSM_VMS_MAX_ENTRIES);
+    len = sizeof(NuksmMsgVms) + count * sizeof(NuksmVmEntry);
+    msg = g_malloc0(len);
+    entries = (NuksmVmEntry *)(msg + 1);
     msg->count = count;
     msg->total = vms->len;
     for (uint32_t i = 0; i < count; i++) {
@@ -195,7 +319,11 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         e->pid = vm->pid;
         e->uid = vm->uid;
         e->priority = vm->priority;
+        e->priority_limit = vm->priority_limit;
         memcpy(e->domain, vm->domain, sizeof(e->domain));
+        memcpy(e->requested_domain, vm->requested_domain,
+               sizeof(e->requested_domain));
+        e->domain_source = vm->domain_source;
         memcpy(e->vm_name, vm->vm_name, sizeof(e->vm_name));
         memcpy(e->object_id, vm->object_id, sizeof(e->object_id));
         e->merged_pages = vm->merged_pages;

@@ -261,7 +261,7 @@ static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque)
     }
 
     client = clients_add(&agent->clients, agent, cfd, cred.pid,
-                         peer_pidfd(cfd, cred.pid), cred.uid);
+                         peer_pidfd(cfd, cred.pid), cred.uid, cred.gid);
     client->watch = g_unix_fd_add(cfd, G_IO_IN, on_client_ready, client);
     client->hello_timer = g_timeout_add_seconds(HANDSHAKE_SECONDS,
                                                 on_hello_timeout, client);

@@ -156,6 +156,14 @@ void transport_reject(NuksmClient *client, uint32_t seq, NuksmErrorCode code,
     client->dead = true;
 }
 
+void transport_deny(NuksmClient *client, uint32_t seq, const char *text)
+{
+    NuksmMsgError msg;
+
+    fill_error(&msg, NUKSM_ERR_DENIED, text);
+    transport_send(client, NUKSM_MSG_ERROR, seq, &msg, sizeof(msg));
+}
+
 /* Send queued datagrams until the socket is full or the queue empty. */
 static gboolean on_client_writable(int fd, GIOCondition cond,
                                    gpointer opaque)

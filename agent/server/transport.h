@@ -49,6 +49,12 @@ void transport_reject(NuksmClient *client, uint32_t seq, NuksmErrorCode code,
                       const char *fmt, ...) G_GNUC_PRINTF(4, 5);
 
 /*
+ * A request @client may not make: answer ERROR(DENIED, @text), and go
+ * on serving it.
+ */
+void transport_deny(NuksmClient *client, uint32_t seq, const char *text);
+
+/*
  * Send ERROR(HANDSHAKE, @text) to @fd, a connection not served: best
  * effort.
  */

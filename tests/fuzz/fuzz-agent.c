@@ -383,6 +383,7 @@ static void fire_timers(void)
     guint ids[] = {
         agent.relocator.pass_timer, agent.relocator.tick_timer,
         agent.placement.home_timer, agent.orphans.timer,
+        agent.ledger.upload_timer,
     };
 
     if (trace) {

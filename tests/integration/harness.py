@@ -11,6 +11,8 @@ import base64
 import collections
 import contextlib
 import ctypes
+import hashlib
+import hmac
 import json
 import os
 import pwd
@@ -46,7 +48,8 @@ import nuksm_proto as proto  # noqa: E402
 
 from nuksm_proto import (  # noqa: E402,F401 (re-exported for the tests)
     BATCH, CANDIDATE, CANDIDATES_MAX, COND_AGENT_MEMORY, COND_STORE_FULL,
-    CONDITION, ERR_BAD_MESSAGE, ERR_HANDSHAKE, ERR_VERSION, ERROR,
+    CONDITION, DEFAULT_DOMAIN, DOMAIN_SOURCES, ERR_BAD_MESSAGE, ERR_DENIED, ERR_HANDSHAKE,
+    ERR_VERSION, ERROR, INFO_DOMAIN, INFO_HOST, INFO_NONE,
     GUEST_NODE, HEADER, HELLO, HELLO_ACK, IDLE_NEVER, INFO, MAX_GNODES,
     MAX_RANGES, MAX_VCPUS, MSG_CANDIDATES, MSG_CONDITION, MSG_ERROR,
     MSG_GET_INFO, MSG_GET_POLICY, MSG_HELLO, MSG_HELLO_ACK, MSG_HOME,
@@ -241,8 +244,13 @@ def parse_condition(msg):
 
 def parse_info(msg):
     fields = INFO.unpack(msg.payload)
-    _, _, vms, nodes, _, shared, sharing, _, _, orphans = fields[:10]
-    return Info(vms, shared, sharing, list(fields[10:10 + nodes]), orphans)
+    _, _, vms, nodes, _, _, _, shared, sharing, _, _, orphans = fields[:12]
+    return Info(vms, shared, sharing, list(fields[12:12 + nodes]), orphans)
+
+
+def info_scope(msg):
+    """What the counters of INFO @msg cover: INFO_HOST, _DOMAIN, _NONE."""
+    return INFO.unpack(msg.payload)[5]
 
 
 def pack_topology(gnodes, vcpus, ranges):
@@ -264,7 +272,6 @@ class VmClient(RawClient):
 
     def __init__(self, path, domain="default", name="vm", timeout=5.0):
         super().__init__(path, timeout)
-        self.domain = domain
         self.seq = 1
         self.stores = {}  # node -> read-only fd of its store file
         self.userfaultfd = None  # /dev/userfaultfd from the agent
@@ -276,8 +283,12 @@ class VmClient(RawClient):
         assert len(fds) <= 1
         if fds:
             self.userfaultfd = fds[0]
-        _, self.client_id, _, self.nr_nodes, _ = \
-            HELLO_ACK.unpack(reply.payload)
+        (_, self.client_id, _, self.nr_nodes, _, source, self.priority,
+         self.priority_limit, _, assigned) = HELLO_ACK.unpack(reply.payload)
+        # The agent decides: @domain is only what this client asked for.
+        self.requested_domain = domain
+        self.domain = cstr(assigned)
+        self.domain_source = DOMAIN_SOURCES[source]
         for _ in range(self.nr_nodes):
             msg, fds = self.recv_with_fds()
             assert msg.type == MSG_STORE and len(fds) == 1, \
@@ -377,6 +388,29 @@ class VmClient(RawClient):
     def read_slot(self, node, slot):
         return os.pread(self.stores[node], NUKSM_PAGE_SIZE,
                         slot * NUKSM_PAGE_SIZE)
+
+
+# ---------------------------------------------------------------- store
+
+STORE_KEY_HEX = 32  # hex digits of a domain's key in its files' names
+
+
+def store_key(state_dir, domain):
+    """The key naming domain @domain's store files in @state_dir: its
+    name, keyed with the state directory's secret (HMAC-SHA256)."""
+    secret = (Path(state_dir) / "secret").read_bytes()
+    return hmac.new(secret, domain.encode(), hashlib.sha256) \
+        .hexdigest()[:STORE_KEY_HEX]
+
+
+def store_path(state_dir, domain=DEFAULT_DOMAIN, node=0):
+    """Domain @domain's store file of @node."""
+    return Path(state_dir) / f"store-{store_key(state_dir, domain)}-node{node}"
+
+
+def store_paths(state_dir):
+    """Every store file in @state_dir, of every domain and node."""
+    return sorted(Path(state_dir).glob("store-*-node*"))
 
 
 # ---------------------------------------------------------------- nuksmctl

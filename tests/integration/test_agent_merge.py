@@ -30,7 +30,7 @@ from harness import (ERR_BAD_MESSAGE, MSG_CANDIDATES, MSG_GET_INFO,
                      VM_LIMIT_USERFAULTFD, VMS, RawClient,
                      SlotRef, VmClient, hello, in_child, pack,
                      pack_candidates, pack_slot_refs, parse_info,
-                     run_nuksmd, wait_until)
+                     run_nuksmd, store_path, store_paths, wait_until)
 
 STORE_SLOTS = 1 << 24
 STORE_SIZE = STORE_SLOTS * NUKSM_PAGE_SIZE
@@ -61,13 +61,25 @@ def vms(request):
         client.close()
 
 
-def store_file(agent, node=0):
-    return agent.state_dir / f"store-node{node}"
+@pytest.fixture
+def agent(start_agent):
+    """The merge engine's agent: raw clients play VMs of the domains they
+    ask for (vm-domains=allow), as a lab's trusted QEMUs may."""
+    return start_agent("--vm-domains=allow")
 
 
-def slot_has_data(agent, slot, node=0):
+def store_file(agent, node=0, domain="default"):
+    return store_path(agent.state_dir, domain, node)
+
+
+def store_empty(agent):
+    """No page left in the store: a domain's files go with its last."""
+    return all(p.stat().st_blocks == 0 for p in store_paths(agent.state_dir))
+
+
+def slot_has_data(agent, slot, node=0, domain="default"):
     """Whether the store file holds a page (not a hole) at @slot."""
-    fd = os.open(store_file(agent, node), os.O_RDONLY)
+    fd = os.open(store_file(agent, node, domain), os.O_RDONLY)
     try:
         return os.lseek(fd, slot * NUKSM_PAGE_SIZE,
                         os.SEEK_DATA) == slot * NUKSM_PAGE_SIZE
@@ -114,7 +126,8 @@ def list_vms(client):
     count, _ = VMS.unpack_from(reply.payload)
     entries = [VM_ENTRY.unpack_from(reply.payload, VMS.size + i * VM_ENTRY.size)
                for i in range(count)]
-    return {e[0]: e[7] for e in entries}
+    # client_id, then merged_pages after the domain fields
+    return {e[0]: e[10] for e in entries}
 
 
 def control_info(agent):
@@ -208,7 +221,7 @@ def test_state_dir_must_be_private(workdir, shm_dir, nuksmd_bin, kind):
     assert f"state directory {state} must be a directory (not a symlink) " \
         f"owned by uid {os.geteuid()} that only its owner can write" in \
         result.stderr
-    assert not (state / "store-node0").exists()
+    assert not store_paths(state)
 
 
 def test_state_dir_in_use(agent, start_agent, vms):
@@ -229,7 +242,7 @@ def test_state_dir_from_config(workdir, shm_dir, start_agent, vms):
                         args=["--socket", workdir / "cfg.sock",
                               "--config", config])
     vms(target=agent)
-    assert (state / "store-node0").stat().st_size == STORE_SIZE
+    assert store_path(state).stat().st_size == STORE_SIZE
 
 
 # ------------------------------------------------------------ merging
@@ -280,7 +293,7 @@ def test_two_vms_merge_one_page(agent, vms):
     assert (info.pages_shared, info.pages_sharing) == (0, 0)
     assert info.store_pages == [0]
     assert not slot_has_data(agent, slot, node)
-    assert store_file(agent).stat().st_blocks == 0
+    assert store_empty(agent)
 
 
 def test_slot_reused_with_new_generation(agent, vms):
@@ -345,7 +358,15 @@ def test_domains_never_share(agent, vms):
     red2 = vms(domain="red")
     merges = merge(red2, [], {red2: [9]}, [data])
     assert red.take(MSG_MERGE) == [merges[red2][0]._replace(page=1)]
-    assert blue.info().store_pages == [1]
+    # Each VM's INFO counts its own domain's pages only.
+    assert red.info().store_pages == [1]
+    assert blue.info().store_pages == [0]
+    # The page is in red's store file, which blue was not given.
+    slot = merges[red2][0].slot
+    assert red.read_slot(0, slot) == data
+    assert blue.read_slot(0, slot) == bytes(NUKSM_PAGE_SIZE)
+    assert slot_has_data(agent, slot, domain="red")
+    assert not slot_has_data(agent, slot, domain="blue")
 
     # A ready red slot is not offered to blue either.
     blue2 = vms(domain="blue")
@@ -553,7 +574,7 @@ def test_exited_process_drops_its_pages(agent, vms):
 
     wait_until(lambda: control_info(agent) == (0, 0, 0, [0], 0), 5,
                "the exited process's pages to be dropped")
-    assert store_file(agent).stat().st_blocks == 0
+    assert store_empty(agent)
     assert agent.log_text().count("exited: dropping the 1 parked page") == 2
 
 
@@ -639,7 +660,7 @@ def test_exited_process_drops_its_unanswered_merges(agent, vms):
 
     wait_until(lambda: control_info(agent) == (0, 0, 0, [0], 0), 5,
                "the exited process's MERGE to be dropped")
-    assert store_file(agent).stat().st_blocks == 0
+    assert store_empty(agent)
     assert "exited: dropping the 1 parked page" in agent.log_text()
 
 
@@ -810,12 +831,13 @@ def test_bad_restore_entry_is_refused_alone(agent, vms, bystanders, kind):
     assert client.take(MSG_REFUSED) == entries[-1:]
     assert why in agent.log_text()
     restored = len(entries) - 1
-    assert client.info()[1:3] == (1, 1 + restored)
+    client.info()  # handled
+    assert control_info(agent)[1:3] == (1, 1 + restored)
 
     # Still connected, and merging.
     c = vms(domain=client.domain)
     merge(c, [client], {client: [40], c: [40]}, [content(7)])
-    assert client.info()[1:3] == (2, 2 + restored)
+    assert control_info(agent)[1:3] == (2, 2 + restored)
     assert a.read_slot(ref.node, ref.slot) == content(1000)
 
 
@@ -835,7 +857,9 @@ def test_restart_restores_merged_pages(start_agent, vms):
     a.close()
     b.close()
     agent = start_agent("--restore-grace", "3")
-    assert "store holds 2 pages from a previous run" in agent.log_text()
+    # The socket listens before the store is opened: wait for its word.
+    wait_until(lambda: "store holds 2 pages from a previous run" in
+               agent.log_text(), 10, "the restarted agent to find its pages")
 
     # Both VMs come back and restore the page they still map, and only it.
     a, b = vms(target=agent), vms(target=agent)
@@ -889,7 +913,7 @@ def test_restart_without_restore_frees_everything(start_agent, vms):
     b.close()
 
     agent = start_agent("--restore-grace", "0")
-    wait_until(lambda: store_file(agent).stat().st_blocks == 0, 10,
+    wait_until(lambda: store_empty(agent), 10,
                "the store to be emptied")
     assert vms(target=agent).info().store_pages == [0]
 

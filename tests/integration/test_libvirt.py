@@ -11,6 +11,7 @@ import grp
 import json
 import os
 import pwd
+import re
 import shutil
 import stat
 import subprocess
@@ -30,6 +31,28 @@ FILL_MIB = 64            # the guest fills 64 copies of 1 MiB
 HOOK = Path("/etc/libvirt/hooks/qemu.d/nuksm")
 KVM_DEV = "/dev/kvm"
 REGISTRY = Path("/run/nuksm/libvirt")
+# A hook of the suite's own, which libvirtd runs after the nuksm hook
+# (qemu.d's scripts run in alphabetical order): it keeps what the nuksm
+# hook registered for domain NAME by the time of operation OP in
+# PROBED/NAME/OP and, while PROBED/ctl says "NUKSMCTL SOCKET", what
+# `nuksmctl vms` said then in PROBED/NAME/OP.vms.
+PROBE = HOOK.parent / "zz-nuksm-test-probe"
+PROBED = Path("/run/nuksm-test-probe")
+PROBE_SCRIPT = f"""#!/bin/sh
+# nuksm's test suite (tests/integration/test_libvirt.py): what libvirt's
+# nuksm hook registered for domain $1 when libvirtd ran operation $2.
+cat >/dev/null
+mkdir -p "{PROBED}/$1" || exit 0
+for f in {REGISTRY}/*.conf; do
+    if grep -qxF "name=$1" "$f" 2>/dev/null; then
+        cp "$f" "{PROBED}/$1/$2"
+    fi
+done
+if [ -f {PROBED}/ctl ] && read -r ctl sock < {PROBED}/ctl; then
+    "$ctl" --socket "$sock" --json vms > "{PROBED}/$1/$2.vms" 2>&1
+fi
+exit 0
+""".encode()
 
 
 def virsh(*args, check=True):
@@ -72,27 +95,35 @@ def libvirtd(installed):
     HOOK.parent.mkdir(parents=True, exist_ok=True)
     HOOK.write_bytes(hook)
     HOOK.chmod(0o755)
-    # libvirtd reads its hooks when it starts.
-    if saved != hook and daemon_running("libvirtd"):
-        stop_daemon("libvirtd")
-        subprocess.run(["libvirtd", "-d"], check=True, timeout=30)
+    probe_was = PROBE.read_bytes() if PROBE.exists() else None
+    PROBE.write_bytes(PROBE_SCRIPT)
+    PROBE.chmod(0o755)
     started = []
-    for name in ("virtlogd", "libvirtd"):
-        if not daemon_running(name):
-            subprocess.run([name, "-d"], check=True, timeout=30)
-            started.append(name)
-    wait_until(lambda: virsh("list", check=False).returncode == 0
-               or None, 30, "libvirtd to answer")
-    yield
-    for name in reversed(started):
-        stop_daemon(name)
-    if saved is None:
-        HOOK.unlink()
-    else:
-        HOOK.write_bytes(saved)
-    if kvm:
-        os.chown(KVM_DEV, -1, kvm.st_gid)
-        os.chmod(KVM_DEV, stat.S_IMODE(kvm.st_mode))
+    try:
+        # libvirtd reads its hooks when it starts.
+        if (saved != hook or probe_was != PROBE_SCRIPT) and \
+                daemon_running("libvirtd"):
+            stop_daemon("libvirtd")
+            subprocess.run(["libvirtd", "-d"], check=True, timeout=30)
+        for name in ("virtlogd", "libvirtd"):
+            if not daemon_running(name):
+                subprocess.run([name, "-d"], check=True, timeout=30)
+                started.append(name)
+        wait_until(lambda: virsh("list", check=False).returncode == 0
+                   or None, 30, "libvirtd to answer")
+        yield
+    finally:
+        for name in reversed(started):
+            stop_daemon(name)
+        PROBE.unlink(missing_ok=True)
+        shutil.rmtree(PROBED, ignore_errors=True)
+        if saved is None:
+            HOOK.unlink(missing_ok=True)
+        else:
+            HOOK.write_bytes(saved)
+        if kvm:
+            os.chown(KVM_DEV, -1, kvm.st_gid)
+            os.chmod(KVM_DEV, stat.S_IMODE(kvm.st_mode))
 
 
 def kvm_as_on_debian():
@@ -201,16 +232,55 @@ class Domain:
 
     def registration(self):
         """What the hook registered for this domain, or None."""
-        path = REGISTRY / f"{self.uuid}.conf"
-        if not path.exists():
-            return None
-        parser = configparser.ConfigParser(interpolation=None)
-        parser.read_string(path.read_text())
-        return dict(parser["vm"])
+        return read_registration(REGISTRY / f"{self.uuid}.conf")
+
+    def probed(self, operation):
+        """What the hook had registered for this domain when libvirtd ran
+        @operation (start, started...), or None."""
+        return read_registration(PROBED / self.name / operation)
+
+    def probed_vms(self, operation):
+        """What `nuksmctl vms` said when libvirtd ran @operation."""
+        return json.loads((PROBED / self.name /
+                           f"{operation}.vms").read_text())["vms"]
+
+    def domid(self):
+        return int(virsh("domid", self.name).stdout.strip())
 
     def remove(self):
         virsh("destroy", self.name, check=False)
         virsh("undefine", self.name, check=False)
+
+
+def read_registration(path):
+    if not path.exists():
+        return None
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read_string(path.read_text())
+    return dict(parser["vm"])
+
+
+# libvirt's cgroup of a domain, from the top of a hierarchy: without
+# systemd /machine[/P.partition...]/MACHINE.libvirt-qemu, with it
+# /machine.slice[/machine-P.slice...]/machine-MACHINE.scope, '-' as
+# "\x2d" (agent/server/libvirt.c reads them so).
+LIBVIRT_CGROUP = re.compile(
+    r"/machine(?:/[^/]+\.partition)*/(?P<plain>[^/]+)\.libvirt-qemu(?:/|$)"
+    r"|/machine\.slice(?:/machine-[^/]+\.slice)*/machine-(?P<scope>[^/]+)"
+    r"\.scope(?:/|$)")
+
+
+def libvirt_machine(pid):
+    """The machine name of the libvirt cgroup process @pid is in, as
+    /proc/PID/cgroup shows it; None if it is in none."""
+    machines = set()
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        match = LIBVIRT_CGROUP.match(line.split(":", 2)[2])
+        if match:
+            machines.add(match["plain"] or
+                         match["scope"].replace("\\x2d", "-"))
+    assert len(machines) <= 1, f"pid {pid} is in machines {machines}"
+    return machines.pop() if machines else None
 
 
 @pytest.fixture
@@ -278,9 +348,10 @@ def test_libvirt_domains_merge(libvirtd, lv_agent, domains, installed):
     # knows each VM by it.
     for dom, priority in zip(doms, (300, 100)):
         assert dom.registration() == {
-            "name": dom.name, "uuid": dom.uuid, "pid": str(dom.pid()),
-            "domain": "tenant-a", "priority": str(priority),
-            "max-cpu": "100"}
+            "name": dom.name, "uuid": dom.uuid,
+            "machine": f"qemu-{dom.domid()}-{dom.name}",
+            "pid": str(dom.pid()), "domain": "tenant-a",
+            "priority": str(priority), "max-cpu": "100"}
     assert sorted((vm["pid"], vm["libvirt"]["name"], vm["libvirt"]["uuid"])
                   for vm in ctl_json(agent.sock, "vms")["vms"]) == \
         sorted((dom.pid(), dom.name, dom.uuid) for dom in doms)
@@ -289,11 +360,14 @@ def test_libvirt_domains_merge(libvirtd, lv_agent, domains, installed):
     for dom in doms:
         wait_until(lambda: dom.nuksm()["policy"] == "fair", 10,
                    f"{dom.name} to learn the policy")
-    doms[0].monitor("qom-set", path="/objects/nuksm0", property="priority",
-                    value=700)
-    wait_until(lambda: {vm["priority"] for vm in
-                        ctl_json(agent.sock, "vms")["vms"]} == {700, 100},
-               10, "the agent to learn the priority")
+    # <nuksm:priority> is the operator's ceiling of the VM's priority.
+    for asked, applied in ((200, 200), (700, 300)):
+        doms[0].monitor("qom-set", path="/objects/nuksm0",
+                        property="priority", value=asked)
+        wait_until(lambda: sorted((vm["priority"], vm["priority_limit"])
+                                  for vm in ctl_json(agent.sock, "vms")
+                                  ["vms"]) == [(100, 100), (applied, 300)],
+                   10, f"the agent to apply priority {applied}")
 
     # virsh vcpupin moves a domain's home: the agent follows it (its
     # logical node N has the CPUs c with c * 2 // CPUs == N).
@@ -364,6 +438,86 @@ def test_attach_detach_leave_the_rest(libvirtd, domains, installed):
     assert dom.xml() == before
 
 
+def vm_of(sock, pid):
+    """The agent's `vms` entry of the VM process @pid, or None."""
+    return next((vm for vm in ctl_json(sock, "vms")["vms"]
+                 if vm["pid"] == pid), None)
+
+
+@pytest.fixture
+def probe_agent(installed, lv_agent):
+    """The libvirt test hook asks @lv_agent which VMs it has at each
+    operation of a domain."""
+    PROBED.mkdir(exist_ok=True)
+    (PROBED / "ctl").write_text(f"{installed / 'bin/nuksmctl'} "
+                                f"{lv_agent.sock}\n")
+    yield lv_agent
+    (PROBED / "ctl").unlink(missing_ok=True)
+
+
+def test_registered_before_qemu_runs(libvirtd, probe_agent, domains,
+                                     installed):
+    """The hook registers a domain at libvirt's "start", before QEMU
+    runs, by the machine name libvirt gives the cgroup it then puts QEMU
+    in: its nuksm object connects to the agent before libvirt's
+    "started", when the hook learns QEMU's pid, and the agent knows the
+    VM's libvirt domain from the start."""
+    agent = probe_agent
+    # libvirt leaves '_' out of the machine name, and a '-' after '.'.
+    dom = domains("nuksm-it-early_1.-x")
+    nuksmctl_libvirt(installed, "attach", dom.name, "--agent",
+                     str(agent.sock), "--domain", "tenant-a",
+                     "--priority", "200")
+    shutil.rmtree(PROBED / dom.name, ignore_errors=True)
+    dom.start()
+    pid = dom.pid()
+    machine = libvirt_machine(pid)
+    assert machine, f"QEMU (pid {pid}) is in no libvirt cgroup: " + \
+        Path(f"/proc/{pid}/cgroup").read_text()
+    assert machine == f"qemu-{dom.domid()}-nuksm-it-early1.x"
+    registered = {"name": dom.name, "uuid": dom.uuid, "machine": machine,
+                  "domain": "tenant-a", "priority": "200"}
+    assert dom.probed("prepare") is None
+    assert dom.probed("start") == registered
+    assert dom.probed("started") == {**registered, "pid": str(pid)}
+    assert dom.registration() == {**registered, "pid": str(pid)}
+    # The VM was there, in its libvirt domain's merge domain, before
+    # libvirt's "started" (when only the machine name told who it is).
+    assert dom.probed_vms("start") == []
+    assert [(vm["pid"], vm["domain"], vm["domain_source"])
+            for vm in dom.probed_vms("started")] == \
+        [(pid, "tenant-a", "libvirt")]
+
+    virsh("destroy", dom.name)
+    assert dom.registration() is None
+
+
+def test_libvirt_domain_assigns_merge_domain(libvirtd, lv_agent, domains,
+                                             installed):
+    """A domain attached with --domain is in that merge domain, which the
+    agent took from the hook's registration when the VM connected (source
+    "libvirt"); QEMU shows it in query-nuksm."""
+    dom = domains("nuksm-it-assign")
+    nuksmctl_libvirt(installed, "attach", dom.name, "--agent",
+                     str(lv_agent.sock), "--domain", "tenant-a")
+    dom.start()
+    pid = dom.pid()
+    vm = wait_until(lambda: vm_of(lv_agent.sock, pid), 30,
+                    f"{dom.name}'s QEMU to connect")
+    assert vm["domain"] == "tenant-a", vm
+    assert vm["domain_source"] == "libvirt", vm
+    assert vm["libvirt"] == {"name": dom.name, "uuid": dom.uuid}, vm
+
+    info = wait_until(lambda: (lambda i: i if i["state"] != "disconnected"
+                               else None)(dom.nuksm()), 30,
+                      f"{dom.name}'s nuksm object to connect")
+    if "merge-domain" not in info:
+        pytest.skip("this QEMU's query-nuksm has no merge-domain: the "
+                    "agent's side passed")
+    assert info["merge-domain"] == "tenant-a", info
+    assert info.get("domain-source", "libvirt") == "libvirt", info
+
+
 def run_hook(installed, stdin, *args):
     return subprocess.run([installed.parent / "libvirt-hooks/qemu.d/nuksm",
                            *args], input=stdin, capture_output=True,
@@ -400,3 +554,59 @@ def test_hook_never_stops_a_domain(installed):
     assert result.returncode == 0
     assert "nuksm-it-plain.pid" in result.stderr
     assert not registration.exists()
+
+
+def test_hook_registers_at_start(installed):
+    """At "start" the hook registers a domain with nuksm by libvirt's
+    machine name for it, without a pid; at "stopped" it removes it.
+    Settings that are not one word are left out."""
+    uuid = "00000000-0000-4000-8000-00000000a002"
+    registration = REGISTRY / f"{uuid}.conf"
+    long_name = "n" * 70
+
+    def xml(name, domid, domain="tenant-a"):
+        ident = f" id='{domid}'" if domid is not None else ""
+        return f"""<domain type='kvm'{ident}><name>{name}</name>
+            <uuid>{uuid}</uuid><metadata><nuksm:nuksm
+            xmlns:nuksm='https://nuksm.org/xmlns/libvirt/1.0'>
+            <nuksm:domain>{domain}</nuksm:domain>
+            <nuksm:priority>300</nuksm:priority></nuksm:nuksm></metadata>
+            </domain>"""
+
+    try:
+        for name, domid, machine in (
+                ("web1", 3, "qemu-3-web1"),
+                ("-web_1..x-", 12, "qemu-12-web1.x"),
+                ("_.-", 4, "qemu-4"),
+                ("wéb 1", 5, "qemu-5-wb1"),
+                (long_name, 7, "qemu-7-" + "n" * 57)):
+            result = run_hook(installed, xml(name, domid), name, "start",
+                              "begin", "-")
+            assert result.returncode == 0 and result.stderr == "", \
+                result.stderr
+            assert read_registration(registration) == {
+                "name": name, "uuid": uuid, "machine": machine,
+                "domain": "tenant-a", "priority": "300"}
+            st = registration.stat()
+            assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o644
+            assert len(machine) <= 64
+
+        # A setting that would add a line is left out, and said so.
+        result = run_hook(installed, xml("web1", 3, "a\npid=1"), "web1",
+                          "start", "begin", "-")
+        assert result.returncode == 0 and "<nuksm:domain>" in result.stderr
+        assert read_registration(registration) == {
+            "name": "web1", "uuid": uuid, "machine": "qemu-3-web1",
+            "priority": "300"}
+
+        result = run_hook(installed, xml("web1", 3), "web1", "stopped",
+                          "end", "-")
+        assert result.returncode == 0 and not registration.exists()
+
+        # No id, no machine name: said, and the domain starts.
+        result = run_hook(installed, xml("web1", None), "web1", "start",
+                          "begin", "-")
+        assert result.returncode == 0 and "has no id" in result.stderr
+        assert not registration.exists()
+    finally:
+        registration.unlink(missing_ok=True)

@@ -40,7 +40,7 @@ def anon_rss(pid):
 def store_bytes(state_dir):
     """Memory the agent's store files really use (allocated blocks)."""
     return sum(os.stat(p).st_blocks * 512
-               for p in state_dir.glob("store-node*"))
+               for p in harness.store_paths(state_dir))
 
 
 def nuksm(vm):
@@ -422,7 +422,7 @@ def vm_client_ids(agent, vms):
 
 
 def first_data_slot(agent):
-    fd = os.open(agent.state_dir / "store-node0", os.O_RDONLY)
+    fd = os.open(harness.store_path(agent.state_dir), os.O_RDONLY)
     try:
         return os.lseek(fd, 0, os.SEEK_DATA) // PAGE
     finally:

@@ -116,7 +116,7 @@ def settled(agent, guests):
 def store_data_pages(state_dir):
     """Pages that hold data in the store files (not holes)."""
     pages = 0
-    for path in state_dir.glob("store-node*"):
+    for path in harness.store_paths(state_dir):
         fd = os.open(path, os.O_RDONLY)
         try:
             pos = 0

@@ -1,0 +1,527 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Tenants kept apart (docs/security.rst, "Threat model"): the agent, not
+the VM, decides each VM's merge domain; a VM holds only its own domain's
+store; host-wide operations need an administrator; a client cannot stop
+a domain's merging by claiming contents it never uploads, nor list other
+tenants' VMs.
+
+Raw clients play VMs and management tools.  Clients that must be other
+processes, or other users, run in forked children (in_process) that stay
+connected until the test is done with them.
+"""
+
+import contextlib
+import grp
+import os
+import pickle
+import pwd
+import random
+import subprocess
+import traceback
+
+import pytest
+import xxhash
+
+from harness import (DEFAULT_DOMAIN, ERR_DENIED, HELLO_ACK, INFO_DOMAIN,
+                     INFO_HOST, INFO_NONE, MSG_GET_INFO, MSG_HELLO,
+                     MSG_HELLO_ACK,
+                     MSG_INFO, MSG_LIST_VMS, MSG_MERGE, MSG_POLICY,
+                     MSG_SET_POLICY, MSG_SET_PRIORITY, MSG_UPLOAD_REQ,
+                     MSG_VMS, NUKSM_PAGE_SIZE, POLICIES, POLICY, PRIORITY,
+                     VM_ENTRY, VMS, NUKSMCTL, RawClient, VmClient,
+                     ctl_json, cstr, hello, info_scope, pack, parse_info,
+                     run_nuksmd, store_path, store_paths, wait_until)
+
+NOBODY = "nobody"
+NOGROUP = "nogroup"        # Debian's base-passwd has both
+
+
+def content(seed):
+    return random.Random(seed).randbytes(NUKSM_PAGE_SIZE)
+
+
+def digest(data):
+    return xxhash.xxh3_64_intdigest(data)
+
+
+@contextlib.contextmanager
+def in_process(fn, user=None):
+    """Run @fn in a forked child, as @user (a name) if given, and yield
+    what it returned; the child, and the connections @fn opened, live
+    until the with-block ends.  @fn returns (result, keep): @keep are the
+    objects (clients) it must not lose."""
+    result_r, result_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        keep = None
+        os.close(result_r)
+        os.close(done_w)
+        try:
+            if user:
+                entry = pwd.getpwnam(user)
+                os.setgroups([])
+                os.setgid(grp.getgrnam(NOGROUP).gr_gid)
+                os.setuid(entry.pw_uid)
+            result, keep = fn()
+            outcome = (True, result)
+        except BaseException:
+            outcome = (False, traceback.format_exc())
+        with os.fdopen(result_w, "wb") as out:
+            pickle.dump(outcome, out)
+        os.read(done_r, 1)
+        del keep
+        os._exit(0)
+    os.close(result_w)
+    os.close(done_r)
+    try:
+        with os.fdopen(result_r, "rb") as inp:
+            ok, result = pickle.load(inp)
+        assert ok, f"the child process failed:\n{result}"
+        yield result
+    finally:
+        os.close(done_w)
+        os.waitpid(pid, 0)
+
+
+def control(sock):
+    """A control client past its HELLO, and its HELLO_ACK's admin flag."""
+    client = RawClient(sock)
+    reply = client.request(MSG_HELLO, 1, hello())
+    assert reply.type == MSG_HELLO_ACK, reply.error()
+    return client, bool(HELLO_ACK.unpack(reply.payload)[8])
+
+
+def set_policy(client, name, seq=2):
+    reply = client.request(MSG_SET_POLICY, seq,
+                           POLICY.pack(POLICIES.index(name)))
+    if reply.type == MSG_POLICY:
+        return None
+    code, message = reply.error()
+    assert code == ERR_DENIED, message
+    return message
+
+
+def list_vms(client, seq=50):
+    """The VM entries of LIST_VMS as dicts of the fields tests use."""
+    reply = client.request(MSG_LIST_VMS, seq)
+    assert reply.type == MSG_VMS
+    count, total = VMS.unpack_from(reply.payload)
+    entries = []
+    for i in range(count):
+        e = VM_ENTRY.unpack_from(reply.payload, VMS.size + i * VM_ENTRY.size)
+        entries.append({"id": e[0], "pid": e[1], "uid": e[2],
+                        "priority": e[3], "domain": cstr(e[4]),
+                        "requested": cstr(e[7]), "source": e[8],
+                        "limit": e[9], "merged": e[10]})
+    return entries
+
+
+def get_info(client, seq=60):
+    reply = client.request(MSG_GET_INFO, seq)
+    assert reply.type == MSG_INFO, f"got type {reply.type}"
+    return parse_info(reply), info_scope(reply)
+
+
+def open_to(workdir, agent_args=()):
+    """Let nobody reach the agent's socket (in @workdir, group nogroup)."""
+    os.chmod(workdir, 0o755)
+    return ("--socket-group", NOGROUP, *agent_args)
+
+
+# ------------------------------------------------ who is in which domain
+
+def test_domain_is_the_agents_not_the_vms(agent, nuksmctl_bin):
+    """By default (one tenant) every VM is in "default", whatever its
+    QEMU asks for; what it asked for and where its domain came from are
+    shown."""
+    vm = VmClient(agent.sock, domain="blue")
+    try:
+        assert (vm.domain, vm.domain_source) == (DEFAULT_DOMAIN, "shared")
+        (entry,) = ctl_json(agent.sock, "vms")["vms"]
+        assert (entry["domain"], entry["domain_source"],
+                entry["requested_domain"]) == ("default", "shared", "blue")
+        assert "VM joined domain 'default' (shared; it asked for 'blue')" \
+            in agent.log_text()
+    finally:
+        vm.close()
+
+
+def test_refuse_mode_names_the_assigned_domain(start_agent):
+    agent = start_agent("--vm-domains", "refuse")
+    client = RawClient(agent.sock)
+    client.send(pack(MSG_HELLO, 1, hello(role=1, priority=100,
+                                         domain=b"blue")))
+    (msg,) = client.messages_until_eof()
+    code, message = msg.error()
+    assert code == ERR_DENIED
+    assert "domain 'blue' refused: this VM's domain is 'default' (from " \
+        "shared)" in message and "vm-domains=refuse" in message
+    # Asking for nothing, or for what it gets, is fine.
+    VmClient(agent.sock).close()
+
+
+def test_allow_mode_honours_requests(start_agent):
+    agent = start_agent("--vm-domains=allow")
+    vm = VmClient(agent.sock, domain="blue")
+    assert (vm.domain, vm.domain_source) == ("blue", "request")
+    vm.close()
+
+
+def same_content_merges(agent, make_remote):
+    """Whether a VM of this process and one made by @make_remote in
+    another process share a page of the same content."""
+    data = content(1)
+    local = VmClient(agent.sock)
+
+    def remote():
+        vm = make_remote()
+        vm.candidates([(5, digest(data))])
+        vm.info()
+        return vm.domain, vm
+    with in_process(remote) as remote_domain:
+        local.candidates([(5, digest(data))])
+        asked = local.take(MSG_UPLOAD_REQ)
+        local.close()
+    return remote_domain, local.domain, bool(asked)
+
+
+def test_isolation_vm_gives_each_vm_its_own_domain(start_agent):
+    agent = start_agent("--isolation", "vm")
+    remote_domain, local_domain, merged = same_content_merges(
+        agent, lambda: VmClient(agent.sock, domain="default"))
+    assert remote_domain.startswith("vm:")
+    assert local_domain == f"vm:{os.getpid()}." + \
+        open(f"/proc/{os.getpid()}/stat").read().rsplit(")", 1)[1].split()[19]
+    assert remote_domain != local_domain
+    assert not merged, "VMs of two processes shared a page under " \
+        "isolation=vm"
+
+
+def test_isolation_shared_merges_across_processes(agent):
+    """The control for the test above: with isolation=shared the same
+    two processes do share the page."""
+    remote_domain, local_domain, merged = same_content_merges(
+        agent, lambda: VmClient(agent.sock, domain="other"))
+    assert remote_domain == local_domain == DEFAULT_DOMAIN
+    assert merged
+
+
+def test_rules_assign_domains_and_cap_priorities(start_agent, workdir):
+    """[domain NAME] groups put VMs in domains by user (here root's) and
+    cap their priority, which SET_PRIORITY cannot raise past the cap."""
+    config = workdir / "nuksmd.conf"
+    config.write_text("[nuksmd]\nisolation=vm\n\n"
+                      "[domain tenant-a]\nusers=root\nmax-priority=50\n\n"
+                      "[domain spare]\ngroups=nogroup\n")
+    agent = start_agent("--config", config)
+    vm = VmClient(agent.sock, domain="blue")
+    assert (vm.domain, vm.domain_source) == ("tenant-a", "rule")
+    assert (vm.priority, vm.priority_limit) == (50, 50)
+    vm._send(MSG_SET_PRIORITY, PRIORITY.pack(1000))
+    vm.info()
+    (entry,) = list_vms(vm)
+    assert (entry["priority"], entry["limit"]) == (50, 50)
+    vm._send(MSG_SET_PRIORITY, PRIORITY.pack(7))
+    vm.info()
+    assert list_vms(vm)[0]["priority"] == 7
+    vm.close()
+
+
+@pytest.mark.parametrize("text, error", [
+    ("[domain a/b]\nusers=root\n", "'a/b' is not a domain name"),
+    ("[domain x]\nusers=no-such-user-here\n",
+     "[domain x] users: no user 'no-such-user-here'"),
+    ("[domain x]\ncolour=red\n",
+     "unknown key 'colour' in [domain x] (allowed: users, groups, "
+     "cgroups, libvirt-names, max-priority)"),
+    ("[domain x]\nmax-priority=0\n", "invalid priority '0' (allowed: "
+     "1..1000)"),
+    ("[tenants]\n", "unknown group [tenants] (allowed: [nuksmd], "
+     "[domain NAME])"),
+])
+def test_bad_rules_are_refused_by_name(workdir, nuksmd_bin, text, error):
+    config = workdir / "bad.conf"
+    config.write_text("[nuksmd]\n" + text)
+    result = run_nuksmd("--socket", workdir / "b.sock", "--config", config)
+    assert result.returncode == 2
+    assert error in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("option, value, allowed", [
+    ("--isolation", "tenant", "allowed: shared, vm"),
+    ("--vm-domains", "maybe", "allowed: ignore, refuse, allow"),
+])
+def test_bad_modes_are_refused_by_name(workdir, nuksmd_bin, option, value,
+                                       allowed):
+    result = run_nuksmd("--socket", workdir / "m.sock", option, value)
+    assert result.returncode == 2
+    assert option in result.stderr and allowed in result.stderr
+
+
+# ------------------------------------------------------------ one store each
+
+def data_pages(fd):
+    """Every page of the file @fd that holds data, by offset."""
+    pages = {}
+    size = os.fstat(fd).st_size
+    pos = 0
+    while pos < size:
+        try:
+            pos = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError:
+            break
+        end = os.lseek(fd, pos, os.SEEK_HOLE)
+        while pos < end:
+            pages[pos] = os.pread(fd, NUKSM_PAGE_SIZE, pos)
+            pos += NUKSM_PAGE_SIZE
+    return pages
+
+
+def test_a_domain_cannot_read_another_domains_pages(start_agent):
+    """A client of domain A, holding every descriptor the agent gave it,
+    reads the whole of them: no page merged in domain B is there, though
+    B's VMs read it through theirs."""
+    agent = start_agent("--vm-domains=allow", "--fake-numa", "2")
+    secret_b, page_a = content(77), content(78)
+    a1, a2 = VmClient(agent.sock, domain="a"), VmClient(agent.sock, domain="a")
+    b1, b2 = VmClient(agent.sock, domain="b"), VmClient(agent.sock, domain="b")
+    for (x, y), data in (((a1, a2), page_a), ((b1, b2), secret_b)):
+        x.candidates([(1, digest(data))])
+        x.info()
+        y.candidates([(1, digest(data))])
+        (req,) = y.take(MSG_UPLOAD_REQ)
+        y.upload([req], [data])
+        assert y.take(MSG_MERGE) and x.take(MSG_MERGE)
+    b_ref = req
+    assert b1.read_slot(b_ref.node, b_ref.slot) == secret_b
+
+    # Everything a1 was given: the STORE descriptors (and /dev/userfaultfd,
+    # which is no file of the store).
+    seen = {}
+    for node, fd in a1.stores.items():
+        st = os.fstat(fd)
+        path = store_path(agent.state_dir, "a", node)
+        assert (st.st_dev, st.st_ino) == (path.stat().st_dev,
+                                          path.stat().st_ino)
+        seen.update({(node, off): data
+                     for off, data in data_pages(fd).items()})
+    assert page_a in seen.values(), "the test cannot see its own domain"
+    assert secret_b not in seen.values()
+    # B's page is in the store, in B's files only.
+    owners = [p.name for p in store_paths(agent.state_dir)
+              if secret_b in data_pages_of(p).values()]
+    assert owners == [store_path(agent.state_dir, "b", b_ref.node).name]
+    for vm in (a1, a2, b1, b2):
+        vm.close()
+
+
+def data_pages_of(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return data_pages(fd)
+    finally:
+        os.close(fd)
+
+
+def test_a_domains_files_go_with_its_last_page(start_agent):
+    agent = start_agent("--vm-domains=allow")
+
+    def vm_of_c():
+        vm = VmClient(agent.sock, domain="c")
+        return None, vm
+    with in_process(vm_of_c):
+        assert store_path(agent.state_dir, "c").exists()
+    VmClient(agent.sock).info()  # the agent saw the child go
+    wait_until(lambda: not store_path(agent.state_dir, "c").exists(), 10,
+               "domain c's files to be removed")
+
+
+# ---------------------------------------------------------------- roles
+
+def test_vms_may_not_set_the_host_policy_unless_allowed(agent, start_agent):
+    vm = VmClient(agent.sock)
+    denied = set_policy(vm, "local", seq=90)
+    assert "does not let VMs set the host-wide policy (vm-set-policy=false)" \
+        in denied
+    vm.close()
+    assert ctl_json(agent.sock, "policy")["policy"] == "global"
+
+    allowing = start_agent("--vm-set-policy", name="allowing")
+    vm = VmClient(allowing.sock)
+    assert set_policy(vm, "local", seq=90) is None
+    vm.close()
+    assert ctl_json(allowing.sock, "policy")["policy"] == "local"
+
+
+def test_only_administrators_change_the_host(start_agent, workdir):
+    """root and members of admin-group administer; another user's
+    control client may read the policy, sees its own VMs and no host
+    counters, and may not set the policy."""
+    agent = start_agent(*open_to(workdir))
+    root_vm = VmClient(agent.sock)
+
+    def as_nobody():
+        client, admin = control(agent.sock)
+        denied = set_policy(client, "fair")
+        info, scope = get_info(client)
+        vms = list_vms(client)
+        return (admin, denied, info, scope, vms), client
+    with in_process(as_nobody, user=NOBODY) as (admin, denied, info, scope,
+                                                 vms):
+        assert not admin
+        assert "needs an administrator" in denied
+        assert scope == INFO_NONE
+        assert (info.vms, info.pages_shared, info.store_pages) == (0, 0, [0])
+        assert vms == []        # root's VM is not its own
+    root, admin = control(agent.sock)
+    assert admin
+    assert get_info(root)[1] == INFO_HOST
+    assert len(list_vms(root)) == 1
+    assert set_policy(root, "fair") is None
+    root_vm.close()
+
+    group_agent = start_agent(*open_to(workdir, ("--admin-group", NOGROUP)),
+                              name="grouped")
+
+    def as_admin_member():
+        client, admin = control(group_agent.sock)
+        return (admin, set_policy(client, "local")), client
+    with in_process(as_admin_member, user=NOBODY) as (admin, denied):
+        assert admin and denied is None
+    assert ctl_json(group_agent.sock, "policy")["policy"] == "local"
+
+
+def test_nuksmctl_as_another_user_says_what_it_needs(start_agent, workdir,
+                                                    nuksmctl_bin):
+    agent = start_agent(*open_to(workdir))
+
+    def run():
+        policy = subprocess.run([str(NUKSMCTL), "--socket", str(agent.sock),
+                                 "policy", "local"], capture_output=True,
+                                text=True, timeout=30)
+        status = subprocess.run([str(NUKSMCTL), "--socket", str(agent.sock),
+                                 "status"], capture_output=True, text=True,
+                                timeout=30)
+        return (policy.returncode, policy.stderr, status.returncode,
+                status.stdout), None
+    with in_process(run, user=NOBODY) as (rc, err, status_rc, status):
+        assert rc != 0 and "needs an administrator" in err
+        assert status_rc == 0
+        assert "counters are for administrators" in status
+
+
+def test_a_vm_sees_its_own_domain_and_process_only(start_agent):
+    agent = start_agent("--vm-domains=allow")
+    data = content(5)
+    a, b = VmClient(agent.sock, domain="a"), VmClient(agent.sock, domain="a")
+    a.candidates([(1, digest(data))])
+    a.info()
+    b.candidates([(2, digest(data))])
+    (req,) = b.take(MSG_UPLOAD_REQ)
+    b.upload([req], [data])
+    b.merged(b.take(MSG_MERGE))     # b's upload handled: a has its MERGE
+    a.merged(a.take(MSG_MERGE))
+    b.info()
+
+    def other_tenant():
+        vm = VmClient(agent.sock, domain="b")
+        info, scope = get_info(vm, seq=70)
+        return (info, scope, list_vms(vm, seq=71), os.getpid()), vm
+    with in_process(other_tenant) as (info, scope, vms, pid):
+        # Its INFO counts its own domain, where nothing merged.
+        assert scope == INFO_DOMAIN
+        assert (info.vms, info.pages_shared, info.pages_sharing,
+                info.store_pages) == (1, 0, 0, [0])
+        # Its LIST_VMS shows its own process's VMs, not domain a's.
+        assert [e["pid"] for e in vms] == [pid]
+    info, scope = get_info(a)
+    assert scope == INFO_DOMAIN
+    assert (info.vms, info.pages_shared, info.pages_sharing) == (2, 1, 1)
+    a.close()
+    b.close()
+
+
+# -------------------------------------------------- no squatting, no oracle
+
+SQUATTED = 512
+
+
+def collect(clients, msg_type, count, what):
+    """{client: SlotRefs of @msg_type} once they add up to @count each."""
+    got = {c: [] for c in clients}
+
+    def enough():
+        for c in clients:
+            got[c] += c.take(msg_type)
+        return all(len(refs) >= count for refs in got.values())
+    wait_until(enough, 30, what)
+    return got
+
+
+def test_a_squatter_cannot_stop_a_domains_merging(agent):
+    """A client claims SQUATTED contents and never uploads them (the probe
+    of issue 12 kept 0 of 512 pages from merging for 20 s).  When their
+    time is up a waiting VM uploads them instead, and the squatter is
+    asked for none for a while: every page merges, and nobody honest is
+    disconnected."""
+    datas = [content(1000 + i) for i in range(SQUATTED)]
+    pages = [(i, digest(d)) for i, d in enumerate(datas)]
+    honest, other = VmClient(agent.sock), VmClient(agent.sock)
+    squatter = VmClient(agent.sock, name="squatter")
+    honest.candidates(pages)
+    honest.info()
+    # The squatter's pages pair with the honest ones: it is asked first.
+    squatter.candidates(pages)
+    squatted = squatter.take(MSG_UPLOAD_REQ)
+    assert len(squatted) == SQUATTED
+    other.candidates(pages)        # joins the slots being uploaded
+    assert other.info().pages_shared == 0
+
+    # When the squatter's time is up, a waiting VM is asked instead.
+    (asked,) = collect([honest], MSG_UPLOAD_REQ, SQUATTED,
+                       "the squatted uploads to go to a waiting VM").values()
+    assert sorted(r.page for r in asked) == list(range(SQUATTED))
+    honest.upload(asked, [datas[r.page] for r in asked])
+    merges = collect([honest, other], MSG_MERGE, SQUATTED,
+                     "every squatted page to merge")
+    for client, refs in merges.items():
+        client.merged(refs)
+    other.info()
+    info = honest.info()
+    assert (info.pages_shared, info.pages_sharing) == (SQUATTED, SQUATTED)
+    assert "squatter'): did not upload in 5 s (time 1): its uploads go "         "to other VMs for 60 s" in agent.log_text()
+
+    # Its upload, coming late, is ignored rather than a violation.
+    squatter.upload(squatted[:1], [datas[squatted[0].page]])
+    squatter.info()
+
+    # For a while it is asked for no upload: its partner is.
+    fresh = content(5000)
+    honest.candidates([(SQUATTED, digest(fresh))])
+    honest.info()
+    squatter.candidates([(SQUATTED, digest(fresh))])
+    assert squatter.take(MSG_UPLOAD_REQ) == []
+    (req,) = honest.take(MSG_UPLOAD_REQ)
+    assert req.page == SQUATTED
+    for client in (honest, other, squatter):
+        client.close()
+
+
+def test_a_slow_uploader_loses_nothing(agent):
+    """An upload that comes after its time merges the pages all the same
+    (the waiting VM uploaded them): nothing is lost or disconnected."""
+    data = content(9)
+    a, b = VmClient(agent.sock), VmClient(agent.sock)
+    a.candidates([(1, digest(data))])
+    a.info()
+    b.candidates([(1, digest(data))])
+    (late,) = b.take(MSG_UPLOAD_REQ)
+    (req,) = collect([a], MSG_UPLOAD_REQ, 1, "the upload to go to a")[a]
+    b.upload([late], [data])       # too late: ignored
+    a.upload([req], [data])
+    (merge,) = a.take(MSG_MERGE)
+    a.merged([merge])
+    assert b.info().pages_shared == 1 and a.info().pages_shared == 1
+    a.close()
+    b.close()
