@@ -340,15 +340,27 @@ static bool load_ids(GKeyFile *kf, const char *path, const char *group,
     return true;
 }
 
+/*
+ * The ';'-separated globs of @key, as written: systemd's cgroup names
+ * hold backslashes ("machine-qemu\x2d1\x2dweb.scope") that a key
+ * file's escapes would reject.
+ */
 static char **load_globs(GKeyFile *kf, const char *group, const char *key)
 {
-    g_auto(GStrv) globs = g_key_file_get_string_list(kf, group, key, NULL,
-                                                     NULL);
+    g_autofree char *value = g_key_file_get_value(kf, group, key, NULL);
+    g_autoptr(GPtrArray) globs = g_ptr_array_new_with_free_func(g_free);
+    g_auto(GStrv) parts = value ? g_strsplit(value, ";", -1) : NULL;
 
-    for (char **g = globs; g && *g; g++) {
-        g_strstrip(*g);
+    for (char **p = parts; p && *p; p++) {
+        if (*g_strstrip(*p)) {
+            g_ptr_array_add(globs, g_strdup(*p));
+        }
     }
-    return g_steal_pointer(&globs);
+    if (!globs->len) {
+        return NULL;
+    }
+    g_ptr_array_add(globs, NULL);
+    return (char **)g_ptr_array_steal(globs, NULL);
 }
 
 static const char *const rule_keys[] = {

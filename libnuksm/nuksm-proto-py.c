@@ -148,7 +148,7 @@ static void emit_constants(void)
     CONST("HOME_MEMORY", NUKSM_HOME_MEMORY);
 
     printf("DOMAIN_SOURCES = [");
-    for (uint32_t d = 0; d < NUKSM_DOMAIN_SOURCE__MAX; d++) {
+    for (uint32_t d = 0; d < NUKSM_DOMAIN__MAX; d++) {
         printf("%s\"%s\"", d ? ", " : "", nuksm_domain_source_name(d));
     }
     printf("]\n");

@@ -348,7 +348,7 @@ static const char *check_hello_ack(const void *p)
         !strfield_ok(a->domain, sizeof(a->domain))) {
         return "unterminated string in HELLO_ACK";
     }
-    if (a->domain_source >= NUKSM_DOMAIN_SOURCE__MAX) {
+    if (a->domain_source >= NUKSM_DOMAIN__MAX) {
         return "unknown domain source in HELLO_ACK";
     }
     if (a->priority > NUKSM_PRIORITY_MAX ||
@@ -381,7 +381,7 @@ static const char *check_info(const void *p)
     if (i->conditions & ~NUKSM_COND_ALL) {
         return "unknown condition in INFO";
     }
-    if (i->scope >= NUKSM_INFO_SCOPE__MAX) {
+    if (i->scope >= NUKSM_INFO__MAX) {
         return "unknown scope in INFO";
     }
     if (i->reserved) {
@@ -442,7 +442,7 @@ static const char *check_vms(const void *p, size_t len)
                          sizeof(e[n].requested_domain))) {
             return "unterminated string in VMS";
         }
-        if (e[n].domain_source >= NUKSM_DOMAIN_SOURCE__MAX) {
+        if (e[n].domain_source >= NUKSM_DOMAIN__MAX) {
             return "unknown domain source in VMS";
         }
         bad = check_vm_limit(e[n].limit, e[n].limit_reason,

@@ -157,7 +157,7 @@ typedef enum NuksmClientRole {
  * decides it from what it can verify of the VM's process; the VM's own
  * HELLO domain is only a request (docs/security.rst).
  */
-typedef enum NuksmDomainSource {
+typedef enum NuksmDomainSourceId {
     NUKSM_DOMAIN_SHARED  = 0,    /* nothing assigned: the host's one */
                                  /* domain (isolation=shared) */
     NUKSM_DOMAIN_PRIVATE = 1,    /* nothing assigned: a domain of its own */
@@ -165,8 +165,8 @@ typedef enum NuksmDomainSource {
     NUKSM_DOMAIN_LIBVIRT = 2,    /* its libvirt domain's nuksm metadata */
     NUKSM_DOMAIN_RULE    = 3,    /* a [domain NAME] rule of nuksmd.conf */
     NUKSM_DOMAIN_REQUEST = 4,    /* its own request (vm-domains=allow) */
-    NUKSM_DOMAIN_SOURCE__MAX,
-} NuksmDomainSource;
+    NUKSM_DOMAIN__MAX,
+} NuksmDomainSourceId;
 
 /* "shared", "private", "libvirt", "rule", "request"; NULL otherwise. */
 const char *nuksm_domain_source_name(uint32_t source);
@@ -218,7 +218,7 @@ typedef struct NuksmMsgHelloAck {
     uint32_t nr_nodes;   /* NUMA nodes the agent places on (1..MAX_NODES) */
     char agent_version[NUKSM_VERSION_LEN];
     /* VM role: what the agent decided for it (else zero) */
-    uint32_t domain_source;   /* NuksmDomainSource */
+    uint32_t domain_source;   /* NuksmDomainSourceId */
     uint32_t priority;        /* in force: the VM's, at most the limit */
     uint32_t priority_limit;  /* the operator's ceiling, or PRIORITY_MAX */
     uint32_t admin;           /* control role: 1 if it may change */
@@ -297,14 +297,14 @@ typedef struct NuksmMsgCondition {
  * whole host; a VM sees its own merge domain; other control clients see
  * no counters (docs/security.rst).
  */
-typedef enum NuksmInfoScope {
+typedef enum NuksmInfoScopeId {
     NUKSM_INFO_HOST   = 0,
     NUKSM_INFO_DOMAIN = 1,   /* vms, pages_shared, pages_sharing and */
                              /* store_pages of the client's domain; */
                              /* pages_moved, moves_pending, orphan_pages 0 */
     NUKSM_INFO_NONE   = 2,   /* every counter 0 */
-    NUKSM_INFO_SCOPE__MAX,
-} NuksmInfoScope;
+    NUKSM_INFO__MAX,
+} NuksmInfoScopeId;
 
 typedef struct NuksmMsgInfo {
     char agent_version[NUKSM_VERSION_LEN];
@@ -312,7 +312,7 @@ typedef struct NuksmMsgInfo {
     uint32_t vms;            /* connected VM clients */
     uint32_t nr_nodes;       /* 1..NUKSM_MAX_NODES */
     uint32_t conditions;     /* NuksmCondition bits in force */
-    uint32_t scope;          /* NuksmInfoScope of the counters below */
+    uint32_t scope;          /* NuksmInfoScopeId of the counters below */
     uint32_t reserved;
     uint64_t pages_shared;   /* store pages in use (KSM pages_shared) */
     uint64_t pages_sharing;  /* guest pages mapping them (KSM pages_sharing) */
@@ -333,7 +333,7 @@ typedef struct NuksmVmEntry {
     char vm_name[NUKSM_NAME_LEN];
     char object_id[NUKSM_NAME_LEN];
     char requested_domain[NUKSM_NAME_LEN];  /* what its HELLO asked for */
-    uint32_t domain_source;  /* NuksmDomainSource */
+    uint32_t domain_source;  /* NuksmDomainSourceId */
     uint32_t priority_limit; /* the operator's ceiling, or PRIORITY_MAX */
     uint64_t merged_pages;
     uint64_t merged_local;   /* copy on the home of the page's guest node */

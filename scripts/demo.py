@@ -232,15 +232,19 @@ async def print_table(guests, elapsed):
               f"{i['pages-scanned']:9} {i['full-scans']:6} "
               f"{i['merged-pages']:7} {mib(i['merged-pages']):6.1f} MiB")
     agent = await guests[0].qmp.execute("query-nuksm-agent")
-    print(f"{'':7} agent: {agent['vms']} VMs, policy {agent['policy']}, "
+    # A VM sees its own merge domain's figures (every guest is in
+    # "default" here).
+    print(f"{'':7} its domain: {agent['vms']} VMs, policy "
+          f"{agent['policy']}, "
           f"pages_sharing {agent['pages-sharing']} "
           f"({mib(agent['pages-sharing']):.1f} MiB saved)")
 
 
-async def switch_policy(guests, policy):
-    print(f"\nswitching the policy to '{policy}' through {guests[0].name}'s "
-          f"QMP (nuksm-set-policy)")
-    await guests[0].qmp.execute("nuksm-set-policy", {"policy": policy})
+async def switch_policy(sock, guests, policy):
+    # The host's policy is the administrator's: VMs may set it over QMP
+    # (nuksm-set-policy) only where nuksmd has vm-set-policy.
+    print(f"\n$ nuksmctl policy {policy}")
+    print(await nuksmctl(sock, "policy", policy), end="")
     deadline = time.monotonic() + 5
     for guest in guests:
         while (info := await guest.nuksm()).get("policy") != policy:
@@ -289,7 +293,7 @@ async def run(args, stack):
 
     start = time.monotonic()
     await watch(guests, args.seconds / 2, start)
-    await switch_policy(guests, "fair")
+    await switch_policy(agent.sock, guests, "fair")
     await watch(guests, args.seconds / 2, start)
     print("\nshutting down")
 

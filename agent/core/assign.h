@@ -82,7 +82,7 @@ typedef struct PeerIdentity {
 
 typedef struct Assignment {
     char domain[NUKSM_NAME_LEN];
-    NuksmDomainSource source;
+    NuksmDomainSourceId source;
     uint32_t priority_limit; /* PRIORITY_MIN..MAX */
     char *refusal;           /* why the VM is refused, or NULL: g_free() */
 } Assignment;

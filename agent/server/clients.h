@@ -62,7 +62,7 @@ typedef struct NuksmClient {
     uint32_t priority_limit; /* the operator's ceiling */
     char domain[NUKSM_NAME_LEN];            /* the agent's choice */
     char requested_domain[NUKSM_NAME_LEN];  /* what its HELLO asked */
-    NuksmDomainSource domain_source;
+    NuksmDomainSourceId domain_source;
     char vm_name[NUKSM_NAME_LEN];
     char object_id[NUKSM_NAME_LEN];
 

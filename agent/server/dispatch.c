@@ -228,7 +228,7 @@ static void handle_vm_limit(NuksmAgent *agent, NuksmClient *client,
  * What @client may see of the host's counters: an administrator all of
  * them, a VM its own domain's, others none (INFO's scope).
  */
-static NuksmInfoScope info_scope(const NuksmClient *client)
+static NuksmInfoScopeId info_scope(const NuksmClient *client)
 {
     if (client->role == NUKSM_ROLE_VM) {
         return NUKSM_INFO_DOMAIN;

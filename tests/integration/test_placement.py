@@ -447,7 +447,7 @@ def test_guest_nodes_have_their_own_home(start_agent, qtest_vm):
     time.sleep(3)
     assert sum(locality(vm)) == 0, "local merged across home nodes"
 
-    vm.cmd("nuksm-set-policy", policy="global")
+    harness.ctl_ok(agent.sock, "policy", "global")
     wait_until(lambda: sum(locality(vm)) >= 2 * REGION_PAGES, 30,
                "both copies of the content to merge under global")
     local, remote = locality(vm)

@@ -10,6 +10,7 @@ processes, or other users, run in forked children (in_process) that stay
 connected until the test is done with them.
 """
 
+import collections
 import contextlib
 import grp
 import os
@@ -213,7 +214,9 @@ def test_rules_assign_domains_and_cap_priorities(start_agent, workdir):
     config = workdir / "nuksmd.conf"
     config.write_text("[nuksmd]\nisolation=vm\n\n"
                       "[domain tenant-a]\nusers=root\nmax-priority=50\n\n"
-                      "[domain spare]\ngroups=nogroup\n")
+                      "[domain spare]\ngroups=nogroup\n"
+                      "cgroups=/machine.slice/machine-qemu\\x2d*.scope*; "
+                      "/machine/qemu-*\n")
     agent = start_agent("--config", config)
     vm = VmClient(agent.sock, domain="blue")
     assert (vm.domain, vm.domain_source) == ("tenant-a", "rule")
@@ -525,3 +528,62 @@ def test_a_slow_uploader_loses_nothing(agent):
     assert b.info().pages_shared == 1 and a.info().pages_shared == 1
     a.close()
     b.close()
+
+
+def test_rules_assign_by_cgroup(start_agent, workdir, new_cgroup):
+    """A [domain NAME] group's cgroups= glob puts a VM whose process is
+    in a matching cgroup (as the kernel says, not the VM) in NAME."""
+    cgroup = new_cgroup("cpu")
+    config = workdir / "nuksmd.conf"
+    config.write_text("[nuksmd]\nisolation=vm\n\n[domain batch]\n"
+                      f"cgroups=*/{os.path.basename(cgroup)}\n")
+    agent = start_agent("--config", config)
+
+    def in_cgroup():
+        with open(f"{cgroup}/cgroup.procs", "w") as f:
+            f.write(str(os.getpid()))
+        vm = VmClient(agent.sock)
+        return (vm.domain, vm.domain_source), vm
+    with in_process(in_cgroup) as (domain, source):
+        assert (domain, source) == ("batch", "rule")
+    outside = VmClient(agent.sock)
+    assert outside.domain_source == "private"
+    outside.close()
+
+
+GUESSES = 16
+
+
+def test_no_oracle_across_domains(start_agent):
+    """The probe of issue 12: a client asks about 16 contents another VM
+    merged and 16 it did not.  From the same domain the right guesses are
+    answered with MERGE, which a member of a domain may learn (it can
+    read its domain's store anyway: docs/security.rst).  From another
+    domain no guess is answered: no MERGE, no UPLOAD_REQ, nothing."""
+    agent = start_agent("--isolation", "vm", "--vm-domains", "allow")
+    right = [content(3000 + i) for i in range(GUESSES)]
+    wrong = [content(4000 + i) for i in range(GUESSES)]
+    a1, a2 = VmClient(agent.sock, domain="a"), VmClient(agent.sock, domain="a")
+    a1.candidates([(i, digest(d)) for i, d in enumerate(right)])
+    a1.info()
+    a2.candidates([(i, digest(d)) for i, d in enumerate(right)])
+    requests = a2.take(MSG_UPLOAD_REQ)
+    a2.upload(requests, [right[r.page] for r in requests])
+    a2.merged(a2.take(MSG_MERGE))
+    a1.merged(a1.take(MSG_MERGE))
+
+    def probe(domain):
+        prober = VmClient(agent.sock, domain=domain)
+        guesses = right + wrong
+        prober.candidates([(100 + i, digest(d))
+                           for i, d in enumerate(guesses)])
+        messages, _ = prober.sync()
+        answered = collections.Counter()
+        for m in messages:
+            answered[m.type] += len(m.slot_refs())
+        prober.close()
+        return answered
+    assert probe("b") == {}
+    assert probe("a") == {MSG_MERGE: GUESSES}
+    a1.close()
+    a2.close()

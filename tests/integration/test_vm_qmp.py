@@ -2,6 +2,7 @@
 """-object nuksm in qtest VMs, observed and steered over QMP."""
 
 import os
+import pwd
 import re
 import signal
 import subprocess
@@ -37,6 +38,9 @@ def test_disconnected_without_agent(workdir, qtest_vm):
     assert "policy" not in info
     assert info["eligible-pages"] == VM_PAGES
     assert (info["domain"], info["priority"]) == ("default", 100)
+    # What the agent decides is there only while connected.
+    assert not {"merge-domain", "domain-source", "priority-limit"} & \
+        info.keys()
 
     assert qmp_error(vm, "query-nuksm-agent") == \
         "no nuksm object is connected to its agent"
@@ -175,17 +179,20 @@ def test_info_nuksm(agent, qtest_vm):
     lines = vm.hmp("info nuksm").splitlines()
     assert lines[0] == (f"dedup0: active, agent {agent.sock}, domain blue, "
                         f"priority 42, policy global")
-    assert lines[1].startswith(f"  eligible {VM_PAGES} pages, scanned ")
-    assert lines[2] == "  merged 0 (zero 0, local 0, remote 0), " \
+    # The agent (by default) puts every VM in one domain, whatever it asks.
+    assert lines[1] == "  merge domain default (shared), priority in " \
+                       "force 42 (limit 1000)"
+    assert lines[2].startswith(f"  eligible {VM_PAGES} pages, scanned ")
+    assert lines[3] == "  merged 0 (zero 0, local 0, remote 0), " \
                        "cow-breaks 0"
     assert re.fullmatch(r"  guest node 0: home node 0 \((running|pinned)\)",
-                        lines[3]), lines[3]
+                        lines[4]), lines[4]
     assert re.fullmatch(r"  hotness dirty-log, window 1000 ms, \d+ samples, "
-                        r"\d+ pages written in the last", lines[4]), lines[4]
+                        r"\d+ pages written in the last", lines[5]), lines[5]
     limit = int(open("/proc/sys/vm/max_map_count").read())
     budget = limit - max(4096, limit // 10)
     assert re.fullmatch(rf"  mappings \d+, budget {budget} of "
-                        rf"vm.max_map_count {limit}", lines[5]), lines[5]
+                        rf"vm.max_map_count {limit}", lines[6]), lines[6]
     assert "  excluded pc.bios (256 KiB): rom" in lines
 
 
@@ -217,7 +224,8 @@ def test_info_nuksm_without_object(workdir, start_vm):
     assert qmp_error(vm, "query-nuksm-agent") == "there is no nuksm object"
 
 
-def test_set_policy_reaches_every_vm(agent, qtest_vm):
+def test_set_policy_reaches_every_vm(start_agent, qtest_vm):
+    agent = start_agent("--vm-set-policy")
     vm0 = qtest_vm("vm0", agent=agent.sock)
     vm1 = qtest_vm("vm1", agent=agent.sock)
     vm0.wait_state("active")
@@ -235,6 +243,20 @@ def test_set_policy_reaches_every_vm(agent, qtest_vm):
     assert qmp_error(vm1, "nuksm-set-policy", policy="local", id="nope") == \
         "no nuksm object with id 'nope'"
     assert ctl_ok(agent.sock, "policy") == "fair\n"
+
+
+def test_set_policy_denied_by_default(agent, qtest_vm):
+    """The policy is host-wide: without --vm-set-policy the agent takes
+    it from no VM, and the error says what would allow it."""
+    vm = qtest_vm(agent=agent.sock)
+    vm.wait_state("active")
+    error = qmp_error(vm, "nuksm-set-policy", policy="fair")
+    assert error.startswith("nuksm 'dedup0': the agent refused: "), error
+    assert "vm-set-policy" in error
+    assert vm.cmd("query-nuksm-agent")["policy"] == "global"
+    assert ctl_ok(agent.sock, "policy") == "global\n"
+    info = vm.nuksm()
+    assert (info["state"], info["policy"]) == ("active", "global")
 
 
 def test_nuksm_scan_starts_a_pass(agent, qtest_vm):
@@ -283,11 +305,15 @@ def test_scanner_hashes_written_pages(agent, qtest_vm):
         qtest.close()
 
 
-def test_priority_and_domain_in_agent(agent, qtest_vm):
+def test_priority_and_domain_in_agent(start_agent, qtest_vm):
+    agent = start_agent("--vm-domains=allow")
     vm = qtest_vm(agent=agent.sock, domain="tenant-7.a", priority=1000)
     vm.wait_state("active")
     [entry] = ctl_json(agent.sock, "vms")["vms"]
     assert (entry["domain"], entry["priority"]) == ("tenant-7.a", 1000)
+    info = vm.nuksm()
+    assert (info["merge-domain"], info["domain-source"]) == \
+        ("tenant-7.a", "request")
     assert qmp_error(vm, "qom-set", path="/objects/dedup0",
                      property="priority", value=1001) == \
         "nuksm: property 'priority' must be between 1 and 1000, got 1001"
@@ -295,6 +321,85 @@ def test_priority_and_domain_in_agent(agent, qtest_vm):
                      property="domain", value="other") == \
         "nuksm 'dedup0': property 'domain' cannot be changed after the " \
         "object is created"
+
+
+@pytest.mark.parametrize("agent_args,merge_domain,source", [
+    ((), "default", "shared"),
+    (("--vm-domains=allow",), "blue", "request"),
+    (("--isolation=vm",), "vm:", "private"),
+    (("--isolation=vm", "--vm-domains=allow"), "blue", "request"),
+])
+def test_merge_domain_in_query_nuksm(start_agent, qtest_vm, agent_args,
+                                     merge_domain, source):
+    """The agent decides the merge domain: query-nuksm shows its decision
+    beside the request (the domain property), while connected."""
+    agent = start_agent(*agent_args)
+    vm = qtest_vm(agent=agent.sock, domain="blue", priority=42)
+    info = vm.wait_state("active")
+    if merge_domain.endswith(":"):  # the agent names private domains
+        assert info["merge-domain"].startswith(merge_domain)
+        assert len(info["merge-domain"]) > len(merge_domain)
+    else:
+        assert info["merge-domain"] == merge_domain
+    assert info["domain-source"] == source
+    assert info["priority-limit"] == 1000
+    assert (info["domain"], info["priority"]) == ("blue", 42)
+    [entry] = ctl_json(agent.sock, "vms")["vms"]
+    assert entry["domain"] == info["merge-domain"]
+    assert vm.cmd("query-nuksm-agent")["scope"] == "domain"
+
+    agent.stop()
+    vm.wait_event("NUKSM_AGENT_DISCONNECTED")
+    assert not {"merge-domain", "domain-source", "priority-limit"} & \
+        vm.nuksm().keys()
+
+
+def test_private_domains_apart(start_agent, qtest_vm):
+    """With --isolation=vm, two VMs asking for nothing are each in a
+    domain of their own, and each sees its own domain's figures."""
+    agent = start_agent("--isolation=vm")
+    vms = [qtest_vm(name, agent=agent.sock) for name in ("vm0", "vm1")]
+    domains = [vm.wait_state("active")["merge-domain"] for vm in vms]
+    assert domains[0] != domains[1]
+    for vm in vms:
+        assert vm.nuksm()["domain-source"] == "private"
+        reply = vm.cmd("query-nuksm-agent")
+        assert (reply["scope"], reply["vms"]) == ("domain", 1)
+
+
+def test_domain_request_refused(start_agent, qtest_vm):
+    """With --vm-domains=refuse, a VM asking for a domain other than the
+    one it gets is refused, and told which one that is."""
+    agent = start_agent("--vm-domains=refuse")
+    vm = qtest_vm(agent=agent.sock, domain="blue")
+    info = vm.wait_nuksm(lambda i: i.get("agent-error", "").startswith(
+        "agent refused the handshake: "), "the handshake refused")
+    assert info["state"] == "disconnected"
+    assert "'default'" in info["agent-error"]
+    assert "merge-domain" not in info
+    # Asking for nothing is asking for what the agent assigns.
+    other = qtest_vm("vm1", agent=agent.sock)
+    assert other.wait_state("active")["merge-domain"] == "default"
+
+
+def test_priority_limit_of_a_rule(workdir, start_agent, qtest_vm):
+    """A [domain NAME] rule of nuksmd.conf puts the VM's process in its
+    domain and caps its priority: query-nuksm and HMP show both."""
+    user = pwd.getpwuid(os.getuid()).pw_name
+    config = workdir / "rules.conf"
+    config.write_text(f"[nuksmd]\n\n[domain capped]\nusers={user}\n"
+                      f"max-priority=10\n")
+    agent = start_agent("--config", config)
+    vm = qtest_vm(agent=agent.sock, priority=42)
+    info = vm.wait_state("active")
+    assert (info["merge-domain"], info["domain-source"]) == ("capped", "rule")
+    assert (info["priority"], info["priority-limit"]) == (42, 10)
+    assert vm.hmp("info nuksm").splitlines()[1] == \
+        "  merge domain capped (rule), priority in force 10 (limit 10)"
+    vm.cmd("qom-set", path="/objects/dedup0", property="priority", value=5)
+    assert vm.nuksm()["priority"] == 5
+    assert vm.hmp("info nuksm").splitlines()[1] == \
+        "  merge domain capped (rule), priority in force 5 (limit 10)"
 
 
 @pytest.mark.parametrize("props,message", [

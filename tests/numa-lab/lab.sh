@@ -9,7 +9,8 @@
 # (priority 1) on node 1's CPU.  Once merging has settled, store-nodes
 # asks move_pages() where each page of each store file physically is:
 #
-#   - every page of store-node<N> must sit on node N (nuksmd's mbind);
+#   - every page of a store file of node N must sit on node N (nuksmd's
+#     mbind);
 #   - the merged copies must be split as the policy says: node 0, VM A's
 #     home, holds 10/11 = 90.9% of them, within 3 points.
 #
@@ -206,12 +207,18 @@ nuksmctl --socket "$SOCK" vms | sed 's/^/numa-lab:   /'
 # ---------------------------------------------------------------- check
 AGENT0=${STORE%%,*}
 AGENT1=${STORE##*, }
-OUT=$(store-nodes "$STATE/store-node0" "$STATE/store-node1" 2>&1)
+# Both VMs are in merge domain "default": one store file per node.
+set -- "$STATE"/store-*-node0
+S0=$1
+set -- "$STATE"/store-*-node1
+S1=$1
+[ -f "$S0" ] && [ -f "$S1" ] || abort "no store files of domain default"
+OUT=$(store-nodes "$S0" "$S1" 2>&1)
 rc=$?
 echo "$OUT" | sed 's/^/numa-lab: store-nodes: /'
 [ "$rc" -le 1 ] || abort "store-nodes failed (exit $rc)"
-L0=$(echo "$OUT" | grep "^$STATE/store-node0 ")
-L1=$(echo "$OUT" | grep "^$STATE/store-node1 ")
+L0=$(echo "$OUT" | grep "^$S0 ")
+L1=$(echo "$OUT" | grep "^$S1 ")
 F0=$(field pages "$L0")
 F1=$(field pages "$L1")
 F0_ON0=$(field node0 "$L0")

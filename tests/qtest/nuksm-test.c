@@ -285,6 +285,9 @@ static void test_state_transitions(void)
     g_assert_nonnull(strstr(qdict_get_str(info, "agent-error"),
                             "No such file or directory"));
     g_assert_false(qdict_haskey(info, "policy"));
+    g_assert_false(qdict_haskey(info, "merge-domain"));
+    g_assert_false(qdict_haskey(info, "domain-source"));
+    g_assert_false(qdict_haskey(info, "priority-limit"));
     g_assert_cmpstr(qdict_get_str(info, "agent"), ==, a.sock);
     qobject_unref(resp);
 
@@ -299,6 +302,10 @@ static void test_state_transitions(void)
     g_assert_cmpstr(qdict_get_str(info, "state"), ==, "active");
     g_assert_cmpstr(qdict_get_str(info, "policy"), ==, "local");
     g_assert_false(qdict_haskey(info, "agent-error"));
+    g_assert_cmpstr(qdict_get_str(info, "merge-domain"), ==, "default");
+    g_assert_cmpstr(qdict_get_str(info, "domain-source"), ==, "shared");
+    g_assert_cmpint(qdict_get_int(info, "priority-limit"), ==,
+                    NUKSM_PRIORITY_MAX);
     qobject_unref(resp);
 
     agent_kill(&a, SIGKILL);
@@ -306,7 +313,13 @@ static void test_state_transitions(void)
     g_assert_cmpstr(qdict_get_str(qdict_get_qdict(ev, "data"), "reason"), ==,
                     "agent closed the connection");
     qobject_unref(ev);
-    g_assert_cmpstr(nuksm_state(qts), ==, "disconnected");
+    info = nuksm_info(qts, "dedup0", &resp);
+    g_assert_cmpstr(qdict_get_str(info, "state"), ==, "disconnected");
+    /* What the agent decided went with it. */
+    g_assert_false(qdict_haskey(info, "merge-domain"));
+    g_assert_false(qdict_haskey(info, "domain-source"));
+    g_assert_false(qdict_haskey(info, "priority-limit"));
+    qobject_unref(resp);
 
     /* The stale socket of a killed agent is taken over by a new one. */
     agent_start(&a, NULL);
@@ -321,7 +334,10 @@ static void test_state_transitions(void)
     agent_cleanup(&a);
 }
 
-/* The policy is agent-wide: set through one VM, seen by all. */
+/*
+ * The policy is agent-wide: set through one VM (which the agent allows
+ * with --vm-set-policy), seen by all, in every merge domain.
+ */
 static void test_policy(void)
 {
     Agent a;
@@ -329,16 +345,23 @@ static void test_policy(void)
     QDict *resp, *info;
 
     agent_init(&a);
-    agent_start(&a, "--fake-numa 2");
+    agent_start(&a, "--fake-numa 2 --vm-set-policy --vm-domains=allow");
     vm1 = vm_start(a.sock, NULL);
     vm2 = vm_start(a.sock, ",domain=tenant2,priority=9");
     wait_state(vm1, "active");
     wait_state(vm2, "active");
 
+    info = nuksm_info(vm2, "dedup0", &resp);
+    g_assert_cmpstr(qdict_get_str(info, "merge-domain"), ==, "tenant2");
+    g_assert_cmpstr(qdict_get_str(info, "domain-source"), ==, "request");
+    qobject_unref(resp);
+
+    /* Each VM sees the figures of its own merge domain. */
     resp = qtest_qmp_assert_success_ref(vm1, "{'execute': "
                                         "'query-nuksm-agent'}");
     g_assert_cmpstr(qdict_get_str(resp, "policy"), ==, "global");
-    g_assert_cmpint(qdict_get_int(resp, "vms"), ==, 2);
+    g_assert_cmpstr(qdict_get_str(resp, "scope"), ==, "domain");
+    g_assert_cmpint(qdict_get_int(resp, "vms"), ==, 1);
     g_assert_cmpint(qlist_size(qdict_get_qlist(resp,
                                                "store-pages-per-node")),
                     ==, 2);
@@ -380,6 +403,116 @@ static void test_policy(void)
 
     qtest_quit(vm2);
     qtest_quit(vm1);
+    agent_kill(&a, SIGTERM);
+    agent_cleanup(&a);
+}
+
+/*
+ * The agent decides each VM's merge domain; the domain property is only
+ * a request, which query-nuksm keeps beside the agent's decision.
+ */
+static void test_domain_assignment(void)
+{
+    static const struct {
+        const char *agent_args;
+        const char *merge_domain;   /* a prefix with @prefix */
+        bool prefix;
+        const char *source;
+    } cases[] = {
+        /* By default every VM the operator assigned nothing shares one. */
+        { NULL, "default", false, "shared" },
+        { "--vm-domains=allow", "blue", false, "request" },
+        /* The agent's own names for private domains: nobody can ask. */
+        { "--isolation=vm", "vm:", true, "private" },
+        { "--isolation=vm --vm-domains=allow", "blue", false, "request" },
+    };
+
+    for (int i = 0; i < ARRAY_SIZE(cases); i++) {
+        g_autofree char *hmp = NULL;
+        g_autofree char *want_hmp = NULL;
+        const char *merge_domain;
+        Agent a;
+        QTestState *qts;
+        QDict *resp, *info;
+
+        agent_init(&a);
+        agent_start(&a, cases[i].agent_args);
+        qts = vm_start(a.sock, ",domain=blue,priority=42");
+        wait_state(qts, "active");
+
+        info = nuksm_info(qts, "dedup0", &resp);
+        merge_domain = qdict_get_str(info, "merge-domain");
+        if (cases[i].prefix) {
+            g_assert_true(g_str_has_prefix(merge_domain,
+                                           cases[i].merge_domain));
+            g_assert_cmpstr(merge_domain, !=, cases[i].merge_domain);
+        } else {
+            g_assert_cmpstr(merge_domain, ==, cases[i].merge_domain);
+        }
+        g_assert_cmpstr(qdict_get_str(info, "domain-source"), ==,
+                        cases[i].source);
+        /* The request stays what the property says. */
+        g_assert_cmpstr(qdict_get_str(info, "domain"), ==, "blue");
+        g_assert_cmpint(qdict_get_int(info, "priority"), ==, 42);
+        g_assert_cmpint(qdict_get_int(info, "priority-limit"), ==,
+                        NUKSM_PRIORITY_MAX);
+
+        hmp = qtest_hmp(qts, "info nuksm");
+        want_hmp = g_strdup_printf("\n  merge domain %s (%s), priority in "
+                                   "force 42 (limit %u)\r\n", merge_domain,
+                                   cases[i].source, NUKSM_PRIORITY_MAX);
+        if (!strstr(hmp, want_hmp) ||
+            !strstr(hmp, "dedup0: active, agent ") ||
+            !strstr(hmp, ", domain blue, priority 42, ")) {
+            g_error("info nuksm printed '%s', expected '%s'", hmp, want_hmp);
+        }
+        qobject_unref(resp);
+
+        qtest_quit(qts);
+        agent_kill(&a, SIGTERM);
+        agent_cleanup(&a);
+    }
+}
+
+/*
+ * The policy is host-wide: the agent takes it from a VM only with
+ * --vm-set-policy, and the refusal says so.
+ */
+static void test_set_policy_denied(void)
+{
+    Agent a;
+    QTestState *qts;
+    QDict *resp;
+
+    agent_init(&a);
+    agent_start(&a, NULL);
+    qts = vm_start(a.sock, NULL);
+    wait_state(qts, "active");
+    assert_error_contains(qtest_qmp(qts, "{'execute': 'nuksm-set-policy', "
+                                    "'arguments': {'policy': 'fair'}}"),
+                          "nuksm 'dedup0': the agent refused: ",
+                          "vm-set-policy");
+    /* Nothing changed, and the VM stays connected. */
+    resp = qtest_qmp_assert_success_ref(qts, "{'execute': "
+                                        "'query-nuksm-agent'}");
+    g_assert_cmpstr(qdict_get_str(resp, "policy"), ==, "global");
+    qobject_unref(resp);
+    g_assert_cmpstr(nuksm_state(qts), ==, "active");
+    qtest_quit(qts);
+    agent_kill(&a, SIGTERM);
+    agent_cleanup(&a);
+
+    agent_init(&a);
+    agent_start(&a, "--vm-set-policy");
+    qts = vm_start(a.sock, NULL);
+    wait_state(qts, "active");
+    qobject_unref(qtest_qmp_assert_success_ref(qts,
+        "{'execute': 'nuksm-set-policy', 'arguments': {'policy': 'fair'}}"));
+    resp = qtest_qmp_assert_success_ref(qts, "{'execute': "
+                                        "'query-nuksm-agent'}");
+    g_assert_cmpstr(qdict_get_str(resp, "policy"), ==, "fair");
+    qobject_unref(resp);
+    qtest_quit(qts);
     agent_kill(&a, SIGTERM);
     agent_cleanup(&a);
 }
@@ -832,6 +965,8 @@ int main(int argc, char **argv)
     qtest_add_func("/nuksm/cmdline-errors", test_cmdline_errors);
     qtest_add_func("/nuksm/state-transitions", test_state_transitions);
     qtest_add_func("/nuksm/policy", test_policy);
+    qtest_add_func("/nuksm/domain-assignment", test_domain_assignment);
+    qtest_add_func("/nuksm/set-policy-denied", test_set_policy_denied);
     qtest_add_func("/nuksm/hotplug", test_hotplug);
     qtest_add_func("/nuksm/two-objects", test_two_objects);
     qtest_add_func("/nuksm/no-agent-errors", test_no_agent_errors);

@@ -63,7 +63,7 @@ static void config_with_rules(AssignConfig *cfg)
 
 static void check(const AssignConfig *cfg, const PeerIdentity *id,
                   const char *requested, const char *domain,
-                  NuksmDomainSource source, uint32_t limit)
+                  NuksmDomainSourceId source, uint32_t limit)
 {
     Assignment a;
 

@@ -70,6 +70,15 @@ static void nuksm_agent_set_error(Nuksm *s, const char *reason)
     s->conn.last_error = g_strdup(reason);
 }
 
+/* Forget what the agent decided for us (HELLO_ACK). */
+static void nuksm_agent_clear_assignment(NuksmAgentConn *c)
+{
+    g_clear_pointer(&c->merge_domain, g_free);
+    c->domain_source = NUKSM_DOMAIN_SOURCE_SHARED;
+    c->priority_in_force = 0;
+    c->priority_limit = 0;
+}
+
 /*
  * Drop the connection.  @reason says why, for the event and for
  * query-nuksm; pending requests fail with it.
@@ -88,9 +97,10 @@ static void nuksm_agent_disconnect(Nuksm *s, const char *reason)
     close(c->fd);
     c->fd = -1;
     c->ready = false;
-    /* The next agent says what holds then. */
+    /* The next agent says what holds then, and where it puts us. */
     c->conditions = 0;
     g_clear_pointer(&c->condition_reason, g_free);
+    nuksm_agent_clear_assignment(c);
     nuksm_agent_set_error(s, reason);
     qemu_mutex_lock(&c->tx_lock);
     g_queue_clear_full(&c->tx, g_free);
@@ -238,6 +248,39 @@ static void nuksm_agent_flush(void *opaque)
     }
 }
 
+/*
+ * Keep what the agent decided for us: the merge domain it put us in (our
+ * domain property is only a request), where that came from, and the
+ * priority in force under the operator's ceiling.  nuksm_msg_check()
+ * checked the source and the priorities.
+ */
+static void nuksm_agent_handle_assignment(Nuksm *s,
+                                          const NuksmMsgHelloAck *a)
+{
+    NuksmAgentConn *c = &s->conn;
+
+    g_free(c->merge_domain);
+    c->merge_domain = g_strdup(a->domain);
+    c->domain_source = a->domain_source;
+    c->priority_in_force = a->priority;
+    c->priority_limit = a->priority_limit;
+    trace_nuksm_agent_assigned(nuksm_id(s), a->domain,
+                               NuksmDomainSource_str(c->domain_source),
+                               s->domain, a->priority, a->priority_limit);
+    /*
+     * Asking for a domain and getting another one changes which VMs this
+     * one shares pages with: say so.  Asking for none is asking for
+     * whatever the agent assigns.
+     */
+    if (!g_str_equal(s->domain, NUKSM_DEFAULT_DOMAIN) &&
+        !g_str_equal(s->domain, a->domain)) {
+        warn_report("nuksm '%s': the agent put this VM in merge domain "
+                    "'%s' (%s), not in '%s' as property 'domain' asks",
+                    nuksm_id(s), a->domain,
+                    NuksmDomainSource_str(c->domain_source), s->domain);
+    }
+}
+
 /* @uffd_dev: /dev/userfaultfd from the agent, or -1; taken over. */
 static void nuksm_agent_handle_hello_ack(Nuksm *s, const NuksmMsgHelloAck *a,
                                          int uffd_dev)
@@ -264,6 +307,7 @@ static void nuksm_agent_handle_hello_ack(Nuksm *s, const NuksmMsgHelloAck *a,
     g_clear_pointer(&c->last_error, g_free);
     trace_nuksm_agent_connected(nuksm_id(s), a->client_id, a->nr_nodes,
                                 a->agent_version);
+    nuksm_agent_handle_assignment(s, a);
     qapi_event_send_nuksm_agent_connected(nuksm_id(s), s->agent_path);
     /* Before the scanner runs for this connection and tries it. */
     nuksm_commit_set_uffd_device(s->commit, uffd_dev);
@@ -608,6 +652,7 @@ void nuksm_agent_cleanup(Nuksm *s)
     qemu_mutex_destroy(&c->tx_lock);
     g_clear_pointer(&c->last_error, g_free);
     g_clear_pointer(&c->condition_reason, g_free);
+    nuksm_agent_clear_assignment(c);
 }
 
 void nuksm_agent_send_priority(Nuksm *s)
@@ -617,6 +662,8 @@ void nuksm_agent_send_priority(Nuksm *s)
     if (!s->conn.ready) {
         return;  /* the next HELLO carries it */
     }
+    /* The agent holds it to the limit it gave us in HELLO_ACK. */
+    s->conn.priority_in_force = MIN(s->priority, s->conn.priority_limit);
     nuksm_agent_queue(s, s->conn.epoch, NUKSM_MSG_SET_PRIORITY,
                       s->conn.next_seq++, &msg, sizeof(msg));
 }

@@ -15,6 +15,12 @@
 #include "nuksm.h"
 #include "nuksm-scan.h"
 
+/* What INFO's counters cover: QAPI's NuksmInfoScope, libnuksm's Id. */
+QEMU_BUILD_BUG_ON((int)NUKSM_INFO_SCOPE_HOST != NUKSM_INFO_HOST ||
+                  (int)NUKSM_INFO_SCOPE_DOMAIN != NUKSM_INFO_DOMAIN ||
+                  (int)NUKSM_INFO_SCOPE_NONE != NUKSM_INFO_NONE ||
+                  (int)NUKSM_INFO_SCOPE__MAX != NUKSM_INFO__MAX);
+
 NuksmInfoList *qmp_query_nuksm(Error **errp)
 {
     return nuksm_list_info();
@@ -41,6 +47,7 @@ NuksmAgentInfo *coroutine_fn qmp_query_nuksm_agent(const char *id,
     info = g_new0(NuksmAgentInfo, 1);
     info->version = g_strdup(reply.agent_version);
     info->policy = reply.policy;
+    info->scope = reply.scope;  /* nuksm_msg_check() checked it */
     info->vms = reply.vms;
     info->pages_shared = reply.pages_shared;
     info->pages_sharing = reply.pages_sharing;
@@ -106,6 +113,15 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
                        i->has_policy ? NuksmPolicy_str(i->policy) : "-");
         if (i->agent_error) {
             monitor_printf(mon, "  agent error: %s\n", i->agent_error);
+        }
+        if (i->merge_domain) {
+            Nuksm *s = nuksm_find(i->id, NULL);
+
+            monitor_printf(mon, "  merge domain %s (%s), priority in force "
+                           "%u (limit %u)\n", i->merge_domain,
+                           NuksmDomainSource_str(i->domain_source),
+                           s ? s->conn.priority_in_force : i->priority,
+                           i->priority_limit);
         }
 
         monitor_printf(mon, "  eligible %" PRIu64 " pages, scanned %"

@@ -52,6 +52,18 @@ QEMU_BUILD_BUG_ON((int)NUKSM_POLICY_GLOBAL != NUKSM_POLICY_ID_GLOBAL ||
                   (int)NUKSM_POLICY_ADAPTIVE != NUKSM_POLICY_ID_ADAPTIVE ||
                   (int)NUKSM_POLICY__MAX != NUKSM_POLICY_ID__MAX);
 
+/*
+ * Where the agent took a VM's merge domain from (HELLO_ACK): the same,
+ * QAPI's NuksmDomainSource against libnuksm's NuksmDomainSourceId.
+ */
+QEMU_BUILD_BUG_ON(
+    (int)NUKSM_DOMAIN_SOURCE_SHARED != NUKSM_DOMAIN_SHARED ||
+    (int)NUKSM_DOMAIN_SOURCE_PRIVATE != NUKSM_DOMAIN_PRIVATE ||
+    (int)NUKSM_DOMAIN_SOURCE_LIBVIRT != NUKSM_DOMAIN_LIBVIRT ||
+    (int)NUKSM_DOMAIN_SOURCE_RULE != NUKSM_DOMAIN_RULE ||
+    (int)NUKSM_DOMAIN_SOURCE_REQUEST != NUKSM_DOMAIN_REQUEST ||
+    (int)NUKSM_DOMAIN_SOURCE__MAX != NUKSM_DOMAIN__MAX);
+
 static int nuksm_add_completed(Object *obj, void *opaque)
 {
     Nuksm *s = (Nuksm *)object_dynamic_cast(obj, TYPE_NUKSM);
@@ -277,6 +289,13 @@ NuksmInfo *nuksm_get_info(Nuksm *s)
     info->agent_error = g_strdup(s->conn.ready ? NULL : s->conn.last_error);
     info->domain = g_strdup(s->domain);
     info->priority = s->priority;
+    if (s->conn.ready) {
+        info->merge_domain = g_strdup(s->conn.merge_domain);
+        info->has_domain_source = true;
+        info->domain_source = s->conn.domain_source;
+        info->has_priority_limit = true;
+        info->priority_limit = s->conn.priority_limit;
+    }
     if (s->conn.policy >= 0) {
         info->has_policy = true;
         info->policy = s->conn.policy;
@@ -740,13 +759,15 @@ static void nuksm_class_init(ObjectClass *oc, void *data)
     object_class_property_add_str(oc, "domain", nuksm_get_domain,
                                   nuksm_set_domain);
     object_class_property_set_description(oc, "domain",
-        "Merge domain: pages are only shared within it (default "
-        NUKSM_DEFAULT_DOMAIN ")");
+        "Merge domain to ask the agent for: pages are only shared within "
+        "a merge domain, and the agent decides which one the VM is in "
+        "(default " NUKSM_DEFAULT_DOMAIN ": no request)");
     object_class_property_add(oc, "priority", "uint32", nuksm_get_uint32,
                               nuksm_set_priority, NULL,
                               (void *)offsetof(Nuksm, priority));
     object_class_property_set_description(oc, "priority",
-        "Weight in NUMA placement, 1..1000 (default 100)");
+        "Weight in NUMA placement, 1..1000, at most the agent's limit for "
+        "the VM (default 100)");
     object_class_property_add(oc, "max-cpu", "uint32", nuksm_get_uint32,
                               nuksm_set_max_cpu, NULL,
                               (void *)offsetof(Nuksm, max_cpu));
@@ -798,6 +819,10 @@ static void nuksm_register_types(void)
 {
     for (int i = 0; i < NUKSM_POLICY__MAX; i++) {
         assert(g_str_equal(NuksmPolicy_str(i), nuksm_policy_name(i)));
+    }
+    for (int i = 0; i < NUKSM_DOMAIN_SOURCE__MAX; i++) {
+        assert(g_str_equal(NuksmDomainSource_str(i),
+                           nuksm_domain_source_name(i)));
     }
     type_register_static(&nuksm_info);
 }

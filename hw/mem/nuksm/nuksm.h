@@ -68,7 +68,6 @@
 OBJECT_DECLARE_SIMPLE_TYPE(Nuksm, NUKSM)
 
 #define NUKSM_DEFAULT_AGENT    "/run/nuksm/nuksmd.sock"
-#define NUKSM_DEFAULT_DOMAIN   "default"
 #define NUKSM_DEFAULT_PRIORITY 100
 #define NUKSM_DEFAULT_MAX_CPU  10
 #define NUKSM_DEFAULT_HOT_WINDOW_MS 1000
@@ -95,6 +94,16 @@ typedef struct NuksmAgentConn {
     bool ready;                 /* handshake completed */
     uint32_t nr_nodes;          /* from HELLO_ACK */
     int policy;                 /* NuksmPolicy, -1 until known */
+    /*
+     * What the agent decided for this VM (HELLO_ACK), while @ready: the
+     * merge domain it put us in (the domain property is only a request),
+     * where that came from, and the priority in force (ours, at most the
+     * operator's @priority_limit).  NULL, and zero, while not connected.
+     */
+    char *merge_domain;
+    NuksmDomainSource domain_source;
+    uint32_t priority_in_force;
+    uint32_t priority_limit;
     uint32_t conditions;        /* NuksmCondition bits the agent reports */
     char *condition_reason;     /* why, while conditions is not 0 */
     uint32_t vm_limit_sent;     /* NuksmVmLimit we last told the agent, */
