@@ -66,6 +66,7 @@ def refs(*entries, status=h.STATUS_NONE):
 
 def proto_seeds():
     vm_entry = h.VM_ENTRY.pack(1, 100, 0, 10, b"default", b"vm0", b"dedup0",
+                               b"blue", 0, 500,
                                5, 3, 2, 2, 2, bytes([0, 1]) + bytes(62),
                                b"65000 of 65530 mappings in use", b"vm0",
                                b"0c4f3a7e-2f7b-4e0c-9d1e-3a6b5c4d2e1f")
@@ -76,7 +77,8 @@ def proto_seeds():
                                              object_id=b"dedup0")),
         "hello-control": msg(h.MSG_HELLO, h.hello()),
         "hello-ack": msg(h.MSG_HELLO_ACK,
-                         h.HELLO_ACK.pack(h.PROTO_VERSION, 1, 0, 2, b"0.1.0")),
+                         h.HELLO_ACK.pack(h.PROTO_VERSION, 1, 0, 2, b"0.1.0",
+                                          0, 10, 500, 0, b"default")),
         "error": msg(h.MSG_ERROR, h.ERROR.pack(h.ERR_BAD_MESSAGE, 0,
                                                b"malformed message")),
         "set-policy": msg(h.MSG_SET_POLICY, h.POLICY.pack(3)),
@@ -85,7 +87,8 @@ def proto_seeds():
         "set-priority": msg(h.MSG_SET_PRIORITY, h.PRIORITY.pack(500)),
         "get-info": msg(h.MSG_GET_INFO),
         "info": msg(h.MSG_INFO, h.INFO.pack(b"0.1.0", 0, 2, 2,
-                                            h.COND_STORE_FULL, 10, 20, 3, 4,
+                                            h.COND_STORE_FULL, h.INFO_HOST, 0,
+                                            10, 20, 3, 4,
                                             5, 7, 9, *[0] * 62,
                                             b"store full")),
         "list-vms": msg(h.MSG_LIST_VMS),
