@@ -138,32 +138,33 @@ static bool set_state_dir(NuksmdConfig *cfg, const char *origin,
     return set_dir(&cfg->state_dir, origin, value, "state directory");
 }
 
-static bool set_socket_group(NuksmdConfig *cfg, const char *origin,
-                             const char *value)
+/* Set *@gid to group @value's, whose members are @role (for errors). */
+static bool set_group(gid_t *gid, const char *origin, const char *value,
+                      const char *role)
 {
     struct group *gr = getgrnam(value);
 
     if (!gr) {
         usage_error(origin, "no group '%s' on this host (a group whose "
-                    "members may connect, e.g. kvm)", value);
+                    "members %s)", value, role);
         return false;
     }
-    cfg->socket_gid = gr->gr_gid;
+    *gid = gr->gr_gid;
     return true;
+}
+
+static bool set_socket_group(NuksmdConfig *cfg, const char *origin,
+                             const char *value)
+{
+    return set_group(&cfg->socket_gid, origin, value,
+                     "may connect, e.g. kvm");
 }
 
 static bool set_admin_group(NuksmdConfig *cfg, const char *origin,
                             const char *value)
 {
-    struct group *gr = getgrnam(value);
-
-    if (!gr) {
-        usage_error(origin, "no group '%s' on this host (a group whose "
-                    "members administer nuksmd besides root)", value);
-        return false;
-    }
-    cfg->admin_gid = gr->gr_gid;
-    return true;
+    return set_group(&cfg->admin_gid, origin, value,
+                     "administer nuksmd besides root");
 }
 
 static bool set_isolation(NuksmdConfig *cfg, const char *origin,

@@ -150,7 +150,6 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
 
     agent->loop = g_main_loop_new(NULL, FALSE);
     relocate_init(agent, cfg->replace_rate);
-    merge_start(agent);
     home_start(agent);
     effects_start(agent);
     return true;

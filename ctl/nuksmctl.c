@@ -302,7 +302,7 @@ static char *table_text(const char *s)
     return g_string_free(text, FALSE);
 }
 
-enum { VM_COLUMNS = 13 };
+enum { VM_COLUMNS = 14 };
 
 static void print_row(char **cells, const size_t *widths)
 {
@@ -363,8 +363,8 @@ static void print_vms_table(const NuksmMsgVms *vms,
                             const AgentConditions *agent)
 {
     static const char *const header[VM_COLUMNS] = {
-        "ID", "PID", "UID", "DOMAIN", "NAME", "OBJECT", "PRIORITY", "MERGED",
-        "LOCAL", "REMOTE", "HOME", "LIMIT", "LIBVIRT",
+        "ID", "PID", "UID", "DOMAIN", "FROM", "NAME", "OBJECT", "PRIORITY",
+        "MERGED", "LOCAL", "REMOTE", "HOME", "LIMIT", "LIBVIRT",
     };
     g_autoptr(GPtrArray) rows = g_ptr_array_new_with_free_func(
         (GDestroyNotify)g_strfreev);
@@ -377,17 +377,17 @@ static void print_vms_table(const NuksmMsgVms *vms,
         row[0] = g_strdup_printf("%u", e->client_id);
         row[1] = g_strdup_printf("%u", e->pid);
         row[2] = g_strdup_printf("%u", e->uid);
-        row[3] = g_strdup_printf("%s (%s)", e->domain,
-                                 nuksm_domain_source_name(e->domain_source));
-        row[4] = table_text(e->vm_name);
-        row[5] = table_text(e->object_id);
-        row[6] = g_strdup_printf("%u", e->priority);
-        row[7] = g_strdup_printf("%" PRIu64, e->merged_pages);
-        row[8] = g_strdup_printf("%" PRIu64, e->merged_local);
-        row[9] = g_strdup_printf("%" PRIu64, e->merged_remote);
-        row[10] = home_text(e);
-        row[11] = g_strdup(vm_limit_name(e, agent) ?: "-");
-        row[12] = e->libvirt_name[0] ? table_text(e->libvirt_name)
+        row[3] = table_text(e->domain);
+        row[4] = g_strdup(nuksm_domain_source_name(e->domain_source));
+        row[5] = table_text(e->vm_name);
+        row[6] = table_text(e->object_id);
+        row[7] = g_strdup_printf("%u", e->priority);
+        row[8] = g_strdup_printf("%" PRIu64, e->merged_pages);
+        row[9] = g_strdup_printf("%" PRIu64, e->merged_local);
+        row[10] = g_strdup_printf("%" PRIu64, e->merged_remote);
+        row[11] = home_text(e);
+        row[12] = g_strdup(vm_limit_name(e, agent) ?: "-");
+        row[13] = e->libvirt_name[0] ? table_text(e->libvirt_name)
                                      : g_strdup("-");
         g_ptr_array_add(rows, row);
     }

@@ -299,9 +299,8 @@ typedef struct NuksmMsgCondition {
  */
 typedef enum NuksmInfoScopeId {
     NUKSM_INFO_HOST   = 0,
-    NUKSM_INFO_DOMAIN = 1,   /* vms, pages_shared, pages_sharing and */
-                             /* store_pages of the client's domain; */
-                             /* pages_moved, moves_pending, orphan_pages 0 */
+    NUKSM_INFO_DOMAIN = 1,   /* the counters of the client's domain; */
+                             /* orphan_pages, counted host-wide only, 0 */
     NUKSM_INFO_NONE   = 2,   /* every counter 0 */
     NUKSM_INFO__MAX,
 } NuksmInfoScopeId;

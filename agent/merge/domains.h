@@ -32,6 +32,8 @@ typedef struct DomainStats {
     uint32_t vms;            /* connected VMs */
     uint64_t pages_shared;   /* its slots that pages map */
     uint64_t pages_sharing;  /* pages mapping them, less one a slot */
+    uint64_t pages_moved;    /* its merged pages re-placement moved */
+    uint64_t moves_pending;  /* its moves planned, not started yet */
     uint64_t store_pages[NUKSM_MAX_NODES];  /* its slots not free */
 } DomainStats;
 

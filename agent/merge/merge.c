@@ -100,6 +100,94 @@ static bool may_upload(const NuksmClient *client)
 }
 
 /*
+ * A revoked upload: the slot and generation of @page's upload that its
+ * client was too late for, in one pointer-sized value.
+ */
+_Static_assert(sizeof(gsize) >= sizeof(uint64_t), "a revoked upload");
+
+static gpointer revoked_value(SlotId id, uint32_t gen)
+{
+    return GSIZE_TO_POINTER((uint64_t)gen << 32 | id);
+}
+
+/* @client is asked to upload @page: no late upload of it is pending. */
+static void ask_upload(NuksmAgent *agent, NuksmClient *client, uint64_t page,
+                       SlotId id)
+{
+    if (client->revoked_uploads) {
+        g_hash_table_remove(client->revoked_uploads, GSIZE_TO_POINTER(page));
+    }
+    outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ, page, id,
+               ledger_slot(agent, id)->gen);
+}
+
+/*
+ * @client let the upload of @page to @id (generation @gen) pass its
+ * time: it may not upload for a while, and its upload, should it come,
+ * is ignored.  @first: its first miss of this look.
+ */
+static void upload_missed(NuksmClient *client, uint64_t page, SlotId id,
+                          uint32_t gen, bool first)
+{
+    if (!client->revoked_uploads ||
+        g_hash_table_size(client->revoked_uploads) >= REVOKED_UPLOADS_MAX) {
+        g_clear_pointer(&client->revoked_uploads, g_hash_table_destroy);
+        client->revoked_uploads = g_hash_table_new(NULL, NULL);
+    }
+    g_hash_table_insert(client->revoked_uploads, GSIZE_TO_POINTER(page),
+                        revoked_value(id, gen));
+    if (first) {
+        unsigned shift = MIN(client->uploads_missed, 6u);
+        unsigned ban = MIN(UPLOAD_BAN_SECONDS << shift,
+                           UPLOAD_BAN_MAX_SECONDS);
+
+        client->uploads_missed++;
+        client->uploads_banned_until = g_get_monotonic_time() +
+                                       (gint64)ban * G_USEC_PER_SEC;
+        log_warning("%s: did not upload in %u s (time %u): its uploads "
+                    "go to other VMs for %u s", client->label,
+                    LEDGER_UPLOAD_SECONDS, client->uploads_missed, ban);
+    }
+}
+
+/* Hand on the uploads whose time is up; runs while there are uploads. */
+static gboolean on_upload_timer(gpointer opaque)
+{
+    NuksmAgent *agent = opaque;
+    g_autoptr(GArray) ids = ledger_uploads_overdue(agent,
+                                                   g_get_monotonic_time());
+    g_autoptr(GHashTable) late_clients = g_hash_table_new(NULL, NULL);
+
+    for (guint i = 0; i < ids->len; i++) {
+        SlotId id = g_array_index(ids, SlotId, i);
+        uint32_t gen = ledger_slot(agent, id)->gen;
+        LedgerWaiter late, next;
+
+        if (ledger_upload_reassign(agent, id, may_upload, &late, &next)) {
+            ask_upload(agent, next.client, next.page, id);
+        }
+        if (late.client) {
+            upload_missed(late.client, late.page, id, gen,
+                          g_hash_table_add(late_clients, late.client));
+        }
+    }
+    if (!g_hash_table_size(agent->ledger.uploads)) {
+        agent->ledger.upload_timer = 0;
+        return G_SOURCE_REMOVE;
+    }
+    return G_SOURCE_CONTINUE;
+}
+
+/* Look at the uploads' time every second while there are uploads. */
+static void watch_uploads(NuksmAgent *agent)
+{
+    if (!agent->ledger.upload_timer) {
+        agent->ledger.upload_timer = g_timeout_add_seconds(1, on_upload_timer,
+                                                           agent);
+    }
+}
+
+/*
  * @v's candidate @c and the unstable entry of @u's @upage (placed as
  * @pv and @pu) share a new slot.  @v uploads it, unless it may not and
  * @u may.
@@ -141,14 +229,15 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
         ledger_upload_join(agent, id, u, upage);
         ledger_add(agent, v, c->page, id, PAGE_WAITING);
         ledger_upload_join(agent, id, v, c->page);
-        outbox_add(agent, u, NUKSM_MSG_UPLOAD_REQ, upage, id, s->gen);
+        ask_upload(agent, u, upage, id);
     } else {
         ledger_add(agent, v, c->page, id, PAGE_UPLOADING);
         ledger_upload_join(agent, id, v, c->page);
         ledger_add(agent, u, upage, id, PAGE_WAITING);
         ledger_upload_join(agent, id, u, upage);
-        outbox_add(agent, v, NUKSM_MSG_UPLOAD_REQ, c->page, id, s->gen);
+        ask_upload(agent, v, c->page, id);
     }
+    watch_uploads(agent);
     copies_publish(agent, id);
 }
 
@@ -320,7 +409,7 @@ static bool revoked_upload(NuksmClient *client, const NuksmSlotRef *r)
         !g_hash_table_lookup_extended(client->revoked_uploads,
                                       GSIZE_TO_POINTER(r->page), NULL,
                                       &slot) ||
-        GPOINTER_TO_UINT(slot) != slot_id(r->node, r->slot)) {
+        slot != revoked_value(slot_id(r->node, r->slot), r->gen)) {
         return false;
     }
     g_hash_table_remove(client->revoked_uploads, GSIZE_TO_POINTER(r->page));
@@ -407,64 +496,6 @@ void merge_handle_unmerged(NuksmAgent *agent, NuksmClient *client,
         }
         ledger_drop(agent, client, e);
     }
-}
-
-/*
- * @client let the upload of @page to @id pass its time: it may not
- * upload for a while, and its upload, should it come, is ignored.
- * @first: its first miss of this look.
- */
-static void upload_missed(NuksmClient *client, uint64_t page, SlotId id,
-                          bool first)
-{
-    if (!client->revoked_uploads ||
-        g_hash_table_size(client->revoked_uploads) >= REVOKED_UPLOADS_MAX) {
-        g_clear_pointer(&client->revoked_uploads, g_hash_table_destroy);
-        client->revoked_uploads = g_hash_table_new(NULL, NULL);
-    }
-    g_hash_table_insert(client->revoked_uploads, GSIZE_TO_POINTER(page),
-                        GUINT_TO_POINTER(id));
-    if (first) {
-        unsigned shift = MIN(client->uploads_missed, 6u);
-        unsigned ban = MIN(UPLOAD_BAN_SECONDS << shift,
-                           UPLOAD_BAN_MAX_SECONDS);
-
-        client->uploads_missed++;
-        client->uploads_banned_until = g_get_monotonic_time() +
-                                       (gint64)ban * G_USEC_PER_SEC;
-        log_warning("%s: did not upload in %u s (time %u): its uploads "
-                    "go to other VMs for %u s", client->label,
-                    LEDGER_UPLOAD_SECONDS, client->uploads_missed, ban);
-    }
-}
-
-static gboolean on_upload_timer(gpointer opaque)
-{
-    NuksmAgent *agent = opaque;
-    g_autoptr(GArray) ids = ledger_uploads_overdue(agent,
-                                                   g_get_monotonic_time());
-    g_autoptr(GHashTable) late_clients = g_hash_table_new(NULL, NULL);
-
-    for (guint i = 0; i < ids->len; i++) {
-        SlotId id = g_array_index(ids, SlotId, i);
-        LedgerWaiter late, next;
-
-        if (ledger_upload_reassign(agent, id, may_upload, &late, &next)) {
-            outbox_add(agent, next.client, NUKSM_MSG_UPLOAD_REQ, next.page,
-                       id, ledger_slot(agent, id)->gen);
-        }
-        if (late.client) {
-            upload_missed(late.client, late.page, id,
-                          g_hash_table_add(late_clients, late.client));
-        }
-    }
-    return G_SOURCE_CONTINUE;
-}
-
-void merge_start(NuksmAgent *agent)
-{
-    agent->ledger.upload_timer = g_timeout_add_seconds(1, on_upload_timer,
-                                                       agent);
 }
 
 void merge_stop(NuksmAgent *agent)

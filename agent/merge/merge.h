@@ -37,11 +37,10 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client);
 void merge_client_leave(NuksmAgent *agent, NuksmClient *client);
 
 /*
- * Start and stop watching the uploads' time (LEDGER_UPLOAD_SECONDS): a
- * late upload goes to another sharer, and its uploader may not upload
- * for a while.
+ * While uploads run, the agent watches their time (LEDGER_UPLOAD_SECONDS):
+ * a late upload goes to another sharer, and its uploader may not upload
+ * for a while.  merge_stop() stops watching, at shutdown.
  */
-void merge_start(NuksmAgent *agent);
 void merge_stop(NuksmAgent *agent);
 
 /*

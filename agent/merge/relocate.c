@@ -30,6 +30,8 @@ typedef struct RelocateMove {
     uint32_t client;
     uint64_t page;
     uint32_t node;
+    uint16_t domain;         /* of @from: counts it, and is held, while */
+                             /* the move is planned */
 } RelocateMove;
 
 static gboolean on_tick(gpointer opaque);
@@ -94,13 +96,34 @@ static GArray *find_sharers(NuksmAgent *agent)
     return sharers;
 }
 
-static void plan_move(Relocator *r, SlotId from, const MergedPage *s,
+static void plan_move(NuksmAgent *agent, SlotId from, const MergedPage *s,
                       uint32_t node)
 {
     RelocateMove mv = { .from = from, .client = s->client, .page = s->page,
-                       .node = node };
+                       .node = node, .domain = ledger_slot(agent, from)->domain };
 
-    g_array_append_val(r->plan, mv);
+    domains_hold(&agent->domains, mv.domain);
+    domains_stats(&agent->domains, mv.domain)->moves_pending++;
+    g_array_append_val(agent->relocator.plan, mv);
+}
+
+/* A planned move leaves the plan: carried out, or dropped. */
+static void unplan(NuksmAgent *agent, const RelocateMove *mv)
+{
+    domains_stats(&agent->domains, mv->domain)->moves_pending--;
+    domains_put(&agent->domains, mv->domain);
+}
+
+/* Drop the moves not carried out yet. */
+static void drop_plan(NuksmAgent *agent)
+{
+    Relocator *r = &agent->relocator;
+
+    for (guint i = r->next; i < r->plan->len; i++) {
+        unplan(agent, &g_array_index(r->plan, RelocateMove, i));
+    }
+    g_array_set_size(r->plan, 0);
+    r->next = 0;
 }
 
 /* Plan the moves of the @n pages @sh that map slot @id. */
@@ -126,7 +149,7 @@ static void plan_slot(NuksmAgent *agent, SlotId id, const MergedPage *sh,
     if (agent->placement.policy == NUKSM_POLICY_ID_LOCAL) {
         for (size_t i = 0; i < n; i++) {
             if (o[i].home != node) {
-                plan_move(&agent->relocator, id, &sh[i], o[i].home);
+                plan_move(agent, id, &sh[i], o[i].home);
             }
         }
         return;
@@ -139,7 +162,7 @@ static void plan_slot(NuksmAgent *agent, SlotId id, const MergedPage *sh,
     load->copies[node]--;
     load->copies[target]++;
     for (size_t i = 0; i < n; i++) {
-        plan_move(&agent->relocator, id, &sh[i], target);
+        plan_move(agent, id, &sh[i], target);
     }
 }
 
@@ -152,8 +175,7 @@ static gboolean on_pass(gpointer opaque)
     PolicyLoad load = *agent_policy_load(agent);
 
     r->pass_timer = 0;
-    g_array_set_size(r->plan, 0);
-    r->next = 0;
+    drop_plan(agent);
     for (guint i = 0; i < sharers->len;) {
         const MergedPage *first = &g_array_index(sharers, MergedPage, i);
         guint n = 1;
@@ -183,8 +205,7 @@ void relocate_request(NuksmAgent *agent, const char *why)
      * moves planned under the previous policy are dropped.
      */
     if (!r->rate || !policy_moves_copies(agent->placement.policy)) {
-        g_array_set_size(r->plan, 0);
-        r->next = 0;
+        drop_plan(agent);
         return;
     }
     log_debug("re-placement requested: %s", why);
@@ -258,7 +279,11 @@ static gboolean on_tick(gpointer opaque)
     guint budget = MAX(1, r->rate * RELOCATE_TICK_MS / 1000);
 
     while (budget-- && r->next < r->plan->len) {
-        start_move(agent, &g_array_index(r->plan, RelocateMove, r->next++));
+        const RelocateMove *mv = &g_array_index(r->plan, RelocateMove,
+                                                r->next++);
+
+        start_move(agent, mv);
+        unplan(agent, mv);
     }
     if (r->next < r->plan->len) {
         return G_SOURCE_CONTINUE;
@@ -306,5 +331,6 @@ void relocate_handle_moved(NuksmAgent *agent, NuksmClient *client,
         }
         ledger_move_done(agent, client, m[i].from.page);
         agent->relocator.moved++;
+        domains_stats(&agent->domains, client->domain_id)->pages_moved++;
     }
 }

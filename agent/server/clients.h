@@ -71,7 +71,8 @@ typedef struct NuksmClient {
     uint64_t refused_pages;  /* RESTORE entries refused */
     uint32_t uploads_missed; /* uploads it let pass their time (merge.c) */
     gint64 uploads_banned_until;    /* monotonic us: asked none till then */
-    GHashTable *revoked_uploads;    /* page -> SlotId it was too late for */
+    GHashTable *revoked_uploads;    /* page -> the slot and generation */
+                                    /* of an upload it was too late for */
     NuksmMsgVmLimit limit;   /* what holds back its merging in QEMU */
 
     /* Messages the socket could not take yet (server.c) */

@@ -270,6 +270,8 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
         info.vms = stats->vms;
         info.pages_shared = stats->pages_shared;
         info.pages_sharing = stats->pages_sharing;
+        info.pages_moved = stats->pages_moved;
+        info.moves_pending = stats->moves_pending;
         memcpy(info.store_pages, stats->store_pages,
                agent->nr_nodes * sizeof(info.store_pages[0]));
     }

@@ -93,10 +93,15 @@ static bool read_starttime(const char *stat, unsigned long long *start)
     return sscanf(p + 1, "%llu", start) == 1;
 }
 
-/* The process @pidfd names still runs: the pid was not reused. */
+/*
+ * The process @pidfd names still runs: the pid was not reused.  Signal 0
+ * only checks; another user's process answers EPERM, a gone one ESRCH.
+ */
 static bool still_there(int pidfd)
 {
-    return pidfd < 0 || syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0;
+    return pidfd < 0 ||
+           syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0 ||
+           errno != ESRCH;
 }
 
 bool identity_read(ClientIdentity *id, pid_t pid, int pidfd, uid_t uid,

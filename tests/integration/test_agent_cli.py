@@ -70,6 +70,7 @@ def test_status_json(agent, qtest_vm):
     assert ctl_json(agent.sock, "status") == {
         "agent_version": agent_version(),
         "policy": "global",
+        "scope": "host",
         "nodes": host_nodes(),
         "vms": 2,
         "pages_shared": 0,
@@ -92,7 +93,9 @@ def test_vms_lists_connected_vms(agent, qtest_vm):
 
     rows = {int(r["PID"]): r for r in vms_table(ctl_ok(agent.sock, "vms"))}
     assert set(rows) == {blue.pid, plain.pid}
-    assert rows[blue.pid]["DOMAIN"] == "blue"
+    # nuksmd decides the domain: "blue" is only what the VM asked for.
+    assert (rows[blue.pid]["DOMAIN"], rows[blue.pid]["FROM"]) == \
+        ("default", "shared")
     assert rows[blue.pid]["NAME"] == "vm-blue"
     assert rows[blue.pid]["OBJECT"] == "dedup-b"
     assert rows[blue.pid]["PRIORITY"] == "7"
@@ -107,8 +110,10 @@ def test_vms_lists_connected_vms(agent, qtest_vm):
     assert by_pid[blue.pid] == {
         "id": int(rows[blue.pid]["ID"]), "pid": blue.pid,
         "uid": os.getuid(),
-        "domain": "blue", "name": "vm-blue", "object": "dedup-b",
-        "priority": 7, "merged_pages": 0, "merged_local": 0,
+        "domain": "default", "domain_source": "shared",
+        "requested_domain": "blue", "name": "vm-blue", "object": "dedup-b",
+        "priority": 7, "priority_limit": 1000, "merged_pages": 0,
+        "merged_local": 0,
         "merged_remote": 0, "home": [0], "limit": None,
         "limit_reason": None, "libvirt": None,
     }

@@ -50,13 +50,14 @@ def assert_bystanders_fine(agent, vm):
 def test_well_behaved_raw_client(agent, served_vm, raw):
     """The datagram layouts used by the rogues below are the real ones."""
     ack = handshake(raw)
-    version, client_id, policy, nodes, agent_version = \
+    version, client_id, policy, nodes, agent_version, _, _, _, admin, _ = \
         HELLO_ACK.unpack(ack.payload)
     assert version == PROTO_VERSION
     assert client_id >= 2  # the VM was client 1
     assert harness.POLICIES[policy] == "global"
     assert nodes >= 1
     assert cstr(agent_version) != ""
+    assert admin == 1  # root's control client
 
     info = raw.request(MSG_GET_INFO, 2)
     assert info.type == MSG_INFO
@@ -151,7 +152,8 @@ def test_raw_vm_client_comes_and_goes(agent, served_vm, raw):
     listing = ctl_json(agent.sock, "vms")
     assert listing["total"] == 2
     [entry] = [v for v in listing["vms"] if v["object"] == "r0"]
-    assert (entry["domain"], entry["priority"]) == ("raw", 3)
+    assert (entry["domain"], entry["requested_domain"], entry["priority"]) \
+        == ("default", "raw", 3)
 
     raw.send(pack(MSG_SET_PRIORITY, 2, PRIORITY.pack(9)))
     harness.wait_until(

@@ -304,10 +304,10 @@ while :; do
     [ $(($(date +%s) - start)) -lt "$TIMEOUT" ] || break
     sleep 1
 done
-OUT=$(store-nodes "$STATE/store-node0" "$STATE/store-node1" 2>&1)
+OUT=$(store-nodes "$S0" "$S1" 2>&1)
 echo "$OUT" | sed 's/^/numa-lab: store-nodes: /'
-L0=$(echo "$OUT" | grep "^$STATE/store-node0 ")
-L1=$(echo "$OUT" | grep "^$STATE/store-node1 ")
+L0=$(echo "$OUT" | grep "^$S0 ")
+L1=$(echo "$OUT" | grep "^$S1 ")
 M0=$(field pages "$L0")
 M1=$(field pages "$L1")
 if [ "$M0" = 0 ]; then

@@ -74,6 +74,17 @@ static void check(const AssignConfig *cfg, const PeerIdentity *id,
     g_assert_cmpuint(a.priority_limit, ==, limit);
 }
 
+/* Why a VM that asked @requested is refused; it must be. */
+static char *refusal(const AssignConfig *cfg, const PeerIdentity *id,
+                     const char *requested)
+{
+    Assignment a;
+
+    assign_domain(cfg, id, requested, &a);
+    g_assert_nonnull(a.refusal);
+    return a.refusal;
+}
+
 static void test_defaults(void)
 {
     AssignConfig cfg;
@@ -96,7 +107,7 @@ static void test_requests(void)
 {
     AssignConfig cfg;
     PeerIdentity bob = plain(UID_BOB), alice = plain(UID_ALICE);
-    Assignment a;
+    char *why;
 
     config_with_rules(&cfg);
     cfg.vm_domains = VM_DOMAINS_ALLOW;
@@ -106,22 +117,20 @@ static void test_requests(void)
     check(&cfg, &alice, "blue", "tenant-a", NUKSM_DOMAIN_RULE, 1000);
 
     cfg.vm_domains = VM_DOMAINS_REFUSE;
-    assign_domain(&cfg, &bob, "blue", &a);
-    g_assert_nonnull(a.refusal);
-    g_assert_true(strstr(a.refusal, "'blue' refused"));
-    g_assert_true(strstr(a.refusal, "'default'"));
-    g_assert_true(strstr(a.refusal, "vm-domains=refuse"));
-    g_free(a.refusal);
+    why = refusal(&cfg, &bob, "blue");
+    g_assert_true(strstr(why, "'blue' refused"));
+    g_assert_true(strstr(why, "'default'"));
+    g_assert_true(strstr(why, "vm-domains=refuse"));
+    g_free(why);
     /* Asking for what it gets, or for nothing, is no reason to refuse. */
     check(&cfg, &alice, "tenant-a", "tenant-a", NUKSM_DOMAIN_RULE, 1000);
     check(&cfg, &bob, "default", "default", NUKSM_DOMAIN_SHARED, 1000);
 
     /* A private domain's name cannot be asked for, in any mode. */
     cfg.vm_domains = VM_DOMAINS_ALLOW;
-    assign_domain(&cfg, &bob, "vm:4242.99", &a);
-    g_assert_nonnull(a.refusal);
-    g_assert_true(strstr(a.refusal, "not a valid name"));
-    g_free(a.refusal);
+    why = refusal(&cfg, &bob, "vm:4242.99");
+    g_assert_true(strstr(why, "not a valid name"));
+    g_free(why);
     assign_config_clear(&cfg);
 }
 
