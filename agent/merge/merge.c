@@ -197,7 +197,7 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
                          NuksmClient *u, uint64_t upage,
                          const PolicyOwner *pu)
 {
-    bool u_uploads = !may_upload(v);
+    LedgerWaiter uploader = { v, c->page }, waiter = { u, upage };
     uint32_t hot_owner;
     uint32_t node = policy_new_copy(agent->placement.policy,
                                     agent_policy_load(agent), pv, pu,
@@ -206,6 +206,10 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
     SlotId id;
     Slot *s;
 
+    if (!may_upload(v)) {
+        uploader = waiter;
+        waiter = (LedgerWaiter) { v, c->page };
+    }
     if (!conditions_store_has_room(agent)) {
         return;
     }
@@ -224,19 +228,11 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
     ledger_take_slot(agent, id, v->domain_id);
 
     ledger_upload_start(agent, id);
-    if (u_uploads) {
-        ledger_add(agent, u, upage, id, PAGE_UPLOADING);
-        ledger_upload_join(agent, id, u, upage);
-        ledger_add(agent, v, c->page, id, PAGE_WAITING);
-        ledger_upload_join(agent, id, v, c->page);
-        ask_upload(agent, u, upage, id);
-    } else {
-        ledger_add(agent, v, c->page, id, PAGE_UPLOADING);
-        ledger_upload_join(agent, id, v, c->page);
-        ledger_add(agent, u, upage, id, PAGE_WAITING);
-        ledger_upload_join(agent, id, u, upage);
-        ask_upload(agent, v, c->page, id);
-    }
+    ledger_add(agent, uploader.client, uploader.page, id, PAGE_UPLOADING);
+    ledger_upload_join(agent, id, uploader.client, uploader.page);
+    ledger_add(agent, waiter.client, waiter.page, id, PAGE_WAITING);
+    ledger_upload_join(agent, id, waiter.client, waiter.page);
+    ask_upload(agent, uploader.client, uploader.page, id);
     watch_uploads(agent);
     copies_publish(agent, id);
 }
