@@ -104,16 +104,16 @@ static void handle_hello(NuksmAgent *agent, NuksmClient *client,
     g_autofree char *requested = g_strescape(client->requested_domain, NULL);
     g_autofree char *object = g_strescape(client->object_id, NULL);
 
-    log_info("%s: VM joined domain '%s' (%s; it asked for '%s'), object "
-             "'%s', priority %u (limit %u)", client->label, client->domain,
-             nuksm_domain_source_name(client->domain_source), requested,
-             object, client->priority, client->priority_limit);
     if (!domains_get(&agent->domains, client->domain, &client->domain_id)) {
         transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                          "nuksmd cannot open the store of domain '%s' (see "
                          "its log)", client->domain);
         return;
     }
+    log_info("%s: VM joined domain '%s' (%s; it asked for '%s'), object "
+             "'%s', priority %u (limit %u)", client->label, client->domain,
+             nuksm_domain_source_name(client->domain_source), requested,
+             object, client->priority, client->priority_limit);
     ack.domain_source = client->domain_source;
     ack.priority = client->priority;
     ack.priority_limit = client->priority_limit;
