@@ -269,39 +269,53 @@ GArray *ledger_uploads_overdue(NuksmAgent *agent, gint64 now)
 }
 
 bool ledger_upload_reassign(NuksmAgent *agent, SlotId id,
-                            bool (*may_upload)(const NuksmClient *client),
+                            bool (*preferred)(const NuksmClient *client),
                             LedgerWaiter *late, LedgerWaiter *next)
 {
     Upload *up = g_hash_table_lookup(agent->ledger.uploads,
                                      GUINT_TO_POINTER(id));
     UploadSharer first = g_array_index(up->sharers, UploadSharer, 0);
     KeyMapEntry *late_entry = waiting_entry(agent, id, &first, &late->client);
+    KeyMapEntry *e = NULL;
+    guint pick = 0;
 
     late->page = first.page;
     if (!late_entry || late_entry->tag != PAGE_UPLOADING) {
         late->client = NULL;
     }
+    /* The first waiting page of a preferred client, else the first. */
     for (guint i = 1; i < up->sharers->len; i++) {
-        UploadSharer sharer = g_array_index(up->sharers, UploadSharer, i);
-        KeyMapEntry *e = waiting_entry(agent, id, &sharer, &next->client);
+        NuksmClient *client;
+        KeyMapEntry *w = waiting_entry(agent, id,
+                                       &g_array_index(up->sharers,
+                                                      UploadSharer, i),
+                                       &client);
 
-        if (!e || !may_upload(next->client)) {
-            continue;
+        if (w && (!e || preferred(client))) {
+            e = w;
+            pick = i;
+            next->client = client;
+            if (preferred(client)) {
+                break;
+            }
         }
-        e->tag = PAGE_UPLOADING;
-        next->page = sharer.page;
-        g_array_remove_index(up->sharers, i);
-        g_array_index(up->sharers, UploadSharer, 0) = sharer;
-        up->deadline = g_get_monotonic_time() +
-                       LEDGER_UPLOAD_SECONDS * G_USEC_PER_SEC;
-        if (late->client) {
-            /* The new uploader keeps the slot: this frees nothing. */
-            ledger_drop(agent, late->client, late_entry);
-        }
-        return true;
     }
-    ledger_upload_cancel(agent, id);
-    return false;
+    if (!e) {
+        ledger_upload_cancel(agent, id);
+        return false;
+    }
+    e->tag = PAGE_UPLOADING;
+    next->page = g_array_index(up->sharers, UploadSharer, pick).page;
+    g_array_index(up->sharers, UploadSharer, 0) =
+        g_array_index(up->sharers, UploadSharer, pick);
+    g_array_remove_index(up->sharers, pick);
+    up->deadline = g_get_monotonic_time() +
+                   LEDGER_UPLOAD_SECONDS * G_USEC_PER_SEC;
+    if (late->client) {
+        /* The new uploader keeps the slot: this frees nothing. */
+        ledger_drop(agent, late->client, late_entry);
+    }
+    return true;
 }
 
 GArray *ledger_upload_complete(NuksmAgent *agent, SlotId id)

@@ -162,13 +162,13 @@ GArray *ledger_uploads_overdue(NuksmAgent *agent, gint64 now);
 
 /*
  * Upload @id's uploader is late: the first waiting sharer of a client
- * @may_upload becomes the uploader, with time of its own, and is in
- * @next; the late one's page (in @late, client NULL if it is gone)
- * leaves the slot.  False if no sharer may upload: the upload is
- * cancelled.
+ * @preferred, else the first waiting sharer, becomes the uploader, with
+ * time of its own, and is in @next; the late one's page (in @late,
+ * client NULL if it is gone) leaves the slot.  False if no sharer waits:
+ * the upload is cancelled.
  */
 bool ledger_upload_reassign(NuksmAgent *agent, SlotId id,
-                            bool (*may_upload)(const NuksmClient *client),
+                            bool (*preferred)(const NuksmClient *client),
                             LedgerWaiter *late, LedgerWaiter *next);
 
 /* Queue an unused slot to be freed once the event is done (effects.h). */

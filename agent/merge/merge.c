@@ -83,10 +83,11 @@ bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
 }
 
 /*
- * An uploader that let its time pass (LEDGER_UPLOAD_SECONDS) is not
- * asked to upload again for this long, doubled with each further miss
- * up to the maximum: a client that claims contents and never uploads
- * them cannot keep a domain's other VMs from merging them.
+ * An uploader that let its time pass (LEDGER_UPLOAD_SECONDS) is asked to
+ * upload only where no other sharer can for this long, doubled with
+ * each further miss up to the maximum: a client that claims contents
+ * and never uploads them cannot keep a domain's other VMs from merging
+ * them, and a VM alone in its domain still merges its own pages.
  */
 #define UPLOAD_BAN_SECONDS 60
 #define UPLOAD_BAN_MAX_SECONDS 3600
@@ -94,9 +95,9 @@ bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
 /* Late uploads of a client, remembered until they come or this many. */
 #define REVOKED_UPLOADS_MAX CLIENT_IN_FLIGHT_MAX
 
-static bool may_upload(const NuksmClient *client)
+static bool trusted_uploader(const NuksmClient *client)
 {
-    return g_get_monotonic_time() >= client->uploads_banned_until;
+    return g_get_monotonic_time() >= client->distrusted_until;
 }
 
 /*
@@ -142,10 +143,10 @@ static void upload_missed(NuksmClient *client, uint64_t page, SlotId id,
                            UPLOAD_BAN_MAX_SECONDS);
 
         client->uploads_missed++;
-        client->uploads_banned_until = g_get_monotonic_time() +
+        client->distrusted_until = g_get_monotonic_time() +
                                        (gint64)ban * G_USEC_PER_SEC;
-        log_warning("%s: did not upload in %u s (time %u): its uploads "
-                    "go to other VMs for %u s", client->label,
+        log_warning("%s: did not upload in %u s (time %u): other VMs "
+                    "upload in its place for %u s", client->label,
                     LEDGER_UPLOAD_SECONDS, client->uploads_missed, ban);
     }
 }
@@ -163,7 +164,8 @@ static gboolean on_upload_timer(gpointer opaque)
         uint32_t gen = ledger_slot(agent, id)->gen;
         LedgerWaiter late, next;
 
-        if (ledger_upload_reassign(agent, id, may_upload, &late, &next)) {
+        if (ledger_upload_reassign(agent, id, trusted_uploader, &late,
+                                   &next)) {
             ask_upload(agent, next.client, next.page, id);
         }
         if (late.client) {
@@ -189,8 +191,8 @@ static void watch_uploads(NuksmAgent *agent)
 
 /*
  * @v's candidate @c and the unstable entry of @u's @upage (placed as
- * @pv and @pu) share a new slot.  @v uploads it, unless it may not and
- * @u may.
+ * @pv and @pu) share a new slot.  @v uploads it, unless it missed an
+ * upload lately and @u did not.
  */
 static void start_upload(NuksmAgent *agent, NuksmClient *v,
                          const NuksmCandidate *c, const PolicyOwner *pv,
@@ -206,7 +208,7 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
     SlotId id;
     Slot *s;
 
-    if (!may_upload(v)) {
+    if (!trusted_uploader(v) && trusted_uploader(u)) {
         uploader = waiter;
         waiter = (LedgerWaiter) { v, c->page };
     }
@@ -277,10 +279,8 @@ static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
                                                     c->digest, &u, &pu);
         uint64_t upage;
 
-        /* One of the two must be trusted to upload. */
         if (!ue || (u == v && ue->page == c->page) ||
-            !policy_may_share(agent->placement.policy, pv, &pu) ||
-            (!may_upload(v) && !may_upload(u))) {
+            !policy_may_share(agent->placement.policy, pv, &pu)) {
             continue;
         }
         upage = ue->page;

@@ -70,7 +70,8 @@ typedef struct NuksmClient {
     uint64_t parked_pages;   /* entries taken back, not yet restored */
     uint64_t refused_pages;  /* RESTORE entries refused */
     uint32_t uploads_missed; /* uploads it let pass their time (merge.c) */
-    gint64 uploads_banned_until;    /* monotonic us: asked none till then */
+    gint64 distrusted_until;    /* monotonic us: others upload in its */
+                                    /* place till then (merge.c) */
     GHashTable *revoked_uploads;    /* page -> the slot and generation */
                                     /* of an upload it was too late for */
     NuksmMsgVmLimit limit;   /* what holds back its merging in QEMU */

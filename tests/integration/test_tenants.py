@@ -465,9 +465,9 @@ def collect(clients, msg_type, count, what):
 def test_a_squatter_cannot_stop_a_domains_merging(agent):
     """A client claims SQUATTED contents and never uploads them (the probe
     of issue 12 kept 0 of 512 pages from merging for 20 s).  When their
-    time is up a waiting VM uploads them instead, and the squatter is
-    asked for none for a while: every page merges, and nobody honest is
-    disconnected."""
+    time is up a waiting VM uploads them instead, and for a while its
+    partners upload in its place: every page merges, and nobody honest
+    is disconnected."""
     datas = [content(1000 + i) for i in range(SQUATTED)]
     pages = [(i, digest(d)) for i, d in enumerate(datas)]
     honest, other = VmClient(agent.sock), VmClient(agent.sock)
@@ -493,13 +493,14 @@ def test_a_squatter_cannot_stop_a_domains_merging(agent):
     other.info()
     info = honest.info()
     assert (info.pages_shared, info.pages_sharing) == (SQUATTED, SQUATTED)
-    assert "squatter'): did not upload in 5 s (time 1): its uploads go "         "to other VMs for 60 s" in agent.log_text()
+    assert "squatter'): did not upload in 5 s (time 1): other VMs upload " \
+        "in its place for 60 s" in agent.log_text()
 
     # Its upload, coming late, is ignored rather than a violation.
     squatter.upload(squatted[:1], [datas[squatted[0].page]])
     squatter.info()
 
-    # For a while it is asked for no upload: its partner is.
+    # For a while its partner is asked to upload in its place.
     fresh = content(5000)
     honest.candidates([(SQUATTED, digest(fresh))])
     honest.info()
@@ -587,3 +588,26 @@ def test_no_oracle_across_domains(start_agent):
     assert probe("a") == {MSG_MERGE: GUESSES}
     a1.close()
     a2.close()
+
+
+def test_a_vm_alone_in_its_domain_merges_after_a_missed_upload(start_agent):
+    """A VM that missed an upload (a page it could no longer read, say)
+    and has nobody to upload in its place still merges its own pages:
+    missing an upload costs it its turn, not its merging."""
+    agent = start_agent("--isolation", "vm")
+    data, more = content(21), content(22)
+    vm = VmClient(agent.sock)
+    vm.candidates([(1, digest(data)), (2, digest(data))])
+    (missed,) = vm.take(MSG_UPLOAD_REQ)
+    # Its time passes: its other page of the content is asked instead.
+    (req,) = collect([vm], MSG_UPLOAD_REQ, 1,
+                     "the upload to go to the VM's other page")[vm]
+    assert req.page != missed.page and req.slot == missed.slot
+    vm.upload([req], [data])
+    assert [m.page for m in vm.take(MSG_MERGE)] == [req.page]
+    # Distrusted now, yet alone: it is asked, and merges.
+    vm.candidates([(3, digest(more)), (4, digest(more))])
+    (req,) = vm.take(MSG_UPLOAD_REQ)
+    vm.upload([req], [more])
+    assert len(vm.take(MSG_MERGE)) == 2
+    vm.close()
