@@ -38,11 +38,12 @@ static bool judge_client(NuksmAgent *agent, NuksmClient *client,
     ClientIdentity who;
     g_autofree char *error = NULL;
     bool ok = identity_read(&who, client->pid, client->pidfd, client->uid,
-                            client->gid, agent->libvirt_dir, &error);
+                            client->gid, &error);
 
     if (ok && hello->role == NUKSM_ROLE_VM) {
         PeerIdentity peer;
 
+        identity_read_vm(&who, agent->libvirt_dir);
         identity_peer(&who, &peer);
         assign_domain(agent->assign, &peer, hello->domain, assigned);
         error = g_steal_pointer(&assigned->refusal);
@@ -66,7 +67,7 @@ static void handle_hello(NuksmAgent *agent, NuksmClient *client,
         .policy = agent->placement.policy,
         .nr_nodes = agent->nr_nodes,
     };
-    Assignment assigned = { .source = NUKSM_DOMAIN_SHARED };
+    Assignment assigned = { 0 };  /* a VM's, from judge_client() */
 
     if (hello->role == NUKSM_ROLE_CONTROL &&
         clients_count_role_of_uid(&agent->clients, NUKSM_ROLE_CONTROL,

@@ -105,34 +105,38 @@ static bool still_there(int pidfd)
 }
 
 bool identity_read(ClientIdentity *id, pid_t pid, int pidfd, uid_t uid,
-                   gid_t gid, const char *libvirt_dir, char **error)
+                   gid_t gid, char **error)
 {
     g_autofree char *status = NULL;
     g_autofree char *cgroup = NULL;
     g_autofree char *stat = NULL;
-    unsigned long long start;
 
     proc_text(pid, "status", &status);
     proc_text(pid, "cgroup", &cgroup);
     proc_text(pid, "stat", &stat);
-    *id = (ClientIdentity) { .uid = uid, .gid = gid };
+    *id = (ClientIdentity) { .pid = pid, .uid = uid, .gid = gid };
     id->groups = read_groups(status);
     id->cgroups = read_cgroups(cgroup);
-    if (!status || !cgroup || !read_starttime(stat, &start) ||
+    if (!status || !cgroup || !read_starttime(stat, &id->start) ||
         !still_there(pidfd)) {
         *error = g_strdup_printf("cannot tell who process %ld is: it is "
                                  "gone or unreadable", (long)pid);
         return false;
     }
-    id->registered = libvirt_registry_find(libvirt_dir, pid,
+    return true;
+}
+
+void identity_read_vm(ClientIdentity *id, const char *libvirt_dir)
+{
+    id->registered = libvirt_registry_find(libvirt_dir, id->pid,
                                            (const char *const *)id->cgroups,
                                            &id->libvirt);
     if (id->registered) {
         id->private_name = g_strdup_printf("vm:%s", id->libvirt.uuid);
     } else {
-        id->private_name = g_strdup_printf("vm:%ld.%llu", (long)pid, start);
+        id->private_name = g_strdup_printf("vm:%ld.%llu", (long)id->pid,
+                                           id->start);
     }
-    return true;
 }
 
 void identity_clear(ClientIdentity *id)

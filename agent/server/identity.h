@@ -20,24 +20,32 @@
 #include "libvirt.h"
 
 typedef struct ClientIdentity {
-    uid_t uid;               /* SO_PEERCRED */
+    pid_t pid;               /* SO_PEERCRED */
+    unsigned long long start;    /* when it started, /proc/PID/stat */
+    uid_t uid;
     gid_t gid;
     GArray *groups;          /* gid_t: supplementary, /proc/PID/status */
     char **cgroups;          /* its cgroup paths, /proc/PID/cgroup */
-    char *private_name;      /* "vm:" + libvirt uuid, or + pid.starttime */
+    /* A VM's (identity_read_vm()) */
+    char *private_name;      /* "vm:" + libvirt uuid, or + pid.start */
     bool registered;         /* libvirt registered it: */
     LibvirtDomain libvirt;   /* what root's hook wrote */
 } ClientIdentity;
 
 /*
  * Read what @pid's process is (its pidfd @pidfd, or -1) with the
- * credentials the kernel gave for its connection, and look it up in the
- * libvirt registrations of @libvirt_dir.  False, with *@error set, if
- * the process is gone or changed meanwhile: it cannot be told apart from
- * one that reused its pid.
+ * credentials the kernel gave for its connection.  False, with *@error
+ * set, if the process is gone or changed meanwhile: it cannot be told
+ * apart from one that reused its pid.
  */
 bool identity_read(ClientIdentity *id, pid_t pid, int pidfd, uid_t uid,
-                   gid_t gid, const char *libvirt_dir, char **error);
+                   gid_t gid, char **error);
+
+/*
+ * What only a VM needs: its libvirt registration in @libvirt_dir, and
+ * the name of the private domain it would have.
+ */
+void identity_read_vm(ClientIdentity *id, const char *libvirt_dir);
 
 void identity_clear(ClientIdentity *id);
 

@@ -237,12 +237,9 @@ static bool read_registration(const char *path, char **text)
     return true;
 }
 
-/*
- * Each registration of @dir that root wrote and that parses, in @fn;
- * stops when @fn returns false.
- */
+/* Each registration of @dir that root wrote and that parses, in @fn. */
 static void registry_foreach(const char *dir,
-                             bool (*fn)(const char *path,
+                             void (*fn)(const char *path,
                                         const LibvirtDomain *dom,
                                         void *opaque),
                              void *opaque)
@@ -268,20 +265,17 @@ static void registry_foreach(const char *dir,
                       "libvirt-hooks/qemu.d/nuksm), ignored", path);
             continue;
         }
-        if (!fn(path, &dom, opaque)) {
-            break;
-        }
+        fn(path, &dom, opaque);
     }
 }
 
-static bool add_by_pid(const char *path, const LibvirtDomain *dom,
+static void add_by_pid(const char *path, const LibvirtDomain *dom,
                        void *opaque)
 {
     if (dom->pid) {
         g_hash_table_replace(opaque, GINT_TO_POINTER(dom->pid),
                              g_memdup2(dom, sizeof(*dom)));
     }
-    return true;
 }
 
 GHashTable *libvirt_registry_read(const char *dir)
@@ -303,7 +297,7 @@ typedef struct FindState {
     char machine_path[PATH_MAX];
 } FindState;
 
-static bool find_one(const char *path, const LibvirtDomain *dom,
+static void find_one(const char *path, const LibvirtDomain *dom,
                      void *opaque)
 {
     FindState *s = opaque;
@@ -316,7 +310,7 @@ static bool find_one(const char *path, const LibvirtDomain *dom,
             log_debug("%s: registered for pid %d in machine %s, but pid "
                       "%d is in %s: ignored", path, (int)dom->pid,
                       dom->machine, (int)s->pid, s->machine);
-            return true;
+            return;
         }
         if (s->by_pid++ == 0) {
             s->pid_match = *dom;
@@ -327,7 +321,6 @@ static bool find_one(const char *path, const LibvirtDomain *dom,
         s->machine_match = *dom;
         g_strlcpy(s->machine_path, path, sizeof(s->machine_path));
     }
-    return true;
 }
 
 bool libvirt_registry_find(const char *dir, pid_t pid,

@@ -75,7 +75,6 @@ static void nuksm_agent_clear_assignment(NuksmAgentConn *c)
 {
     g_clear_pointer(&c->merge_domain, g_free);
     c->domain_source = NUKSM_DOMAIN_SOURCE_SHARED;
-    c->priority_in_force = 0;
     c->priority_limit = 0;
 }
 
@@ -251,8 +250,8 @@ static void nuksm_agent_flush(void *opaque)
 /*
  * Keep what the agent decided for us: the merge domain it put us in (our
  * domain property is only a request), where that came from, and the
- * priority in force under the operator's ceiling.  nuksm_msg_check()
- * checked the source and the priorities.
+ * operator's ceiling on our priority.  nuksm_msg_check() checked the
+ * source and the priorities.
  */
 static void nuksm_agent_handle_assignment(Nuksm *s,
                                           const NuksmMsgHelloAck *a)
@@ -262,7 +261,6 @@ static void nuksm_agent_handle_assignment(Nuksm *s,
     g_free(c->merge_domain);
     c->merge_domain = g_strdup(a->domain);
     c->domain_source = a->domain_source;
-    c->priority_in_force = a->priority;
     c->priority_limit = a->priority_limit;
     trace_nuksm_agent_assigned(nuksm_id(s), a->domain,
                                NuksmDomainSource_str(c->domain_source),
@@ -662,8 +660,6 @@ void nuksm_agent_send_priority(Nuksm *s)
     if (!s->conn.ready) {
         return;  /* the next HELLO carries it */
     }
-    /* The agent holds it to the limit it gave us in HELLO_ACK. */
-    s->conn.priority_in_force = MIN(s->priority, s->conn.priority_limit);
     nuksm_agent_queue(s, s->conn.epoch, NUKSM_MSG_SET_PRIORITY,
                       s->conn.next_seq++, &msg, sizeof(msg));
 }

@@ -115,12 +115,11 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
             monitor_printf(mon, "  agent error: %s\n", i->agent_error);
         }
         if (i->merge_domain) {
-            Nuksm *s = nuksm_find(i->id, NULL);
-
+            /* The agent holds the priority to its limit. */
             monitor_printf(mon, "  merge domain %s (%s), priority in force "
                            "%u (limit %u)\n", i->merge_domain,
                            NuksmDomainSource_str(i->domain_source),
-                           s ? s->conn.priority_in_force : i->priority,
+                           MIN(i->priority, i->priority_limit),
                            i->priority_limit);
         }
 

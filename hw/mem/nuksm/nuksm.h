@@ -97,12 +97,12 @@ typedef struct NuksmAgentConn {
     /*
      * What the agent decided for this VM (HELLO_ACK), while @ready: the
      * merge domain it put us in (the domain property is only a request),
-     * where that came from, and the priority in force (ours, at most the
-     * operator's @priority_limit).  NULL, and zero, while not connected.
+     * where that came from, and the operator's ceiling on our priority
+     * (the agent uses the smaller of the two).  NULL, and zero, while not
+     * connected.
      */
     char *merge_domain;
     NuksmDomainSource domain_source;
-    uint32_t priority_in_force;
     uint32_t priority_limit;
     uint32_t conditions;        /* NuksmCondition bits the agent reports */
     char *condition_reason;     /* why, while conditions is not 0 */
