@@ -29,7 +29,7 @@ from harness import (DEFAULT_DOMAIN, ERR_DENIED, HELLO_ACK, INFO_DOMAIN,
                      MSG_INFO, MSG_LIST_VMS, MSG_MERGE, MSG_POLICY,
                      MSG_SET_POLICY, MSG_SET_PRIORITY, MSG_UPLOAD_REQ,
                      MSG_VMS, NUKSM_PAGE_SIZE, POLICIES, POLICY, PRIORITY,
-                     VM_ENTRY, VMS, NUKSMCTL, RawClient, VmClient,
+                     VM_ENTRY, VMS, RawClient, VmClient,
                      ctl_json, cstr, hello, info_scope, pack, parse_info,
                      run_nuksmd, store_path, store_paths, wait_until)
 
@@ -396,14 +396,17 @@ def test_only_administrators_change_the_host(start_agent, workdir):
 
 
 def test_nuksmctl_as_another_user_says_what_it_needs(start_agent, workdir,
-                                                    nuksmctl_bin):
+                                                    installed):
+    """The installed nuksmctl, which nobody can run wherever the checkout
+    is, run as nobody."""
     agent = start_agent(*open_to(workdir))
+    nuksmctl = installed / "bin/nuksmctl"
 
     def run():
-        policy = subprocess.run([str(NUKSMCTL), "--socket", str(agent.sock),
+        policy = subprocess.run([str(nuksmctl), "--socket", str(agent.sock),
                                  "policy", "local"], capture_output=True,
                                 text=True, timeout=30)
-        status = subprocess.run([str(NUKSMCTL), "--socket", str(agent.sock),
+        status = subprocess.run([str(nuksmctl), "--socket", str(agent.sock),
                                  "status"], capture_output=True, text=True,
                                 timeout=30)
         return (policy.returncode, policy.stderr, status.returncode,
