@@ -387,9 +387,18 @@ def test_libvirt_domains_merge(libvirtd, lv_agent, domains, installed):
     for dom in doms:
         wait_until(lambda: dom.nuksm()["state"] == "active", 30,
                    f"{dom.name} to reconnect")
-    wait_until(lambda: ctl_json(agent.sock, "status")["orphan_pages"] == 0
-               and ctl_json(agent.sock, "status")["pages_sharing"] >=
-               sharing, 60, "the domains to restore their pages")
+    try:
+        wait_until(lambda: ctl_json(agent.sock, "status")["orphan_pages"] == 0
+                   and ctl_json(agent.sock, "status")["pages_sharing"] >=
+                   sharing, 60, "the domains to restore their pages")
+    except AssertionError as e:
+        # Seen once in a clean clone's check-sanitize run: say what the
+        # agent held then, and why.
+        raise AssertionError(
+            f"{e}: pages_sharing was {sharing} before the restart; now "
+            f"{ctl_json(agent.sock, 'status')}, VMs "
+            f"{ctl_json(agent.sock, 'vms')['vms']}; nuksmd's log:\n"
+            f"{agent.log_text()}") from None
     # The registrations outlive the agent: the new one knows the domains.
     assert {vm["libvirt"]["name"] for vm in
             ctl_json(agent.sock, "vms")["vms"]} == {d.name for d in doms}
