@@ -197,10 +197,12 @@ class Run:
                                       vms=wl.vms)
             log(f"{self.tag} enabling, budget {params}")
             memory_before = self.side.memory(self.vms)
+            physical_before = procstat.physical()
             perf = self.perf_data and subprocess.Popen(
                 ["perf", "record", "-a", "-g", "-F", "999", "-q",
                  "-o", str(self.perf_data)])
             result = self.measure()
+            physical_after = procstat.physical()
             if perf:
                 perf.send_signal(signal.SIGINT)
                 perf.wait()
@@ -211,6 +213,8 @@ class Run:
                 final_saving=self.saving(),
                 memory_before=memory_before,
                 memory_after=self.side.memory(self.vms),
+                physical_before=physical_before,
+                physical_after=physical_after,
                 metadata=self.side.metadata(self.vms),
                 cpu_parts_s={k: (v - self.parts0[k]) / 1e9
                              for k, v in self.cpu().items()},

@@ -100,7 +100,7 @@ class NuksmSide:
 
     def store_bytes(self):
         return sum(p.stat().st_blocks * 512
-                   for p in self.state_dir.glob("store-node*"))
+                   for p in self.state_dir.glob("store-*"))
 
     def memory(self, vms):
         """Anonymous memory (proportional) of the QEMUs and nuksmd, plus

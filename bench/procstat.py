@@ -88,3 +88,31 @@ def anon_outside(pid, ranges):
             elif head == "Anonymous:" and not inside:
                 total += int(line.split()[1]) * KIB
     return total
+
+
+# What deduplication changes on the host, physically: guest RAM and the
+# agent (AnonPages), the store (Shmem), KSM's rmap items and stable nodes
+# and the kernel's mappings (SUnreclaim), page tables.  Page cache and
+# reclaimable slab are left out: the host's other work moves them.
+PHYSICAL = ("AnonPages", "Shmem", "SUnreclaim", "PageTables")
+
+
+def meminfo():
+    """/proc/meminfo, in bytes."""
+    fields = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            name, value = line.split(":", 1)
+            parts = value.split()
+            fields[name] = int(parts[0]) * (KIB if parts[1:] == ["kB"]
+                                             else 1)
+    return fields
+
+
+def physical():
+    """The host's memory that deduplication changes ({PHYSICAL field:
+    bytes} and their "total")."""
+    info = meminfo()
+    fields = {name: info[name] for name in PHYSICAL}
+    fields["total"] = sum(fields.values())
+    return fields

@@ -10,6 +10,7 @@ from workloads import MIB
 COLUMNS = ["workload", "budget", "side", "time to 99% (s)", "CPU-s to 99%",
            "merged pages / CPU-s", "CPU while merging (% core)",
            "steady CPU (% core)", "saved MiB (% of achievable)",
+           "net saved MiB (physical)",
            "Pss before → after (MiB)", "metadata B / guest page",
            "COW break µs / page"]
 
@@ -34,6 +35,7 @@ def row(run):
             fmt(run["merged_per_cpu_s"], ",.0f"),
             f"{100 * run['merge_cpu_share']:.1f}",
             f"{100 * run['idle_cpu_share']:.2f}", saved,
+            f"{run['net_saving_mib']:.1f}",
             f"{run['memory_before'] / MIB:.0f} → "
             f"{run['memory_after'] / MIB:.0f}",
             f"{run['metadata_per_page']:.1f}",

@@ -33,6 +33,7 @@ import harness  # noqa: E402
 import ksm  # noqa: E402
 import plot  # noqa: E402
 import report  # noqa: E402
+import sysctl  # noqa: E402
 from ksm_side import KsmSide  # noqa: E402
 from measure import Run, log  # noqa: E402
 from nuksm_side import NuksmSide  # noqa: E402
@@ -115,6 +116,8 @@ def main():
     meta = machine(command, datetime.datetime.now().isoformat())
     control = ksm.Ksm()
     meta["ksm_settings_at_start"] = control.saved
+    host = sysctl.InstalledSysctl()
+    meta["sysctl"] = host.applied
     # Steady-state window, COW-break chunks, longest wait for other
     # KSM-mergeable processes to go before each KSM run (seconds).
     idle_s, cow_chunks, wait_s = (3, 4, 10) if args.quick else (10, 16, 30)
@@ -132,6 +135,7 @@ def main():
                 pairs.append([ksm_run, nuksm_run])
     finally:
         control.restore()
+        host.restore()
         shutil.rmtree(workdir, ignore_errors=True)
     meta["elapsed_s"] = time.monotonic() - started
 

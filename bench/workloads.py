@@ -33,7 +33,8 @@ class Workload:
     title: str
     vms: int
     mem_mib: int
-    # qtest: [(kind, MiB)] from LOW_HOLE on, kind "shared" or "unique"
+    # qtest: [(kind, MiB)] from LOW_HOLE on, kind "shared", "unique" or
+    # "scattered" (every other page shared, the others unique)
     layout: tuple = ()
     # tcg: MiB of identical page cache each guest fills
     fill_mib: int = 0
@@ -65,8 +66,9 @@ class Workload:
         each shared page; None when the guest decides (tcg)."""
         if self.tcg:
             return None
-        shared = sum(size for kind, _, size in self.regions()
-                     if kind == "shared")
+        shared = sum(size if kind == "shared" else size // 2
+                     for kind, _, size in self.regions()
+                     if kind in ("shared", "scattered"))
         return (self.vms - 1) * shared // PAGE
 
 
@@ -89,7 +91,7 @@ def pipeline(qtest, lines):
 
 
 def tag(kind, vm_index, page):
-    if kind == "shared":
+    if kind == "shared" or (kind == "scattered" and page % 2 == 0):
         return SHARED_TAG | page
     return UNIQUE_TAG | vm_index << 32 | page
 
@@ -152,6 +154,9 @@ def suite(quick):
             Workload("cow", "copy-on-write heavy: 2 VMs x 64 MiB identical, "
                      "500 pages/s rewritten", 2, 64, (("shared", 63),),
                      duration=12, rewrite_rate=500),
+            Workload("scattered", "scattered: 2 VMs x 128 MiB, every other "
+                     "page identical", 2, 128, (("scattered", 127),),
+                     timeout=60),
         ]
     return [
         Workload("static", "static: 2 VMs x 1 GiB, half identical",
@@ -166,6 +171,8 @@ def suite(quick):
                  "2000 pages/s rewritten", 2, 256, (("shared", 255),),
                  budgets=("full", "default"), duration=30,
                  rewrite_rate=2000),
+        Workload("scattered", "scattered: 2 VMs x 1 GiB, every other page "
+                 "identical", 2, 1024, (("scattered", 1023),), timeout=240),
         Workload("real", "real guests: 2 TCG guests x 256 MiB, 64 MiB of "
                  "identical page cache", 2, 256, fill_mib=64, timeout=150),
     ]

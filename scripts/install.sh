@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install what make built (make install): nuksmd, nuksmctl, the patched
-# QEMU in a tree of its own, the systemd units, a configuration file, the
-# AppArmor rules libvirt's QEMU profiles need, the libvirt hook and the
-# domain XML helper behind `nuksmctl libvirt`.
+# QEMU in a tree of its own, the systemd units, a sysctl.d file raising
+# vm.max_map_count, a configuration file, the AppArmor rules libvirt's
+# QEMU profiles need, the libvirt hook and the domain XML helper behind
+# `nuksmctl libvirt`.
 #
 #   PREFIX=/usr/local   where it goes (bin, sbin, lib, share under it)
 #   DESTDIR=            staging root, prepended to every path (packaging)
@@ -73,6 +74,12 @@ for unit in nuksmd.service nuksmd.socket; do
         > "$destdir$unitdir/$unit"
     chmod 0644 "$destdir$unitdir/$unit"
 done
+
+step "installing $destdir$prefix/lib/sysctl.d/60-nuksm.conf"
+install -D -m 0644 "$top/systemd/60-nuksm.conf" \
+    "$destdir$prefix/lib/sysctl.d/60-nuksm.conf"
+echo "    it raises vm.max_map_count from the next boot; 'sysctl --system'" \
+     "applies it now"
 
 step "installing $destdir$sysconfdir/nuksm/nuksmd.conf and the docs"
 install -d "$destdir$sysconfdir/nuksm"

@@ -127,6 +127,17 @@ bool slots_alloc(SlotTable *t, uint32_t *slot)
     return true;
 }
 
+bool slots_alloc_at(SlotTable *t, uint32_t slot)
+{
+    if (t->nr_used >= t->capacity || slot >= t->capacity ||
+        slots_in_use(t, slot)) {
+        return false;
+    }
+    extend(t, MAX(t->top, slot + 1));
+    take(t, slot, SLOT_UPLOADING);
+    return true;
+}
+
 void slots_claim_orphan(SlotTable *t, uint32_t slot)
 {
     extend(t, MAX(t->top, slot + 1));

@@ -2,10 +2,11 @@
  * nuksmd slot allocator: the pages of one node's store file, their
  * generation numbers and reference counts.
  *
- * Slots of a batch are handed out next-fit, so that consecutive guest
- * pages get consecutive slots: QEMU then maps a whole run with a single
- * mmap(), its main speed lever.  A slot's metadata lives in a dense array
- * that grows with the highest slot ever used.
+ * Slots are handed out next-fit, so that consecutive guest pages get
+ * consecutive slots: QEMU then maps a whole run with a single mmap(), its
+ * main speed lever; or at a slot asked for, to stay in line with guest
+ * pages further away (lines.h).  A slot's metadata lives in a dense
+ * array that grows with the highest slot ever used.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -92,6 +93,12 @@ bool slots_in_use(const SlotTable *t, uint32_t slot);
  * next-fit; false when the store is full.
  */
 bool slots_alloc(SlotTable *t, uint32_t *slot);
+
+/*
+ * Allocate @slot itself as slots_alloc() would, if it is free and the
+ * store has room; false otherwise (lines.h says which slot to ask for).
+ */
+bool slots_alloc_at(SlotTable *t, uint32_t slot);
 
 /* Claim a free @slot whose content survived a restart, as SLOT_ORPHAN. */
 void slots_claim_orphan(SlotTable *t, uint32_t slot);

@@ -33,6 +33,7 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     client->joined = true;
     domains_stats(&agent->domains, client->domain_id)->vms++;
     keymap_init(&client->pages, agent->index.seed);
+    lines_init(&client->lines);
     client->to_merge = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_upload = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_move = g_array_new(FALSE, FALSE, sizeof(NuksmMove));
@@ -190,6 +191,30 @@ static void watch_uploads(NuksmAgent *agent)
 }
 
 /*
+ * A new slot of @node for @v's page @vpage and @u's page @upage: in line
+ * with @v's page if that slot is free, else with @u's, else the next
+ * free one, which both pages' lines then follow (lines.h).  False when
+ * the store is full.
+ */
+static bool place_slot(NuksmAgent *agent, uint32_t node, NuksmClient *v,
+                       uint64_t vpage, NuksmClient *u, uint64_t upage,
+                       uint32_t *slot)
+{
+    SlotTable *t = &agent->ledger.slots[node];
+
+    if (!(lines_slot(&v->lines, vpage, node, t->capacity, slot) &&
+          slots_alloc_at(t, *slot)) &&
+        !(lines_slot(&u->lines, upage, node, t->capacity, slot) &&
+          slots_alloc_at(t, *slot)) &&
+        !slots_alloc(t, slot)) {
+        return false;
+    }
+    lines_set(&v->lines, vpage, node, *slot);
+    lines_set(&u->lines, upage, node, *slot);
+    return true;
+}
+
+/*
  * @v's candidate @c and the unstable entry of @u's @upage (placed as
  * @pv and @pu) share a new slot.  @v uploads it, unless it missed an
  * upload lately and @u did not.
@@ -215,7 +240,7 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
     if (!conditions_store_has_room(agent)) {
         return;
     }
-    if (!slots_alloc(&agent->ledger.slots[node], &slot)) {
+    if (!place_slot(agent, node, v, c->page, u, upage, &slot)) {
         conditions_store_full(agent, "store node %u holds its %u pages", node,
                               STORE_SLOTS);
         return;

@@ -44,6 +44,7 @@ void clients_remove(ClientRegistry *reg, NuksmClient *client)
         close(client->pidfd);
     }
     keymap_destroy(&client->pages);
+    lines_destroy(&client->lines);
     if (client->to_merge) {
         g_array_unref(client->to_merge);
         g_array_unref(client->to_upload);

@@ -15,6 +15,7 @@
 
 #include "assign.h"
 #include "keymap.h"
+#include "lines.h"
 #include "nuksm-proto.h"
 
 /* Connections beyond this are refused; keeps fds and LIST_VMS bounded. */
@@ -88,6 +89,7 @@ typedef struct NuksmClient {
     GArray *to_merge;        /* NuksmSlotRef of the next MERGE (outbox) */
     GArray *to_upload;       /* NuksmSlotRef of the next UPLOAD_REQ */
     GArray *to_move;         /* NuksmMove of the next MOVE */
+    SlotLines lines;         /* where its new slots go (lines.h) */
     bool in_outbox;
 
     /* NUMA placement (home.h): NULL topology until the VM sends it */

@@ -304,7 +304,8 @@ def test_slot_reused_with_new_generation(agent, vms):
     b.info()
     assert a.info().store_pages == [0]
 
-    second = merge(b, [a], {a: [3], b: [4]}, [content(2)])
+    # The same pages, in line with the same slot (agent/core/lines.h).
+    second = merge(b, [a], {a: [1], b: [2]}, [content(2)])
     old, new = first[a][0], second[a][0]
     assert (new.node, new.slot) == (old.node, old.slot)
     assert new.gen == (old.gen + 1) % 2**32
@@ -321,6 +322,27 @@ def test_consecutive_pages_get_consecutive_slots(agent, vms):
     assert [r.slot for r in merges[a]] == slots
     info = a.info()
     assert (info.pages_shared, info.pages_sharing) == (40, 40)
+    for r, page in zip(merges[a], data):
+        assert a.read_slot(r.node, r.slot) == page
+
+
+def test_scattered_pages_get_slots_in_line(agent, vms):
+    """Every other page a duplicate, alike in both VMs: each page's slot
+    is in line with its neighbours' (slot - page constant, so that QEMU
+    maps the stretch as one window), and the next stretch's pages take
+    the slots between."""
+    a, b = vms(), vms()
+    pages = [1024 + 2 * i for i in range(40)] + \
+            [1536 + 2 * i for i in range(40)]
+    data = [content(300 + i) for i in range(len(pages))]
+    merges = merge(b, [a], {a: pages, b: pages}, data)
+    for vm in (a, b):
+        offsets = [r.slot - page for r, page in zip(merges[vm], pages)]
+        assert len(set(offsets[:40])) == 1, offsets
+        assert len(set(offsets[40:])) == 1, offsets
+    slots = sorted(r.slot for r in merges[b])
+    assert slots == list(range(slots[0], slots[0] + len(pages))), \
+        "the second stretch did not fill the first one's holes"
     for r, page in zip(merges[a], data):
         assert a.read_slot(r.node, r.slot) == page
 

@@ -8,6 +8,7 @@ import configparser
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -58,6 +59,9 @@ def test_install_into_destdir_leaves_debian_alone(tmp_path):
     assert not (tmp_path / "usr/bin/qemu-system-x86_64").exists()
     assert not (tmp_path / "usr/share/qemu").exists()
     assert os.access(tmp_path / "etc/libvirt/hooks/qemu.d/nuksm", os.X_OK)
+    # Where systemd-sysctl and `sysctl --system` read vendor settings.
+    sysctl = (tmp_path / "usr/lib/sysctl.d/60-nuksm.conf").read_text()
+    assert re.search(r"^vm\.max_map_count = 1048576$", sysctl, re.M)
     conf.write_text("[nuksmd]\npolicy=fair\n")
     harness.install("/usr", tmp_path)
     assert conf.read_text() == "[nuksmd]\npolicy=fair\n"

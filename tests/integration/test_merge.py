@@ -10,6 +10,7 @@ import os
 import random
 import re
 import signal
+import struct
 import threading
 import time
 
@@ -18,7 +19,7 @@ import xxhash
 from qemu.qmp import ExecuteError
 
 import harness
-from harness import Qtest, b64read, read_big, wait_until, write_big
+from harness import Qtest, b64read, b64write, read_big, wait_until, write_big
 
 PAGE = 4096
 MIB = 1 << 20
@@ -60,6 +61,31 @@ def wait_states(vms, state):
 def merged_non_zero(vm):
     info = nuksm(vm)
     return info["merged-pages"] - info["zero-pages"]
+
+
+def pages_reading_store(pid):
+    """Pages of process @pid's private mappings of store files that read
+    the store: resident from the file, or not faulted in yet (pagemap).
+    Every other page of such a mapping is the process's own."""
+    reading = 0
+    fd = os.open(f"/proc/{pid}/pagemap", os.O_RDONLY)
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            for line in maps:
+                parts = line.split()
+                if len(parts) < 6 or parts[1][3] != "p" or \
+                        not os.path.basename(parts[5]).startswith("store-"):
+                    continue
+                start, end = (int(x, 16) for x in parts[0].split("-"))
+                n = (end - start) // PAGE
+                entries = struct.unpack(f"{n}Q", os.pread(
+                    fd, n * 8, start // PAGE * 8))
+                reading += sum(1 for e in entries
+                               if not e >> 62 & 1 and
+                               (not e >> 63 & 1 or e >> 61 & 1))
+    finally:
+        os.close(fd)
+    return reading
 
 
 # Layout of each test guest: shared pages, then unique pages.
@@ -181,16 +207,36 @@ def test_write_isolation(pair):
         vms[0].cmd("object-del", id="dedup0")
 
 
-def test_no_lost_write(pair):
+def scattered(seed, vm_index, size):
+    """@size bytes whose even pages are the same in every VM and odd pages
+    are VM @vm_index's own: merging them maps windows whose odd pages
+    are copies (nuksm_remap_merge_window())."""
+    content = bytearray(pseudo_random(seed, size))
+    unique = pseudo_random(f"{seed} {vm_index}", size)
+    for p in range(1, size // PAGE, 2):
+        content[p * PAGE:(p + 1) * PAGE] = unique[p * PAGE:(p + 1) * PAGE]
+    return bytes(content)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "scattered"])
+def test_no_lost_write(pair, layout):
     """Writers hit pages while they are being merged and after: every page
     ends with exactly what was last written.  x-commit-delay-us widens the
-    protected window so that writes do land inside it."""
+    protected window so that writes do land inside it.  Scattered, every
+    other page is copied into the windows that merge the others, and
+    writes land on those copies too."""
     agent, vms = pair
     vms[0].cmd("qom-set", path="/objects/dedup0",
                property="x-commit-delay-us", value=2000)
     size = 16 * MIB
-    content = bytearray(pseudo_random(3, size))
-    qtests = fill(vms, bytes(content))
+    if layout == "contiguous":
+        originals = [pseudo_random(3, size)] * len(vms)
+    else:
+        originals = [scattered(3, i, size) for i in range(len(vms))]
+    content = bytearray(originals[0])
+    qtests = [Qtest(vm.qtest_path) for vm in vms]
+    for q, original in zip(qtests, originals):
+        write_big(q, SHARED_AT, original)
     # Only the writer thread uses vm0's qtest socket until it stops.
     writer_q = qtests[0]
     stop = threading.Event()
@@ -232,8 +278,69 @@ def test_no_lost_write(pair):
     assert most_merged >= 1000, "too few merges happened while writing"
     assert nuksm(vms[0])["cow-breaks"] >= 1000, "too few writes hit merges"
     assert read_big(qtests[0], SHARED_AT, size) == bytes(content)
-    assert read_big(qtests[1], SHARED_AT, size) == \
-        pseudo_random(3, size), "vm1 saw vm0's writes"
+    assert read_big(qtests[1], SHARED_AT, size) == originals[1], \
+        "vm1 saw vm0's writes"
+    for q in qtests:
+        q.close()
+
+
+def test_window_copies_survive_freed_slots(pair):
+    """The pages a window copies lie over slots of other contents: the
+    agent's slot lines interleave scattered duplicates of neighbouring
+    stretches.  When those slots are freed, punched out of the store and
+    reused for new contents, the copies keep their content.  So do the
+    pages between that read as zero (in the third 2 MiB here), which
+    windows leave out: the kernel would zap a zero page mapped in a
+    window with the slot under it, and the page would read the slot's
+    next content.  The VMs keep their zero pages (zero-pages=off), as
+    they would have them before their second look."""
+    agent, vms = pair
+    for vm in vms:
+        vm.cmd("qom-set", path="/objects/dedup0", property="zero-pages",
+               value=False)
+    size = 8 * MIB
+    originals = []
+    for i in range(len(vms)):
+        content = bytearray(scattered(21, i, size))
+        for p in range(size // PAGE // 2 + 1, size // PAGE * 3 // 4, 2):
+            content[p * PAGE:(p + 1) * PAGE] = bytes(PAGE)
+        originals.append(bytes(content))
+    qtests = [Qtest(vm.qtest_path) for vm in vms]
+    for q, original in zip(qtests, originals):
+        write_big(q, SHARED_AT, original)
+    enable(vms)
+    pages = size // PAGE // 2
+    wait_until(lambda: all(merged_non_zero(vm) >= pages for vm in vms), 60,
+               "the scattered duplicates to merge")
+    stored = store_bytes(agent.state_dir)
+
+    # Every VM writes new duplicates over those of the second half: the
+    # agent frees their slots and punches them out, under the copies of
+    # the neighbouring stretch's window, and the new contents merge.
+    half = size // 2
+    fresh = pseudo_random(22, half)
+    for q in qtests:
+        for p in range(0, half // PAGE, 2):
+            b64write(q, SHARED_AT + half + p * PAGE,
+                     fresh[p * PAGE:(p + 1) * PAGE])
+    expected = [bytearray(original) for original in originals]
+    for content in expected:
+        for p in range(0, half // PAGE, 2):
+            at = half + p * PAGE
+            content[at:at + PAGE] = fresh[p * PAGE:(p + 1) * PAGE]
+    wait_until(lambda: all(nuksm(vm)["cow-breaks"] >= pages // 2
+                           for vm in vms), 60, "the writes to unmerge")
+    wait_until(lambda: all(merged_non_zero(vm) >= pages for vm in vms), 60,
+               "the new duplicates to merge")
+    assert store_bytes(agent.state_dir) <= stored
+    for q, content in zip(qtests, expected):
+        got = read_big(q, SHARED_AT, size)
+        for p in range(size // PAGE):
+            assert got[p * PAGE:(p + 1) * PAGE] == \
+                content[p * PAGE:(p + 1) * PAGE], f"page {p} differs"
+    # No page but a merged one reads a slot.
+    for vm in vms:
+        assert pages_reading_store(vm.pid) == nuksm(vm)["merged-pages"]
     for q in qtests:
         q.close()
 

@@ -35,7 +35,11 @@
 #include "nuksm-scan.h"
 #include "trace.h"
 
-/* Longest run committed at once: bounds the write-protection window. */
+/*
+ * Longest window committed at once, and the stretch of guest pages whose
+ * slots the agent keeps in line (LINE_PAGES of agent/core/lines.h): a
+ * window stays within one.  It bounds the write-protection time.
+ */
 #define NUKSM_COMMIT_MAX_RUN 512
 /* UPLOAD messages queued for the socket before uploading waits. */
 #define NUKSM_COMMIT_MAX_BACKLOG 16
@@ -249,87 +253,242 @@ bool nuksm_commit_drop_zero(NuksmCommit *c, NuksmBlockState *bs,
 }
 
 /*
- * Refuse a run for lack of mappings: the agent forgets it (FAILED), and
- * the scanner holds the pages back until merging resumes (nuksm-maps.c).
+ * Refuse the merge of page @idx of @bs (entry @r) for lack of mappings:
+ * the agent forgets it (FAILED), and the scanner holds the page back
+ * until merging resumes (nuksm-maps.c).
  */
 static void nuksm_commit_hold(NuksmBlockState *bs, uint64_t idx,
-                              NuksmSlotRef *r, size_t n)
+                              NuksmSlotRef *r)
 {
-    for (size_t i = 0; i < n; i++) {
-        r[i].status = NUKSM_STATUS_FAILED;
-        nuksm_page_update(bs, idx + i, NUKSM_PAGE_OFFERED, NUKSM_PAGE_HELD);
-    }
+    r->status = NUKSM_STATUS_FAILED;
+    nuksm_page_update(bs, idx, NUKSM_PAGE_OFFERED, NUKSM_PAGE_HELD);
 }
 
 /*
- * Commit one run: @n entries of @r naming consecutive pages of one block
- * and consecutive slots of one node, if the mapping budget allows.
- * Fills in each entry's status.
+ * A window of a MERGE batch (nuksm_remap_merge_window()): pages
+ * [@idx, @idx + @span) of @bs mapped onto the slots of @node from @slot,
+ * where entries [@first, @first + @n) of the batch merge; every other
+ * page of the window is copied into it.
  */
-static void nuksm_commit_run(NuksmCommit *c, RAMBlock *rb,
-                             NuksmBlockState *bs, uint64_t idx,
-                             NuksmSlotRef *r, size_t n)
-{
-    bool merged[NUKSM_COMMIT_MAX_RUN];
-    NuksmStore *st = &c->stores[r->node];
-    int64_t edges;
-    int err;
+typedef struct NuksmWindow {
+    RAMBlock *rb;
+    NuksmBlockState *bs;
+    uint64_t idx, span;
+    uint8_t node;
+    uint64_t slot;
+    size_t first, n;
+} NuksmWindow;
 
-    if (!nuksm_maps_afford(c, nuksm_maps_cost(bs, idx, n, false, r->node,
-                                              r->slot), n)) {
-        nuksm_commit_hold(bs, idx, r, n);
-        return;
+/*
+ * May page @idx of @bs lie inside a window, copied?  Not a merged page
+ * (its sharing would end, unseen by the agent) nor a dropped zero page
+ * (it would cost memory again).
+ */
+static bool nuksm_commit_copyable(NuksmBlockState *bs, uint64_t idx)
+{
+    return !(nuksm_page_flags(bs, idx) & (NUKSM_PAGE_MERGED |
+                                          NUKSM_PAGE_ZERO));
+}
+
+/* Is page @idx of @bs mapped from @node at slot @base + @idx already? */
+static bool nuksm_commit_in_place(NuksmBlockState *bs, uint64_t idx,
+                                  uint8_t node, int64_t base)
+{
+    uint8_t n;
+    uint64_t slot;
+
+    return nuksm_page_store_pos(bs, idx, &n, &slot) && n == node &&
+           (int64_t)slot - (int64_t)idx == base;
+}
+
+/*
+ * Does page @idx of @rb read as zero?  Then it costs no memory (never
+ * written, or the zero page), and a copy in a window would.
+ */
+static bool nuksm_commit_blank(RAMBlock *rb, uint64_t idx)
+{
+    return buffer_is_zero(rb->host + idx * NUKSM_PAGE_SIZE, NUKSM_PAGE_SIZE);
+}
+
+/*
+ * May page @idx of @bs (in @rb) be copied into a window mapping @node at
+ * @base?  Not if it lies there already: a window with copies is a
+ * mapping the kernel never merges with a neighbour that has copies of
+ * its own (each has its own anon_vma), whereas one of merged pages alone
+ * merges into the window around it.
+ */
+static bool nuksm_commit_fillable(RAMBlock *rb, NuksmBlockState *bs,
+                                  uint64_t idx, uint8_t node, int64_t base)
+{
+    return nuksm_commit_copyable(bs, idx) &&
+           !nuksm_commit_in_place(bs, idx, node, base) &&
+           !nuksm_commit_blank(rb, idx);
+}
+
+/*
+ * May a window copy page @idx of @bs (in @rb) only to grow?  Only
+ * anonymous memory: a page another window holds would be copied again
+ * by every window out of line in its stretch.
+ */
+static bool nuksm_commit_spare(RAMBlock *rb, NuksmBlockState *bs,
+                               uint64_t idx)
+{
+    return !(nuksm_page_flags(bs, idx) & (NUKSM_PAGE_REMAPPED |
+                                          NUKSM_PAGE_ZERO)) &&
+           !nuksm_commit_blank(rb, idx);
+}
+
+/*
+ * The window entries @r[@i..@count) open on @bs at @idx (@r sorted by
+ * page; the window may not reach below page @floor of @bs, where the
+ * previous one ended).
+ *
+ * Entries join it while they lie in line (slot - page constant, one
+ * node) within the same 2 MiB stretch of guest pages as the agent's
+ * slot lines (agent/core/lines.h), with only pages to copy between
+ * them.  A window that copies pages, or stands alone, then widens over
+ * the anonymous pages around it, up to the ends of the stretch: the
+ * later merges of the stretch's pages then land inside it, where they
+ * cost no mapping, rather than in a window of their own beside it.
+ */
+static NuksmWindow nuksm_commit_window(NuksmCommit *c, RAMBlock *rb,
+                                       NuksmBlockState *bs, uint64_t idx,
+                                       const NuksmSlotRef *r, size_t i,
+                                       size_t count, uint64_t floor)
+{
+    const uint64_t first = bs->first_page;
+    NuksmWindow w = {
+        .rb = rb, .bs = bs, .idx = idx, .span = 1,
+        .node = r[i].node, .slot = r[i].slot, .first = i, .n = 1,
+    };
+    int64_t base = (int64_t)r[i].slot - (int64_t)idx;
+    uint64_t start = QEMU_ALIGN_DOWN(first + idx, NUKSM_COMMIT_MAX_RUN);
+    uint64_t lo = MAX(MAX(start, first) - first, floor);
+    uint64_t hi = MIN(start + NUKSM_COMMIT_MAX_RUN - first, bs->nr_pages);
+    bool copies = false;
+    size_t j;
+    NuksmSlotRef at;
+
+    for (j = i + 1; j < count; j++) {
+        uint64_t prev = w.idx + w.span - 1;
+        uint64_t next;
+        bool gap_ok = true;
+
+        if (r[j].page <= r[j - 1].page || r[j].page - first >= hi) {
+            break;
+        }
+        next = r[j].page - first;
+        if (r[j].node != w.node ||
+            (int64_t)r[j].slot - (int64_t)next != base ||
+            !nuksm_commit_copyable(bs, next)) {
+            break;
+        }
+        for (uint64_t g = prev + 1; g < next && gap_ok; g++) {
+            gap_ok = nuksm_commit_fillable(rb, bs, g, w.node, base);
+        }
+        if (!gap_ok) {
+            break;
+        }
+        copies |= next > prev + 1;
+        w.span = next - idx + 1;
+        w.n++;
     }
-    edges = nuksm_maps_window(bs, idx, n);
-    nuksm_remap_merge_run(c->uffd, rb->host + idx * NUKSM_PAGE_SIZE, n,
-                          st->fd, r->slot,
-                          qatomic_read(&c->s->commit_delay_us), merged,
-                          &err);
-    if (err) {
-        trace_nuksm_commit_run_error(n, err);
+    /* Never over the next entry: it may open a window of its own. */
+    if (j < count && r[j].page > r[j - 1].page && r[j].page - first < hi) {
+        hi = r[j].page - first;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (merged[i]) {
-            r[i].status = NUKSM_STATUS_MERGED;
-            nuksm_pages_merged(c->pages, bs, idx + i, &r[i]);
-        } else if (err == ENOMEM) {
-            nuksm_commit_hold(bs, idx + i, &r[i], 1);
-        } else {
-            r[i].status = NUKSM_STATUS_CHANGED;
-            /* The agent forgets it: offer it again when stable. */
-            nuksm_page_update(bs, idx + i, NUKSM_PAGE_OFFERED, 0);
+    /* Copies are coming anyway, or the merged pages stand alone. */
+    if (copies ||
+        (!(w.idx > lo && nuksm_commit_in_place(bs, w.idx - 1, w.node, base)) &&
+         !(w.idx + w.span < hi &&
+           nuksm_commit_in_place(bs, w.idx + w.span, w.node, base)))) {
+        while (w.idx > lo && base + (int64_t)w.idx > 0 &&
+               nuksm_commit_spare(rb, bs, w.idx - 1)) {
+            w.idx--;
+            w.span++;
+        }
+        while (w.idx + w.span < hi &&
+               nuksm_commit_spare(rb, bs, w.idx + w.span)) {
+            w.span++;
         }
     }
-    nuksm_maps_account(c, nuksm_maps_window(bs, idx, n) - edges);
+    w.slot = base + (int64_t)w.idx;
+
+    at = (NuksmSlotRef) { .node = w.node, .slot = w.slot };
+    if (!nuksm_commit_slot_valid(c, &at, w.span)) {
+        w.n = 0;
+    }
+    return w;
+}
+
+/*
+ * Commit window @w if the mapping budget allows, and fill in the status
+ * of its entries of @r.
+ */
+static void nuksm_commit_window_merge(NuksmCommit *c, NuksmWindow *w,
+                                      NuksmSlotRef *r)
+{
+    bool want[NUKSM_COMMIT_MAX_RUN] = {}, merged[NUKSM_COMMIT_MAX_RUN];
+    NuksmStore *st = &c->stores[w->node];
+    uint64_t first_page = w->bs->first_page + w->idx;
+    int64_t edges;
+    size_t done;
+    int err;
+
+    if (!nuksm_maps_afford(c, nuksm_maps_cost(w->bs, w->idx, w->span, false,
+                                              w->node, w->slot), w->n)) {
+        for (size_t k = 0; k < w->n; k++) {
+            NuksmSlotRef *e = &r[w->first + k];
+
+            nuksm_commit_hold(w->bs, e->page - w->bs->first_page, e);
+        }
+        return;
+    }
+    for (size_t k = 0; k < w->n; k++) {
+        want[r[w->first + k].page - first_page] = true;
+    }
+    edges = nuksm_maps_window(w->bs, w->idx, w->span);
+    done = nuksm_remap_merge_window(c->uffd,
+                                    w->rb->host + w->idx * NUKSM_PAGE_SIZE,
+                                    w->span, st->fd, w->slot,
+                                    qatomic_read(&c->s->commit_delay_us),
+                                    want, merged, &err);
+    if (err) {
+        trace_nuksm_commit_run_error(w->span, err);
+    }
+    for (uint64_t i = 0; done && i < w->span; i++) {
+        if (!merged[i]) {
+            nuksm_pages_windowed(c->pages, w->bs, w->idx + i, w->node,
+                                 w->slot + i);
+        }
+    }
+    for (size_t k = 0; k < w->n; k++) {
+        NuksmSlotRef *e = &r[w->first + k];
+        uint64_t i = e->page - first_page;
+
+        if (merged[i]) {
+            e->status = NUKSM_STATUS_MERGED;
+            nuksm_pages_merged(c->pages, w->bs, w->idx + i, e);
+        } else if (err == ENOMEM) {
+            nuksm_commit_hold(w->bs, w->idx + i, e);
+        } else {
+            e->status = NUKSM_STATUS_CHANGED;
+            /* The agent forgets it: offer it again when stable. */
+            nuksm_page_update(w->bs, w->idx + i, NUKSM_PAGE_OFFERED, 0);
+        }
+    }
+    nuksm_maps_account(c, nuksm_maps_window(w->bs, w->idx, w->span) - edges);
     if (err == ENOMEM) {
         nuksm_maps_exhausted(c);
     }
 }
 
-/* How many entries from @r on form one run on @bs starting at @idx. */
-static size_t nuksm_commit_run_length(NuksmCommit *c, NuksmBlockState *bs,
-                                      uint64_t idx, const NuksmSlotRef *r,
-                                      size_t left)
+static int nuksm_commit_ref_cmp(const void *a, const void *b)
 {
-    size_t n = 1;
+    const NuksmSlotRef *x = a, *y = b;
 
-    while (n < left && n < NUKSM_COMMIT_MAX_RUN &&
-           r[n].page == r[0].page + n && r[n].node == r[0].node &&
-           r[n].slot == r[0].slot + n && idx + n < bs->nr_pages &&
-           !(nuksm_page_flags(bs, idx + n) &
-             (NUKSM_PAGE_MERGED | NUKSM_PAGE_ZERO))) {
-        n++;
-    }
-    return nuksm_commit_slot_valid(c, r, n) ? n : 0;
+    return x->page < y->page ? -1 : x->page > y->page;
 }
-
-/* A run of a MERGE batch: @n entries from @first on. */
-typedef struct NuksmMergeRun {
-    size_t first, n;
-    RAMBlock *rb;
-    NuksmBlockState *bs;
-    uint64_t idx;
-} NuksmMergeRun;
 
 /*
  * The connection @w came from has ended meanwhile: commit nothing more
@@ -347,9 +506,13 @@ static void nuksm_commit_merge(NuksmCommit *c, NuksmWork *w)
     const NuksmMsgBatch *b = (const NuksmMsgBatch *)w->payload;
     g_autofree NuksmSlotRef *r = g_memdup2(b + 1,
                                            b->count * sizeof(NuksmSlotRef));
-    g_autofree NuksmMergeRun *runs = g_new(NuksmMergeRun, b->count);
-    size_t i = 0, nr_runs = 0;
+    g_autofree NuksmWindow *windows = g_new(NuksmWindow, b->count);
+    size_t i = 0, nr_windows = 0;
+    NuksmBlockState *floor_bs = NULL;
+    uint64_t floor = 0;
 
+    /* In page order, so that scattered merges in line share windows. */
+    qsort(r, b->count, sizeof(*r), nuksm_commit_ref_cmp);
     RCU_READ_LOCK_GUARD();
     qemu_mutex_lock(&c->pages->lock);
     nuksm_maps_tick(c, false);
@@ -357,39 +520,41 @@ static void nuksm_commit_merge(NuksmCommit *c, NuksmWork *w)
         NuksmBlockState *bs;
         RAMBlock *rb;
         uint64_t idx;
-        size_t n = 0;
+        NuksmWindow win = {};
 
         if (!nuksm_commit_find_page(c, r[i].page, &rb, &bs, &idx)) {
             r[i++].status = NUKSM_STATUS_GONE;
             continue;
         }
-        if (c->uffd >= 0 && !(nuksm_page_flags(bs, idx) &
-                              (NUKSM_PAGE_MERGED | NUKSM_PAGE_ZERO))) {
-            n = nuksm_commit_run_length(c, bs, idx, &r[i], b->count - i);
+        if (c->uffd >= 0 && nuksm_commit_copyable(bs, idx)) {
+            win = nuksm_commit_window(c, rb, bs, idx, r, i, b->count,
+                                      bs == floor_bs ? floor : 0);
         }
-        if (!n) {
+        if (!win.n) {
             nuksm_page_update(bs, idx, NUKSM_PAGE_OFFERED, 0);
             r[i++].status = NUKSM_STATUS_GONE;
             continue;
         }
-        runs[nr_runs++] = (NuksmMergeRun) { i, n, rb, bs, idx };
-        i += n;
+        windows[nr_windows++] = win;
+        floor_bs = bs;
+        floor = win.idx + win.span;
+        i += win.n;
     }
     /*
-     * Runs that cost no mapping (they continue or join runs already
-     * mapped) first, then the others while the mapping budget lasts.
+     * Windows that cost no mapping (they continue or join mappings in
+     * line) first, then the others while the mapping budget lasts.
      */
-    for (size_t k = 0; k < nr_runs && !nuksm_commit_stale(c, w); k++) {
-        NuksmMergeRun *m = &runs[k];
+    for (size_t k = 0; k < nr_windows && !nuksm_commit_stale(c, w); k++) {
+        NuksmWindow *m = &windows[k];
 
-        if (nuksm_maps_cost(m->bs, m->idx, m->n, false, r[m->first].node,
-                            r[m->first].slot) <= 0) {
-            nuksm_commit_run(c, m->rb, m->bs, m->idx, &r[m->first], m->n);
+        if (nuksm_maps_cost(m->bs, m->idx, m->span, false, m->node,
+                            m->slot) <= 0) {
+            nuksm_commit_window_merge(c, m, r);
             m->n = 0;
         }
     }
-    for (size_t k = 0; k < nr_runs; k++) {
-        NuksmMergeRun *m = &runs[k];
+    for (size_t k = 0; k < nr_windows; k++) {
+        NuksmWindow *m = &windows[k];
 
         if (!m->n) {
             continue;
@@ -400,7 +565,7 @@ static void nuksm_commit_merge(NuksmCommit *c, NuksmWork *w)
             }
             continue;
         }
-        nuksm_commit_run(c, m->rb, m->bs, m->idx, &r[m->first], m->n);
+        nuksm_commit_window_merge(c, m, r);
     }
     qemu_mutex_unlock(&c->pages->lock);
     nuksm_commit_post_refs(c, w->epoch, NUKSM_MSG_MERGED, r, b->count);

@@ -157,8 +157,9 @@ bool nuksm_pages_any_remapped(const NuksmBlockState *bs, uint64_t first,
     return false;
 }
 
-void nuksm_pages_merged(NuksmPages *p, NuksmBlockState *bs, uint64_t idx,
-                        const NuksmSlotRef *r)
+/* Page @idx is now mapped from the store at @r: REMAPPED, counted. */
+static void nuksm_pages_remapped(NuksmPages *p, NuksmBlockState *bs,
+                                 uint64_t idx, const NuksmSlotRef *r)
 {
     uint64_t **region;
 
@@ -175,7 +176,22 @@ void nuksm_pages_merged(NuksmPages *p, NuksmBlockState *bs, uint64_t idx,
     if (!(bs->flags[idx] & NUKSM_PAGE_REMAPPED)) {
         p->remapped_pages++;
     }
-    nuksm_page_update(bs, idx, 0, NUKSM_PAGE_MERGED | NUKSM_PAGE_REMAPPED);
+    nuksm_page_update(bs, idx, 0, NUKSM_PAGE_REMAPPED);
+}
+
+void nuksm_pages_windowed(NuksmPages *p, NuksmBlockState *bs, uint64_t idx,
+                          uint8_t node, uint64_t slot)
+{
+    NuksmSlotRef r = { .node = node, .slot = slot };
+
+    nuksm_pages_remapped(p, bs, idx, &r);
+}
+
+void nuksm_pages_merged(NuksmPages *p, NuksmBlockState *bs, uint64_t idx,
+                        const NuksmSlotRef *r)
+{
+    nuksm_pages_remapped(p, bs, idx, r);
+    nuksm_page_update(bs, idx, 0, NUKSM_PAGE_MERGED);
     p->merged_pages++;
     p->merged_per_node[r->node]++;
     bs->merged_per_node[r->node]++;

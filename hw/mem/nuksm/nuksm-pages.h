@@ -34,7 +34,10 @@
  *   HELD     excludes OFFERED: a held page is not offered until merging
  *            resumes (nuksm-maps.c);
  *   MERGED   implies REMAPPED: a page maps its slot through a mapping of
- *            the store, which stays when a write ends the sharing;
+ *            the store, which stays when a write ends the sharing (a
+ *            REMAPPED page that is not MERGED is a private copy in such
+ *            a mapping: after a copy-on-write break, or a page a window
+ *            spans, nuksm_remap_merge_window());
  *   ZERO     excludes REMAPPED (and so MERGED): only anonymous memory is
  *            dropped as zero, and a dropped page is never merged.
  *
@@ -187,6 +190,13 @@ bool nuksm_pages_any_remapped(const NuksmBlockState *bs, uint64_t first,
 /* Page @idx now maps slot @r: MERGED and REMAPPED, counted. */
 void nuksm_pages_merged(NuksmPages *p, NuksmBlockState *bs, uint64_t idx,
                         const NuksmSlotRef *r);
+/*
+ * Page @idx, not MERGED, now lies in a window mapping the store from
+ * @node (nuksm_remap_merge_window()) at @slot, as its own private copy:
+ * REMAPPED, as a merged page after a copy-on-write break.
+ */
+void nuksm_pages_windowed(NuksmPages *p, NuksmBlockState *bs, uint64_t idx,
+                          uint8_t node, uint64_t slot);
 /*
  * Page @idx, MERGED, no longer counts as merged; @clear are further flags
  * to clear.  Returns the slot it mapped.

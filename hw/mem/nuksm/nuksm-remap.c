@@ -6,7 +6,8 @@
  *      through KVM, TCG, an iothread or vhost-kernel, now blocks in the
  *      kernel),
  *   2. check the content the change relies on (equal to the store slot,
- *      mapped privately beside guest RAM first, or all zero),
+ *      mapped privately beside guest RAM first, or all zero), and copy
+ *      what must stay as it is into that mapping,
  *   3. replace the backing (mremap of those slots over the guest pages,
  *      or MADV_DONTNEED),
  *   4. wake the blocked writers and drop the protection that is left.
@@ -171,6 +172,55 @@ static bool nuksm_remap_slot_filled(const uint8_t *slot_page)
            !nuksm_page_is_zero(slot_page, NUKSM_PAGE_SIZE);
 }
 
+/* Slots read into a buffer at once to compare them (64 KiB). */
+#define NUKSM_REMAP_READ_PAGES 16
+
+/*
+ * Compare the guest pages at @host that @want (all if NULL) with the
+ * @pages slots of @store_fd from @slot: merged[i] if equal, in the store
+ * and filled.  The slots are read with pread(), never through a mapping:
+ * a fault on a slot the agent punched out would put a page back into
+ * its store (it fills the hole), which nobody frees.  That happens when
+ * this thread was stopped long enough before mapping the slots for a
+ * restarted agent to free them; pread() reads a hole as zero and leaves
+ * it a hole.  Returns how many are equal, or -errno.
+ */
+static ssize_t nuksm_remap_compare(const uint8_t *host, size_t pages,
+                                   int store_fd, uint64_t slot,
+                                   const bool *want, bool *merged)
+{
+    const size_t psz = NUKSM_PAGE_SIZE;
+    g_autofree uint8_t *buf = g_malloc(NUKSM_REMAP_READ_PAGES * psz);
+    ssize_t equal = 0;
+
+    for (size_t i = 0; i < pages;) {
+        size_t n = 0;
+        ssize_t got;
+
+        if (want && !want[i]) {
+            merged[i++] = false;
+            continue;
+        }
+        while (i + n < pages && n < NUKSM_REMAP_READ_PAGES &&
+               (!want || want[i + n])) {
+            n++;
+        }
+        got = pread(store_fd, buf, n * psz, (slot + i) * psz);
+        if (got < 0) {
+            return -errno;
+        }
+        for (size_t k = 0; k < n; k++) {
+            merged[i + k] = got >= (ssize_t)((k + 1) * psz) &&
+                            memcmp(host + (i + k) * psz, buf + k * psz,
+                                   psz) == 0 &&
+                            nuksm_remap_slot_filled(buf + k * psz);
+            equal += merged[i + k];
+        }
+        i += n;
+    }
+    return equal;
+}
+
 /*
  * The slots are mapped privately at a place of their own before their
  * content is compared, then moved over the guest pages.  The agent frees
@@ -184,7 +234,8 @@ size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
                              bool *merged, int *err)
 {
     const size_t psz = NUKSM_PAGE_SIZE;
-    size_t equal = 0, done = 0;
+    size_t equal, done = 0;
+    ssize_t compared;
     uint8_t *slots;
 
     *err = 0;
@@ -201,11 +252,15 @@ size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
         return 0;
     }
 
-    for (size_t i = 0; i < pages; i++) {
-        merged[i] = memcmp(host + i * psz, slots + i * psz, psz) == 0 &&
-                    nuksm_remap_slot_filled(slots + i * psz);
-        equal += merged[i];
+    compared = nuksm_remap_compare(host, pages, store_fd, slot, NULL, merged);
+    if (compared < 0) {
+        *err = -compared;
+        nuksm_remap_protect(uffd, host, pages * psz, false);
+        uffd_wakeup(uffd, host, pages * psz);
+        munmap(slots, pages * psz);
+        return 0;
     }
+    equal = compared;
     trace_nuksm_remap_compared(host, pages, equal);
     if (delay_us) {
         g_usleep(delay_us);
@@ -252,6 +307,144 @@ size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
     uffd_wakeup(uffd, host, pages * psz);
     trace_nuksm_remap_merge_run(host, pages, done);
     return done;
+}
+
+/*
+ * Fill the pages [@dst, @dst + @n pages) of a mapping registered with
+ * @uffd, none of them populated, with private copies of those at @src.
+ * UFFDIO_COPY installs anonymous pages into a private mapping of a file
+ * without touching the file, so the store behind the window is neither
+ * read nor filled; and anonymous pages survive a hole punched in the
+ * file under them when the agent frees that slot.  (UFFDIO_ZEROPAGE
+ * would not: the kernel zaps a mapping of the zero page with the file's
+ * pages, and the page would read the next content of the slot.)
+ * Returns 0 or an errno.
+ */
+static int nuksm_remap_fill_copies(int uffd, uint8_t *dst, uint8_t *src,
+                                   size_t n)
+{
+    const size_t psz = NUKSM_PAGE_SIZE;
+    size_t done = 0;
+
+    while (done < n * psz) {
+        struct uffdio_copy cp = {
+            .dst = (uintptr_t)dst + done,
+            .src = (uintptr_t)src + done,
+            .len = n * psz - done,
+            .mode = UFFDIO_COPY_MODE_DONTWAKE,
+        };
+
+        if (ioctl(uffd, UFFDIO_COPY, &cp) && cp.copy <= 0) {
+            return errno;
+        }
+        /* A partial copy (EAGAIN) goes on where it stopped. */
+        done += cp.copy;
+    }
+    return 0;
+}
+
+/*
+ * A window spans pages that stay as they are, between the merges of
+ * scattered duplicates: were each merged page a mapping of its own,
+ * a guest with every other page a duplicate would need two mappings per
+ * merged page, and vm.max_map_count stops it early.  Instead the slots
+ * of the whole window are mapped privately beside guest RAM, the pages
+ * that do not merge are copied into that mapping under write protection
+ * (so they read and write as before, as private copies, like merged
+ * pages after a copy-on-write break), and the window is moved over the
+ * guest pages with one mremap.  Each copy is a page of memory: callers
+ * leave pages that read as zero out of windows.
+ */
+size_t nuksm_remap_merge_window(int uffd, uint8_t *host, size_t pages,
+                                int store_fd, uint64_t slot,
+                                uint32_t delay_us, const bool *want,
+                                bool *merged, int *err)
+{
+    const size_t psz = NUKSM_PAGE_SIZE;
+    size_t equal;
+    ssize_t compared;
+    bool copies = false;
+    uint8_t *slots;
+    void *p;
+
+    *err = 0;
+    memset(merged, 0, pages * sizeof(*merged));
+    slots = mmap(NULL, pages * psz, PROT_READ | PROT_WRITE, MAP_PRIVATE,
+                 store_fd, slot * psz);
+    if (slots == MAP_FAILED) {
+        *err = errno;
+        return 0;
+    }
+    if (uffd_change_protection(uffd, host, pages * psz, true, false)) {
+        *err = errno;
+        goto unmap;
+    }
+
+    compared = nuksm_remap_compare(host, pages, store_fd, slot, want, merged);
+    if (compared < 0) {
+        *err = -compared;
+        goto unprotect;
+    }
+    equal = compared;
+    for (size_t i = 0; i < pages; i++) {
+        copies |= !merged[i];
+    }
+    trace_nuksm_remap_compared(host, pages, equal);
+    if (!equal) {
+        goto unprotect;
+    }
+
+    if (copies) {
+        uint64_t ioctls;
+
+        /* UFFDIO_COPY fills only a registered mapping. */
+        if (uffd_register_memory(uffd, slots, pages * psz,
+                                 UFFDIO_REGISTER_MODE_WP, &ioctls)) {
+            *err = errno;
+            goto unmerge;
+        }
+        for (size_t i = 0; i < pages;) {
+            size_t n = 0;
+
+            while (i + n < pages && merged[i + n] == merged[i]) {
+                n++;
+            }
+            if (!merged[i]) {
+                *err = nuksm_remap_fill_copies(uffd, slots + i * psz,
+                                               host + i * psz, n);
+                if (*err) {
+                    trace_nuksm_remap_copy_failed(host + i * psz, n, *err);
+                    goto unmerge;
+                }
+            }
+            i += n;
+        }
+    }
+    if (delay_us) {
+        g_usleep(delay_us);
+    }
+
+    p = mremap(slots, pages * psz, pages * psz, MREMAP_MAYMOVE | MREMAP_FIXED,
+               host);
+    if (p == MAP_FAILED) {
+        /* Checked before anything is unmapped (e.g. ENOMEM at
+         * vm.max_map_count): the pages stay as they were. */
+        *err = errno;
+        goto unmerge;
+    }
+    nuksm_remap_renew(uffd, host, pages * psz);
+    uffd_wakeup(uffd, host, pages * psz);
+    trace_nuksm_remap_merge_window(host, pages, equal);
+    return equal;
+
+unmerge:
+    memset(merged, 0, pages * sizeof(*merged));
+unprotect:
+    nuksm_remap_protect(uffd, host, pages * psz, false);
+    uffd_wakeup(uffd, host, pages * psz);
+unmap:
+    munmap(slots, pages * psz);
+    return 0;
 }
 
 size_t nuksm_remap_zero_run(int uffd, uint8_t *host, size_t pages,

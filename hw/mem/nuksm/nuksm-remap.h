@@ -32,6 +32,20 @@ size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
                              bool *merged, int *err);
 
 /*
+ * Map the window of @pages pages at @host onto the consecutive slots of a
+ * store from @slot, as one mapping.  Pages with want[i] merge where their
+ * content equals their slot (merged[i] is set); every other page keeps
+ * its content as a private copy inside the new mapping.  Nothing changes
+ * unless some page merges: returns how many did.  *err is an errno of a
+ * failed step (nothing changed then), 0 if none.  @delay_us widens the
+ * window between comparing and mapping, for tests (x-commit-delay).
+ */
+size_t nuksm_remap_merge_window(int uffd, uint8_t *host, size_t pages,
+                                int store_fd, uint64_t slot,
+                                uint32_t delay_us, const bool *want,
+                                bool *merged, int *err);
+
+/*
  * Drop the anonymous pages at @host that are all zero (they read back as
  * zero).  Never call it on a range mapping a store: MADV_DONTNEED there
  * would expose the store.  Sets zeroed[i]; returns their number.
