@@ -221,8 +221,9 @@ class Run:
                 details=self.side.details(self.vms),
                 timeline=self.timeline)
             self.side.quiesce(self.vms)
+            # Over a region of merged pages only (not scattered ones).
             if self.cow_chunks and self.qtests and not wl.rewrite_rate and \
-                    wl.expected_saving():
+                    any(kind == "shared" for kind, _, _ in wl.regions()):
                 result.update(self.cow_latency())
             log(f"{self.tag} done: saved {result['final_saving'] * PAGE / MIB:.1f}"
                 f" MiB in {result['merge_s']:.1f} s, "

@@ -265,10 +265,11 @@ static void nuksm_commit_hold(NuksmBlockState *bs, uint64_t idx,
 }
 
 /*
- * A window of a MERGE batch (nuksm_remap_merge_window()): pages
- * [@idx, @idx + @span) of @bs mapped onto the slots of @node from @slot,
- * where entries [@first, @first + @n) of the batch merge; every other
- * page of the window is copied into it.
+ * A window of a MERGE batch: pages [@idx, @idx + @span) of @bs mapped
+ * onto the slots of @node from @slot, where entries [@first, @first + @n)
+ * of the batch merge.  Every other page of the window is either copied
+ * into it (@copies: nuksm_remap_merge_window()), or lies there already
+ * and stays (nuksm_remap_merge_run()).
  */
 typedef struct NuksmWindow {
     RAMBlock *rb;
@@ -277,6 +278,7 @@ typedef struct NuksmWindow {
     uint8_t node;
     uint64_t slot;
     size_t first, n;
+    bool copies;
 } NuksmWindow;
 
 /*
@@ -338,6 +340,27 @@ static bool nuksm_commit_spare(RAMBlock *rb, NuksmBlockState *bs,
            !nuksm_commit_blank(rb, idx);
 }
 
+/* The pages between the entries of a window. */
+typedef enum NuksmGap {
+    NUKSM_GAP_NONE,             /* none so far */
+    NUKSM_GAP_COPY,             /* all copied into the window */
+    NUKSM_GAP_IN_PLACE,         /* all in the window already: they stay */
+    NUKSM_GAP_MIXED,            /* some of neither, or of both: no window */
+} NuksmGap;
+
+/* What page @g of @bs (in @rb) between entries makes of @gaps so far. */
+static NuksmGap nuksm_commit_gap(NuksmGap gaps, RAMBlock *rb,
+                                 NuksmBlockState *bs, uint64_t g,
+                                 uint8_t node, int64_t base)
+{
+    NuksmGap kind = nuksm_commit_fillable(rb, bs, g, node, base) ?
+                    NUKSM_GAP_COPY :
+                    nuksm_commit_in_place(bs, g, node, base) ?
+                    NUKSM_GAP_IN_PLACE : NUKSM_GAP_MIXED;
+
+    return gaps == NUKSM_GAP_NONE || gaps == kind ? kind : NUKSM_GAP_MIXED;
+}
+
 /*
  * The window entries @r[@i..@count) open on @bs at @idx (@r sorted by
  * page; the window may not reach below page @floor of @bs, where the
@@ -345,11 +368,12 @@ static bool nuksm_commit_spare(RAMBlock *rb, NuksmBlockState *bs,
  *
  * Entries join it while they lie in line (slot - page constant, one
  * node) within the same 2 MiB stretch of guest pages as the agent's
- * slot lines (agent/core/lines.h), with only pages to copy between
- * them.  A window that copies pages, or stands alone, then widens over
- * the anonymous pages around it, up to the ends of the stretch: the
- * later merges of the stretch's pages then land inside it, where they
- * cost no mapping, rather than in a window of their own beside it.
+ * slot lines (agent/core/lines.h), with only pages between them that
+ * are all to copy, or all in line already.  A window that copies pages,
+ * or a lone entry, then widens over the anonymous pages around it, up
+ * to the ends of the stretch: the later merges of the stretch's pages
+ * then land inside it, where they cost no mapping, rather than in a
+ * window of their own beside it.
  */
 static NuksmWindow nuksm_commit_window(NuksmCommit *c, RAMBlock *rb,
                                        NuksmBlockState *bs, uint64_t idx,
@@ -365,14 +389,14 @@ static NuksmWindow nuksm_commit_window(NuksmCommit *c, RAMBlock *rb,
     uint64_t start = QEMU_ALIGN_DOWN(first + idx, NUKSM_COMMIT_MAX_RUN);
     uint64_t lo = MAX(MAX(start, first) - first, floor);
     uint64_t hi = MIN(start + NUKSM_COMMIT_MAX_RUN - first, bs->nr_pages);
-    bool copies = false;
+    NuksmGap gaps = NUKSM_GAP_NONE;
     size_t j;
     NuksmSlotRef at;
 
     for (j = i + 1; j < count; j++) {
         uint64_t prev = w.idx + w.span - 1;
         uint64_t next;
-        bool gap_ok = true;
+        NuksmGap kind = gaps;
 
         if (r[j].page <= r[j - 1].page || r[j].page - first >= hi) {
             break;
@@ -383,25 +407,29 @@ static NuksmWindow nuksm_commit_window(NuksmCommit *c, RAMBlock *rb,
             !nuksm_commit_copyable(bs, next)) {
             break;
         }
-        for (uint64_t g = prev + 1; g < next && gap_ok; g++) {
-            gap_ok = nuksm_commit_fillable(rb, bs, g, w.node, base);
+        for (uint64_t g = prev + 1; g < next && kind != NUKSM_GAP_MIXED;
+             g++) {
+            kind = nuksm_commit_gap(kind, rb, bs, g, w.node, base);
         }
-        if (!gap_ok) {
+        if (kind == NUKSM_GAP_MIXED) {
             break;
         }
-        copies |= next > prev + 1;
+        gaps = kind;
         w.span = next - idx + 1;
         w.n++;
     }
+    w.copies = gaps == NUKSM_GAP_COPY;
     /* Never over the next entry: it may open a window of its own. */
     if (j < count && r[j].page > r[j - 1].page && r[j].page - first < hi) {
         hi = r[j].page - first;
     }
-    /* Copies are coming anyway, or the merged pages stand alone. */
-    if (copies ||
-        (!(w.idx > lo && nuksm_commit_in_place(bs, w.idx - 1, w.node, base)) &&
+    if (w.copies ||
+        (w.n == 1 &&
+         !(w.idx > lo && nuksm_commit_in_place(bs, w.idx - 1, w.node, base)) &&
          !(w.idx + w.span < hi &&
            nuksm_commit_in_place(bs, w.idx + w.span, w.node, base)))) {
+        uint64_t span = w.span;
+
         while (w.idx > lo && base + (int64_t)w.idx > 0 &&
                nuksm_commit_spare(rb, bs, w.idx - 1)) {
             w.idx--;
@@ -411,6 +439,7 @@ static NuksmWindow nuksm_commit_window(NuksmCommit *c, RAMBlock *rb,
                nuksm_commit_spare(rb, bs, w.idx + w.span)) {
             w.span++;
         }
+        w.copies |= w.span > span;
     }
     w.slot = base + (int64_t)w.idx;
 
@@ -431,6 +460,8 @@ static void nuksm_commit_window_merge(NuksmCommit *c, NuksmWindow *w,
     bool want[NUKSM_COMMIT_MAX_RUN] = {}, merged[NUKSM_COMMIT_MAX_RUN];
     NuksmStore *st = &c->stores[w->node];
     uint64_t first_page = w->bs->first_page + w->idx;
+    uint8_t *host = w->rb->host + w->idx * NUKSM_PAGE_SIZE;
+    uint32_t delay_us = qatomic_read(&c->s->commit_delay_us);
     int64_t edges;
     size_t done;
     int err;
@@ -448,15 +479,18 @@ static void nuksm_commit_window_merge(NuksmCommit *c, NuksmWindow *w,
         want[r[w->first + k].page - first_page] = true;
     }
     edges = nuksm_maps_window(w->bs, w->idx, w->span);
-    done = nuksm_remap_merge_window(c->uffd,
-                                    w->rb->host + w->idx * NUKSM_PAGE_SIZE,
-                                    w->span, st->fd, w->slot,
-                                    qatomic_read(&c->s->commit_delay_us),
-                                    want, merged, &err);
+    if (w->copies) {
+        done = nuksm_remap_merge_window(c->uffd, host, w->span, st->fd,
+                                        w->slot, delay_us, want, merged,
+                                        &err);
+    } else {
+        done = nuksm_remap_merge_run(c->uffd, host, w->span, st->fd, w->slot,
+                                     delay_us, want, merged, &err);
+    }
     if (err) {
         trace_nuksm_commit_run_error(w->span, err);
     }
-    for (uint64_t i = 0; done && i < w->span; i++) {
+    for (uint64_t i = 0; w->copies && done && i < w->span; i++) {
         if (!merged[i]) {
             nuksm_pages_windowed(c->pages, w->bs, w->idx + i, w->node,
                                  w->slot + i);
@@ -643,7 +677,7 @@ static void nuksm_commit_move(NuksmCommit *c, NuksmWork *w)
         edges = nuksm_maps_window(bs, idx, n);
         nuksm_remap_merge_run(c->uffd, rb->host + idx * NUKSM_PAGE_SIZE, n,
                               c->stores[m[i].to.node].fd, m[i].to.slot,
-                              0, merged, &err);
+                              0, NULL, merged, &err);
         for (size_t k = 0; k < n; k++) {
             if (merged[k]) {
                 /* Left quietly: the agent moved the reference itself. */

@@ -231,7 +231,7 @@ static ssize_t nuksm_remap_compare(const uint8_t *host, size_t pages,
  */
 size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
                              int store_fd, uint64_t slot, uint32_t delay_us,
-                             bool *merged, int *err)
+                             const bool *want, bool *merged, int *err)
 {
     const size_t psz = NUKSM_PAGE_SIZE;
     size_t equal, done = 0;
@@ -252,7 +252,7 @@ size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
         return 0;
     }
 
-    compared = nuksm_remap_compare(host, pages, store_fd, slot, NULL, merged);
+    compared = nuksm_remap_compare(host, pages, store_fd, slot, want, merged);
     if (compared < 0) {
         *err = -compared;
         nuksm_remap_protect(uffd, host, pages * psz, false);
@@ -298,11 +298,17 @@ size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
         i += n;
     }
 
-    /* Unprotect what stayed anonymous, then release blocked writers. */
-    for (size_t i = 0; i < pages; i++) {
-        if (!merged[i]) {
-            nuksm_remap_protect(uffd, host + i * psz, psz, false);
+    /* Unprotect what stayed as it was, then release blocked writers. */
+    for (size_t i = 0; i < pages;) {
+        size_t n = 0;
+
+        while (i + n < pages && merged[i + n] == merged[i]) {
+            n++;
         }
+        if (!merged[i]) {
+            nuksm_remap_protect(uffd, host + i * psz, n * psz, false);
+        }
+        i += n;
     }
     uffd_wakeup(uffd, host, pages * psz);
     trace_nuksm_remap_merge_run(host, pages, done);

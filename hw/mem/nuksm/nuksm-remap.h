@@ -20,16 +20,17 @@ int nuksm_remap_uffd_open(int dev_fd, Error **errp);
 bool nuksm_remap_register(int uffd, void *host, size_t len, Error **errp);
 
 /*
- * Map the @pages pages at @host onto consecutive slots of a store,
- * starting at @slot, where the content is equal.  @store_fd is a
- * read-only descriptor of the store.  Sets merged[i] for each page now
- * mapping its slot and returns their number; *err is an errno of a
- * failed step, 0 if none.  @delay_us widens the window between comparing
- * and mapping, for tests (x-commit-delay).
+ * Map those of the @pages pages at @host that @want (all if NULL) onto
+ * consecutive slots of a store, starting at @slot, where the content is
+ * equal; the other pages stay as they are.  @store_fd is a read-only
+ * descriptor of the store.  Sets merged[i] for each page now mapping its
+ * slot and returns their number; *err is an errno of a failed step, 0 if
+ * none.  @delay_us widens the window between comparing and mapping, for
+ * tests (x-commit-delay).
  */
 size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
                              int store_fd, uint64_t slot, uint32_t delay_us,
-                             bool *merged, int *err);
+                             const bool *want, bool *merged, int *err);
 
 /*
  * Map the window of @pages pages at @host onto the consecutive slots of a
