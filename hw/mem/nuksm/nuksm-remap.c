@@ -222,6 +222,46 @@ static ssize_t nuksm_remap_compare(const uint8_t *host, size_t pages,
 }
 
 /*
+ * The first steps of a merge: map the @pages slots of @store_fd from
+ * @slot privately at a place of their own (*slots), write-protect the
+ * guest pages at @host and compare those that @want (all if NULL) with
+ * their slots (merged[i]).  Returns how many are equal; on a failure,
+ * undoes what it did, sets *err and returns -1.
+ */
+static ssize_t nuksm_remap_prepare(int uffd, uint8_t *host, size_t pages,
+                                   int store_fd, uint64_t slot,
+                                   const bool *want, bool *merged,
+                                   uint8_t **slots, int *err)
+{
+    const size_t psz = NUKSM_PAGE_SIZE;
+    ssize_t equal;
+
+    *err = 0;
+    memset(merged, 0, pages * sizeof(*merged));
+    *slots = mmap(NULL, pages * psz, PROT_READ | PROT_WRITE, MAP_PRIVATE,
+                  store_fd, slot * psz);
+    if (*slots == MAP_FAILED) {
+        *err = errno;
+        return -1;
+    }
+    if (uffd_change_protection(uffd, host, pages * psz, true, false)) {
+        *err = errno;
+        munmap(*slots, pages * psz);
+        return -1;
+    }
+    equal = nuksm_remap_compare(host, pages, store_fd, slot, want, merged);
+    if (equal < 0) {
+        *err = -equal;
+        nuksm_remap_protect(uffd, host, pages * psz, false);
+        uffd_wakeup(uffd, host, pages * psz);
+        munmap(*slots, pages * psz);
+        return -1;
+    }
+    trace_nuksm_remap_compared(host, pages, equal);
+    return equal;
+}
+
+/*
  * The slots are mapped privately at a place of their own before their
  * content is compared, then moved over the guest pages.  The agent frees
  * a slot it lost track of (after its own restart) only when no process
@@ -234,34 +274,13 @@ size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
                              const bool *want, bool *merged, int *err)
 {
     const size_t psz = NUKSM_PAGE_SIZE;
-    size_t equal, done = 0;
-    ssize_t compared;
+    size_t done = 0;
     uint8_t *slots;
 
-    *err = 0;
-    memset(merged, 0, pages * sizeof(*merged));
-    slots = mmap(NULL, pages * psz, PROT_READ | PROT_WRITE, MAP_PRIVATE,
-                 store_fd, slot * psz);
-    if (slots == MAP_FAILED) {
-        *err = errno;
+    if (nuksm_remap_prepare(uffd, host, pages, store_fd, slot, want, merged,
+                            &slots, err) < 0) {
         return 0;
     }
-    if (uffd_change_protection(uffd, host, pages * psz, true, false)) {
-        *err = errno;
-        munmap(slots, pages * psz);
-        return 0;
-    }
-
-    compared = nuksm_remap_compare(host, pages, store_fd, slot, want, merged);
-    if (compared < 0) {
-        *err = -compared;
-        nuksm_remap_protect(uffd, host, pages * psz, false);
-        uffd_wakeup(uffd, host, pages * psz);
-        munmap(slots, pages * psz);
-        return 0;
-    }
-    equal = compared;
-    trace_nuksm_remap_compared(host, pages, equal);
     if (delay_us) {
         g_usleep(delay_us);
     }
@@ -367,37 +386,21 @@ size_t nuksm_remap_merge_window(int uffd, uint8_t *host, size_t pages,
                                 bool *merged, int *err)
 {
     const size_t psz = NUKSM_PAGE_SIZE;
-    size_t equal;
-    ssize_t compared;
+    ssize_t equal;
     bool copies = false;
     uint8_t *slots;
     void *p;
 
-    *err = 0;
-    memset(merged, 0, pages * sizeof(*merged));
-    slots = mmap(NULL, pages * psz, PROT_READ | PROT_WRITE, MAP_PRIVATE,
-                 store_fd, slot * psz);
-    if (slots == MAP_FAILED) {
-        *err = errno;
+    equal = nuksm_remap_prepare(uffd, host, pages, store_fd, slot, want,
+                                merged, &slots, err);
+    if (equal < 0) {
         return 0;
     }
-    if (uffd_change_protection(uffd, host, pages * psz, true, false)) {
-        *err = errno;
-        goto unmap;
-    }
-
-    compared = nuksm_remap_compare(host, pages, store_fd, slot, want, merged);
-    if (compared < 0) {
-        *err = -compared;
-        goto unprotect;
-    }
-    equal = compared;
-    for (size_t i = 0; i < pages; i++) {
-        copies |= !merged[i];
-    }
-    trace_nuksm_remap_compared(host, pages, equal);
     if (!equal) {
         goto unprotect;
+    }
+    for (size_t i = 0; i < pages; i++) {
+        copies |= !merged[i];
     }
 
     if (copies) {
@@ -448,7 +451,6 @@ unmerge:
 unprotect:
     nuksm_remap_protect(uffd, host, pages * psz, false);
     uffd_wakeup(uffd, host, pages * psz);
-unmap:
     munmap(slots, pages * psz);
     return 0;
 }
