@@ -269,11 +269,12 @@ def test_mappings_per_merged_page(two_vms, capsys):
         assert added["out of line"][i] <= 2 * scatter + 64, \
             f"{scatter} scattered merged pages out of line cost " \
             f"{added['out of line'][i]} mappings"
+        pages = {"contiguous": runs, "in line": scatter,
+                 "out of line": scatter}
         with capsys.disabled():
             print(f"\n{vm.name}: " + "; ".join(
-                f"{scatter if name != 'contiguous' else runs} {name} "
-                f"merged pages: {n[i]:+d} mappings "
-                f"({n[i] / (scatter if name != 'contiguous' else runs):.3f}"
-                f" per page)" for name, n in added.items()))
+                f"{pages[name]} {name} merged pages: {n[i]:+d} mappings "
+                f"({n[i] / pages[name]:.3f} per page)"
+                for name, n in added.items()))
     for q in qtests:
         q.close()

@@ -221,6 +221,29 @@ static ssize_t nuksm_remap_compare(const uint8_t *host, size_t pages,
     return equal;
 }
 
+/* How many of the @pages flags from @i on equal flags[@i]. */
+static size_t nuksm_remap_stretch(const bool *flags, size_t i, size_t pages)
+{
+    size_t n = 1;
+
+    while (i + n < pages && flags[i + n] == flags[i]) {
+        n++;
+    }
+    return n;
+}
+
+/*
+ * Leave the @pages guest pages at @host as they were: unprotect them,
+ * wake their blocked writers and unmap their slots mapped at @slots.
+ */
+static void nuksm_remap_abandon(int uffd, uint8_t *host, size_t pages,
+                                uint8_t *slots)
+{
+    nuksm_remap_protect(uffd, host, pages * NUKSM_PAGE_SIZE, false);
+    uffd_wakeup(uffd, host, pages * NUKSM_PAGE_SIZE);
+    munmap(slots, pages * NUKSM_PAGE_SIZE);
+}
+
 /*
  * The first steps of a merge: map the @pages slots of @store_fd from
  * @slot privately at a place of their own (*slots), write-protect the
@@ -252,9 +275,7 @@ static ssize_t nuksm_remap_prepare(int uffd, uint8_t *host, size_t pages,
     equal = nuksm_remap_compare(host, pages, store_fd, slot, want, merged);
     if (equal < 0) {
         *err = -equal;
-        nuksm_remap_protect(uffd, host, pages * psz, false);
-        uffd_wakeup(uffd, host, pages * psz);
-        munmap(*slots, pages * psz);
+        nuksm_remap_abandon(uffd, host, pages, *slots);
         return -1;
     }
     trace_nuksm_remap_compared(host, pages, equal);
@@ -291,14 +312,10 @@ size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
      * at the end: another thread may map into what was moved away).
      */
     for (size_t i = 0; i < pages;) {
-        bool same = merged[i];
-        size_t n = 0;
+        size_t n = nuksm_remap_stretch(merged, i, pages);
         void *p;
 
-        while (i + n < pages && merged[i + n] == same) {
-            n++;
-        }
-        if (!same) {
+        if (!merged[i]) {
             munmap(slots + i * psz, n * psz);
         } else {
             p = mremap(slots + i * psz, n * psz, n * psz,
@@ -319,11 +336,8 @@ size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
 
     /* Unprotect what stayed as it was, then release blocked writers. */
     for (size_t i = 0; i < pages;) {
-        size_t n = 0;
+        size_t n = nuksm_remap_stretch(merged, i, pages);
 
-        while (i + n < pages && merged[i + n] == merged[i]) {
-            n++;
-        }
         if (!merged[i]) {
             nuksm_remap_protect(uffd, host + i * psz, n * psz, false);
         }
@@ -387,7 +401,6 @@ size_t nuksm_remap_merge_window(int uffd, uint8_t *host, size_t pages,
 {
     const size_t psz = NUKSM_PAGE_SIZE;
     ssize_t equal;
-    bool copies = false;
     uint8_t *slots;
     void *p;
 
@@ -399,11 +412,8 @@ size_t nuksm_remap_merge_window(int uffd, uint8_t *host, size_t pages,
     if (!equal) {
         goto unprotect;
     }
-    for (size_t i = 0; i < pages; i++) {
-        copies |= !merged[i];
-    }
-
-    if (copies) {
+    /* Pages not to merge, or not equal, are copied. */
+    if ((size_t)equal < pages) {
         uint64_t ioctls;
 
         /* UFFDIO_COPY fills only a registered mapping. */
@@ -413,11 +423,8 @@ size_t nuksm_remap_merge_window(int uffd, uint8_t *host, size_t pages,
             goto unmerge;
         }
         for (size_t i = 0; i < pages;) {
-            size_t n = 0;
+            size_t n = nuksm_remap_stretch(merged, i, pages);
 
-            while (i + n < pages && merged[i + n] == merged[i]) {
-                n++;
-            }
             if (!merged[i]) {
                 *err = nuksm_remap_fill_copies(uffd, slots + i * psz,
                                                host + i * psz, n);
@@ -449,9 +456,7 @@ size_t nuksm_remap_merge_window(int uffd, uint8_t *host, size_t pages,
 unmerge:
     memset(merged, 0, pages * sizeof(*merged));
 unprotect:
-    nuksm_remap_protect(uffd, host, pages * psz, false);
-    uffd_wakeup(uffd, host, pages * psz);
-    munmap(slots, pages * psz);
+    nuksm_remap_abandon(uffd, host, pages, slots);
     return 0;
 }
 
