@@ -413,6 +413,28 @@ def store_paths(state_dir):
     return sorted(Path(state_dir).glob("store-*-node*"))
 
 
+def unregistered_store_mappings(pid):
+    """Mappings of store files in process @pid that are not registered
+    for userfaultfd write protection (no "uw" in their VmFlags): nuksm
+    could not write-protect their pages to move or merge them again.
+    Each as (start address, pages, store file)."""
+    unregistered = []
+    mapping = None
+    with open(f"/proc/{pid}/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:
+                mapping = fields if len(fields) == 6 and \
+                    os.path.basename(fields[5]).startswith("store-") else None
+            elif fields[0] == "VmFlags:" and mapping:
+                if "uw" not in fields[1:]:
+                    start, end = (int(x, 16) for x in mapping[0].split("-"))
+                    unregistered.append((hex(start), (end - start) // 4096,
+                                         mapping[5]))
+                mapping = None
+    return unregistered
+
+
 # ---------------------------------------------------------------- nuksmctl
 
 def ctl(sock, *args):

@@ -280,6 +280,8 @@ def test_no_lost_write(pair, layout):
     assert read_big(qtests[0], SHARED_AT, size) == bytes(content)
     assert read_big(qtests[1], SHARED_AT, size) == originals[1], \
         "vm1 saw vm0's writes"
+    for vm in vms:
+        assert harness.unregistered_store_mappings(vm.pid) == []
     for q in qtests:
         q.close()
 
@@ -338,9 +340,11 @@ def test_window_copies_survive_freed_slots(pair):
         for p in range(size // PAGE):
             assert got[p * PAGE:(p + 1) * PAGE] == \
                 content[p * PAGE:(p + 1) * PAGE], f"page {p} differs"
-    # No page but a merged one reads a slot.
+    # No page but a merged one reads a slot, and every page can be
+    # write-protected again.
     for vm in vms:
         assert pages_reading_store(vm.pid) == nuksm(vm)["merged-pages"]
+        assert harness.unregistered_store_mappings(vm.pid) == []
     for q in qtests:
         q.close()
 

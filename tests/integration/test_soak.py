@@ -102,15 +102,28 @@ class Guest:
 def settled(agent, guests):
     """Merging has caught up: no orphan, every slot referenced and holding
     a page in the store files, and the VMs' merged pages add up to the
-    agent's references."""
+    agent's references.  The figures compared go to settled.seen, for the
+    message of a test that times out."""
     st = status(agent)
-    if store_data_pages(agent.state_dir) != sum(st["store_pages"]):
-        return False
-    merged = sum(g.vm.nuksm()["merged-pages"] - g.vm.nuksm()["zero-pages"]
-                 for g in guests if g.alive)
-    return (st["orphan_pages"] == 0 and
+    merged = {g.vm.name: g.vm.nuksm()["merged-pages"] -
+              g.vm.nuksm()["zero-pages"] for g in guests}
+    settled.seen = {"store data pages": store_data_pages(agent.state_dir),
+                    "store pages": sum(st["store_pages"]),
+                    "orphan pages": st["orphan_pages"],
+                    "pages shared": st["pages_shared"],
+                    "pages sharing": st["pages_sharing"],
+                    "merged per VM": merged}
+    return (settled.seen["store data pages"] == sum(st["store_pages"]) and
+            st["orphan_pages"] == 0 and
             sum(st["store_pages"]) == st["pages_shared"] and
-            merged == st["pages_shared"] + st["pages_sharing"])
+            sum(merged.values()) == st["pages_shared"] + st["pages_sharing"])
+
+
+def wait_settled(agent, guests):
+    try:
+        wait_until(lambda: settled(agent, guests), 120, "merging to settle")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; last seen: {settled.seen}") from None
 
 
 def store_data_pages(state_dir):
@@ -148,7 +161,7 @@ def test_soak(start_agent, qtest_vm):
         g.vm.wait_state("active")
     wait_until(lambda: status(agent)["pages_sharing"] > REGION_PAGES, 120,
                "the first merges")
-    wait_until(lambda: settled(agent, guests), 120, "merging to settle")
+    wait_settled(agent, guests)
 
     summary = {"seconds": seconds, "vms": VMS, "agent_kills": 0,
                "vms_stopped_across_restarts": 0, "vm_kills": 0,
@@ -165,9 +178,7 @@ def test_soak(start_agent, qtest_vm):
             for g in guests:
                 if g.stopped:
                     g.cont()
-            wait_until(lambda: settled(agent, [g for g in guests
-                                               if g.alive]),
-                       120, "merging to settle")
+            wait_settled(agent, [g for g in guests if g.alive])
             rss_calm = rss(agent.pid)
         running = [g for g in guests if g.alive and not g.stopped]
         g = rng.choice(running)
@@ -213,7 +224,7 @@ def test_soak(start_agent, qtest_vm):
     live = [g for g in guests if g.alive]
     for g in live:
         g.vm.wait_state("active")
-    wait_until(lambda: settled(agent, live), 120, "merging to settle")
+    wait_settled(agent, live)
     for g in live:
         summary["pages_checked"] += g.check()
     st = status(agent)

@@ -435,6 +435,17 @@ size_t nuksm_remap_merge_window(int uffd, uint8_t *host, size_t pages,
             }
             i += n;
         }
+        /*
+         * Moved while registered, the window would merge with a mapping
+         * of the next slots before it (registered with the same
+         * userfaultfd), and mremap() then drops the registration of the
+         * merged mapping whole (no UFFD_FEATURE_EVENT_REMAP): the pages
+         * before the window could no longer be write-protected.
+         */
+        if (uffd_unregister_memory(uffd, slots, pages * psz)) {
+            *err = errno;
+            goto unmerge;
+        }
     }
     if (delay_us) {
         g_usleep(delay_us);
