@@ -29,13 +29,14 @@ def cpu_total(parts):
 
 
 class Run:
-    def __init__(self, workload, budget, side, workdir, idle_s, cow_chunks,
+    def __init__(self, workload, budget, side, workdir, idle, cow_chunks,
                  perf_data=None):
         self.wl = workload
         self.budget = budget
         self.side = side
         self.workdir = workdir
-        self.idle_s = idle_s
+        # Steady state: seconds left to settle, then seconds measured.
+        self.settle_s, self.idle_s = idle
         self.cow_chunks = cow_chunks
         self.perf_data = perf_data
         self.tag = f"[{workload.name}/{budget} {side.name}]"
@@ -132,12 +133,15 @@ class Run:
                     break
                 time.sleep(SAMPLE_S)
             merge_end, merge_cpu = self.timeline[-1][0], self.timeline[-1][2]
-            # Steady state: whatever there was to merge is merged.
+            # Steady state: whatever there was to merge is merged.  Both
+            # sides settle first (nuksm's rests grow to their longest).
             if not self.wl.duration:
-                idle_end = time.monotonic() + self.idle_s
-                while time.monotonic() < idle_end:
-                    time.sleep(SAMPLE_S)
-                    self.sample(zero_pages=False)
+                for seconds in (self.settle_s, self.idle_s):
+                    idle_start = self.timeline[-1]
+                    end_at = time.monotonic() + seconds
+                    while time.monotonic() < end_at:
+                        time.sleep(SAMPLE_S)
+                        self.sample(zero_pages=False)
         finally:
             if rewriter:
                 rewriter.stop()
@@ -153,8 +157,8 @@ class Run:
                 max(end - half[0][0], 1e-3)
             result["steady_saving"] = statistics.mean(s for _, s, _ in half)
         else:
-            result["idle_cpu_share"] = (cpu_end - merge_cpu) / 1e9 / \
-                max(end - merge_end, 1e-3)
+            result["idle_cpu_share"] = (cpu_end - idle_start[2]) / 1e9 / \
+                max(end - idle_start[0], 1e-3)
         if rewriter:
             result["rewrites"] = rewriter.written
         return result

@@ -87,12 +87,18 @@ class NuksmSide:
         return self.status()["pages_sharing"] + self.zero
 
     def cpu(self, vms, main_loop=True):
-        """nuksmd, the nuksm-scan threads and (@main_loop) QEMU's main
-        loop threads, which carry the agent connection."""
+        """nuksmd, the nuksm-scan threads, the nuksm-writes threads (they
+        start with merging, so they are looked up each time) and
+        (@main_loop) QEMU's main loop threads, which carry the agent
+        connection."""
         parts = {"nuksmd": procstat.process_cpu_ns(self.agent.pid),
                  "scan": sum(procstat.thread_cpu_ns(vm.pid, tid)
                              for vm in vms
-                             for tid in self.scan_tids[vm.pid])}
+                             for tid in self.scan_tids[vm.pid]),
+                 "writes": sum(procstat.thread_cpu_ns(vm.pid, tid)
+                               for vm in vms
+                               for tid in procstat.threads_named(
+                                   vm.pid, "nuksm-writes"))}
         if main_loop:
             parts["main"] = sum(procstat.thread_cpu_ns(vm.pid, vm.pid)
                                 for vm in vms)

@@ -118,18 +118,21 @@ def main():
     meta["ksm_settings_at_start"] = control.saved
     host = sysctl.InstalledSysctl()
     meta["sysctl"] = host.applied
-    # Steady-state window, COW-break chunks, longest wait for other
-    # KSM-mergeable processes to go before each KSM run (seconds).
-    idle_s, cow_chunks, wait_s = (3, 4, 10) if args.quick else (10, 16, 30)
+    # Steady state (seconds to settle, seconds measured: nuksm's rests
+    # grow 1, 2, 4, 8 to 16 s while nothing changes), COW-break chunks,
+    # longest wait for other KSM-mergeable processes to go before each
+    # KSM run (seconds).
+    idle, cow_chunks, wait_s = (((16, 16), 4, 10) if args.quick else
+                                ((32, 48), 16, 30))
     workdir = Path(tempfile.mkdtemp(prefix="nb-"))
     pairs = []
     try:
         for wl in workloads:
             for budget in wl.budgets:
-                ksm_run = Run(wl, budget, KsmSide(control, wait_s), workdir, idle_s,
-                              cow_chunks).run()
+                ksm_run = Run(wl, budget, KsmSide(control, wait_s), workdir,
+                              idle, cow_chunks).run()
                 perf = args.perf and out / f"perf-{wl.name}-{budget}.data"
-                nuksm_run = Run(wl, budget, NuksmSide(), workdir, idle_s,
+                nuksm_run = Run(wl, budget, NuksmSide(), workdir, idle,
                                 cow_chunks, perf).run(
                                     ksm_share=ksm_run["merge_cpu_share"])
                 pairs.append([ksm_run, nuksm_run])

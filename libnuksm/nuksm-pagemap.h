@@ -17,6 +17,7 @@
 #define NUKSM_PM_PRESENT (1ull << 63)
 #define NUKSM_PM_SWAPPED (1ull << 62)
 #define NUKSM_PM_FILE    (1ull << 61)
+#define NUKSM_PM_UFFD_WP (1ull << 57)   /* write-protected by userfaultfd */
 
 /*
  * Does the page of entry @pm still read the file?  Resident from the file,

@@ -442,6 +442,9 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
     if (hdr->type == NUKSM_MSG_POLICY && hdr->seq == 0) {
         const NuksmMsgPolicy *p = payload;
         trace_nuksm_agent_policy(nuksm_id(s), NuksmPolicy_str(p->policy));
+        if (c->policy != p->policy) {
+            nuksm_commit_reoffer(s->commit);
+        }
         c->policy = p->policy;
         return;
     }

@@ -28,6 +28,7 @@
 #include "exec/ramblock.h"
 #include "qemu/cutils.h"
 #include "qemu/error-report.h"
+#include "qemu/lockable.h"
 #include "qemu/main-loop.h"
 #include "qemu/rcu.h"
 #include "nuksm-commit.h"
@@ -806,6 +807,14 @@ void nuksm_commit_queue(NuksmCommit *c, NuksmMsgType type, uint32_t epoch,
     nuksm_scanner_wake(c->s->scanner);
 }
 
+void nuksm_commit_reoffer(NuksmCommit *c)
+{
+    qemu_mutex_lock(&c->pages->lock);
+    nuksm_pages_clear_all(c->pages, NUKSM_PAGE_OFFERED);
+    qemu_mutex_unlock(&c->pages->lock);
+    nuksm_scanner_kick(c->s->scanner);
+}
+
 typedef struct NuksmRestore {
     GArray *refs;
 } NuksmRestore;
@@ -853,7 +862,9 @@ void nuksm_commit_tick(NuksmCommit *c)
 /*
  * Take or release userfaultfd on the eligible RAM.  nuksm holds it only
  * while active: migration, postcopy and background snapshots use
- * userfaultfd on the same RAM.
+ * userfaultfd on the same RAM.  Taking it lifts any write protection a
+ * previous one left in the page tables (closing a userfaultfd leaves its
+ * ptes' uffd-wp bits), so that write tracking trusts only its own.
  */
 static bool nuksm_commit_register(RAMBlock *rb, uint8_t gnode, void *opaque)
 {
@@ -862,7 +873,9 @@ static bool nuksm_commit_register(RAMBlock *rb, uint8_t gnode, void *opaque)
 
     if (!nuksm_remap_register(c->uffd, rb->host, rb->used_length, &err)) {
         warn_report_err(err);
+        return true;
     }
+    nuksm_remap_track(c->uffd, rb->host, rb->used_length, false);
     return true;
 }
 
@@ -894,6 +907,7 @@ void nuksm_commit_take_uffd(NuksmCommit *c)
     bool changed;
     int uffd;
 
+    QEMU_LOCK_GUARD(&c->uffd_lock);
     qemu_mutex_lock(&c->lock);
     if (c->uffd_error && !c->uffd_retry) {
         qemu_mutex_unlock(&c->lock);
@@ -926,18 +940,43 @@ void nuksm_commit_take_uffd(NuksmCommit *c)
     }
     qatomic_set(&c->uffd, uffd);
     nuksm_ram_foreach_resolved(c->s, nuksm_commit_register, c);
+    /* Without it merging goes on, hashing every page on every pass. */
+    qatomic_set(&c->writes, nuksm_writes_start(c->s, uffd));
     qemu_mutex_unlock(&c->pages->lock);
 }
 
 void nuksm_commit_release_uffd(NuksmCommit *c)
 {
+    NuksmWrites *writes;
+    int uffd;
+
+    QEMU_LOCK_GUARD(&c->uffd_lock);
     qemu_mutex_lock(&c->pages->lock);
-    if (c->uffd >= 0) {
-        /* Closing unregisters every range and wakes any waiter. */
-        close(c->uffd);
-        qatomic_set(&c->uffd, -1);
-    }
+    uffd = c->uffd;
+    writes = c->writes;
+    qatomic_set(&c->uffd, -1);
+    qatomic_set(&c->writes, NULL);
     qemu_mutex_unlock(&c->pages->lock);
+    /* Stopped without page_lock, which it may be waiting for. */
+    if (writes) {
+        nuksm_writes_stop(writes);
+    }
+    if (uffd >= 0) {
+        /* Closing unregisters every range and wakes any waiter. */
+        close(uffd);
+    }
+}
+
+/* Are stable pages write-protected to tell when they are written? */
+bool nuksm_commit_tracks_writes(NuksmCommit *c)
+{
+    return qatomic_read(&c->writes) != NULL;
+}
+
+/* Write-protect the @len bytes at @host to tell when they are written. */
+void nuksm_commit_track(NuksmCommit *c, void *host, size_t len)
+{
+    nuksm_remap_track(c->uffd, host, len, true);
 }
 
 void nuksm_commit_set_uffd_device(NuksmCommit *c, int dev_fd)
@@ -1020,6 +1059,7 @@ NuksmCommit *nuksm_commit_new(Nuksm *s, NuksmPages *pages)
     nuksm_maps_init(c);
     g_queue_init(&c->work);
     qemu_mutex_init(&c->lock);
+    qemu_mutex_init(&c->uffd_lock);
     return c;
 }
 
@@ -1041,6 +1081,7 @@ void nuksm_commit_free(NuksmCommit *c)
     }
     g_free(c->uffd_error);
     g_array_free(c->unmerged, true);
+    qemu_mutex_destroy(&c->uffd_lock);
     qemu_mutex_destroy(&c->lock);
     g_free(c);
 }

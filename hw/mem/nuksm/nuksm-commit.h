@@ -18,6 +18,7 @@
 #include "qemu/thread.h"
 #include "nuksm.h"
 #include "nuksm-pages.h"
+#include "nuksm-writes.h"
 
 /* A node's store, as the agent handed it over (read-only). */
 typedef struct NuksmStore {
@@ -65,11 +66,19 @@ struct NuksmCommit {
     char *uffd_error;           /* why we have no userfaultfd, or NULL */
 
     /*
+     * Taken around taking and releasing userfaultfd, before page_lock:
+     * a release returns once the descriptor is closed, whichever thread
+     * asked first.
+     */
+    QemuMutex uffd_lock;
+
+    /*
      * Protected by page_lock (@pages->lock): what backs guest pages.
-     * @uffd is set only by the scanner thread, which may read it without
-     * the lock (atomically).
+     * @uffd and @writes are set only by the scanner thread, which may
+     * read them without the lock (atomically).
      */
     int uffd;                   /* -1 while stepped aside */
+    NuksmWrites *writes;        /* its write-fault thread, or NULL */
     NuksmStore stores[NUKSM_MAX_NODES];
     GArray *unmerged;           /* NuksmSlotRef, to send */
     NuksmMaps maps;
@@ -82,6 +91,11 @@ void nuksm_commit_queue(NuksmCommit *c, NuksmMsgType type, uint32_t epoch,
                         const void *payload, uint32_t len, int fd);
 /* On each connection to the agent, before the scanner runs for it. */
 void nuksm_commit_set_uffd_device(NuksmCommit *c, int dev_fd);
+/*
+ * The agent's policy or our home nodes changed: pages kept apart may
+ * merge now, so offer every page again in a pass that starts now.
+ */
+void nuksm_commit_reoffer(NuksmCommit *c);
 /* Fill the userfaultfd and mapping figures of @stats. */
 void nuksm_commit_get_stats(NuksmCommit *c, NuksmStats *stats);
 
@@ -100,6 +114,8 @@ void nuksm_commit_serve(NuksmCommit *c, NuksmWork *w, uint32_t epoch);
 void nuksm_commit_start(NuksmCommit *c, uint32_t epoch);
 void nuksm_commit_tick(NuksmCommit *c);
 /* ... with page_lock held */
+bool nuksm_commit_tracks_writes(NuksmCommit *c);
+void nuksm_commit_track(NuksmCommit *c, void *host, size_t len);
 void nuksm_commit_forget(NuksmCommit *c, NuksmBlockState *bs, uint64_t idx,
                          NuksmSlotStatus why);
 void nuksm_commit_flush_unmerged(NuksmCommit *c, uint32_t epoch);

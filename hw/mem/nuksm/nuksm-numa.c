@@ -22,6 +22,7 @@
 #include "qapi/error.h"
 #include "system/hostmem.h"
 #include "system/numa.h"
+#include "nuksm-commit.h"
 #include "nuksm-pages.h"
 #include "trace.h"
 
@@ -110,6 +111,10 @@ void nuksm_numa_handle_home(Nuksm *s, const NuksmMsgHome *h)
 {
     for (uint32_t g = 0; g < h->nr_gnodes; g++) {
         trace_nuksm_numa_home(nuksm_id(s), g, h->home[g], h->source[g]);
+    }
+    if (s->home.nr_gnodes != h->nr_gnodes ||
+        memcmp(s->home.home, h->home, sizeof(h->home))) {
+        nuksm_commit_reoffer(s->commit);
     }
     s->home = *h;
 }

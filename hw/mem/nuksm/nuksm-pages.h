@@ -53,6 +53,14 @@ enum {
     NUKSM_PAGE_HELD     = 1 << 5,  /* refused for lack of mappings */
 };
 
+/*
+ * Pages of a stretch: 2 MiB, aligned in the RAM block, the size of a
+ * transparent huge page.  Write tracking protects and lifts whole
+ * stretches where it can, so as not to split a huge page
+ * (nuksm-writes.c).
+ */
+#define NUKSM_TRACK_STRETCH 512
+
 /* Pages per region of NuksmBlockState.refs. */
 #define NUKSM_REF_REGION 512
 /* Slots a packed reference can name: a node's (nuksm-proto.h). */

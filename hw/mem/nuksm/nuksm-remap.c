@@ -159,6 +159,20 @@ static void nuksm_remap_protect(int uffd, void *host, size_t len, bool wp)
     }
 }
 
+int nuksm_remap_track(int uffd, void *host, size_t len, bool wp)
+{
+    struct uffdio_writeprotect prot = {
+        .range = { .start = (uintptr_t)host, .len = len },
+        .mode = wp ? UFFDIO_WRITEPROTECT_MODE_WP : 0,
+    };
+
+    if (ioctl(uffd, UFFDIO_WRITEPROTECT, &prot)) {
+        trace_nuksm_remap_track_failed(host, len, wp, errno);
+        return -errno;
+    }
+    return 0;
+}
+
 /*
  * A slot never holds a zero page (zero pages are dropped locally, never
  * offered, and an upload that is not the offered content is refused), so

@@ -20,6 +20,13 @@ int nuksm_remap_uffd_open(int dev_fd, Error **errp);
 bool nuksm_remap_register(int uffd, void *host, size_t len, Error **errp);
 
 /*
+ * Write-protect (@wp) the @len bytes at @host for write tracking
+ * (nuksm-writes.c), or lift that protection and wake their writers.
+ * Returns 0 or -errno, quietly: callers have a fallback.
+ */
+int nuksm_remap_track(int uffd, void *host, size_t len, bool wp);
+
+/*
  * Map those of the @pages pages at @host that @want (all if NULL) onto
  * consecutive slots of a store, starting at @slot, where the content is
  * equal; the other pages stay as they are.  @store_fd is a read-only

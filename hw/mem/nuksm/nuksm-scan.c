@@ -10,6 +10,12 @@
  * all zero, is dropped locally.  Between chunks the thread serves the
  * agent's requests (nuksm-commit.c).
  *
+ * Write tracking (nuksm-writes.c) spares hashing pages nothing wrote:
+ * at the start of each stretch a pass write-protects the stretch's
+ * stable pages, then hashes only those it did not find protected
+ * already.  Once every page rests protected, a pass is a walk of the
+ * pagemap, and the rest after it grows longer, until a write ends it.
+ *
  * The thread keeps to a CPU budget (max-cpu, measured on its own CPU
  * clock) and an optional page-rate cap (scan-rate).  The RCU read lock is
  * held for one chunk at a time, never across a sleep (the main loop may be
@@ -25,6 +31,7 @@
 
 #include "qemu/osdep.h"
 #include "exec/ramblock.h"
+#include "qemu/bitmap.h"
 #include "qemu/error-report.h"
 #include "qemu/rcu.h"
 #include "qemu/timer.h"
@@ -38,16 +45,25 @@
 #define NUKSM_SCAN_CHUNK_PAGES  64
 /*
  * Rest between full passes, so an idle VM costs next to nothing: 1 s,
- * doubling after each pass that found nothing new, up to 4 s.
+ * doubling after each pass that found nothing new, up to 4 s.  With
+ * write tracking, an idle pass costs a walk of the pagemap of the pages
+ * resident: the rest grows up to 16 s per 2 GiB of them (at most 128 s),
+ * so that idle costs the same share of a core whatever the VM's size,
+ * and a write to a tracked page cuts it short to 1 s.
  */
 #define NUKSM_SCAN_PASS_PAUSE_MS 1000
 #define NUKSM_SCAN_PASS_PAUSE_MAX_MS 4000
+#define NUKSM_SCAN_TRACKED_PAUSE_MAX_MS 16000
+#define NUKSM_SCAN_TRACKED_PAUSE_PAGES (2ull << 30 >> 12)
+#define NUKSM_SCAN_TRACKED_PAUSE_CAP_MS 128000
 /*
  * A candidate the agent did not merge stays in its unstable table, where
  * a later duplicate finds it; offer it again only every so many passes
- * (each page in a different pass), in case the table forgot it.
+ * (each page in a different pass), in case the table forgot it.  A page
+ * write tracking spares is hashed for that only, so more rarely.
  */
 #define NUKSM_SCAN_REOFFER_PASSES 4
+#define NUKSM_SCAN_REOFFER_TRACKED_PASSES 32
 /* How often the page-rate cap is enforced, in hashed pages. */
 #define NUKSM_SCAN_RATE_SLICE_PAGES 256
 /* Messages waiting for the socket before the scanner holds back. */
@@ -79,13 +95,23 @@ struct NuksmScanner {
     uint64_t scan_rate;
     NuksmScanCounters stats;
 
+    bool written;               /* a tracked page was written; atomic */
+
     /* Scanner thread only */
     uint32_t started_epoch;     /* epoch the commit unit last started on */
     uint64_t passes;            /* passes started */
     uint64_t news;              /* changes the current pass found */
+    uint64_t resident;          /* resident pages it walked */
     int64_t pause_ms;           /* rest after the current pass */
     GArray *candidates;         /* NuksmCandidate, to send */
     uint64_t zero_digest;
+    /*
+     * The stretch the pass is in, and which of its pages were
+     * write-protected already when the pass protected it.
+     */
+    NuksmBlockState *stretch_bs;
+    uint64_t stretch_first;
+    DECLARE_BITMAP(was_tracked, NUKSM_TRACK_STRETCH);
 };
 
 static void nuksm_scan_flush_candidates(NuksmScanner *sc, uint32_t epoch)
@@ -235,6 +261,90 @@ static void nuksm_scan_offer(NuksmScanner *sc, uint32_t epoch,
 }
 
 /*
+ * May write tracking protect page @idx of @bs, of pagemap entry @pm?
+ * Resident, anonymous (not mapping a store file: merged, or a copy in a
+ * window), not dropped as zero, and stable since the previous pass.
+ */
+static bool nuksm_scan_trackable(NuksmBlockState *bs, uint64_t idx,
+                                 uint64_t pm)
+{
+    uint8_t flags = nuksm_page_flags(bs, idx);
+
+    return (pm & NUKSM_PM_PRESENT) &&
+           (flags & (NUKSM_PAGE_STABLE | NUKSM_PAGE_REMAPPED |
+                     NUKSM_PAGE_ZERO)) == NUKSM_PAGE_STABLE;
+}
+
+/*
+ * At the start of the stretch of @count pages from page @first of @rb:
+ * note which pages are write-protected already (sc->was_tracked), then
+ * protect those that may be.  A stretch that may be a transparent huge
+ * page (every page resident, none remapped or dropped) is protected
+ * whole or not at all: protecting a part would split the huge page.
+ */
+static void nuksm_scan_track_stretch(NuksmScanner *sc, RAMBlock *rb,
+                                     NuksmBlockState *bs, uint64_t first,
+                                     unsigned count)
+{
+    uint8_t *host = rb->host + first * NUKSM_PAGE_SIZE;
+    uint64_t pm[NUKSM_TRACK_STRETCH];
+    unsigned trackable = 0, tracked = 0, run = 0;
+    bool whole = true;
+
+    sc->stretch_bs = bs;
+    sc->stretch_first = first;
+    bitmap_zero(sc->was_tracked, NUKSM_TRACK_STRETCH);
+    if (!nuksm_scan_read_pagemap(sc, host, count, pm)) {
+        sc->stretch_bs = NULL;
+        return;
+    }
+    for (unsigned i = 0; i < count; i++) {
+        if (pm[i] & NUKSM_PM_UFFD_WP) {
+            set_bit(i, sc->was_tracked);
+            tracked++;
+        }
+        whole &= (pm[i] & NUKSM_PM_PRESENT) &&
+                 !(nuksm_page_flags(bs, first + i) &
+                   (NUKSM_PAGE_REMAPPED | NUKSM_PAGE_ZERO));
+        trackable += nuksm_scan_trackable(bs, first + i, pm[i]);
+    }
+    if (whole) {
+        if (trackable == count && tracked < count) {
+            nuksm_commit_track(sc->s->commit, host,
+                               count * NUKSM_PAGE_SIZE);
+        }
+        return;
+    }
+    for (unsigned i = 0; i <= count; i++) {
+        if (i < count && !test_bit(i, sc->was_tracked) &&
+            nuksm_scan_trackable(bs, first + i, pm[i])) {
+            run++;
+        } else if (run) {
+            nuksm_commit_track(sc->s->commit,
+                               host + (i - run) * NUKSM_PAGE_SIZE,
+                               run * NUKSM_PAGE_SIZE);
+            run = 0;
+        }
+    }
+}
+
+/*
+ * Is page @idx of @bs, of pagemap entry @pm, spared hashing?  Stable and
+ * offered, and write-protected both when the pass protected its stretch
+ * and now, so nothing wrote it since it was last hashed; unless it is
+ * its turn to be offered again.
+ */
+static bool nuksm_scan_spared(NuksmScanner *sc, NuksmBlockState *bs,
+                              uint64_t idx, uint64_t pm)
+{
+    return (pm & NUKSM_PM_UFFD_WP) && sc->stretch_bs == bs &&
+           QEMU_ALIGN_DOWN(idx, NUKSM_TRACK_STRETCH) == sc->stretch_first &&
+           test_bit(idx % NUKSM_TRACK_STRETCH, sc->was_tracked) &&
+           (nuksm_page_flags(bs, idx) & NUKSM_PAGE_OFFERED) &&
+           (sc->passes + idx) % NUKSM_SCAN_REOFFER_TRACKED_PASSES;
+}
+
+/*
  * Scan one chunk of @count pages starting at page index @first of @rb;
  * returns how many were hashed.  Called with page_lock and the RCU read
  * lock held.
@@ -248,8 +358,16 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
     uint64_t pm[NUKSM_SCAN_CHUNK_PAGES];
     unsigned zero[NUKSM_SCAN_CHUNK_PAGES], nr_zero = 0;
     unsigned hashed = 0;
-    bool zero_pages;
+    bool zero_pages, tracking = nuksm_commit_tracks_writes(sc->s->commit);
 
+    if (first % NUKSM_TRACK_STRETCH == 0) {
+        sc->stretch_bs = NULL;
+        if (tracking) {
+            nuksm_scan_track_stretch(sc, rb, bs, first,
+                                     MIN(NUKSM_TRACK_STRETCH,
+                                         bs->nr_pages - first));
+        }
+    }
     if (!nuksm_scan_read_pagemap(sc, host, count, pm)) {
         return 0;
     }
@@ -267,6 +385,10 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
             continue;
         }
         if (!(pm[i] & NUKSM_PM_PRESENT)) {
+            continue;
+        }
+        sc->resident++;
+        if (tracking && nuksm_scan_spared(sc, bs, idx, pm[i])) {
             continue;
         }
         hashed++;
@@ -461,15 +583,33 @@ static bool nuksm_scan_pass(NuksmScanner *sc, uint32_t epoch)
     return true;
 }
 
+/* The longest rest after the pass that just ended. */
+static int64_t nuksm_scan_pause_max_ms(NuksmScanner *sc)
+{
+    if (!nuksm_commit_tracks_writes(sc->s->commit)) {
+        return NUKSM_SCAN_PASS_PAUSE_MAX_MS;
+    }
+    return MIN(MAX(NUKSM_SCAN_TRACKED_PAUSE_MAX_MS,
+                   sc->resident * NUKSM_SCAN_TRACKED_PAUSE_MAX_MS /
+                   NUKSM_SCAN_TRACKED_PAUSE_PAGES),
+               NUKSM_SCAN_TRACKED_PAUSE_CAP_MS);
+}
+
 /*
- * Rest after a full pass, serving the agent, until the pause is over or
- * the pass is to restart.  Called with @lock held.
+ * Rest after a full pass, serving the agent, until the pause is over, a
+ * write to a tracked page cuts it short, or the pass is to restart.
+ * Called with @lock held.
  */
 static void nuksm_scan_rest(NuksmScanner *sc)
 {
-    int64_t end = get_clock() + sc->pause_ms * SCALE_MS;
+    int64_t start = get_clock();
+    int64_t end = start + sc->pause_ms * SCALE_MS;
+    int64_t short_end = start + NUKSM_SCAN_PASS_PAUSE_MS * SCALE_MS;
 
     while (sc->active && !sc->restart && !sc->quit && get_clock() < end) {
+        if (qatomic_read(&sc->written) && get_clock() >= short_end) {
+            break;
+        }
         nuksm_scan_serve(sc);
         /* Limited, see within a second whether it is over. */
         qemu_mutex_unlock(&sc->lock);
@@ -539,10 +679,13 @@ static void *nuksm_scan_thread(void *opaque)
         trace_nuksm_scan_pass_start();
         sc->passes++;
         sc->news = 0;
+        sc->resident = 0;
+        qatomic_set(&sc->written, false);
         if (nuksm_scan_pass(sc, epoch)) {
             nuksm_scan_flush_candidates(sc, epoch);
             sc->pause_ms = sc->news ? NUKSM_SCAN_PASS_PAUSE_MS :
-                           MIN(sc->pause_ms * 2, NUKSM_SCAN_PASS_PAUSE_MAX_MS);
+                           MIN(sc->pause_ms * 2,
+                               nuksm_scan_pause_max_ms(sc));
             qemu_mutex_lock(&sc->lock);
             sc->stats.full_scans++;
             trace_nuksm_scan_pass_done(sc->stats.full_scans,
@@ -652,6 +795,11 @@ bool nuksm_scanner_is_active(NuksmScanner *sc)
     active = sc->active;
     qemu_mutex_unlock(&sc->lock);
     return active;
+}
+
+void nuksm_scanner_written(NuksmScanner *sc)
+{
+    qatomic_set(&sc->written, true);
 }
 
 uint32_t nuksm_scanner_epoch(NuksmScanner *sc)

@@ -22,18 +22,26 @@
  *                   remap, wake)                         under page_lock
  *   nuksm-maps.c    the mapping budget against vm.max_map_count
  *                                                        under page_lock
+ *   nuksm-writes.c  lift the write protection of tracked pages a guest
+ *                   writes (NuksmWrites)                 write-fault thread
  *   nuksm-numa.c    guest NUMA layout for the agent, home nodes,
  *                   locality                             main loop, BQL
  *   nuksm-hot.c     write hotness from the dirty log     main loop, BQL
  *   nuksm-qmp.c     QMP commands and HMP "info nuksm"    main loop, BQL
  *
- * Two threads: the main loop (everything under the BQL) and the
+ * Three threads: the main loop (everything under the BQL), the
  * "nuksm-scan" thread, which scans and serves the commit unit's queue
- * between chunks.  RAM discard enters the commit unit from whichever
- * thread discards.  Locks, in the order they nest (take a later one while
- * holding an earlier one, never the reverse):
+ * between chunks, and, while nuksm holds userfaultfd, the "nuksm-writes"
+ * thread, which serves write faults on tracked pages: writers, the main
+ * loop among them, wait for it, so it takes no lock but page_lock.  RAM
+ * discard enters the commit unit from whichever thread discards.  Locks,
+ * in the order they nest (take a later one while holding an earlier one,
+ * never the reverse):
  *
  *   BQL             main loop only: the scanner thread never takes it
+ *   uffd lock       NuksmCommit.uffd_lock: taking and releasing
+ *                   userfaultfd (and starting and stopping the
+ *                   write-fault thread)
  *   RCU read lock   keeps RAM blocks (and the eligible list) alive for one
  *                   chunk or one commit; never held across a sleep (see
  *                   nuksm-commit.c's upload)

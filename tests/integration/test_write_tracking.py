@@ -1,0 +1,109 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Write tracking: a pass spares hashing the pages nothing wrote.
+
+The scanner write-protects the pages it found stable; a write faults to
+QEMU's "nuksm-writes" thread, which lifts the protection of the page's
+2 MiB stretch.  These tests look at what a user sees: an idle VM's passes
+hash next to nothing, every write is still noticed (a page written into a
+duplicate merges), writes are never held, and huge pages stay huge.
+"""
+
+import random
+
+from harness import Qtest, b64read, b64write, write_big
+
+PAGE = 4096
+MIB = 1 << 20
+REGION_AT = 64 * MIB
+REGION = 16 * MIB
+PAGES = REGION // PAGE
+
+
+def anon_huge_bytes(pid):
+    """Anonymous memory of @pid in transparent huge pages."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("AnonHugePages:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no AnonHugePages: line for pid {pid}")
+
+
+def thp_in_use():
+    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+        return "[never]" not in f.read()
+
+
+def next_passes(vm, n):
+    """Start a pass now and wait for @n passes to end; returns the pages
+    they hashed."""
+    before = vm.nuksm()
+    for _ in range(n):
+        done = vm.nuksm()["full-scans"]
+        vm.cmd("nuksm-scan")
+        vm.wait_nuksm(lambda i: i["full-scans"] > done, "a pass",
+                      timeout=60)
+    return vm.nuksm()["pages-scanned"] - before["pages-scanned"]
+
+
+def test_idle_passes_spare_unwritten_pages(agent, qtest_vm):
+    """16 MiB of unique pages, nothing to merge: once they are tracked, a
+    pass hashes about 1/32 of them (their turn to be offered again), not
+    all.  Then a write is noticed: a page written with the content of
+    another merges with it, and every page reads what was written, while
+    the region's huge pages stay huge."""
+    vm = qtest_vm("vm0", extra=["-m", "512M"], agent=agent.sock,
+                  max_cpu=100)
+    vm.wait_state("active")
+    q = Qtest(vm.qtest_path)
+    content = bytearray(random.Random(1).randbytes(REGION))
+    write_big(q, REGION_AT, bytes(content))
+    huge_before = anon_huge_bytes(vm.pid)
+
+    # Pass 1 hashes, pass 2 finds the pages stable and protects them as
+    # it hashes them, pass 3 on spares them.
+    next_passes(vm, 3)
+    hashed = next_passes(vm, 4)
+    assert hashed < 4 * PAGES // 8, \
+        f"4 idle passes hashed {hashed} pages of {PAGES} unwritten ones"
+    if thp_in_use():
+        assert anon_huge_bytes(vm.pid) >= huge_before, \
+            "write tracking split huge pages"
+
+    # Pages of three stretches written: page 1 becomes a copy of page 0,
+    # page 1000 and page 3000 get new content.
+    content[PAGE:2 * PAGE] = content[:PAGE]
+    b64write(q, REGION_AT + PAGE, content[:PAGE])
+    for p in (1000, 3000):
+        fresh = random.Random(p).randbytes(PAGE)
+        content[p * PAGE:(p + 1) * PAGE] = fresh
+        b64write(q, REGION_AT + p * PAGE, fresh)
+    vm.wait_nuksm(lambda i: i["merged-pages"] >= 2,
+                  "the written copy to merge", timeout=60)
+    for p in range(PAGES):
+        assert b64read(q, REGION_AT + p * PAGE, PAGE) == \
+            bytes(content[p * PAGE:(p + 1) * PAGE]), f"page {p} differs"
+    if thp_in_use():
+        # The stretch of pages 0 and 1 is merged now: 2 MiB split.
+        assert anon_huge_bytes(vm.pid) >= huge_before - 2 * MIB, \
+            "lifting write protection split huge pages"
+    q.close()
+
+
+def test_every_written_stretch_is_noticed(agent, qtest_vm):
+    """Once the region is tracked, one page of each of its 2 MiB
+    stretches is written with the content of its neighbour, one write
+    (and one fault) after the other, while the scanner rests: every write
+    completes, and every copy merges."""
+    vm = qtest_vm("vm0", extra=["-m", "512M"], agent=agent.sock,
+                  max_cpu=100)
+    vm.wait_state("active")
+    q = Qtest(vm.qtest_path)
+    content = random.Random(2).randbytes(REGION)
+    write_big(q, REGION_AT, content)
+    next_passes(vm, 3)
+    for p in range(0, PAGES, 512):
+        b64write(q, REGION_AT + (p + 1) * PAGE,
+                 content[p * PAGE:(p + 1) * PAGE])
+    vm.wait_nuksm(lambda i: i["merged-pages"] >= 2 * PAGES // 512,
+                  "the written copies to merge", timeout=60)
+    q.close()
