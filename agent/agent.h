@@ -117,6 +117,7 @@ typedef struct AgentConditions {
 typedef struct AgentOrphans {
     uint64_t pages;          /* slots in SLOT_ORPHAN (the ledger counts) */
     guint timer;             /* next look at who maps them */
+    guint stray_timer;       /* looks for pages in free slots */
     uint64_t logged;         /* pages when last logged */
     bool unscannable;        /* the last look could not see them all */
 } AgentOrphans;

@@ -167,9 +167,17 @@ void recovery_watch_orphans(NuksmAgent *agent)
     watch_after(agent, ORPHAN_RECHECK_SECONDS);
 }
 
-/* Take the pages of domain @domain's files as orphans. */
-static void claim_orphans(NuksmAgent *agent, uint16_t domain)
+/*
+ * Take the pages of domain @domain's files whose slots are free as
+ * orphans; returns how many.  @at_start: the agent just started, and a
+ * slot in use already has its page in another domain's file, which is
+ * worth a warning.
+ */
+static uint64_t claim_orphans(NuksmAgent *agent, uint16_t domain,
+                              bool at_start)
 {
+    uint64_t claimed = 0;
+
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
         SlotTable *t = &agent->ledger.slots[n];
         uint32_t start, end, from = 0;
@@ -179,18 +187,47 @@ static void claim_orphans(NuksmAgent *agent, uint16_t domain)
             for (uint32_t s = start; s < end; s++) {
                 /* A slot's page is in one domain's file only. */
                 if (slots_in_use(t, s)) {
-                    log_warning("slot %u of node %u has a page in two "
-                                "domains' files: kept in the first one's",
-                                s, n);
+                    if (at_start) {
+                        log_warning("slot %u of node %u has a page in two "
+                                    "domains' files: kept in the first "
+                                    "one's", s, n);
+                    }
                     continue;
                 }
                 slots_claim_orphan(t, s);
                 ledger_take_slot(agent, slot_id(n, s), domain);
                 agent->orphans.pages++;
+                claimed++;
             }
             from = end;
         }
     }
+    return claimed;
+}
+
+/*
+ * A page in a store file whose slot is free is nobody's: a process filled
+ * the slot after it was punched out (reading or writing a hole through a
+ * mapping fills it).  Such strays are taken as orphans, so that they are
+ * freed once no process maps them, as after a restart.
+ */
+static gboolean on_stray_timer(gpointer opaque)
+{
+    NuksmAgent *agent = opaque;
+    uint64_t strays = 0;
+
+    for (guint id = 0; id < agent->domains.by_id->len; id++) {
+        if (g_ptr_array_index(agent->domains.by_id, id)) {
+            strays += claim_orphans(agent, id, false);
+        }
+    }
+    if (strays) {
+        log_warning("found %" PRIu64 " store page%s in free slots, filled "
+                    "after they were freed: taken as orphans", strays,
+                    strays == 1 ? "" : "s");
+        recovery_watch_orphans(agent);
+    }
+    return G_SOURCE_CONTINUE;
 }
 
 void recovery_start(NuksmAgent *agent, uint32_t grace)
@@ -204,7 +241,7 @@ void recovery_start(NuksmAgent *agent, uint32_t grace)
                              &domain)) {
             continue;
         }
-        claim_orphans(agent, domain);
+        claim_orphans(agent, domain, true);
         /* Its orphans hold it now; none: its files go. */
         domains_put(&agent->domains, domain);
     }
@@ -215,6 +252,8 @@ void recovery_start(NuksmAgent *agent, uint32_t grace)
                  agent->orphans.pages == 1 ? "" : "s", grace);
         watch_after(agent, grace);
     }
+    agent->orphans.stray_timer = g_timeout_add_seconds(STRAY_CHECK_SECONDS,
+                                                       on_stray_timer, agent);
 }
 
 void recovery_stop(NuksmAgent *agent)
@@ -222,6 +261,10 @@ void recovery_stop(NuksmAgent *agent)
     if (agent->orphans.timer) {
         g_source_remove(agent->orphans.timer);
         agent->orphans.timer = 0;
+    }
+    if (agent->orphans.stray_timer) {
+        g_source_remove(agent->orphans.stray_timer);
+        agent->orphans.stray_timer = 0;
     }
 }
 

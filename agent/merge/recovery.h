@@ -8,7 +8,11 @@
  * - every page a new agent finds in the store, until a RESTORE takes it
  *   back;
  * - the slots of a VM that disconnected while its process could not be
- *   watched (detached.h).
+ *   watched (detached.h);
+ * - pages found in free slots of the store, looked for every
+ *   STRAY_CHECK_SECONDS: a process filled such a slot after it was
+ *   punched out (through a mapping of the hole), and nothing else would
+ *   ever free it.
  *
  * A RESTORE entry takes an orphan back only if its generation and domain
  * are those of the slot's record (store.h), which no client can change;
@@ -31,6 +35,8 @@
 
 /* Seconds between two looks at who maps the orphans that remain. */
 #define ORPHAN_RECHECK_SECONDS 10
+/* Seconds between two looks for pages in free slots of the store. */
+#define STRAY_CHECK_SECONDS 30
 
 /*
  * Claim the pages found in the store as orphans; the first look at who

@@ -360,6 +360,30 @@ def merged_pair(pair, mib=16):
     return content, pages, qtests
 
 
+def test_stray_store_page_is_freed(pair):
+    """A page in a free slot of the store, as a process filling a slot
+    after it was punched out leaves it, is nobody's: the agent finds it
+    (every 30 s), takes it as an orphan and, since no process maps it,
+    frees it.  The merged pages keep their content."""
+    agent, vms = pair
+    content, pages, qtests = merged_pair(pair, mib=4)
+    before = store_bytes(agent.state_dir)
+    path = harness.store_paths(agent.state_dir)[0]
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, pseudo_random(12, PAGE), 100000 * PAGE)
+    finally:
+        os.close(fd)
+    assert store_bytes(agent.state_dir) == before + PAGE
+    wait_until(lambda: store_bytes(agent.state_dir) == before, 90,
+               "the stray page to be freed")
+    assert "found 1 store page in free slots" in agent.log_text()
+    assert harness.ctl_json(agent.sock, "status")["orphan_pages"] == 0
+    for q in qtests:
+        assert read_big(q, SHARED_AT, len(content)) == content
+        q.close()
+
+
 def test_agent_crash_and_restart(pair):
     """SIGKILL the agent in the middle of merging: guests keep their
     memory; a new agent on the same state directory gets every reference

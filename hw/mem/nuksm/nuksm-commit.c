@@ -722,11 +722,19 @@ static void nuksm_commit_refused(NuksmCommit *c, NuksmWork *w)
 
         if (nuksm_commit_find_page(c, r[i].page, &rb, &bs, &idx) &&
             nuksm_page_maps(bs, idx, &r[i])) {
+            uint8_t *host = rb->host + idx * NUKSM_PAGE_SIZE;
+
             trace_nuksm_commit_refused(r[i].page, r[i].node, r[i].slot);
             nuksm_pages_unmerged(c->pages, bs, idx,
                                  NUKSM_PAGE_STABLE | NUKSM_PAGE_OFFERED);
-            qatomic_fetch_add((uint64_t *)(rb->host +
-                                           idx * NUKSM_PAGE_SIZE), 0);
+            /*
+             * The write below would wait for the write-fault thread,
+             * which waits for page_lock, were the page write-protected.
+             */
+            if (c->uffd >= 0) {
+                nuksm_remap_track(c->uffd, host, NUKSM_PAGE_SIZE, false);
+            }
+            qatomic_fetch_add((uint64_t *)host, 0);
         }
     }
     qemu_mutex_unlock(&c->pages->lock);
