@@ -84,13 +84,19 @@ def wait_until(predicate, timeout, what):
         time.sleep(0.05)
 
 
+def proc_kib_field(pid, table, field):
+    """Field @field (in kB) of /proc/@pid/@table ("status",
+    "smaps_rollup"), bytes."""
+    with open(f"/proc/{pid}/{table}") as f:
+        for line in f:
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} in /proc/{pid}/{table}")
+
+
 def rss(pid):
     """Resident memory of a process, bytes."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
+    return proc_kib_field(pid, "status", "VmRSS")
 
 
 def in_child(fn):

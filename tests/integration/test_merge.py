@@ -31,11 +31,7 @@ def pseudo_random(seed, size):
 
 def anon_rss(pid):
     """Anonymous memory of a process, bytes (smaps_rollup)."""
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Anonymous:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no Anonymous: line for pid {pid}")
+    return harness.proc_kib_field(pid, "smaps_rollup", "Anonymous")
 
 
 def store_bytes(state_dir):

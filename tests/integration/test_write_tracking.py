@@ -10,6 +10,7 @@ duplicate merges), writes are never held, and huge pages stay huge.
 
 import random
 
+import harness
 from harness import Qtest, b64read, b64write, write_big
 
 PAGE = 4096
@@ -21,11 +22,7 @@ PAGES = REGION // PAGE
 
 def anon_huge_bytes(pid):
     """Anonymous memory of @pid in transparent huge pages."""
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("AnonHugePages:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no AnonHugePages: line for pid {pid}")
+    return harness.proc_kib_field(pid, "smaps_rollup", "AnonHugePages")
 
 
 def thp_in_use():
