@@ -60,10 +60,9 @@
  * A candidate the agent did not merge stays in its unstable table, where
  * a later duplicate finds it; offer it again only every so many passes
  * (each page in a different pass), in case the table forgot it.  A page
- * write tracking spares is hashed for that only, so more rarely.
+ * write tracking spares is hashed on those passes only.
  */
 #define NUKSM_SCAN_REOFFER_PASSES 4
-#define NUKSM_SCAN_REOFFER_TRACKED_PASSES 32
 /* How often the page-rate cap is enforced, in hashed pages. */
 #define NUKSM_SCAN_RATE_SLICE_PAGES 256
 /* Messages waiting for the socket before the scanner holds back. */
@@ -341,7 +340,7 @@ static bool nuksm_scan_spared(NuksmScanner *sc, NuksmBlockState *bs,
            QEMU_ALIGN_DOWN(idx, NUKSM_TRACK_STRETCH) == sc->stretch_first &&
            test_bit(idx % NUKSM_TRACK_STRETCH, sc->was_tracked) &&
            (nuksm_page_flags(bs, idx) & NUKSM_PAGE_OFFERED) &&
-           (sc->passes + idx) % NUKSM_SCAN_REOFFER_TRACKED_PASSES;
+           (sc->passes + idx) % NUKSM_SCAN_REOFFER_PASSES;
 }
 
 /*
