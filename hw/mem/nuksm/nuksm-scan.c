@@ -13,8 +13,9 @@
  * Write tracking (nuksm-writes.c) spares hashing pages nothing wrote:
  * at the start of each stretch a pass write-protects the stretch's
  * stable pages, then hashes only those it did not find protected
- * already.  Once every page rests protected, a pass is a walk of the
- * pagemap, and the rest after it grows longer, until a write ends it.
+ * already, and those only on the pass that offers them again.  Once
+ * every page rests protected, a pass is mostly a walk of the pagemap,
+ * and the rest after it grows longer, until a write ends it.
  *
  * The thread keeps to a CPU budget (max-cpu, measured on its own CPU
  * clock) and an optional page-rate cap (scan-rate).  The RCU read lock is
