@@ -441,6 +441,18 @@ def unregistered_store_mappings(pid):
     return unregistered
 
 
+def wait_store_mappings_registered(pid, timeout=10):
+    """Every store mapping of @pid is registered for write protection.
+    A commit in progress moves a mapping before it registers it, so an
+    unregistered one must stay so for @timeout seconds to count."""
+    try:
+        wait_until(lambda: not unregistered_store_mappings(pid), timeout,
+                   "every store mapping to be registered")
+    except AssertionError:
+        raise AssertionError(f"unregistered store mappings of {pid}: "
+                             f"{unregistered_store_mappings(pid)}") from None
+
+
 # ---------------------------------------------------------------- nuksmctl
 
 def ctl(sock, *args):

@@ -277,7 +277,7 @@ def test_no_lost_write(pair, layout):
     assert read_big(qtests[1], SHARED_AT, size) == originals[1], \
         "vm1 saw vm0's writes"
     for vm in vms:
-        assert harness.unregistered_store_mappings(vm.pid) == []
+        harness.wait_store_mappings_registered(vm.pid)
     for q in qtests:
         q.close()
 
@@ -340,7 +340,7 @@ def test_window_copies_survive_freed_slots(pair):
     # write-protected again.
     for vm in vms:
         assert pages_reading_store(vm.pid) == nuksm(vm)["merged-pages"]
-        assert harness.unregistered_store_mappings(vm.pid) == []
+        harness.wait_store_mappings_registered(vm.pid)
     for q in qtests:
         q.close()
 

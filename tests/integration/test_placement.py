@@ -125,7 +125,7 @@ def merge_shared(vms, seed=1):
                f"all {pages} shared pages to merge in both VMs")
     # Moves write-protect merged pages again.
     for vm in vms:
-        assert harness.unregistered_store_mappings(vm.pid) == []
+        harness.wait_store_mappings_registered(vm.pid)
     return content
 
 
