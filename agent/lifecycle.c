@@ -18,6 +18,7 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "merge.h"
+#include "outbox.h"
 #include "nuksm-config.h"
 #include "recovery.h"
 #include "server.h"
@@ -32,6 +33,14 @@
 static bool client_alive(uint32_t client_id, void *opaque)
 {
     return ledger_client(opaque, client_id);
+}
+
+/* The unstable table is full: its VM offers the page again. */
+static void candidate_evicted(const UnstableEntry *e, void *opaque)
+{
+    NuksmAgent *agent = opaque;
+
+    outbox_add_retry(agent, ledger_client(agent, e->client), e->page);
 }
 
 /*
@@ -71,7 +80,7 @@ static bool open_engine(NuksmAgent *agent, const char *state_dir,
     index_init(&agent->index, seed);
     max_unstable = agent->conditions.memory_max / 4 / sizeof(UnstableEntry);
     unstable_init(&agent->unstable, MIN(UNSTABLE_MAX_ENTRIES, max_unstable),
-                  seed, client_alive, agent);
+                  seed, client_alive, candidate_evicted, agent);
     domains_init(&agent->domains, &agent->store, agent->store.secret,
                  sizeof(agent->store.secret));
     ledger_init(agent, gen);

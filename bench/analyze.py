@@ -49,9 +49,24 @@ def nuksm_metadata(ksm_run, nuksm_run):
     meta["bytes"] = meta["agent_bytes"] + meta["qemu_bytes"]
 
 
+def steady_cpu(ksm_run, nuksm_run):
+    """Each side's CPU share in the steady state.  Where nuksm's counts
+    QEMU's main loops, only what they use beyond the KSM side's
+    identical, idle main loops (a qtest QEMU's main loop alone costs
+    about 0.3% of a core per GiB VM here) is nuksm's."""
+    ksm_run["steady_cpu_share"] = ksm_run["idle_cpu_share"]
+    share = nuksm_run["idle_cpu_share"]
+    baseline = ksm_run.get("main_loop_idle_share")
+    if "main" in nuksm_run["cpu_parts_s"] and baseline is not None:
+        nuksm_run["main_loop_baseline_share"] = baseline
+        share = max(0.0, share - baseline)
+    nuksm_run["steady_cpu_share"] = share
+
+
 def analyze(pairs):
     for pair in pairs:
         nuksm_metadata(*pair)
+        steady_cpu(*sides(pair))
         target = achievable(pair)
         for run in pair:
             derive(run, target)
@@ -110,8 +125,8 @@ def goals(pairs):
              f"{100 * nuksm['merge_cpu_share']:.1f}% of a core, "
              f"{fmt(t)} s at KSM's {100 * ksm['merge_cpu_share']:.1f}%")
         goal("idle overhead (static, KSM's default budget)",
-             "<= 0.5% of a core", 100 * nuksm["idle_cpu_share"],
-             nuksm["idle_cpu_share"] <= 0.005, "%")
+             "<= 0.5% of a core", 100 * nuksm["steady_cpu_share"],
+             nuksm["steady_cpu_share"] <= 0.005, "%")
     worst = None
     for pair in pairs:
         k, n = sides(pair)

@@ -34,7 +34,7 @@ def row(run):
             fmt(run["t99_s"], ".1f"), fmt(run["cpu99_s"], ".2f"),
             fmt(run["merged_per_cpu_s"], ",.0f"),
             f"{100 * run['merge_cpu_share']:.1f}",
-            f"{100 * run['idle_cpu_share']:.2f}", saved,
+            f"{100 * run['steady_cpu_share']:.2f}", saved,
             f"{run['net_saving_mib']:.1f}",
             f"{run['memory_before'] / MIB:.0f} → "
             f"{run['memory_after'] / MIB:.0f}",

@@ -58,6 +58,7 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_REFUSED]      = "REFUSED",
     [NUKSM_MSG_CONDITION]    = "CONDITION",
     [NUKSM_MSG_VM_LIMIT]     = "VM_LIMIT",
+    [NUKSM_MSG_RETRY]        = "RETRY",
 };
 
 const char *nuksm_msg_type_name(uint32_t type)
@@ -535,6 +536,7 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
     case NUKSM_MSG_MERGE:
     case NUKSM_MSG_RESTORE:
     case NUKSM_MSG_REFUSED:
+    case NUKSM_MSG_RETRY:
         if (!check_batch(p, len, sizeof(NuksmSlotRef), 0)) {
             return "batch size does not match its count";
         }

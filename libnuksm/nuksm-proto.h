@@ -63,7 +63,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 8u
+#define NUKSM_PROTO_VERSION 9u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -122,6 +122,7 @@ typedef enum NuksmMsgType {
     NUKSM_MSG_REFUSED      = 24, /* agent -> VM: RESTORE entries not taken */
     NUKSM_MSG_CONDITION    = 25, /* agent -> VM: what stops merging now */
     NUKSM_MSG_VM_LIMIT     = 26, /* VM -> agent: what stops its merging */
+    NUKSM_MSG_RETRY        = 27, /* agent -> VM: offer these pages again */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -415,6 +416,15 @@ typedef struct NuksmSlotRef {
  * The VM may keep mapping such a slot: the agent keeps a slot's content
  * while any process maps it.  It holds no reference on it any more, so
  * it sends no UNMERGED for it and offers the page again as a candidate.
+ *
+ * RETRY (seq 0): candidates the agent did not keep, although their
+ * content may still merge: it had too many of the VM's pages in flight,
+ * its unstable table evicted them, an upload they waited for failed, or
+ * the placement policy kept a hot page from sharing.  The VM offers each
+ * page again on its next pass; it offers a page it offered once again
+ * only then, or when its content changes, or when the connection, the
+ * policy, the home nodes or the agent's conditions change.  Only @page
+ * is used; the other fields are 0.
  */
 
 /*

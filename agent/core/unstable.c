@@ -18,7 +18,8 @@ _Static_assert(sizeof(UnstableEntry) == 24, "unstable entry layout");
 #define INITIAL_SETS 1024u
 
 void unstable_init(UnstableTable *u, size_t max_entries, uint64_t seed,
-                   UnstableLiveFn live, void *opaque)
+                   UnstableLiveFn live, UnstableEvictFn evicted,
+                   void *opaque)
 {
     size_t max_sets = 4;
 
@@ -30,6 +31,7 @@ void unstable_init(UnstableTable *u, size_t max_entries, uint64_t seed,
         .max_sets = max_sets,
         .seed = seed,
         .live = live,
+        .evicted = evicted,
         .opaque = opaque,
     };
     u->entries = g_new0(UnstableEntry, u->nr_sets * UNSTABLE_WAYS);
@@ -113,7 +115,8 @@ static UnstableEntry *oldest_dead(UnstableTable *u, UnstableEntry *set)
 
 /*
  * Add @e to the emptier of its sets.  When both are full, evict the
- * oldest entry of a client that left, else the oldest of the first set.
+ * oldest entry of a client that left, else (telling u->evicted) the
+ * oldest of the first set.
  */
 static void place(UnstableTable *u, const UnstableEntry *e)
 {
@@ -128,6 +131,7 @@ static void place(UnstableTable *u, const UnstableEntry *e)
         }
         if (!victim) {
             victim = &sets[0][UNSTABLE_WAYS - 1];
+            u->evicted(victim, u->opaque);
         }
         set = victim - (victim - u->entries) % UNSTABLE_WAYS;
         unstable_remove(u, victim);

@@ -38,6 +38,12 @@ typedef struct UnstableEntry {
  */
 typedef bool (*UnstableLiveFn)(uint32_t client, void *opaque);
 
+/*
+ * An entry of a client that is still there was evicted to make room:
+ * its page will not merge unless offered again.
+ */
+typedef void (*UnstableEvictFn)(const UnstableEntry *e, void *opaque);
+
 typedef struct UnstableTable {
     UnstableEntry *entries;  /* nr_sets sets of UNSTABLE_WAYS, newest first */
     size_t nr_sets;          /* power of two */
@@ -45,12 +51,14 @@ typedef struct UnstableTable {
     size_t count;            /* non-empty entries, live or not */
     uint64_t seed;
     UnstableLiveFn live;
+    UnstableEvictFn evicted;
     void *opaque;
 } UnstableTable;
 
 /* Room for @max_entries (rounded down to a power of two, at least 4 sets). */
 void unstable_init(UnstableTable *u, size_t max_entries, uint64_t seed,
-                   UnstableLiveFn live, void *opaque);
+                   UnstableLiveFn live, UnstableEvictFn evicted,
+                   void *opaque);
 void unstable_destroy(UnstableTable *u);
 
 UnstableEntry *unstable_lookup(UnstableTable *u, uint16_t domain,

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 
 #include "ledger.h"
+#include "outbox.h"
 
 /* A page waiting for a slot's upload. */
 typedef struct UploadSharer {
@@ -312,8 +313,12 @@ bool ledger_upload_reassign(NuksmAgent *agent, SlotId id,
     up->deadline = g_get_monotonic_time() +
                    LEDGER_UPLOAD_SECONDS * G_USEC_PER_SEC;
     if (late->client) {
-        /* The new uploader keeps the slot: this frees nothing. */
+        /*
+         * The new uploader keeps the slot: this frees nothing.  The late
+         * page is offered again, to join the slot once it is filled.
+         */
         ledger_drop(agent, late->client, late_entry);
+        outbox_add_retry(agent, late->client, late->page);
     }
     return true;
 }
@@ -350,6 +355,8 @@ void ledger_upload_cancel(NuksmAgent *agent, SlotId id)
 
         if (e) {
             ledger_drop(agent, client, e);
+            /* Its content may still merge, with another copy. */
+            outbox_add_retry(agent, client, sharer->page);
         }
     }
     /*

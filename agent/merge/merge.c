@@ -23,8 +23,9 @@
 /*
  * Pages of one VM on their way to a slot (waiting for an upload,
  * uploading, or sent a MERGE it has not answered): 256 MiB of guest
- * memory in flight, far more than a VM merging at full speed has, and a
- * bound on what one client that never uploads or answers can hold.
+ * memory in flight, a bound on what one client that never uploads or
+ * answers can hold.  A VM offering more at once (its first passes over
+ * gigabytes of duplicates) is sent a RETRY for the rest.
  */
 #define CLIENT_IN_FLIGHT_MAX (1u << 16)
 
@@ -37,6 +38,7 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     client->to_merge = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_upload = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_move = g_array_new(FALSE, FALSE, sizeof(NuksmMove));
+    client->to_retry = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     g_hash_table_insert(agent->ledger.vms, GUINT_TO_POINTER(client->id),
                         client);
     detached_adopt(agent, client);
@@ -304,8 +306,21 @@ static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
                                                     c->digest, &u, &pu);
         uint64_t upage;
 
-        if (!ue || (u == v && ue->page == c->page) ||
-            !policy_may_share(agent->placement.policy, pv, &pu)) {
+        if (!ue || (u == v && ue->page == c->page)) {
+            continue;
+        }
+        if (!policy_may_share(agent->placement.policy, pv, &pu)) {
+            /*
+             * Only hotness keeps two pages of one content from sharing
+             * across nodes: the hot ones are offered again, to pair
+             * once they have cooled down.
+             */
+            if (pu.hot) {
+                outbox_add_retry(agent, u, ue->page);
+            }
+            if (pv->hot) {
+                outbox_add_retry(agent, v, c->page);
+            }
             continue;
         }
         upage = ue->page;
@@ -327,8 +342,13 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
     };
 
     /* A page merges once: it is already merged or on its way there. */
-    if (ledger_page(v, c->page) || ledger_full(v) ||
+    if (ledger_page(v, c->page)) {
+        return;
+    }
+    /* No room for it now: offered again, it merges once there is. */
+    if (ledger_full(v) ||
         v->pages.count - v->merged_pages >= CLIENT_IN_FLIGHT_MAX) {
+        outbox_add_retry(agent, v, c->page);
         return;
     }
     if (join_copy(agent, v, c, &pv) || pair_unstable(agent, v, c, &pv)) {

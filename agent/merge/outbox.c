@@ -52,6 +52,14 @@ void outbox_add_move(NuksmAgent *agent, NuksmClient *client, uint64_t page,
     add_client(agent, client);
 }
 
+void outbox_add_retry(NuksmAgent *agent, NuksmClient *client, uint64_t page)
+{
+    NuksmSlotRef ref = { .page = page };
+
+    g_array_append_val(client->to_retry, ref);
+    add_client(agent, client);
+}
+
 /* Send the entries of @entries as @type batches of at most @max. */
 static void send_batches(NuksmAgent *agent, NuksmClient *client,
                          NuksmMsgType type, GArray *entries, size_t max)
@@ -84,6 +92,8 @@ void outbox_flush(NuksmAgent *agent)
                      NUKSM_SLOTREFS_MAX);
         send_batches(agent, client, NUKSM_MSG_MOVE, client->to_move,
                      NUKSM_MOVES_MAX);
+        send_batches(agent, client, NUKSM_MSG_RETRY, client->to_retry,
+                     NUKSM_SLOTREFS_MAX);
         client->in_outbox = false;
     }
     g_ptr_array_set_size(agent->effects.outbox, 0);

@@ -1,5 +1,5 @@
 /*
- * nuksmd outbox: UPLOAD_REQ, MERGE and MOVE entries gathered per VM while
+ * nuksmd outbox: UPLOAD_REQ, MERGE, MOVE and RETRY entries gathered per VM while
  * an event is handled, sent as few batches (seq 0) once it is done
  * (effects.h).
  *
@@ -20,6 +20,12 @@ void outbox_add(NuksmAgent *agent, NuksmClient *client, NuksmMsgType type,
 void outbox_add_move(NuksmAgent *agent, NuksmClient *client, uint64_t page,
                      SlotId from, uint32_t from_gen, SlotId to,
                      uint32_t to_gen);
+
+/*
+ * Queue a RETRY of @client's candidate @page: the agent keeps nothing
+ * that would merge it, so the VM offers it again (nuksm-proto.h).
+ */
+void outbox_add_retry(NuksmAgent *agent, NuksmClient *client, uint64_t page);
 
 /* Send everything queued, split at the largest batch a message holds. */
 void outbox_flush(NuksmAgent *agent);

@@ -49,6 +49,7 @@ void clients_remove(ClientRegistry *reg, NuksmClient *client)
         g_array_unref(client->to_merge);
         g_array_unref(client->to_upload);
         g_array_unref(client->to_move);
+        g_array_unref(client->to_retry);
     }
     g_free(client->topology);
     g_clear_pointer(&client->revoked_uploads, g_hash_table_destroy);

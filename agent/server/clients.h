@@ -89,6 +89,7 @@ typedef struct NuksmClient {
     GArray *to_merge;        /* NuksmSlotRef of the next MERGE (outbox) */
     GArray *to_upload;       /* NuksmSlotRef of the next UPLOAD_REQ */
     GArray *to_move;         /* NuksmMove of the next MOVE */
+    GArray *to_retry;        /* NuksmSlotRef of the next RETRY (page only) */
     SlotLines lines;         /* where its new slots go (lines.h) */
     bool in_outbox;
 

@@ -208,6 +208,7 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
     case NUKSM_MSG_MERGE:
     case NUKSM_MSG_RESTORE:
     case NUKSM_MSG_REFUSED:
+    case NUKSM_MSG_RETRY:
     case NUKSM_MSG_MERGED:
     case NUKSM_MSG_UNMERGED: {
         const NuksmSlotRef *r = (const void *)((const char *)p +

@@ -116,6 +116,7 @@ def proto_seeds():
         "moved": msg(h.MSG_MOVED, batch([move(1, (0, 0), (1, 0),
                                               h.STATUS_MERGED)])),
         "refused": msg(h.MSG_REFUSED, refs((1, 0, 0)), seq=0),
+        "retry": msg(h.MSG_RETRY, refs((1, 0, 0)), seq=0),
         "condition": msg(h.MSG_CONDITION, h.CONDITION.pack(
             h.COND_STORE_FULL, 0, b"store full"), seq=0),
         "vm-limit": msg(h.MSG_VM_LIMIT, h.VM_LIMIT.pack(

@@ -54,7 +54,7 @@ from nuksm_proto import (  # noqa: E402,F401 (re-exported for the tests)
     MAX_RANGES, MAX_VCPUS, MSG_CANDIDATES, MSG_CONDITION, MSG_ERROR,
     MSG_GET_INFO, MSG_GET_POLICY, MSG_HELLO, MSG_HELLO_ACK, MSG_HOME,
     MSG_INFO, MSG_LIST_VMS, MSG_MAX, MSG_MERGE, MSG_MERGED, MSG_MOVE,
-    MSG_MOVED, MSG_POLICY, MSG_REFUSED, MSG_RESTORE, MSG_SET_POLICY,
+    MSG_MOVED, MSG_POLICY, MSG_REFUSED, MSG_RESTORE, MSG_RETRY, MSG_SET_POLICY,
     MSG_SET_PRIORITY, MSG_STORE, MSG_TOPOLOGY, MSG_UNMERGED, MSG_UPLOAD,
     MSG_UPLOAD_REQ, MSG_VM_LIMIT, MSG_VMS, NUKSM_PAGE_SIZE, PAGE_RANGE,
     POLICIES, POLICY, PRIORITY, PROTO_MAGIC, PROTO_VERSION, ROLE_CONTROL,
@@ -280,6 +280,7 @@ class VmClient(RawClient):
         super().__init__(path, timeout)
         self.seq = 1
         self.stores = {}  # node -> read-only fd of its store file
+        self.retried = []  # pages the agent sent back in RETRY, in order
         self.userfaultfd = None  # /dev/userfaultfd from the agent
         self.send(pack(MSG_HELLO, 1, hello(
             role=ROLE_VM, priority=100, domain=domain.encode(),
@@ -359,7 +360,8 @@ class VmClient(RawClient):
         """(messages before the reply, Info) of a GET_INFO round trip.
 
         CONDITION messages are not among them: the last one is kept in
-        self.condition.
+        self.condition.  Nor are RETRY messages: their pages are added
+        to self.retried.
 
         The agent handles a client's messages in order and sends what one
         produces before it reads the next: the messages are everything
@@ -374,6 +376,8 @@ class VmClient(RawClient):
                 return messages, parse_info(msg)
             if msg.type == MSG_CONDITION:
                 self.condition = parse_condition(msg)
+            elif msg.type == MSG_RETRY:
+                self.retried += [r.page for r in msg.slot_refs()]
             else:
                 messages.append(msg)
 

@@ -428,6 +428,8 @@ def test_changed_page_cancels_upload(agent, vms):
     assert b.info().store_pages == [0]
     assert a.info().store_pages == [0]
     assert not slot_has_data(agent, request.slot)
+    # Neither page stays on offer: both VMs are asked to offer it again.
+    assert (a.retried, b.retried) == ([1], [2])
 
     # Nominated again, the pages merge.
     merge(b, [a], {a: [1], b: [2]}, [content(5)])
@@ -460,6 +462,7 @@ def test_uploader_leaving_cancels_upload(agent, vms):
     b.close()
     wait_until(lambda: a.info().store_pages == [0], 5,
                "the upload to be cancelled")
+    assert a.retried == [1]
 
     # a's page is free to merge again, with a new partner.
     c = vms()
@@ -490,6 +493,31 @@ def test_many_pages_in_batches(agent, vms):
     a.merged(merges)
     info = a.info()
     assert (info.pages_shared, info.pages_sharing) == (n, n)
+
+
+def test_pages_beyond_the_in_flight_bound_are_retried(agent, vms):
+    """A VM has at most 2**16 pages on their way to a slot; the agent
+    sends back the candidates beyond, to be offered again.  Nothing is
+    lost: every page is uploaded, waits, or is sent back."""
+    a, b = vms(), vms()
+    bound, extra = 1 << 16, 100
+    pages = list(range(bound + extra))
+    digests = [digest(i.to_bytes(8, "little") * (NUKSM_PAGE_SIZE // 8))
+               for i in pages]
+    a.candidates(zip(pages, digests))
+    assert a.info().store_pages == [0]
+    b.candidates(zip(pages, digests))
+    msgs, info = b.sync()
+    assert {m.type for m in msgs} == {MSG_UPLOAD_REQ}
+    uploaded = sorted(r.page for m in msgs for r in m.slot_refs())
+    assert len(uploaded) == bound and info.store_pages == [bound]
+    assert b.retried == list(range(uploaded[-1] + 1, len(pages)))
+    # While it grew, a's unstable table may have evicted a few of a's
+    # pages (two-choice sets both full): those are sent back to a, and
+    # b's partner of each waits in the table in its place.
+    a.sync()
+    assert len(a.retried) < extra
+    assert sorted({*uploaded, *b.retried, *a.retried}) == pages
 
 
 # ------------------------------------------------------------ disconnection

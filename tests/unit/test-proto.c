@@ -246,6 +246,7 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
     case NUKSM_MSG_UNMERGED:
     case NUKSM_MSG_RESTORE:
     case NUKSM_MSG_REFUSED:
+    case NUKSM_MSG_RETRY:
         return pack_batch(buf, type, seq, 5);
     case NUKSM_MSG_UPLOAD:
         return pack_batch(buf, type, seq, 2);
@@ -734,7 +735,7 @@ static void test_reject_batch_size(void)
     static const NuksmMsgType batches[] = {
         NUKSM_MSG_CANDIDATES, NUKSM_MSG_UPLOAD_REQ, NUKSM_MSG_UPLOAD,
         NUKSM_MSG_MERGE, NUKSM_MSG_MERGED, NUKSM_MSG_UNMERGED,
-        NUKSM_MSG_RESTORE, NUKSM_MSG_REFUSED,
+        NUKSM_MSG_RESTORE, NUKSM_MSG_REFUSED, NUKSM_MSG_RETRY,
     };
     NuksmMsgBatch empty = { 0 };
 
@@ -792,6 +793,7 @@ static void test_reject_slot_refs(void)
         { NUKSM_MSG_MERGE,      NUKSM_STATUS_NONE,   NUKSM_STATUS_NONE },
         { NUKSM_MSG_RESTORE,    NUKSM_STATUS_NONE,   NUKSM_STATUS_NONE },
         { NUKSM_MSG_REFUSED,    NUKSM_STATUS_NONE,   NUKSM_STATUS_NONE },
+        { NUKSM_MSG_RETRY,      NUKSM_STATUS_NONE,   NUKSM_STATUS_NONE },
         { NUKSM_MSG_MERGED,     NUKSM_STATUS_MERGED, NUKSM_STATUS_FAILED },
         { NUKSM_MSG_UNMERGED,   NUKSM_STATUS_COW,    NUKSM_STATUS_DISCARDED },
     };

@@ -1,6 +1,7 @@
 /*
  * Unit tests of nuksmd's unstable table: lookups, replacement, the bound
- * on its size and eviction of entries of clients that left.
+ * on its size, eviction of entries of clients that left first, and the
+ * report of every live entry evicted.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -22,16 +23,28 @@ static bool live(uint32_t client, void *opaque)
     return !g_hash_table_contains(gone, GUINT_TO_POINTER(client));
 }
 
+/* Pages of the live entries evicted, in order. */
+static GArray *evicted;
+
+static void on_evicted(const UnstableEntry *e, void *opaque)
+{
+    g_assert_true(opaque == &gone);
+    g_assert_true(live(e->client, opaque));
+    g_array_append_val(evicted, e->page);
+}
+
 static void setup(UnstableTable *u, size_t max_entries)
 {
     gone = g_hash_table_new(NULL, NULL);
-    unstable_init(u, max_entries, SEED, live, &gone);
+    evicted = g_array_new(FALSE, FALSE, sizeof(uint64_t));
+    unstable_init(u, max_entries, SEED, live, on_evicted, &gone);
 }
 
 static void teardown(UnstableTable *u)
 {
     unstable_destroy(u);
     g_hash_table_destroy(gone);
+    g_array_unref(evicted);
 }
 
 static void test_set_lookup(void)
@@ -101,6 +114,8 @@ static void test_bound(void)
         }
     }
     g_assert_cmpuint(found, ==, u.count);
+    /* Every digest is either remembered or was reported evicted. */
+    g_assert_cmpuint(evicted->len, ==, N - u.count);
     teardown(&u);
 }
 
@@ -133,6 +148,8 @@ static void test_evict_dead_first(void)
     /* Set 0 overflowed once: the oldest, digests[0], is out. */
     g_assert_null(unstable_lookup(&u, 0, 0, digests[0]));
     g_assert_cmpuint(u.count, ==, UNSTABLE_WAYS);
+    g_assert_cmpuint(evicted->len, ==, 1);
+    g_assert_cmpuint(g_array_index(evicted, uint64_t, 0), ==, 0);
 
     /* Client 7 owns digests[2] and leaves; a new digest takes its place. */
     unstable_set(&u, 0, 0, digests[2], 7, 2, false);
@@ -141,6 +158,8 @@ static void test_evict_dead_first(void)
     for (unsigned i = 0; i < G_N_ELEMENTS(digests); i++) {
         g_assert_true(!unstable_lookup(&u, 0, 0, digests[i]) == (i == 2));
     }
+    /* A dead client's entry goes unreported: nobody would offer it. */
+    g_assert_cmpuint(evicted->len, ==, 1);
     teardown(&u);
 }
 

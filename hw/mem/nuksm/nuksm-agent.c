@@ -373,6 +373,10 @@ static void nuksm_agent_handle_condition(Nuksm *s,
         trace_nuksm_agent_condition(nuksm_id(s), msg->conditions,
                                     msg->reason);
     }
+    /* What a condition that ended turned away is offered again. */
+    if (c->conditions & ~msg->conditions) {
+        nuksm_commit_reoffer(s->commit);
+    }
     c->conditions = msg->conditions;
     g_free(c->condition_reason);
     c->condition_reason = msg->conditions ? g_strdup(msg->reason) : NULL;
@@ -401,7 +405,8 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
                      hdr->type == NUKSM_MSG_UPLOAD_REQ ||
                      hdr->type == NUKSM_MSG_MERGE ||
                      hdr->type == NUKSM_MSG_MOVE ||
-                     hdr->type == NUKSM_MSG_REFUSED)) {
+                     hdr->type == NUKSM_MSG_REFUSED ||
+                     hdr->type == NUKSM_MSG_RETRY)) {
         if (!nuksm_agent_handle_merge(s, hdr, payload, fd)) {
             if (fd >= 0) {
                 close(fd);

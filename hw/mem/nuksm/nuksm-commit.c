@@ -7,6 +7,7 @@
  *   MERGE       map pages onto slots where the content is equal
  *   MOVE        map merged pages onto another slot of equal content
  *   REFUSED     RESTORE entries the agent did not take back
+ *   RETRY       candidates the agent did not keep: offer them again
  *
  * and keeping the agent's view of our references true: UNMERGED when a
  * write or a discard ends a page's sharing, RESTORE of every reference
@@ -740,6 +741,31 @@ static void nuksm_commit_refused(NuksmCommit *c, NuksmWork *w)
     qemu_mutex_unlock(&c->pages->lock);
 }
 
+/*
+ * The agent kept nothing that would merge these candidates: they are no
+ * longer on offer, so the next pass offers them again, within a second.
+ */
+static void nuksm_commit_retry(NuksmCommit *c, NuksmWork *w)
+{
+    const NuksmMsgBatch *b = (const NuksmMsgBatch *)w->payload;
+    const NuksmSlotRef *r = (const NuksmSlotRef *)(b + 1);
+
+    RCU_READ_LOCK_GUARD();
+    qemu_mutex_lock(&c->pages->lock);
+    for (uint32_t i = 0; i < b->count; i++) {
+        NuksmBlockState *bs;
+        RAMBlock *rb;
+        uint64_t idx;
+
+        if (nuksm_commit_find_page(c, r[i].page, &rb, &bs, &idx)) {
+            nuksm_page_update(bs, idx, NUKSM_PAGE_OFFERED, 0);
+        }
+    }
+    qemu_mutex_unlock(&c->pages->lock);
+    trace_nuksm_commit_retry(b->count);
+    nuksm_scanner_nudge(c->s->scanner);
+}
+
 static void nuksm_commit_handle(NuksmCommit *c, NuksmWork *w)
 {
     trace_nuksm_commit_handle(w->type, w->len);
@@ -758,6 +784,9 @@ static void nuksm_commit_handle(NuksmCommit *c, NuksmWork *w)
         break;
     case NUKSM_MSG_REFUSED:
         nuksm_commit_refused(c, w);
+        break;
+    case NUKSM_MSG_RETRY:
+        nuksm_commit_retry(c, w);
         break;
     default:
         g_assert_not_reached();

@@ -13,9 +13,9 @@
  * Write tracking (nuksm-writes.c) spares hashing pages nothing wrote:
  * at the start of each stretch a pass write-protects the stretch's
  * stable pages, then hashes only those it did not find protected
- * already, and those only on the pass that offers them again.  Once
- * every page rests protected, a pass is mostly a walk of the pagemap,
- * and the rest after it grows longer, until a write ends it.
+ * already, or that the agent asked for again.  Once every page rests
+ * protected, a pass is mostly a walk of the pagemap, and the rest after
+ * it grows longer, until a write or the agent ends it.
  *
  * The thread keeps to a CPU budget (max-cpu, measured on its own CPU
  * clock) and an optional page-rate cap (scan-rate).  The RCU read lock is
@@ -57,13 +57,6 @@
 #define NUKSM_SCAN_TRACKED_PAUSE_MAX_MS 16000
 #define NUKSM_SCAN_TRACKED_PAUSE_PAGES (2ull << 30 >> 12)
 #define NUKSM_SCAN_TRACKED_PAUSE_CAP_MS 128000
-/*
- * A candidate the agent did not merge stays in its unstable table, where
- * a later duplicate finds it; offer it again only every so many passes
- * (each page in a different pass), in case the table forgot it.  A page
- * write tracking spares is hashed on those passes only.
- */
-#define NUKSM_SCAN_REOFFER_PASSES 4
 /* How often the page-rate cap is enforced, in hashed pages. */
 #define NUKSM_SCAN_RATE_SLICE_PAGES 256
 /* Messages waiting for the socket before the scanner holds back. */
@@ -95,7 +88,7 @@ struct NuksmScanner {
     uint64_t scan_rate;
     NuksmScanCounters stats;
 
-    bool written;               /* a tracked page was written; atomic */
+    bool nudged;                /* something to look at again; atomic */
 
     /* Scanner thread only */
     uint32_t started_epoch;     /* epoch the commit unit last started on */
@@ -242,8 +235,12 @@ static NuksmScanVerdict nuksm_scan_verdict(NuksmScanner *sc,
     if (flags & NUKSM_PAGE_HELD) {
         return NUKSM_SCAN_KEEP;
     }
-    if ((flags & NUKSM_PAGE_OFFERED) &&
-        (sc->passes + idx) % NUKSM_SCAN_REOFFER_PASSES) {
+    /*
+     * A candidate the agent did not merge stays in its unstable table,
+     * where a later duplicate finds it: it is offered again only when
+     * the agent asks (RETRY) or forgot everything (nuksm_commit_reoffer()).
+     */
+    if (flags & NUKSM_PAGE_OFFERED) {
         return NUKSM_SCAN_KEEP;
     }
     return NUKSM_SCAN_OFFER;
@@ -331,8 +328,7 @@ static void nuksm_scan_track_stretch(NuksmScanner *sc, RAMBlock *rb,
 /*
  * Is page @idx of @bs, of pagemap entry @pm, spared hashing?  Stable and
  * offered, and write-protected both when the pass protected its stretch
- * and now, so nothing wrote it since it was last hashed; unless it is
- * its turn to be offered again.
+ * and now, so nothing wrote it since it was last hashed.
  */
 static bool nuksm_scan_spared(NuksmScanner *sc, NuksmBlockState *bs,
                               uint64_t idx, uint64_t pm)
@@ -340,8 +336,7 @@ static bool nuksm_scan_spared(NuksmScanner *sc, NuksmBlockState *bs,
     return (pm & NUKSM_PM_UFFD_WP) && sc->stretch_bs == bs &&
            QEMU_ALIGN_DOWN(idx, NUKSM_TRACK_STRETCH) == sc->stretch_first &&
            test_bit(idx % NUKSM_TRACK_STRETCH, sc->was_tracked) &&
-           (nuksm_page_flags(bs, idx) & NUKSM_PAGE_OFFERED) &&
-           (sc->passes + idx) % NUKSM_SCAN_REOFFER_PASSES;
+           (nuksm_page_flags(bs, idx) & NUKSM_PAGE_OFFERED);
 }
 
 /*
@@ -607,7 +602,7 @@ static void nuksm_scan_rest(NuksmScanner *sc)
     int64_t short_end = start + NUKSM_SCAN_PASS_PAUSE_MS * SCALE_MS;
 
     while (sc->active && !sc->restart && !sc->quit && get_clock() < end) {
-        if (qatomic_read(&sc->written) && get_clock() >= short_end) {
+        if (qatomic_read(&sc->nudged) && get_clock() >= short_end) {
             break;
         }
         nuksm_scan_serve(sc);
@@ -680,7 +675,7 @@ static void *nuksm_scan_thread(void *opaque)
         sc->passes++;
         sc->news = 0;
         sc->resident = 0;
-        qatomic_set(&sc->written, false);
+        qatomic_set(&sc->nudged, false);
         if (nuksm_scan_pass(sc, epoch)) {
             nuksm_scan_flush_candidates(sc, epoch);
             sc->pause_ms = sc->news ? NUKSM_SCAN_PASS_PAUSE_MS :
@@ -797,9 +792,9 @@ bool nuksm_scanner_is_active(NuksmScanner *sc)
     return active;
 }
 
-void nuksm_scanner_written(NuksmScanner *sc)
+void nuksm_scanner_nudge(NuksmScanner *sc)
 {
-    qatomic_set(&sc->written, true);
+    qatomic_set(&sc->nudged, true);
 }
 
 uint32_t nuksm_scanner_epoch(NuksmScanner *sc)

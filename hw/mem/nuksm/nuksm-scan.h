@@ -32,8 +32,12 @@ void nuksm_scanner_kick(NuksmScanner *sc);
 /* Let the thread look again at what it waits for (work, userfaultfd). */
 void nuksm_scanner_wake(NuksmScanner *sc);
 bool nuksm_scanner_is_active(NuksmScanner *sc);
-/* A tracked page was written (nuksm-writes.c); lock-free. */
-void nuksm_scanner_written(NuksmScanner *sc);
+/*
+ * A tracked page was written (nuksm-writes.c), or the agent asked for
+ * pages again (RETRY): the rest after a pass ends within a second.
+ * Lock-free.
+ */
+void nuksm_scanner_nudge(NuksmScanner *sc);
 /* The connection the thread works for; lock-free. */
 uint32_t nuksm_scanner_epoch(NuksmScanner *sc);
 

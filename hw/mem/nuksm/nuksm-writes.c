@@ -84,7 +84,7 @@ static void nuksm_writes_release(NuksmWrites *w, uint64_t addr)
         qemu_mutex_unlock(&w->s->pages->lock);
     }
     trace_nuksm_writes_fault(page, start, len);
-    nuksm_scanner_written(w->s->scanner);
+    nuksm_scanner_nudge(w->s->scanner);
 }
 
 static void *nuksm_writes_thread(void *opaque)
