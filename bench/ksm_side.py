@@ -71,6 +71,10 @@ class KsmSide:
         self.settings = dict(ksm.DEFAULT if name == "default" else ksm.FULL)
         return dict(self.settings)
 
+    def to_defaults(self, vms):
+        """KSM's defaults from now on, as a host that merged left them."""
+        self.ksm.set(**ksm.DEFAULT)
+
     def enable(self, vms):
         self.ksm.set(**self.settings, run=1)
 

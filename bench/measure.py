@@ -140,6 +140,8 @@ class Run:
                     break
                 time.sleep(SAMPLE_S)
             merge_end, merge_cpu = self.timeline[-1][0], self.timeline[-1][2]
+            if self.budget == "idle":
+                self.side.to_defaults(self.vms)
             # Steady state: whatever there was to merge is merged.  Both
             # sides settle first (nuksm's rests grow to their longest).
             if not self.wl.duration:

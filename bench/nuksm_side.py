@@ -16,6 +16,8 @@ import procstat
 from harness import Agent, ctl_json
 
 ZERO_PAGES_EVERY_S = 1.0
+# The nuksm object's max-cpu default (NUKSM_DEFAULT_MAX_CPU).
+DEFAULT_MAX_CPU = 10
 
 
 class NuksmSide:
@@ -58,10 +60,17 @@ class NuksmSide:
         """max-cpu for budget @name: 100 at full throttle; at KSM's
         default budget, KSM's measured CPU share split over the VMs."""
         if name == "default":
-            self.max_cpu = max(1, min(100, round(100 * ksm_share / vms)))
+            self.max_cpu = max(0.01, min(100, round(100 * ksm_share / vms,
+                                                    2)))
         else:
             self.max_cpu = 100
         return {"max-cpu": self.max_cpu, "scan-rate": 0}
+
+    def to_defaults(self, vms):
+        """max-cpu back to the object's default, as a user has it."""
+        for vm in vms:
+            vm.cmd("qom-set", path="/objects/dedup0", property="max-cpu",
+                   value=DEFAULT_MAX_CPU)
 
     def enable(self, vms):
         for vm in vms:

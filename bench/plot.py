@@ -9,11 +9,13 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend)
 from workloads import MIB, PAGE  # noqa: E402
 
 COLOURS = {"ksm": "tab:blue", "nuksm": "tab:orange"}
-STYLES = {"full": "-", "default": "--"}
+STYLES = {"full": "-", "default": "--", "idle": "-"}
 LABELS = {("ksm", "full"): "KSM, full throttle",
           ("nuksm", "full"): "nuksm, full throttle",
           ("ksm", "default"): "KSM, default budget",
-          ("nuksm", "default"): "nuksm, KSM's default CPU share"}
+          ("nuksm", "default"): "nuksm, KSM's default CPU share",
+          ("ksm", "idle"): "KSM, full throttle, then its defaults",
+          ("nuksm", "idle"): "nuksm, max-cpu=100, then its defaults"}
 
 
 def plot_workload(runs, title, path):
@@ -48,8 +50,41 @@ def plot_workload(runs, title, path):
     plt.close(fig)
 
 
+def plot_idle_series(pairs, path):
+    """Steady-state CPU and net physical saving against guest RAM, both
+    sides, over the idle-* workloads."""
+    runs = [r for pair in pairs for r in pair
+            if r["workload"].startswith("idle-")]
+    fig, (cpu_ax, mem_ax) = plt.subplots(2, 1, figsize=(8, 6.5),
+                                         sharex=True)
+    for side in ("ksm", "nuksm"):
+        mine = sorted((r for r in runs if r["side"] == side),
+                      key=lambda r: r["guest_pages"])
+        gib = [r["guest_pages"] * PAGE / (1 << 30) for r in mine]
+        style = dict(color=COLOURS[side], marker="o",
+                     label=LABELS[side, "idle"])
+        cpu_ax.plot(gib, [100 * r["steady_cpu_share"] for r in mine],
+                    **style)
+        mem_ax.plot(gib, [r["net_saving_mib"] for r in mine], **style)
+    cpu_ax.axhline(0.5, color="grey", linewidth=0.8, linestyle=":",
+                   label="goal: 0.5% of a core")
+    cpu_ax.set_ylabel("steady CPU, nothing to merge (% of a core)")
+    cpu_ax.set_title("idle: 2 VMs, half identical, at the defaults "
+                     "once merged")
+    cpu_ax.legend(loc="best", fontsize="small")
+    cpu_ax.grid(alpha=0.3)
+    mem_ax.set_ylabel("net saving, physical (MiB)")
+    mem_ax.set_xlabel("guest RAM in all (GiB)")
+    mem_ax.set_xscale("log", base=2)
+    mem_ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
 def plot_all(pairs, titles, out_dir):
-    """One PNG per workload in @out_dir; returns {workload: path}."""
+    """One PNG per workload in @out_dir, and one of the idle series if
+    it ran; returns {name: path}."""
     by_workload = {}
     for pair in pairs:
         by_workload.setdefault(pair[0]["workload"], []).extend(pair)
@@ -57,4 +92,7 @@ def plot_all(pairs, titles, out_dir):
     for name, runs in by_workload.items():
         paths[name] = out_dir / f"{name}.png"
         plot_workload(runs, titles[name], paths[name])
+    if sum(name.startswith("idle-") for name in by_workload) > 1:
+        paths["idle-series"] = out_dir / "idle-series.png"
+        plot_idle_series(pairs, paths["idle-series"])
     return paths

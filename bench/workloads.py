@@ -38,6 +38,9 @@ class Workload:
     layout: tuple = ()
     # tcg: MiB of identical page cache each guest fills
     fill_mib: int = 0
+    # "full": full throttle; "default": KSM's defaults, nuksm at the CPU
+    # share KSM used; "idle": full throttle until merged, then each
+    # side's defaults for the steady state.
     budgets: tuple = ("full",)
     # Fixed measurement length (s); else until 99% of the expected saving
     # (or, without one, until the saving stops growing).
@@ -175,4 +178,19 @@ def suite(quick):
                  "identical", 2, 1024, (("scattered", 1023),), timeout=240),
         Workload("real", "real guests: 2 TCG guests x 256 MiB, 64 MiB of "
                  "identical page cache", 2, 256, fill_mib=64, timeout=150),
+        *(idle_workload(gib) for gib in IDLE_SERIES_GIB),
     ]
+
+
+# Guest RAM of the idle series, GiB in all (2 VMs): 2 is the idle goal's.
+IDLE_SERIES_GIB = (1, 2, 4, 16)
+
+
+def idle_workload(gib):
+    """2 VMs, @gib GiB of guest RAM in all, half identical: merged at
+    full throttle, then idle at each side's defaults."""
+    mib = gib * 1024 // 2
+    return Workload(f"idle-{gib}g", f"idle: 2 VMs x {mib} MiB, half "
+                    "identical, at the defaults once merged", 2, mib,
+                    (("unique", mib // 2 - 1), ("shared", mib // 2)),
+                    budgets=("idle",), timeout=120 + 60 * gib)

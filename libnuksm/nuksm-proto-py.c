@@ -238,6 +238,8 @@ static void emit_structs(void)
            MEMBER(NuksmMsgVmLimit, limit, "I"),
            MEMBER(NuksmMsgVmLimit, reserved, "I"),
            MEMBER(NuksmMsgVmLimit, reason, "128s"));
+    STRUCT("CHARGE", NuksmMsgCharge,
+           MEMBER(NuksmMsgCharge, cpu_ns, "Q"));
     STRUCT("CONDITION", NuksmMsgCondition,
            MEMBER(NuksmMsgCondition, conditions, "I"),
            MEMBER(NuksmMsgCondition, reserved, "I"),

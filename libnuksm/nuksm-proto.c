@@ -59,6 +59,7 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_CONDITION]    = "CONDITION",
     [NUKSM_MSG_VM_LIMIT]     = "VM_LIMIT",
     [NUKSM_MSG_RETRY]        = "RETRY",
+    [NUKSM_MSG_CHARGE]       = "CHARGE",
 };
 
 const char *nuksm_msg_type_name(uint32_t type)
@@ -176,6 +177,7 @@ static size_t fixed_payload_size(uint16_t type)
     case NUKSM_MSG_HOME:         return sizeof(NuksmMsgHome);
     case NUKSM_MSG_CONDITION:    return sizeof(NuksmMsgCondition);
     case NUKSM_MSG_VM_LIMIT:     return sizeof(NuksmMsgVmLimit);
+    case NUKSM_MSG_CHARGE:       return sizeof(NuksmMsgCharge);
     default:                     return 0;
     }
 }
@@ -502,6 +504,8 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
         return check_info(p);
     case NUKSM_MSG_VM_LIMIT:
         return check_vm_limit_msg(p);
+    case NUKSM_MSG_CHARGE:
+        return NULL;            /* any amount */
     case NUKSM_MSG_CONDITION:
         return check_condition(p);
     case NUKSM_MSG_VMS:

@@ -123,6 +123,7 @@ typedef enum NuksmMsgType {
     NUKSM_MSG_CONDITION    = 25, /* agent -> VM: what stops merging now */
     NUKSM_MSG_VM_LIMIT     = 26, /* VM -> agent: what stops its merging */
     NUKSM_MSG_RETRY        = 27, /* agent -> VM: offer these pages again */
+    NUKSM_MSG_CHARGE       = 28, /* agent -> VM: CPU its messages cost */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -281,6 +282,18 @@ typedef struct NuksmMsgVmLimit {
     uint32_t reserved;
     char reason[NUKSM_REASON_LEN];  /* for humans; empty with NONE */
 } NuksmMsgVmLimit;
+
+/*
+ * CHARGE (seq 0): CPU time nuksmd spent handling the VM's messages
+ * since the last CHARGE, sent once it reaches NUKSM_CHARGE_MIN_NS.  The
+ * VM counts it against its own CPU budget (max-cpu), so that the budget
+ * covers the VM's share of the agent's work.
+ */
+#define NUKSM_CHARGE_MIN_NS 1000000ull
+
+typedef struct NuksmMsgCharge {
+    uint64_t cpu_ns;
+} NuksmMsgCharge;
 
 /*
  * CONDITION: sent to every VM after its STOREs, and whenever the

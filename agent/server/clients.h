@@ -90,6 +90,7 @@ typedef struct NuksmClient {
     GArray *to_upload;       /* NuksmSlotRef of the next UPLOAD_REQ */
     GArray *to_move;         /* NuksmMove of the next MOVE */
     GArray *to_retry;        /* NuksmSlotRef of the next RETRY (page only) */
+    uint64_t charge_ns;      /* CPU its messages cost, not yet CHARGEd */
     SlotLines lines;         /* where its new slots go (lines.h) */
     bool in_outbox;
 

@@ -6,6 +6,7 @@
  */
 
 #include <string.h>
+#include <time.h>
 
 #include "conditions.h"
 #include "detached.h"
@@ -406,6 +407,29 @@ static bool peek_hello_version(const void *buf, size_t size,
     return true;
 }
 
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+/*
+ * @client's messages cost nuksmd @ns of CPU: the VM is told in CHARGE,
+ * by the millisecond, to count it in its own budget (max-cpu).
+ */
+static void charge(NuksmClient *client, uint64_t ns)
+{
+    client->charge_ns += ns;
+    if (client->charge_ns >= NUKSM_CHARGE_MIN_NS) {
+        NuksmMsgCharge msg = { .cpu_ns = client->charge_ns };
+
+        transport_send(client, NUKSM_MSG_CHARGE, 0, &msg, sizeof(msg));
+        client->charge_ns = 0;
+    }
+}
+
 void dispatch_message(NuksmAgent *agent, NuksmClient *client,
                       const void *buf, size_t size)
 {
@@ -467,6 +491,13 @@ void dispatch_message(NuksmAgent *agent, NuksmClient *client,
     }
     if (client->parked_pages && ends_restore(hdr.type)) {
         detached_restore_end(agent, client);
+    }
+    if (vm_only(hdr.type)) {
+        uint64_t start = thread_cpu_ns();
+
+        handlers[hdr.type](agent, client, seq, nuksm_msg_payload(buf));
+        charge(client, thread_cpu_ns() - start);
+        return;
     }
     handlers[hdr.type](agent, client, seq, nuksm_msg_payload(buf));
 }

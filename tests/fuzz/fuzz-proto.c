@@ -260,6 +260,9 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
         read_string(l->reason, sizeof(l->reason));
         break;
     }
+    case NUKSM_MSG_CHARGE:
+        sink += ((const NuksmMsgCharge *)p)->cpu_ns;
+        break;
     case NUKSM_MSG_CONDITION: {
         const NuksmMsgCondition *c = p;
 

@@ -121,6 +121,7 @@ def proto_seeds():
             h.COND_STORE_FULL, 0, b"store full"), seq=0),
         "vm-limit": msg(h.MSG_VM_LIMIT, h.VM_LIMIT.pack(
             1, 0, b"no userfaultfd"), seq=0),
+        "charge": msg(h.MSG_CHARGE, h.CHARGE.pack(2000000), seq=0),
     }
 
 

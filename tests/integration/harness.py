@@ -47,11 +47,13 @@ sys.path.insert(0, str(BUILD / "meson"))
 import nuksm_proto as proto  # noqa: E402
 
 from nuksm_proto import (  # noqa: E402,F401 (re-exported for the tests)
-    BATCH, CANDIDATE, CANDIDATES_MAX, COND_AGENT_MEMORY, COND_STORE_FULL,
+    BATCH, CANDIDATE, CANDIDATES_MAX, CHARGE, COND_AGENT_MEMORY,
+    COND_STORE_FULL,
     CONDITION, DEFAULT_DOMAIN, DOMAIN_SOURCES, ERR_BAD_MESSAGE, ERR_DENIED, ERR_HANDSHAKE,
     ERR_VERSION, ERROR, INFO_DOMAIN, INFO_HOST, INFO_NONE,
     GUEST_NODE, HEADER, HELLO, HELLO_ACK, IDLE_NEVER, INFO, MAX_GNODES,
-    MAX_RANGES, MAX_VCPUS, MSG_CANDIDATES, MSG_CONDITION, MSG_ERROR,
+    MAX_RANGES, MAX_VCPUS, MSG_CANDIDATES, MSG_CHARGE, MSG_CONDITION,
+    MSG_ERROR,
     MSG_GET_INFO, MSG_GET_POLICY, MSG_HELLO, MSG_HELLO_ACK, MSG_HOME,
     MSG_INFO, MSG_LIST_VMS, MSG_MAX, MSG_MERGE, MSG_MERGED, MSG_MOVE,
     MSG_MOVED, MSG_POLICY, MSG_REFUSED, MSG_RESTORE, MSG_RETRY, MSG_SET_POLICY,
@@ -97,6 +99,18 @@ def proc_kib_field(pid, table, field):
 def rss(pid):
     """Resident memory of a process, bytes."""
     return proc_kib_field(pid, "status", "VmRSS")
+
+
+def process_cpu_ns(pid):
+    """CPU time of the live threads of a process, ns (schedstat)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def in_child(fn):
@@ -281,6 +295,7 @@ class VmClient(RawClient):
         self.seq = 1
         self.stores = {}  # node -> read-only fd of its store file
         self.retried = []  # pages the agent sent back in RETRY, in order
+        self.charged_ns = 0  # CPU the agent CHARGEd for our messages
         self.userfaultfd = None  # /dev/userfaultfd from the agent
         self.send(pack(MSG_HELLO, 1, hello(
             role=ROLE_VM, priority=100, domain=domain.encode(),
@@ -361,7 +376,7 @@ class VmClient(RawClient):
 
         CONDITION messages are not among them: the last one is kept in
         self.condition.  Nor are RETRY messages: their pages are added
-        to self.retried.
+        to self.retried; nor CHARGE messages, added to self.charged_ns.
 
         The agent handles a client's messages in order and sends what one
         produces before it reads the next: the messages are everything
@@ -378,6 +393,9 @@ class VmClient(RawClient):
                 self.condition = parse_condition(msg)
             elif msg.type == MSG_RETRY:
                 self.retried += [r.page for r in msg.slot_refs()]
+            elif msg.type == MSG_CHARGE:
+                (cpu_ns,) = CHARGE.unpack(msg.payload)
+                self.charged_ns += cpu_ns
             else:
                 messages.append(msg)
 

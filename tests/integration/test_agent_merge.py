@@ -23,6 +23,7 @@ import threading
 import pytest
 import xxhash
 
+import harness
 from harness import (ERR_BAD_MESSAGE, MSG_CANDIDATES, MSG_GET_INFO,
                      MSG_HELLO, MSG_HOME, MSG_INFO, MSG_LIST_VMS, MSG_MERGE,
                      MSG_REFUSED, MSG_UPLOAD_REQ, MSG_VMS, NUKSM_PAGE_SIZE,
@@ -500,6 +501,7 @@ def test_pages_beyond_the_in_flight_bound_are_retried(agent, vms):
     sends back the candidates beyond, to be offered again.  Nothing is
     lost: every page is uploaded, waits, or is sent back."""
     a, b = vms(), vms()
+    cpu_before = harness.process_cpu_ns(agent.pid)
     bound, extra = 1 << 16, 100
     pages = list(range(bound + extra))
     digests = [digest(i.to_bytes(8, "little") * (NUKSM_PAGE_SIZE // 8))
@@ -518,6 +520,11 @@ def test_pages_beyond_the_in_flight_bound_are_retried(agent, vms):
     a.sync()
     assert len(a.retried) < extra
     assert sorted({*uploaded, *b.retried, *a.retried}) == pages
+    # Their handling is charged to each VM, by the millisecond: never
+    # more than the agent spent, and most of it.
+    spent = harness.process_cpu_ns(agent.pid) - cpu_before
+    assert a.charged_ns > 0 and b.charged_ns > 0
+    assert a.charged_ns + b.charged_ns <= spent
 
 
 # ------------------------------------------------------------ disconnection

@@ -437,7 +437,8 @@ def test_attach_detach_leave_the_rest(libvirtd, domains, installed):
 
     for args, message in (
             (["--priority", "0"], "--priority must be 1..1000, got 0"),
-            (["--max-cpu", "101"], "--max-cpu must be 1..100"),
+            (["--max-cpu", "101"], "--max-cpu must be 0.01..100"),
+            (["--max-cpu", "0.001"], "--max-cpu must be 0.01..100"),
             (["--domain", "a b"], "--domain must be 1 to 63 characters"),
             (["--agent", "nuksmd.sock"], "--agent must be an absolute path")):
         result = nuksmctl_libvirt(installed, "attach", dom.name, *args,

@@ -404,7 +404,8 @@ def test_priority_limit_of_a_rule(workdir, start_agent, qtest_vm):
 
 @pytest.mark.parametrize("props,message", [
     ("priority=0", "property 'priority' must be between 1 and 1000, got 0"),
-    ("max-cpu=101", "property 'max-cpu' must be between 1 and 100, got 101"),
+    ("max-cpu=101", "property 'max-cpu' must be between 0.01 and 100 "
+     "(percent of one core, fractions allowed), got 101"),
     ("domain=a/b", "property 'domain' must be 1 to 63 characters"),
     ("agent=/" + "x" * 120, "property 'agent' must be a unix socket path"),
     ("memdev=nope", "property 'memdev': no memory backend with id 'nope'"),

@@ -178,6 +178,17 @@ static void assert_error_contains(QDict *resp, const char *a, const char *b)
     qobject_unref(resp);
 }
 
+static double max_cpu_of(QTestState *qts)
+{
+    QDict *resp = qtest_qmp(qts, "{'execute': 'qom-get', 'arguments': "
+                            "{'path': '/objects/dedup0', "
+                            "'property': 'max-cpu'}}");
+    double value = qdict_get_double(resp, "return");
+
+    qobject_unref(resp);
+    return value;
+}
+
 /* object-add rejects every bad property value with a message naming it. */
 static void test_property_errors(void)
 {
@@ -188,8 +199,9 @@ static void test_property_errors(void)
     } cases[] = {
         { "'priority': 0", "'priority'", "between 1 and 1000" },
         { "'priority': 1001", "'priority'", "between 1 and 1000" },
-        { "'max-cpu': 0", "'max-cpu'", "between 1 and 100" },
-        { "'max-cpu': 101", "'max-cpu'", "between 1 and 100" },
+        { "'max-cpu': 0", "'max-cpu'", "between 0.01 and 100" },
+        { "'max-cpu': 0.001", "'max-cpu'", "between 0.01 and 100" },
+        { "'max-cpu': 101", "'max-cpu'", "between 0.01 and 100" },
         { "'domain': ''", "'domain'", "[A-Za-z0-9._-]" },
         { "'domain': 'a b'", "'domain'", "[A-Za-z0-9._-]" },
         { "'agent': ''", "'agent'", "unix socket path" },
@@ -200,7 +212,7 @@ static void test_property_errors(void)
     QTestState *qts;
 
     agent_init(&a);
-    qts = vm_start(a.sock, NULL);
+    qts = vm_start(a.sock, ",max-cpu=0.5");
     for (int i = 0; i < ARRAY_SIZE(cases); i++) {
         g_autofree char *json = g_strdup_printf(
             "{'qom-type': 'nuksm', 'id': 'bad%d', %s}", i, cases[i].args);
@@ -223,6 +235,12 @@ static void test_property_errors(void)
     assert_error_contains(qtest_qmp(qts, "{'execute': 'qom-set', "
         "'arguments': {'path': '/objects/dedup0', 'property': 'priority', "
         "'value': 5000}}"), "'priority'", "between 1 and 1000");
+    /* Budgets below one percent, from the command line and QMP. */
+    g_assert_cmpfloat(max_cpu_of(qts), ==, 0.5);
+    qobject_unref(qtest_qmp_assert_success_ref(qts,
+        "{'execute': 'qom-set', 'arguments': {'path': '/objects/dedup0', "
+        "'property': 'max-cpu', 'value': 0.25}}"));
+    g_assert_cmpfloat(max_cpu_of(qts), ==, 0.25);
     assert_error_contains(qtest_qmp(qts, "{'execute': 'qom-set', "
         "'arguments': {'path': '/objects/dedup0', 'property': 'domain', "
         "'value': 'other'}}"), "'domain'", "cannot be changed");
@@ -245,7 +263,8 @@ static void test_cmdline_errors(void)
         const char *want;
     } cases[] = {
         { "priority=0", "'priority' must be between 1 and 1000" },
-        { "max-cpu=200", "'max-cpu' must be between 1 and 100" },
+        { "max-cpu=200", "'max-cpu' must be between 0.01 and 100" },
+        { "max-cpu=half", "'max-cpu'" },
         { "memdev=nope", "'memdev': no memory backend with id 'nope'" },
         { "bogus=1", "bogus" },
     };

@@ -271,6 +271,10 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
         nuksm_strfield_set(c.reason, sizeof(c.reason), "store full");
         return nuksm_msg_pack(buf, type, seq, &c, sizeof(c));
     }
+    case NUKSM_MSG_CHARGE: {
+        NuksmMsgCharge c = { .cpu_ns = NUKSM_CHARGE_MIN_NS };
+        return nuksm_msg_pack(buf, type, seq, &c, sizeof(c));
+    }
     default:
         g_assert_not_reached();
     }
@@ -417,7 +421,7 @@ static void test_reject_wrong_size(void)
     static const NuksmMsgType fixed[] = {
         NUKSM_MSG_HELLO, NUKSM_MSG_HELLO_ACK, NUKSM_MSG_ERROR,
         NUKSM_MSG_SET_POLICY, NUKSM_MSG_POLICY, NUKSM_MSG_SET_PRIORITY,
-        NUKSM_MSG_INFO, NUKSM_MSG_STORE,
+        NUKSM_MSG_INFO, NUKSM_MSG_STORE, NUKSM_MSG_CHARGE,
     };
     static const NuksmMsgType empty[] = {
         NUKSM_MSG_GET_POLICY, NUKSM_MSG_GET_INFO, NUKSM_MSG_LIST_VMS,

@@ -24,6 +24,7 @@
 #include "system/system.h"
 #include "nuksm.h"
 #include "nuksm-commit.h"
+#include "nuksm-scan.h"
 #include "trace.h"
 
 #define NUKSM_BACKOFF_MIN_MS   100
@@ -458,6 +459,11 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
     }
     if (hdr->type == NUKSM_MSG_CONDITION && hdr->seq == 0) {
         nuksm_agent_handle_condition(s, payload);
+        return;
+    }
+    if (hdr->type == NUKSM_MSG_CHARGE && hdr->seq == 0) {
+        nuksm_scanner_charge(s->scanner,
+                             ((const NuksmMsgCharge *)payload)->cpu_ns);
         return;
     }
     nuksm_agent_handle_reply(s, hdr, payload);

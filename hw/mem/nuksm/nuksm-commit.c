@@ -702,50 +702,16 @@ static void nuksm_commit_move(NuksmCommit *c, NuksmWork *w)
                              b->count, NUKSM_MOVES_MAX);
 }
 
-/*
- * The agent holds no reference for these pages, so nothing keeps their
- * slot for them: each is made our own again by copy-on-write (an atomic
- * add of zero writes without changing a byte, whatever a vCPU writes
- * meanwhile), no longer reported, and offered again, so that it merges
- * anew.
- */
-static void nuksm_commit_refused(NuksmCommit *c, NuksmWork *w)
-{
-    const NuksmMsgBatch *b = (const NuksmMsgBatch *)w->payload;
-    const NuksmSlotRef *r = (const NuksmSlotRef *)(b + 1);
-
-    RCU_READ_LOCK_GUARD();
-    qemu_mutex_lock(&c->pages->lock);
-    for (uint32_t i = 0; i < b->count; i++) {
-        NuksmBlockState *bs;
-        RAMBlock *rb;
-        uint64_t idx;
-
-        if (nuksm_commit_find_page(c, r[i].page, &rb, &bs, &idx) &&
-            nuksm_page_maps(bs, idx, &r[i])) {
-            uint8_t *host = rb->host + idx * NUKSM_PAGE_SIZE;
-
-            trace_nuksm_commit_refused(r[i].page, r[i].node, r[i].slot);
-            nuksm_pages_unmerged(c->pages, bs, idx,
-                                 NUKSM_PAGE_STABLE | NUKSM_PAGE_OFFERED);
-            /*
-             * The write below would wait for the write-fault thread,
-             * which waits for page_lock, were the page write-protected.
-             */
-            if (c->uffd >= 0) {
-                nuksm_remap_track(c->uffd, host, NUKSM_PAGE_SIZE, false);
-            }
-            qatomic_fetch_add((uint64_t *)host, 0);
-        }
-    }
-    qemu_mutex_unlock(&c->pages->lock);
-}
+typedef void NuksmCommitPageFn(NuksmCommit *c, RAMBlock *rb,
+                               NuksmBlockState *bs, uint64_t idx,
+                               const NuksmSlotRef *r);
 
 /*
- * The agent kept nothing that would merge these candidates: they are no
- * longer on offer, so the next pass offers them again, within a second.
+ * Call @fn for each entry of the slot-ref batch @w that names a page of
+ * eligible RAM, with page_lock and the RCU read lock held.
  */
-static void nuksm_commit_retry(NuksmCommit *c, NuksmWork *w)
+static void nuksm_commit_foreach_page(NuksmCommit *c, NuksmWork *w,
+                                      NuksmCommitPageFn *fn)
 {
     const NuksmMsgBatch *b = (const NuksmMsgBatch *)w->payload;
     const NuksmSlotRef *r = (const NuksmSlotRef *)(b + 1);
@@ -758,11 +724,57 @@ static void nuksm_commit_retry(NuksmCommit *c, NuksmWork *w)
         uint64_t idx;
 
         if (nuksm_commit_find_page(c, r[i].page, &rb, &bs, &idx)) {
-            nuksm_page_update(bs, idx, NUKSM_PAGE_OFFERED, 0);
+            fn(c, rb, bs, idx, &r[i]);
         }
     }
     qemu_mutex_unlock(&c->pages->lock);
-    trace_nuksm_commit_retry(b->count);
+}
+
+/*
+ * The agent holds no reference for this page, so nothing keeps its slot
+ * for it: it is made our own again by copy-on-write (an atomic add of
+ * zero writes without changing a byte, whatever a vCPU writes
+ * meanwhile), no longer reported, and offered again, so that it merges
+ * anew.
+ */
+static void nuksm_commit_refused_page(NuksmCommit *c, RAMBlock *rb,
+                                      NuksmBlockState *bs, uint64_t idx,
+                                      const NuksmSlotRef *r)
+{
+    uint8_t *host = rb->host + idx * NUKSM_PAGE_SIZE;
+
+    if (!nuksm_page_maps(bs, idx, r)) {
+        return;
+    }
+    trace_nuksm_commit_refused(r->page, r->node, r->slot);
+    nuksm_pages_unmerged(c->pages, bs, idx,
+                         NUKSM_PAGE_STABLE | NUKSM_PAGE_OFFERED);
+    /*
+     * The write below would wait for the write-fault thread, which
+     * waits for page_lock, were the page write-protected.
+     */
+    if (c->uffd >= 0) {
+        nuksm_remap_track(c->uffd, host, NUKSM_PAGE_SIZE, false);
+    }
+    qatomic_fetch_add((uint64_t *)host, 0);
+}
+
+/*
+ * The agent kept nothing that would merge this candidate: it is no
+ * longer on offer, so the next pass offers it again.
+ */
+static void nuksm_commit_retry_page(NuksmCommit *c, RAMBlock *rb,
+                                    NuksmBlockState *bs, uint64_t idx,
+                                    const NuksmSlotRef *r)
+{
+    nuksm_page_update(bs, idx, NUKSM_PAGE_OFFERED, 0);
+}
+
+/* RETRY: the next pass, within a second, offers the pages again. */
+static void nuksm_commit_retry(NuksmCommit *c, NuksmWork *w)
+{
+    nuksm_commit_foreach_page(c, w, nuksm_commit_retry_page);
+    trace_nuksm_commit_retry(((const NuksmMsgBatch *)w->payload)->count);
     nuksm_scanner_nudge(c->s->scanner);
 }
 
@@ -783,7 +795,7 @@ static void nuksm_commit_handle(NuksmCommit *c, NuksmWork *w)
         nuksm_commit_move(c, w);
         break;
     case NUKSM_MSG_REFUSED:
-        nuksm_commit_refused(c, w);
+        nuksm_commit_foreach_page(c, w, nuksm_commit_refused_page);
         break;
     case NUKSM_MSG_RETRY:
         nuksm_commit_retry(c, w);

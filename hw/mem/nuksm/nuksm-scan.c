@@ -18,7 +18,8 @@
  * it grows longer, until a write or the agent ends it.
  *
  * The thread keeps to a CPU budget (max-cpu, measured on its own CPU
- * clock) and an optional page-rate cap (scan-rate).  The RCU read lock is
+ * clock, hashing and serving the agent alike, plus what the agent
+ * charges for handling our messages) and an optional page-rate cap (scan-rate).  The RCU read lock is
  * held for one chunk at a time, never across a sleep (the main loop may be
  * waiting for a grace period; x-commit-delay-us, for tests, is the one
  * exception), and RAM blocks are looked up by name for every chunk, so
@@ -57,6 +58,12 @@
 #define NUKSM_SCAN_TRACKED_PAUSE_MAX_MS 16000
 #define NUKSM_SCAN_TRACKED_PAUSE_PAGES (2ull << 30 >> 12)
 #define NUKSM_SCAN_TRACKED_PAUSE_CAP_MS 128000
+/*
+ * The CPU budget holds over windows between throttles; idle time counts
+ * towards a window for at most this long, so that a rest does not buy a
+ * long burst.
+ */
+#define NUKSM_SCAN_BUDGET_WINDOW_NS NANOSECONDS_PER_SECOND
 /* How often the page-rate cap is enforced, in hashed pages. */
 #define NUKSM_SCAN_RATE_SLICE_PAGES 256
 /* Messages waiting for the socket before the scanner holds back. */
@@ -84,14 +91,17 @@ struct NuksmScanner {
     bool zero_pages;
     uint32_t epoch;             /* connection the thread works for; */
                                 /* also read atomically */
-    uint32_t max_cpu;
+    double max_cpu;             /* percent of one core */
     uint64_t scan_rate;
     NuksmScanCounters stats;
 
     bool nudged;                /* something to look at again; atomic */
+    uint64_t charged_ns;        /* agent CPU to count (CHARGE); atomic */
 
     /* Scanner thread only */
     uint32_t started_epoch;     /* epoch the commit unit last started on */
+    int64_t cpu_mark;           /* CPU budget window: its thread CPU time */
+    int64_t wall_mark;          /* and its wall clock start */
     uint64_t passes;            /* passes started */
     uint64_t news;              /* changes the current pass found */
     uint64_t resident;          /* resident pages it walked */
@@ -434,19 +444,37 @@ static void nuksm_scan_serve(NuksmScanner *sc)
 }
 
 /*
- * Sleep long enough that the time spent on the last chunks keeps within
- * the CPU budget and the page-rate cap, serving the agent meanwhile.
- * Returns false when the pass must stop (deactivated, quitting, or a
- * fresh pass was requested).
+ * CPU spent since the budget window opened: by the thread, hashing and
+ * serving the agent's requests (uploads, merges, moves) for the pages it
+ * offered, and by the agent, handling our messages (CHARGE).
  */
-static bool nuksm_scan_throttle(NuksmScanner *sc, int64_t cpu_ns,
-                                int64_t wall_ns, unsigned pages)
+static int64_t nuksm_scan_budget_used_ns(NuksmScanner *sc)
 {
+    return nuksm_thread_cpu_ns() - sc->cpu_mark +
+           qatomic_read(&sc->charged_ns);
+}
+
+/*
+ * Sleep long enough that the CPU time of the window that ends keeps
+ * within the CPU budget, and the pages hashed since the last sleep within
+ * the page-rate cap, serving the agent meanwhile; the next window starts
+ * when the sleep ends, and counts what serving cost during it.  Returns
+ * false when the pass must stop (deactivated, quitting, or a fresh pass
+ * was requested).
+ */
+static bool nuksm_scan_throttle(NuksmScanner *sc, int64_t wall_ns,
+                                unsigned pages)
+{
+    int64_t cpu_start = nuksm_thread_cpu_ns();
+    int64_t used_ns = cpu_start - sc->cpu_mark +
+                      qatomic_xchg(&sc->charged_ns, 0);
+    int64_t window_ns = MIN(get_clock() - sc->wall_mark,
+                            NUKSM_SCAN_BUDGET_WINDOW_NS);
     int64_t sleep_ns, deadline;
     bool go_on;
 
     qemu_mutex_lock(&sc->lock);
-    sleep_ns = cpu_ns * (100 - sc->max_cpu) / sc->max_cpu;
+    sleep_ns = (int64_t)(used_ns * 100.0 / sc->max_cpu) - window_ns;
     if (sc->scan_rate) {
         int64_t min_ns = (int64_t)pages * NANOSECONDS_PER_SECOND /
                          sc->scan_rate;
@@ -468,6 +496,8 @@ static bool nuksm_scan_throttle(NuksmScanner *sc, int64_t cpu_ns,
         qemu_cond_timedwait(&sc->cond, &sc->lock, left / SCALE_MS);
     }
     qemu_mutex_unlock(&sc->lock);
+    sc->cpu_mark = cpu_start;
+    sc->wall_mark = get_clock();
     return go_on;
 }
 
@@ -531,7 +561,7 @@ static bool nuksm_scan_pass(NuksmScanner *sc, uint32_t epoch)
 {
     g_autoptr(GPtrArray) pass =
         g_ptr_array_new_with_free_func(nuksm_pass_block_free);
-    int64_t cpu_debt = 0, wall_start = 0;
+    int64_t wall_start = 0;
     unsigned pages_since_sleep = 0;
     NuksmScanCounters delta;
 
@@ -541,7 +571,6 @@ static bool nuksm_scan_pass(NuksmScanner *sc, uint32_t epoch)
         const NuksmPassBlock *pb = g_ptr_array_index(pass, b);
 
         for (uint64_t first = 0;; first += NUKSM_SCAN_CHUNK_PAGES) {
-            int64_t cpu_start = nuksm_thread_cpu_ns();
             unsigned hashed = 0;
 
             if (!wall_start) {
@@ -552,7 +581,6 @@ static bool nuksm_scan_pass(NuksmScanner *sc, uint32_t epoch)
                                        &delta)) {
                 break;
             }
-            cpu_debt += nuksm_thread_cpu_ns() - cpu_start;
             pages_since_sleep += hashed;
 
             qemu_mutex_lock(&sc->lock);
@@ -562,14 +590,12 @@ static bool nuksm_scan_pass(NuksmScanner *sc, uint32_t epoch)
             qemu_mutex_unlock(&sc->lock);
 
             /* Sleep in slices of at least 1 ms, not after every chunk. */
-            if (cpu_debt >= SCALE_MS ||
+            if (nuksm_scan_budget_used_ns(sc) >= SCALE_MS ||
                 pages_since_sleep >= NUKSM_SCAN_RATE_SLICE_PAGES) {
-                if (!nuksm_scan_throttle(sc, cpu_debt,
-                                         get_clock() - wall_start,
+                if (!nuksm_scan_throttle(sc, get_clock() - wall_start,
                                          pages_since_sleep)) {
                     return false;
                 }
-                cpu_debt = 0;
                 wall_start = 0;
                 pages_since_sleep = 0;
             }
@@ -637,6 +663,8 @@ static void *nuksm_scan_thread(void *opaque)
     NuksmCommit *c = sc->s->commit;
 
     rcu_register_thread();
+    sc->cpu_mark = nuksm_thread_cpu_ns();
+    sc->wall_mark = get_clock();
     qemu_mutex_lock(&sc->lock);
     while (!sc->quit) {
         uint32_t epoch;
@@ -756,7 +784,7 @@ void nuksm_scanner_set_active(NuksmScanner *sc, bool active, uint32_t epoch)
     }
 }
 
-void nuksm_scanner_set_budget(NuksmScanner *sc, uint32_t max_cpu,
+void nuksm_scanner_set_budget(NuksmScanner *sc, double max_cpu,
                               uint64_t scan_rate, bool zero_pages)
 {
     qemu_mutex_lock(&sc->lock);
@@ -795,6 +823,11 @@ bool nuksm_scanner_is_active(NuksmScanner *sc)
 void nuksm_scanner_nudge(NuksmScanner *sc)
 {
     qatomic_set(&sc->nudged, true);
+}
+
+void nuksm_scanner_charge(NuksmScanner *sc, uint64_t cpu_ns)
+{
+    qatomic_add(&sc->charged_ns, cpu_ns);
 }
 
 uint32_t nuksm_scanner_epoch(NuksmScanner *sc)

@@ -21,7 +21,7 @@ void nuksm_scanner_free(NuksmScanner *sc);
 /* Run (scan, merge, hold userfaultfd) for connection @epoch, or stop. */
 void nuksm_scanner_set_active(NuksmScanner *sc, bool active,
                               uint32_t epoch);
-void nuksm_scanner_set_budget(NuksmScanner *sc, uint32_t max_cpu,
+void nuksm_scanner_set_budget(NuksmScanner *sc, double max_cpu,
                               uint64_t scan_rate, bool zero_pages);
 /* Fill the scan counters of @stats. */
 void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmStats *stats);
@@ -38,6 +38,11 @@ bool nuksm_scanner_is_active(NuksmScanner *sc);
  * Lock-free.
  */
 void nuksm_scanner_nudge(NuksmScanner *sc);
+/*
+ * The agent spent @cpu_ns handling our messages (CHARGE): counted against
+ * the CPU budget as if the thread had spent it.  Lock-free.
+ */
+void nuksm_scanner_charge(NuksmScanner *sc, uint64_t cpu_ns);
 /* The connection the thread works for; lock-free. */
 uint32_t nuksm_scanner_epoch(NuksmScanner *sc);
 

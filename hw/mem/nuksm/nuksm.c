@@ -508,18 +508,36 @@ static void nuksm_set_hot_window(Object *obj, Visitor *v, const char *name,
     trace_nuksm_set_property(name, value);
 }
 
+static void nuksm_get_max_cpu(Object *obj, Visitor *v, const char *name,
+                              void *opaque, Error **errp)
+{
+    double value = NUKSM(obj)->max_cpu;
+
+    visit_type_number(v, name, &value, errp);
+}
+
 static void nuksm_set_max_cpu(Object *obj, Visitor *v, const char *name,
                               void *opaque, Error **errp)
 {
     Nuksm *s = NUKSM(obj);
-    uint32_t value;
+    double value;
 
-    if (nuksm_visit_uint32_range(v, name, 1, 100, &value, errp)) {
-        s->max_cpu = value;
-        if (s->scanner) {
-            nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate,
+    if (!visit_type_number(v, name, &value, errp)) {
+        return;
+    }
+    /* Written so that NaN fails too. */
+    if (!(value >= NUKSM_MAX_CPU_MIN && value <= NUKSM_MAX_CPU_MAX)) {
+        error_setg(errp, "nuksm: property '%s' must be between %g and %g "
+                   "(percent of one core, fractions allowed), got %g",
+                   name, NUKSM_MAX_CPU_MIN, NUKSM_MAX_CPU_MAX, value);
+        return;
+    }
+    trace_nuksm_set_max_cpu((uint32_t)value,
+                            (uint32_t)(value * 100) % 100);
+    s->max_cpu = value;
+    if (s->scanner) {
+        nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate,
                                  s->zero_pages);
-        }
     }
 }
 
@@ -768,11 +786,11 @@ static void nuksm_class_init(ObjectClass *oc, void *data)
     object_class_property_set_description(oc, "priority",
         "Weight in NUMA placement, 1..1000, at most the agent's limit for "
         "the VM (default 100)");
-    object_class_property_add(oc, "max-cpu", "uint32", nuksm_get_uint32,
-                              nuksm_set_max_cpu, NULL,
-                              (void *)offsetof(Nuksm, max_cpu));
+    object_class_property_add(oc, "max-cpu", "number", nuksm_get_max_cpu,
+                              nuksm_set_max_cpu, NULL, NULL);
     object_class_property_set_description(oc, "max-cpu",
-        "Scanner CPU budget in percent of one core, 1..100 (default 10)");
+        "CPU budget of the scanner thread (scanning and merging) in percent "
+        "of one core, 0.01..100 (default 10)");
     object_class_property_add(oc, "scan-rate", "uint64", nuksm_get_scan_rate,
                               nuksm_set_scan_rate, NULL, NULL);
     object_class_property_set_description(oc, "scan-rate",

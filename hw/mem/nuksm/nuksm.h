@@ -77,7 +77,10 @@ OBJECT_DECLARE_SIMPLE_TYPE(Nuksm, NUKSM)
 
 #define NUKSM_DEFAULT_AGENT    "/run/nuksm/nuksmd.sock"
 #define NUKSM_DEFAULT_PRIORITY 100
-#define NUKSM_DEFAULT_MAX_CPU  10
+#define NUKSM_DEFAULT_MAX_CPU  10.0
+/* max-cpu's range, in percent of one core: fractions too. */
+#define NUKSM_MAX_CPU_MIN      0.01
+#define NUKSM_MAX_CPU_MAX      100.0
 #define NUKSM_DEFAULT_HOT_WINDOW_MS 1000
 #define NUKSM_HOT_WINDOW_MIN_MS 10
 #define NUKSM_HOT_WINDOW_MAX_MS 600000
@@ -143,7 +146,7 @@ struct Nuksm {
     char *agent_path;
     char *domain;
     uint32_t priority;
-    uint32_t max_cpu;
+    double max_cpu;             /* percent of one core */
     uint64_t scan_rate;
     bool zero_pages;
     char *memdev;
