@@ -40,6 +40,8 @@ class Run:
         self.workdir = workdir
         # Steady state: seconds left to settle, then seconds measured.
         self.settle_s, self.idle_s = idle
+        if workload.steady_s:
+            self.settle_s = self.idle_s = workload.steady_s
         self.cow_chunks = cow_chunks
         self.perf_data = perf_data
         self.tag = f"[{workload.name}/{budget} {side.name}]"
@@ -148,6 +150,7 @@ class Run:
                 for seconds in (self.settle_s, self.idle_s):
                     idle_start = self.timeline[-1]
                     main_loop_start = self.main_loop_cpu_ns()
+                    parts_start = self.cpu()
                     end_at = time.monotonic() + seconds
                     while time.monotonic() < end_at:
                         time.sleep(min(STEADY_SAMPLE_S,
@@ -175,6 +178,9 @@ class Run:
             result["main_loop_idle_share"] = (
                 (self.main_loop_cpu_ns() - main_loop_start) / 1e9 /
                 max(end - idle_start[0], 1e-3))
+            result["idle_cpu_parts_share"] = {
+                k: (v - parts_start[k]) / 1e9 / max(end - idle_start[0], 1e-3)
+                for k, v in self.cpu().items() if k in parts_start}
         if rewriter:
             result["rewrites"] = rewriter.written
         return result

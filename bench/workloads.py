@@ -48,6 +48,9 @@ class Workload:
     # Guest pages rewritten per second (same content: copy-on-write only)
     rewrite_rate: int = 0
     timeout: float = 120
+    # Seconds to settle, then to measure, the steady state (else the
+    # run's defaults, bench/run.py)
+    steady_s: float = 0
 
     @property
     def tcg(self):
@@ -188,9 +191,14 @@ IDLE_SERIES_GIB = (1, 2, 4, 16)
 
 def idle_workload(gib):
     """2 VMs, @gib GiB of guest RAM in all, half identical: merged at
-    full throttle, then idle at each side's defaults."""
+    full throttle, then idle at each side's defaults.  nuksm's rests
+    between idle passes grow to 16 s per 2 GiB of a VM (at least 16 s):
+    the steady state settles for, then is measured over, twice the
+    longest."""
     mib = gib * 1024 // 2
+    longest_rest_s = max(16, 16 * mib / 2048)
     return Workload(f"idle-{gib}g", f"idle: 2 VMs x {mib} MiB, half "
                     "identical, at the defaults once merged", 2, mib,
                     (("unique", mib // 2 - 1), ("shared", mib // 2)),
-                    budgets=("idle",), timeout=120 + 60 * gib)
+                    budgets=("idle",), timeout=120 + 60 * gib,
+                    steady_s=2 * longest_rest_s)

@@ -1,7 +1,7 @@
 /*
- * nuksmd outbox: UPLOAD_REQ, MERGE, MOVE and RETRY entries gathered per VM while
- * an event is handled, sent as few batches (seq 0) once it is done
- * (effects.h).
+ * nuksmd outbox: UPLOAD_REQ, MERGE, MOVE and RETRY entries gathered per
+ * VM while an event is handled, sent as few batches (seq 0) once it is
+ * done (effects.h).
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later

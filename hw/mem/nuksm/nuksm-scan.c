@@ -19,13 +19,13 @@
  *
  * The thread keeps to a CPU budget (max-cpu, measured on its own CPU
  * clock, hashing and serving the agent alike, plus what the agent
- * charges for handling our messages) and an optional page-rate cap (scan-rate).  The RCU read lock is
- * held for one chunk at a time, never across a sleep (the main loop may be
- * waiting for a grace period; x-commit-delay-us, for tests, is the one
- * exception), and RAM blocks are looked up by name for every chunk, so
- * hot-unplug and resizing are safe.  Which blocks to walk, and their guest
- * NUMA nodes, the main loop resolved (nuksm-ram.c): the thread never
- * touches QOM.
+ * charges for handling our messages) and an optional page-rate cap
+ * (scan-rate).  The RCU read lock is held for one chunk at a time, never
+ * across a sleep (the main loop may be waiting for a grace period;
+ * x-commit-delay-us, for tests, is the one exception), and RAM blocks
+ * are looked up by name for every chunk, so hot-unplug and resizing are
+ * safe.  Which blocks to walk, and their guest NUMA nodes, the main loop
+ * resolved (nuksm-ram.c): the thread never touches QOM.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
