@@ -7,7 +7,7 @@
 #                   handling, 10 minutes per target (FUZZ_SECONDS=)
 #   make demo       ... and boot two small VMs attached to a live agent
 #   make bench      ... and benchmark nuksm against kernel KSM (root,
-#                   about 20 minutes; docs/benchmarks.rst)
+#                   about 35 minutes; docs/benchmarks.rst)
 #   make bench-quick  the same, smaller and fewer workloads (< 3 minutes)
 #   make soak       ... and churn eight VMs for SOAK_SECONDS (default 1800)
 #                   while the agent is killed again and again
