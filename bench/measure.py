@@ -90,10 +90,10 @@ class Run:
 
     def main_loop_cpu_ns(self):
         """QEMU's main threads, on either side."""
-        return sum(procstat.thread_cpu_ns(vm.pid, vm.pid) for vm in self.vms)
+        return procstat.main_threads_cpu_ns(vm.pid for vm in self.vms)
 
     def qemu_cpu_ns(self):
-        return sum(procstat.process_cpu_ns(vm.pid) for vm in self.vms)
+        return sum(harness.process_cpu_ns(vm.pid) for vm in self.vms)
 
     def sample(self, zero_pages=True):
         t = time.monotonic() - self.t0

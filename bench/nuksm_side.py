@@ -100,7 +100,7 @@ class NuksmSide:
         start with merging, so they are looked up each time) and
         (@main_loop) QEMU's main loop threads, which carry the agent
         connection."""
-        parts = {"nuksmd": procstat.process_cpu_ns(self.agent.pid),
+        parts = {"nuksmd": harness.process_cpu_ns(self.agent.pid),
                  "scan": sum(procstat.thread_cpu_ns(vm.pid, tid)
                              for vm in vms
                              for tid in self.scan_tids[vm.pid]),
@@ -109,8 +109,8 @@ class NuksmSide:
                                for tid in procstat.threads_named(
                                    vm.pid, "nuksm-writes"))}
         if main_loop:
-            parts["main"] = sum(procstat.thread_cpu_ns(vm.pid, vm.pid)
-                                for vm in vms)
+            parts["main"] = procstat.main_threads_cpu_ns(vm.pid
+                                                         for vm in vms)
         return parts
 
     def store_bytes(self):

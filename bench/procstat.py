@@ -36,9 +36,10 @@ def threads(pid):
     return result
 
 
-def process_cpu_ns(pid):
-    """CPU time of every live thread of @pid."""
-    return sum(thread_cpu_ns(pid, tid) for tid in threads(pid))
+def main_threads_cpu_ns(pids):
+    """CPU time of the main threads of processes @pids (QEMU's main
+    loops)."""
+    return sum(thread_cpu_ns(pid, pid) for pid in pids)
 
 
 def threads_named(pid, comm):

@@ -102,13 +102,18 @@ def rss(pid):
 
 
 def process_cpu_ns(pid):
-    """CPU time of the live threads of a process, ns (schedstat)."""
+    """CPU time of the live threads of a process, ns (schedstat); 0 once
+    it is gone."""
     total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return 0
+    for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                 total += int(f.read().split()[0])
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
             pass
     return total
 

@@ -45,9 +45,10 @@ def next_passes(vm, n):
 def test_idle_passes_spare_unwritten_pages(agent, qtest_vm):
     """16 MiB of unique pages, nothing to merge: once they are tracked, a
     pass hashes next to none of them (nothing offers them again: the
-    agent keeps them in its unstable table).  Then a write is noticed: a page written with the content of
-    another merges with it, and every page reads what was written, while
-    the region's huge pages stay huge."""
+    agent keeps them in its unstable table).  Then a write is noticed: a
+    page written with the content of another merges with it, and every
+    page reads what was written, while the region's huge pages stay
+    huge."""
     vm = qtest_vm("vm0", extra=["-m", "512M"], agent=agent.sock,
                   max_cpu=100)
     vm.wait_state("active")
