@@ -191,8 +191,10 @@ class Run:
         the same memset again over the now private copies.  Pages are
         read first, as a guest would have, so both sides start from a
         mapped read-only page."""
-        kind, addr, size = [r for r in self.wl.regions()
-                            if r[0] == "shared"][-1]
+        kind, offset, size = [r for r in self.wl.regions()
+                              if r[0] == "shared"][-1]
+        # Its last stretch contiguous in guest physical memory
+        addr, _, size = list(self.wl.segments(offset, size))[-1]
         q = self.qtests[0]
         chunk = 8 * MIB
         pages = chunk // PAGE

@@ -82,9 +82,38 @@ def plot_idle_series(pairs, path):
     plt.close(fig)
 
 
+def plot_scale_series(pairs, path):
+    """CPU to merge and net physical saving against guest RAM, both
+    sides at full throttle, over static and the scale-* workloads."""
+    runs = [r for pair in pairs for r in pair if r["budget"] == "full" and
+            (r["workload"] == "static" or r["workload"].startswith("scale-"))]
+    fig, (cpu_ax, mem_ax) = plt.subplots(2, 1, figsize=(8, 6.5),
+                                         sharex=True)
+    for side in ("ksm", "nuksm"):
+        mine = sorted((r for r in runs if r["side"] == side),
+                      key=lambda r: r["guest_pages"])
+        gib = [r["guest_pages"] * PAGE / (1 << 30) for r in mine]
+        style = dict(color=COLOURS[side], marker="o",
+                     label=LABELS[side, "full"])
+        # A run that did not reach 99% leaves a gap.
+        cpu_ax.plot(gib, [r["cpu99_s"] or float("nan") for r in mine],
+                    **style)
+        mem_ax.plot(gib, [r["net_saving_mib"] for r in mine], **style)
+    cpu_ax.set_ylabel("CPU to 99% of the saving (s)")
+    cpu_ax.set_title("scale: 1 GiB VMs, half identical, full throttle")
+    cpu_ax.legend(loc="best", fontsize="small")
+    cpu_ax.grid(alpha=0.3)
+    mem_ax.set_ylabel("net saving, physical (MiB)")
+    mem_ax.set_xlabel("guest RAM in all (GiB; 2, 8 and 16 VMs)")
+    mem_ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
 def plot_all(pairs, titles, out_dir):
-    """One PNG per workload in @out_dir, and one of the idle series if
-    it ran; returns {name: path}."""
+    """One PNG per workload in @out_dir, and one of the idle and of the
+    scale series if they ran; returns {name: path}."""
     by_workload = {}
     for pair in pairs:
         by_workload.setdefault(pair[0]["workload"], []).extend(pair)
@@ -95,4 +124,8 @@ def plot_all(pairs, titles, out_dir):
     if sum(name.startswith("idle-") for name in by_workload) > 1:
         paths["idle-series"] = out_dir / "idle-series.png"
         plot_idle_series(pairs, paths["idle-series"])
+    if sum(name == "static" or name.startswith("scale-")
+           for name in by_workload) > 1:
+        paths["scale-series"] = out_dir / "scale-series.png"
+        plot_scale_series(pairs, paths["scale-series"])
     return paths

@@ -81,9 +81,9 @@ def rst_block(meta, pairs, goals, images, docs_dir):
                         "yes" if g["met"] else "**no**"] for g in goals])
     for name, path in images.items():
         rel = os.path.relpath(path, docs_dir)
-        what = ("steady CPU and net saving against guest RAM"
-                if name == "idle-series" else
-                "memory saved and CPU spent over time")
+        what = {"idle-series": "steady CPU and net saving against guest "
+                "RAM", "scale-series": "CPU to merge and net saving against "
+                "guest RAM"}.get(name, "memory saved and CPU spent over time")
         out += ["", f".. image:: {rel}", f"   :alt: {name}: {what}, KSM "
                 "and nuksm"]
     return "\n".join(out) + "\n"

@@ -61,11 +61,35 @@ class Workload:
         return self.vms * self.mem_mib * MIB // PAGE
 
     def regions(self):
-        """(kind, first guest address, size) of each layout region."""
+        """(kind, first guest RAM offset, size) of each layout region."""
         addr = LOW_HOLE
         for kind, mib in self.layout:
             yield kind, addr, mib * MIB
             addr += mib * MIB
+
+    @property
+    def low_memory(self):
+        """Bytes of guest RAM q35 maps below 4 GiB: 2 GiB once RAM is
+        2.75 GiB or more, else all of it; the rest it maps from 4 GiB on
+        (hw/i386/pc_q35.c)."""
+        ram = self.mem_mib * MIB
+        return 2 << 30 if ram >= 0xb0000000 else ram
+
+    def guest_address(self, offset):
+        """The guest physical address of guest RAM offset @offset."""
+        low = self.low_memory
+        return offset if offset < low else offset - low + (4 << 30)
+
+    def segments(self, offset, size):
+        """(guest address, first page counted from @offset, size) of the
+        stretches of the @size bytes of guest RAM from @offset on that are
+        contiguous in guest physical memory."""
+        cuts = [offset, offset + size]
+        if offset < self.low_memory < offset + size:
+            cuts.insert(1, self.low_memory)
+        for start, end in zip(cuts, cuts[1:]):
+            yield (self.guest_address(start), (start - offset) // PAGE,
+                   end - start)
 
     def expected_saving(self):
         """Pages an ideal deduplicator saves: every VM but one's copy of
@@ -103,11 +127,12 @@ def tag(kind, vm_index, page):
 
 
 def fill(workload, qtest, vm_index):
-    for kind, addr, size in workload.regions():
-        qtest.memset(addr, size, BACKGROUND)
-        pipeline(qtest, [f"writeq {addr + p * PAGE:#x} "
-                         f"{tag(kind, vm_index, p):#x}"
-                         for p in range(size // PAGE)])
+    for kind, offset, size in workload.regions():
+        for addr, first, length in workload.segments(offset, size):
+            qtest.memset(addr, length, BACKGROUND)
+            pipeline(qtest, [f"writeq {addr + p * PAGE:#x} "
+                             f"{tag(kind, vm_index, first + p):#x}"
+                             for p in range(length // PAGE)])
 
 
 class Rewriter:
@@ -117,8 +142,9 @@ class Rewriter:
     workload, §8.1.2)."""
 
     def __init__(self, workload, qtest):
-        self.pages = [(addr + p * PAGE, tag(kind, 0, p))
-                      for kind, addr, size in workload.regions()
+        self.pages = [(workload.guest_address(offset + p * PAGE),
+                       tag(kind, 0, p))
+                      for kind, offset, size in workload.regions()
                       if kind == "shared" for p in range(size // PAGE)]
         self.rate = workload.rewrite_rate
         self.qtest = qtest
@@ -181,8 +207,21 @@ def suite(quick):
                  "identical", 2, 1024, (("scattered", 1023),), timeout=240),
         Workload("real", "real guests: 2 TCG guests x 256 MiB, 64 MiB of "
                  "identical page cache", 2, 256, fill_mib=64, timeout=150),
+        *(scale_workload(vms) for vms in SCALE_SERIES_VMS),
         *(idle_workload(gib) for gib in IDLE_SERIES_GIB),
     ]
+
+
+# VMs of 1 GiB of the scale series; 2 of them are the static workload's.
+SCALE_SERIES_VMS = (8, 16)
+
+
+def scale_workload(vms):
+    """@vms VMs x 1 GiB, half identical in all of them: static, on more
+    of the host."""
+    return Workload(f"scale-{vms}x1g", f"scale: {vms} VMs x 1 GiB, half "
+                    "identical", vms, 1024, (("unique", 511), ("shared", 512)),
+                    timeout=60 * vms)
 
 
 # Guest RAM of the idle series, GiB in all (2 VMs): 2 is the idle goal's.

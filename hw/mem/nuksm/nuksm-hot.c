@@ -30,6 +30,7 @@
 #include "exec/memory.h"
 #include "exec/ramblock.h"
 #include "nuksm-pages.h"
+#include "nuksm-scan.h"
 #include "trace.h"
 
 /* nuksm objects whose window is open, each counted once. */
@@ -57,6 +58,8 @@ static void nuksm_hot_log_stop(void)
  * VM hold no write, and their counters are then aged in one tight loop.
  */
 #define NUKSM_HOT_GROUP_PAGES 64
+/* Windows without sampling after a harvest while the scanner has settled */
+#define NUKSM_HOT_SETTLED_REST 15
 
 /* Fold the sample's writes of @rb into its pages' inactive counters. */
 static bool nuksm_hot_harvest(Nuksm *s, RAMBlock *rb, void *opaque)
@@ -99,6 +102,28 @@ static bool nuksm_hot_clear(Nuksm *s, RAMBlock *rb, void *opaque)
     return true;
 }
 
+/*
+ * Is a window to be opened now?  Hotness travels with candidates only:
+ * while the scanner has settled (its last pass found nothing new, so
+ * nothing is offered), the sampler rests NUKSM_HOT_SETTLED_REST windows
+ * after a harvest instead of one, sampling one window in 16 instead of
+ * one in 2: the counters keep ageing at an eighth of the cost of
+ * harvesting the dirty log of all guest RAM.  A write to a tracked page,
+ * or new pages a pass finds, unsettle the scanner.
+ */
+static bool nuksm_hot_window_due(Nuksm *s)
+{
+    NuksmHot *h = &s->hot;
+    unsigned rest = s->scanner && nuksm_scanner_settled(s->scanner) ?
+                    NUKSM_HOT_SETTLED_REST : 1;
+
+    if (++h->resting < rest) {
+        return false;
+    }
+    h->resting = 0;
+    return true;
+}
+
 static void nuksm_hot_tick(void *opaque)
 {
     Nuksm *s = opaque;
@@ -113,7 +138,8 @@ static void nuksm_hot_tick(void *opaque)
         h->samples++;
         h->hot_pages = hot;
         trace_nuksm_hot_sample(nuksm_id(s), h->samples, hot);
-    } else if (s->hot_window_ms && nuksm_is_running(s)) {
+    } else if (s->hot_window_ms && nuksm_is_running(s) &&
+               nuksm_hot_window_due(s)) {
         Error *err = NULL;
 
         if (nuksm_hot_log_start(&err)) {

@@ -14,8 +14,9 @@
  * at the start of each stretch a pass write-protects the stretch's
  * stable pages, then hashes only those it did not find protected
  * already, or that the agent asked for again.  Once every page rests
- * protected, a pass is mostly a walk of the pagemap, and the rest after
- * it grows longer, until a write or the agent ends it.
+ * protected, a pass is mostly a walk of the pagemap, one read per
+ * stretch, and the rest after it grows longer, until a write or the
+ * agent ends it.
  *
  * The thread keeps to a CPU budget (max-cpu, measured on its own CPU
  * clock, hashing and serving the agent alike, plus what the agent
@@ -49,7 +50,8 @@
  * Rest between full passes, so an idle VM costs next to nothing: 1 s,
  * doubling after each pass that found nothing new, up to 4 s.  With
  * write tracking, an idle pass costs a walk of the pagemap of the pages
- * resident: the rest grows up to 16 s per 2 GiB of them (at most 128 s),
+ * resident or merged, one read per stretch: the rest grows up to 16 s
+ * per 2 GiB of them (at most 128 s),
  * so that idle costs the same share of a core whatever the VM's size,
  * and a write to a tracked page cuts it short to 1 s.
  */
@@ -64,6 +66,11 @@
  * long burst.
  */
 #define NUKSM_SCAN_BUDGET_WINDOW_NS NANOSECONDS_PER_SECOND
+/*
+ * Chunks walked with nothing hashed (well under a millisecond's work)
+ * between two looks at the CPU budget.
+ */
+#define NUKSM_SCAN_IDLE_CHUNKS_PER_CLOCK 64
 /* How often the page-rate cap is enforced, in hashed pages. */
 #define NUKSM_SCAN_RATE_SLICE_PAGES 256
 /* Messages waiting for the socket before the scanner holds back. */
@@ -96,6 +103,7 @@ struct NuksmScanner {
     NuksmScanCounters stats;
 
     bool nudged;                /* something to look at again; atomic */
+    bool settled;               /* the last pass found nothing; atomic */
     uint64_t charged_ns;        /* agent CPU to count (CHARGE); atomic */
 
     /* Scanner thread only */
@@ -104,17 +112,18 @@ struct NuksmScanner {
     int64_t wall_mark;          /* and its wall clock start */
     uint64_t passes;            /* passes started */
     uint64_t news;              /* changes the current pass found */
-    uint64_t resident;          /* resident pages it walked */
+    uint64_t resident;          /* resident or merged pages walked */
     int64_t pause_ms;           /* rest after the current pass */
     GArray *candidates;         /* NuksmCandidate, to send */
     uint64_t zero_digest;
     /*
-     * The stretch the pass is in, and which of its pages were
-     * write-protected already when the pass protected it.
+     * The stretch the pass is in, which of its pages were write-protected
+     * already when the pass protected it, and their pagemap entries then.
      */
     NuksmBlockState *stretch_bs;
     uint64_t stretch_first;
     DECLARE_BITMAP(was_tracked, NUKSM_TRACK_STRETCH);
+    uint64_t stretch_pm[NUKSM_TRACK_STRETCH];
 };
 
 static void nuksm_scan_flush_candidates(NuksmScanner *sc, uint32_t epoch)
@@ -294,7 +303,7 @@ static void nuksm_scan_track_stretch(NuksmScanner *sc, RAMBlock *rb,
                                      unsigned count)
 {
     uint8_t *host = rb->host + first * NUKSM_PAGE_SIZE;
-    uint64_t pm[NUKSM_TRACK_STRETCH];
+    uint64_t *pm = sc->stretch_pm;
     unsigned trackable = 0, tracked = 0, run = 0;
     bool whole = true;
 
@@ -350,6 +359,48 @@ static bool nuksm_scan_spared(NuksmScanner *sc, NuksmBlockState *bs,
 }
 
 /*
+ * Has the chunk of @count pages from page @first of @bs nothing to hash
+ * or report, judged from the pagemap entries of its stretch when the
+ * pass protected it?  Every page is then not resident, merged and still
+ * reading its slot, or spared, and the chunk needs no pagemap read of its
+ * own: an idle pass reads the pagemap once per stretch.  What changed
+ * since the stretch was read (a write, a copy-on-write break, a page
+ * faulted in) the next pass sees.  A page merged since, whose old entry
+ * looks like a copy-on-write break, is not judged here.  Adds the
+ * resident and merged pages to *resident.
+ */
+static bool nuksm_scan_chunk_idle(NuksmScanner *sc, NuksmBlockState *bs,
+                                  uint64_t first, unsigned count,
+                                  uint64_t *resident)
+{
+    const uint64_t *pm;
+    uint64_t n = 0;
+
+    if (sc->stretch_bs != bs ||
+        QEMU_ALIGN_DOWN(first, NUKSM_TRACK_STRETCH) != sc->stretch_first) {
+        return false;
+    }
+    pm = &sc->stretch_pm[first - sc->stretch_first];
+    for (unsigned i = 0; i < count; i++) {
+        uint64_t idx = first + i;
+
+        if (nuksm_page_flags(bs, idx) & NUKSM_PAGE_MERGED) {
+            if (!nuksm_pagemap_reads_file(pm[i])) {
+                return false;
+            }
+            n++;
+        } else if (pm[i] & NUKSM_PM_PRESENT) {
+            if (!nuksm_scan_spared(sc, bs, idx, pm[i])) {
+                return false;
+            }
+            n++;
+        }
+    }
+    *resident += n;
+    return true;
+}
+
+/*
  * Scan one chunk of @count pages starting at page index @first of @rb;
  * returns how many were hashed.  Called with page_lock and the RCU read
  * lock held.
@@ -373,6 +424,10 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
                                          bs->nr_pages - first));
         }
     }
+    if (tracking && nuksm_scan_chunk_idle(sc, bs, first, count,
+                                          &sc->resident)) {
+        return 0;
+    }
     if (!nuksm_scan_read_pagemap(sc, host, count, pm)) {
         return 0;
     }
@@ -387,6 +442,7 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
 
         if ((nuksm_page_flags(bs, idx) & NUKSM_PAGE_MERGED) &&
             nuksm_scan_still_merged(sc, bs, idx, pm[i], delta)) {
+            sc->resident++;
             continue;
         }
         if (!(pm[i] & NUKSM_PM_PRESENT)) {
@@ -562,7 +618,7 @@ static bool nuksm_scan_pass(NuksmScanner *sc, uint32_t epoch)
     g_autoptr(GPtrArray) pass =
         g_ptr_array_new_with_free_func(nuksm_pass_block_free);
     int64_t wall_start = 0;
-    unsigned pages_since_sleep = 0;
+    unsigned pages_since_sleep = 0, idle_chunks = 0;
     NuksmScanCounters delta;
 
     nuksm_ram_foreach_resolved(sc->s, nuksm_pass_add_block, pass);
@@ -582,14 +638,22 @@ static bool nuksm_scan_pass(NuksmScanner *sc, uint32_t epoch)
                 break;
             }
             pages_since_sleep += hashed;
-
-            qemu_mutex_lock(&sc->lock);
-            sc->stats.pages_scanned += hashed;
-            sc->stats.pages_volatile += delta.pages_volatile;
-            sc->stats.cow_breaks += delta.cow_breaks;
-            qemu_mutex_unlock(&sc->lock);
-
-            /* Sleep in slices of at least 1 ms, not after every chunk. */
+            if (hashed || delta.pages_volatile || delta.cow_breaks) {
+                qemu_mutex_lock(&sc->lock);
+                sc->stats.pages_scanned += hashed;
+                sc->stats.pages_volatile += delta.pages_volatile;
+                sc->stats.cow_breaks += delta.cow_breaks;
+                qemu_mutex_unlock(&sc->lock);
+            }
+            /*
+             * Sleep in slices of at least 1 ms, not after every chunk.
+             * Reading the thread's CPU clock is a system call: after a
+             * chunk with nothing hashed, look at it only now and then.
+             */
+            if (!hashed && ++idle_chunks < NUKSM_SCAN_IDLE_CHUNKS_PER_CLOCK) {
+                continue;
+            }
+            idle_chunks = 0;
             if (nuksm_scan_budget_used_ns(sc) >= SCALE_MS ||
                 pages_since_sleep >= NUKSM_SCAN_RATE_SLICE_PAGES) {
                 if (!nuksm_scan_throttle(sc, get_clock() - wall_start,
@@ -629,6 +693,7 @@ static void nuksm_scan_rest(NuksmScanner *sc)
 
     while (sc->active && !sc->restart && !sc->quit && get_clock() < end) {
         if (qatomic_read(&sc->nudged) && get_clock() >= short_end) {
+            qatomic_set(&sc->settled, false);
             break;
         }
         nuksm_scan_serve(sc);
@@ -709,6 +774,8 @@ static void *nuksm_scan_thread(void *opaque)
             sc->pause_ms = sc->news ? NUKSM_SCAN_PASS_PAUSE_MS :
                            MIN(sc->pause_ms * 2,
                                nuksm_scan_pause_max_ms(sc));
+            qatomic_set(&sc->settled,
+                        !sc->news && !qatomic_read(&sc->nudged));
             qemu_mutex_lock(&sc->lock);
             sc->stats.full_scans++;
             trace_nuksm_scan_pass_done(sc->stats.full_scans,
@@ -823,6 +890,12 @@ bool nuksm_scanner_is_active(NuksmScanner *sc)
 void nuksm_scanner_nudge(NuksmScanner *sc)
 {
     qatomic_set(&sc->nudged, true);
+    qatomic_set(&sc->settled, false);
+}
+
+bool nuksm_scanner_settled(NuksmScanner *sc)
+{
+    return qatomic_read(&sc->settled);
 }
 
 void nuksm_scanner_charge(NuksmScanner *sc, uint64_t cpu_ns)

@@ -39,6 +39,12 @@ bool nuksm_scanner_is_active(NuksmScanner *sc);
  */
 void nuksm_scanner_nudge(NuksmScanner *sc);
 /*
+ * The last pass found nothing new and nothing has nudged the thread
+ * since: nothing is offered to the agent until something changes.
+ * Lock-free.
+ */
+bool nuksm_scanner_settled(NuksmScanner *sc);
+/*
  * The agent spent @cpu_ns handling our messages (CHARGE): counted against
  * the CPU budget as if the thread had spent it.  Lock-free.
  */

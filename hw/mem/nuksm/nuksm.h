@@ -134,6 +134,8 @@ typedef struct NuksmAgentConn {
 typedef struct NuksmHot {
     QEMUTimer *timer;
     bool logging;               /* a sample window is open */
+    unsigned resting;           /* windows without sampling since the */
+                                /* last harvest */
     uint64_t samples;           /* windows harvested */
     uint64_t hot_pages;         /* pages written in the last window */
     char *error;                /* why dirty logging could not start */
