@@ -18,6 +18,12 @@ LABELS = {("ksm", "full"): "KSM, full throttle",
           ("nuksm", "idle"): "nuksm, max-cpu=100, then its defaults"}
 
 
+def save(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
 def plot_workload(runs, title, path):
     fig, (saved_ax, cpu_ax) = plt.subplots(2, 1, figsize=(8, 6.5),
                                            sharex=True)
@@ -45,9 +51,26 @@ def plot_workload(runs, title, path):
     cpu_ax.set_xlabel("seconds since deduplication was switched on "
                       "(logarithmic beyond 1 s)")
     cpu_ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    save(fig, path)
+
+
+def plot_series(runs, budget, cpu_of):
+    """@runs' CPU (@cpu_of(run)) and net physical saving against guest
+    RAM, both sides, on two axes sharing guest RAM; returns them."""
+    fig, (cpu_ax, mem_ax) = plt.subplots(2, 1, figsize=(8, 6.5),
+                                         sharex=True)
+    for side in ("ksm", "nuksm"):
+        mine = sorted((r for r in runs if r["side"] == side),
+                      key=lambda r: r["guest_pages"])
+        gib = [r["guest_pages"] * PAGE / (1 << 30) for r in mine]
+        style = dict(color=COLOURS[side], marker="o",
+                     label=LABELS[side, budget])
+        cpu_ax.plot(gib, [cpu_of(r) for r in mine], **style)
+        mem_ax.plot(gib, [r["net_saving_mib"] for r in mine], **style)
+    mem_ax.set_ylabel("net saving, physical (MiB)")
+    for ax in (cpu_ax, mem_ax):
+        ax.grid(alpha=0.3)
+    return fig, cpu_ax, mem_ax
 
 
 def plot_idle_series(pairs, path):
@@ -55,31 +78,17 @@ def plot_idle_series(pairs, path):
     sides, over the idle-* workloads."""
     runs = [r for pair in pairs for r in pair
             if r["workload"].startswith("idle-")]
-    fig, (cpu_ax, mem_ax) = plt.subplots(2, 1, figsize=(8, 6.5),
-                                         sharex=True)
-    for side in ("ksm", "nuksm"):
-        mine = sorted((r for r in runs if r["side"] == side),
-                      key=lambda r: r["guest_pages"])
-        gib = [r["guest_pages"] * PAGE / (1 << 30) for r in mine]
-        style = dict(color=COLOURS[side], marker="o",
-                     label=LABELS[side, "idle"])
-        cpu_ax.plot(gib, [100 * r["steady_cpu_share"] for r in mine],
-                    **style)
-        mem_ax.plot(gib, [r["net_saving_mib"] for r in mine], **style)
+    fig, cpu_ax, mem_ax = plot_series(
+        runs, "idle", lambda r: 100 * r["steady_cpu_share"])
     cpu_ax.axhline(0.5, color="grey", linewidth=0.8, linestyle=":",
                    label="goal: 0.5% of a core")
     cpu_ax.set_ylabel("steady CPU, nothing to merge (% of a core)")
     cpu_ax.set_title("idle: 2 VMs, half identical, at the defaults "
                      "once merged")
     cpu_ax.legend(loc="best", fontsize="small")
-    cpu_ax.grid(alpha=0.3)
-    mem_ax.set_ylabel("net saving, physical (MiB)")
     mem_ax.set_xlabel("guest RAM in all (GiB)")
     mem_ax.set_xscale("log", base=2)
-    mem_ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_scale_series(pairs, path):
@@ -87,28 +96,14 @@ def plot_scale_series(pairs, path):
     sides at full throttle, over static and the scale-* workloads."""
     runs = [r for pair in pairs for r in pair if r["budget"] == "full" and
             (r["workload"] == "static" or r["workload"].startswith("scale-"))]
-    fig, (cpu_ax, mem_ax) = plt.subplots(2, 1, figsize=(8, 6.5),
-                                         sharex=True)
-    for side in ("ksm", "nuksm"):
-        mine = sorted((r for r in runs if r["side"] == side),
-                      key=lambda r: r["guest_pages"])
-        gib = [r["guest_pages"] * PAGE / (1 << 30) for r in mine]
-        style = dict(color=COLOURS[side], marker="o",
-                     label=LABELS[side, "full"])
-        # A run that did not reach 99% leaves a gap.
-        cpu_ax.plot(gib, [r["cpu99_s"] or float("nan") for r in mine],
-                    **style)
-        mem_ax.plot(gib, [r["net_saving_mib"] for r in mine], **style)
+    # A run that did not reach 99% leaves a gap.
+    fig, cpu_ax, mem_ax = plot_series(
+        runs, "full", lambda r: r["cpu99_s"] or float("nan"))
     cpu_ax.set_ylabel("CPU to 99% of the saving (s)")
     cpu_ax.set_title("scale: 1 GiB VMs, half identical, full throttle")
     cpu_ax.legend(loc="best", fontsize="small")
-    cpu_ax.grid(alpha=0.3)
-    mem_ax.set_ylabel("net saving, physical (MiB)")
     mem_ax.set_xlabel("guest RAM in all (GiB; 2, 8 and 16 VMs)")
-    mem_ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_all(pairs, titles, out_dir):
