@@ -383,11 +383,16 @@ def test_stray_store_page_is_freed(pair):
 def test_agent_crash_and_restart(pair):
     """SIGKILL the agent in the middle of merging: guests keep their
     memory; a new agent on the same state directory gets every reference
-    back from RESTORE, and merging completes."""
+    back from RESTORE, and merging completes.  Scanning 4096 pages a
+    second stretches the merge over seconds, so that the kill lands in
+    it."""
     agent, vms = pair
     content = pseudo_random(17, 64 * MIB)
     pages = len(content) // PAGE
     qtests = fill(vms, content)
+    for vm in vms:
+        vm.cmd("qom-set", path="/objects/dedup0", property="scan-rate",
+               value=4096)
     enable(vms)
     wait_until(lambda: sharing(vms[0]) >= 500, 60, "merging to start")
     agent.kill()
