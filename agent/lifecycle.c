@@ -25,22 +25,17 @@
 #include "topology.h"
 
 /*
- * Candidates remembered per agent: at most 96 MiB of unstable table, and
+ * Candidates remembered per agent: at most 64 MiB of unstable table, and
  * at most a quarter of the memory budget, since the table never shrinks.
  */
 #define UNSTABLE_MAX_ENTRIES (1u << 22)
 
-static bool client_alive(uint32_t client_id, void *opaque)
-{
-    return ledger_client(opaque, client_id);
-}
-
 /* The unstable table is full: its VM offers the page again. */
-static void candidate_evicted(const UnstableEntry *e, void *opaque)
+static void candidate_evicted(uint32_t client, uint64_t page, void *opaque)
 {
     NuksmAgent *agent = opaque;
 
-    outbox_add_retry(agent, ledger_client(agent, e->client), e->page);
+    outbox_add_retry(agent, ledger_client(agent, client), page);
 }
 
 /*
@@ -80,7 +75,7 @@ static bool open_engine(NuksmAgent *agent, const char *state_dir,
     index_init(&agent->index, seed);
     max_unstable = agent->conditions.memory_max / 4 / sizeof(UnstableEntry);
     unstable_init(&agent->unstable, MIN(UNSTABLE_MAX_ENTRIES, max_unstable),
-                  seed, client_alive, candidate_evicted, agent);
+                  seed, candidate_evicted, agent);
     domains_init(&agent->domains, &agent->store, agent->store.secret,
                  sizeof(agent->store.secret));
     ledger_init(agent, gen);

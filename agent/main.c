@@ -7,6 +7,7 @@
  */
 
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -48,12 +49,22 @@ static void raise_fd_limit(void)
     }
 }
 
+/*
+ * The tables (hash tables, slot arrays) grow by reallocation.  glibc
+ * raises its mmap() threshold to every large block freed, so grown tables
+ * land in the heap, where the smaller ones they replaced stay resident as
+ * holes.  A fixed threshold keeps each large table in a mapping of its
+ * own, returned whole when freed.
+ */
+#define MMAP_THRESHOLD (32 * 1024)
+
 int main(int argc, char **argv)
 {
     NuksmAgent agent;
     NuksmdConfig cfg;
     guint sigterm, sigint;
 
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
     if (!config_load(&cfg, argc, argv)) {
         config_clear(&cfg);
         return 2;

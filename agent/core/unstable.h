@@ -3,10 +3,15 @@
  * holds yet, per merge domain and home node.  A second page with the same
  * digest makes a merge, if the placement policy lets the two share.  It
  * is a bounded cache, not an index: set-associative (each entry may go
- * to either of two sets), it doubles at 3/4 load until it
- * reaches its maximum size, and an insertion into full sets evicts their
- * oldest entry.  A VM flooding it with digests only pushes out candidates
+ * to either of two sets), it grows by half at 7/8 load until it reaches
+ * its maximum size, and an insertion into full sets evicts their oldest
+ * entry.  A VM flooding it with digests only pushes out candidates
  * (delays merges), never exhausts memory.
+ *
+ * An entry is 16 bytes: the keyed hash of (domain, home node, digest),
+ * which for one domain is a bijection of (home node, digest), the page,
+ * its hotness and its client.  The client is a slot of this table, which
+ * also knows the client's domain: a lookup compares that too.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -21,58 +26,83 @@
 
 #define UNSTABLE_WAYS 8u
 
+/* Client slots: 0 is none, so at most this many minus one clients. */
+#define UNSTABLE_CLIENTS 65536u
+
+/* Pages at or beyond this are not remembered: 2^59 bytes of guest RAM. */
+#define UNSTABLE_PAGE_LIMIT (1ull << 47)
+
 typedef struct UnstableEntry {
-    uint64_t digest;
-    uint64_t page;
-    uint32_t client;         /* client id; 0: empty */
-    uint16_t domain;
-    uint8_t node;            /* home node of the page */
-    bool hot;                /* the page was hot (policy_page_hot()) */
+    uint64_t hash;           /* key_hash() of (node and digest, domain) */
+    uint64_t page : 47;
+    uint64_t hot : 1;        /* the page was hot (policy_page_hot()) */
+    uint64_t client : 16;    /* client slot; 0: empty */
 } UnstableEntry;
 
-/*
- * Entries name clients, which may leave: a client id for which @live
- * returns false makes its entries dead, to be reused first and dropped
- * when the table grows.  Client ids are never reused, so a dead entry
- * cannot come back to life.
- */
-typedef bool (*UnstableLiveFn)(uint32_t client, void *opaque);
+/* A client slot; id 0 when free. */
+typedef struct UnstableClient {
+    uint32_t id;
+    uint16_t domain;
+    bool stale;              /* freed, its entries may still be there */
+} UnstableClient;
 
 /*
  * An entry of a client that is still there was evicted to make room:
  * its page will not merge unless offered again.
  */
-typedef void (*UnstableEvictFn)(const UnstableEntry *e, void *opaque);
+typedef void (*UnstableEvictFn)(uint32_t client, uint64_t page,
+                                void *opaque);
 
 typedef struct UnstableTable {
     UnstableEntry *entries;  /* nr_sets sets of UNSTABLE_WAYS, newest first */
-    size_t nr_sets;          /* power of two */
+    size_t nr_sets;
     size_t max_sets;
     size_t count;            /* non-empty entries, live or not */
     uint64_t seed;
-    UnstableLiveFn live;
+    /*
+     * Entries of a client that left are dead: reused first, dropped when
+     * the table grows.  Its slot is free again once none is left.
+     */
+    UnstableClient *clients; /* UNSTABLE_CLIENTS, touched as used */
+    uint32_t client_cursor;  /* next-fit position */
     UnstableEvictFn evicted;
     void *opaque;
 } UnstableTable;
 
-/* Room for @max_entries (rounded down to a power of two, at least 4 sets). */
+/* Room for @max_entries (at least 4 sets). */
 void unstable_init(UnstableTable *u, size_t max_entries, uint64_t seed,
-                   UnstableLiveFn live, UnstableEvictFn evicted,
-                   void *opaque);
+                   UnstableEvictFn evicted, void *opaque);
 void unstable_destroy(UnstableTable *u);
+
+/*
+ * A slot for client @id of merge domain @domain, to name it in entries;
+ * 0 if UNSTABLE_CLIENTS - 1 clients hold one.
+ */
+uint16_t unstable_client_add(UnstableTable *u, uint32_t id, uint16_t domain);
+
+/* Client slot @slot (0: none) left: its entries are dead. */
+void unstable_client_remove(UnstableTable *u, uint16_t slot);
 
 UnstableEntry *unstable_lookup(UnstableTable *u, uint16_t domain,
                                uint32_t node, uint64_t digest);
+
+/* The client id of the entry @e (from unstable_lookup()). */
+static inline uint32_t unstable_client(const UnstableTable *u,
+                                       const UnstableEntry *e)
+{
+    return u->clients[e->client].id;
+}
 
 /* Empty @e (from unstable_lookup()). */
 void unstable_remove(UnstableTable *u, UnstableEntry *e);
 
 /*
- * (@domain, @node, @digest) -> (@client, @page, @hot), replacing any
- * previous value.
+ * (@domain, @node, @digest) -> (client of slot @client, @page, @hot),
+ * replacing any previous value; nothing for a slot 0 or a page from
+ * UNSTABLE_PAGE_LIMIT on.
  */
 void unstable_set(UnstableTable *u, uint16_t domain, uint32_t node,
-                  uint64_t digest, uint32_t client, uint64_t page, bool hot);
+                  uint64_t digest, uint16_t client, uint64_t page, bool hot);
 
 static inline size_t unstable_bytes(const UnstableTable *u)
 {

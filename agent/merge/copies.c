@@ -57,11 +57,12 @@ UnstableEntry *copies_unstable_partner(NuksmAgent *agent, uint16_t domain,
     UnstableEntry *ue = unstable_lookup(&agent->unstable, domain, node,
                                         digest);
 
-    *u = ue ? ledger_client(agent, ue->client) : NULL;
+    *u = ue ? ledger_client(agent, unstable_client(&agent->unstable, ue))
+            : NULL;
     if (!*u || ledger_page(*u, ue->page) || ledger_full(*u)) {
         return NULL;
     }
-    *pu = (PolicyOwner) { .client = (*u)->id, .home = ue->node,
+    *pu = (PolicyOwner) { .client = (*u)->id, .home = node,
                           .priority = (*u)->priority, .hot = ue->hot };
     return ue;
 }

@@ -433,6 +433,8 @@ void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
 
     /* From now on, uploads and the unstable table no longer see it. */
     g_hash_table_remove(agent->ledger.vms, GUINT_TO_POINTER(client->id));
+    unstable_client_remove(&agent->unstable, client->unstable_slot);
+    client->unstable_slot = 0;
     keymap_init(&client->pages, pages.seed);
 
     for (size_t i = 0; i < pages.size; i++) {

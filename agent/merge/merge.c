@@ -29,6 +29,9 @@
  */
 #define CLIENT_IN_FLIGHT_MAX (1u << 16)
 
+/* Fewer clients than slots: a joining VM always gets one. */
+_Static_assert(CLIENTS_MAX < UNSTABLE_CLIENTS, "a VM has an unstable slot");
+
 void merge_client_join(NuksmAgent *agent, NuksmClient *client)
 {
     client->joined = true;
@@ -41,6 +44,9 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     client->to_retry = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     g_hash_table_insert(agent->ledger.vms, GUINT_TO_POINTER(client->id),
                         client);
+    client->unstable_slot = unstable_client_add(&agent->unstable, client->id,
+                                                client->domain_id);
+    g_assert(client->unstable_slot);
     detached_adopt(agent, client);
 
     /* Before it gets the store: it may map slots from now on. */
@@ -355,8 +361,8 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
         return;
     }
     /* The same page seen again only refreshes its entry. */
-    unstable_set(&agent->unstable, v->domain_id, pv.home, c->digest, v->id,
-                 c->page, pv.hot);
+    unstable_set(&agent->unstable, v->domain_id, pv.home, c->digest,
+                 v->unstable_slot, c->page, pv.hot);
 }
 
 void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,

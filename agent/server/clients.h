@@ -84,6 +84,7 @@ typedef struct NuksmClient {
 
     /* Merge engine (VM clients) */
     bool joined;             /* merge_client_join() done */
+    uint16_t unstable_slot;  /* names it in the unstable table; 0: none */
     uint16_t domain_id;
     KeyMap pages;            /* page -> slot it maps or is about to (ledger) */
     GArray *to_merge;        /* NuksmSlotRef of the next MERGE (outbox) */

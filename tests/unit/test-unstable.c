@@ -1,7 +1,7 @@
 /*
  * Unit tests of nuksmd's unstable table: lookups, replacement, the bound
- * on its size, eviction of entries of clients that left first, and the
- * report of every live entry evicted.
+ * on its size, eviction of entries of clients that left first, the
+ * report of every live entry evicted, and client slots.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -14,37 +14,41 @@
 
 #define SEED 0x0123456789abcdefull
 
-/* Clients with an id in this set have left. */
-static GHashTable *gone;
-
-static bool live(uint32_t client, void *opaque)
-{
-    g_assert_true(opaque == &gone);
-    return !g_hash_table_contains(gone, GUINT_TO_POINTER(client));
-}
-
 /* Pages of the live entries evicted, in order. */
 static GArray *evicted;
 
-static void on_evicted(const UnstableEntry *e, void *opaque)
+static void on_evicted(uint32_t client, uint64_t page, void *opaque)
 {
-    g_assert_true(opaque == &gone);
-    g_assert_true(live(e->client, opaque));
-    g_array_append_val(evicted, e->page);
+    g_assert_true(opaque == &evicted);
+    g_assert_cmpuint(client, !=, 0);
+    g_array_append_val(evicted, page);
 }
+
+/* Client ids 1..4: slots[id], of domain 0 (1, 3, 4) or 1 (2). */
+static uint16_t slots[5];
 
 static void setup(UnstableTable *u, size_t max_entries)
 {
-    gone = g_hash_table_new(NULL, NULL);
     evicted = g_array_new(FALSE, FALSE, sizeof(uint64_t));
-    unstable_init(u, max_entries, SEED, live, on_evicted, &gone);
+    unstable_init(u, max_entries, SEED, on_evicted, &evicted);
+    for (uint32_t id = 1; id < G_N_ELEMENTS(slots); id++) {
+        slots[id] = unstable_client_add(u, id, id == 2);
+        g_assert_cmpuint(slots[id], !=, 0);
+    }
 }
 
 static void teardown(UnstableTable *u)
 {
     unstable_destroy(u);
-    g_hash_table_destroy(gone);
     g_array_unref(evicted);
+}
+
+static uint32_t client_of(UnstableTable *u, uint16_t domain, uint32_t node,
+                          uint64_t digest)
+{
+    UnstableEntry *e = unstable_lookup(u, domain, node, digest);
+
+    return e ? unstable_client(u, e) : 0;
 }
 
 static void test_set_lookup(void)
@@ -54,28 +58,28 @@ static void test_set_lookup(void)
 
     setup(&u, 1024);
     g_assert_null(unstable_lookup(&u, 0, 0, 0xd1));
-    unstable_set(&u, 0, 0, 0xd1, 1, 100, false);
-    unstable_set(&u, 1, 0, 0xd1, 2, 200, false);
+    unstable_set(&u, 0, 0, 0xd1, slots[1], 100, false);
+    unstable_set(&u, 1, 0, 0xd1, slots[2], 200, false);
 
     e = unstable_lookup(&u, 0, 0, 0xd1);
     g_assert_nonnull(e);
-    g_assert_cmpuint(e->client, ==, 1);
+    g_assert_cmpuint(unstable_client(&u, e), ==, 1);
     g_assert_cmpuint(e->page, ==, 100);
     /* Domains are apart. */
-    g_assert_cmpuint(unstable_lookup(&u, 1, 0, 0xd1)->client, ==, 2);
+    g_assert_cmpuint(client_of(&u, 1, 0, 0xd1), ==, 2);
     /* So are home nodes. */
     g_assert_null(unstable_lookup(&u, 0, 1, 0xd1));
-    unstable_set(&u, 0, 1, 0xd1, 4, 400, true);
+    unstable_set(&u, 0, 1, 0xd1, slots[4], 400, true);
     e = unstable_lookup(&u, 0, 1, 0xd1);
-    g_assert_cmpuint(e->client, ==, 4);
+    g_assert_cmpuint(unstable_client(&u, e), ==, 4);
     g_assert_true(e->hot);
-    g_assert_cmpuint(unstable_lookup(&u, 0, 0, 0xd1)->client, ==, 1);
+    g_assert_cmpuint(client_of(&u, 0, 0, 0xd1), ==, 1);
     unstable_remove(&u, e);
 
     /* A newer page with the digest replaces the entry. */
-    unstable_set(&u, 0, 0, 0xd1, 3, 300, false);
+    unstable_set(&u, 0, 0, 0xd1, slots[3], 300, false);
     e = unstable_lookup(&u, 0, 0, 0xd1);
-    g_assert_cmpuint(e->client, ==, 3);
+    g_assert_cmpuint(unstable_client(&u, e), ==, 3);
     g_assert_cmpuint(e->page, ==, 300);
     g_assert_cmpuint(u.count, ==, 2);
 
@@ -83,6 +87,50 @@ static void test_set_lookup(void)
     g_assert_null(unstable_lookup(&u, 0, 0, 0xd1));
     g_assert_nonnull(unstable_lookup(&u, 1, 0, 0xd1));
     g_assert_cmpuint(u.count, ==, 1);
+
+    /* Pages from UNSTABLE_PAGE_LIMIT on, and slot 0, are not kept. */
+    unstable_set(&u, 0, 0, 0xd2, slots[1], UNSTABLE_PAGE_LIMIT, false);
+    unstable_set(&u, 0, 0, 0xd3, 0, 1, false);
+    unstable_set(&u, 0, 0, 0xd4, slots[1], UNSTABLE_PAGE_LIMIT - 1, false);
+    g_assert_null(unstable_lookup(&u, 0, 0, 0xd2));
+    g_assert_null(unstable_lookup(&u, 0, 0, 0xd3));
+    g_assert_cmpuint(unstable_lookup(&u, 0, 0, 0xd4)->page, ==,
+                     UNSTABLE_PAGE_LIMIT - 1);
+    teardown(&u);
+}
+
+/*
+ * Two domains whose keys hash alike: entries keep the hash, not the key,
+ * and the client's domain keeps them apart.
+ */
+static void test_domain_compared(void)
+{
+    const uint64_t golden = 0x9e3779b97f4a7c15ull;  /* key_hash()'s */
+    UnstableTable u;
+    uint16_t domain, other;
+    uint64_t d0, d1;
+
+    /*
+     * (d0, domain 0) and (d1, @domain) are one input of key_hash() where
+     * domain * golden is below 2^58: then both digests are keys of node 0.
+     */
+    domain = 1;
+    while ((domain * golden) >> (64 - KEY_NODE_BITS)) {
+        domain++;
+    }
+    d0 = ((domain * golden) + 5) ^ SEED;
+    d1 = 5 ^ SEED;
+    g_assert_cmpuint(key_of_copy(0, d0), ==, d0);
+    g_assert_cmpuint(key_of_copy(0, d1), ==, d1);
+    g_assert_cmpuint(key_hash(SEED, d0, 0), ==, key_hash(SEED, d1, domain));
+
+    setup(&u, 1024);
+    other = unstable_client_add(&u, 5, domain);
+    unstable_set(&u, 0, 0, d0, slots[1], 100, false);
+    g_assert_null(unstable_lookup(&u, domain, 0, d1));
+    unstable_set(&u, domain, 0, d1, other, 200, false);
+    g_assert_cmpuint(client_of(&u, 0, 0, d0), ==, 1);
+    g_assert_cmpuint(client_of(&u, domain, 0, d1), ==, 5);
     teardown(&u);
 }
 
@@ -95,7 +143,7 @@ static void test_bound(void)
 
     setup(&u, MAX);
     for (uint64_t d = 0; d < N; d++) {
-        unstable_set(&u, 0, 0, d, 1, d, false);
+        unstable_set(&u, 0, 0, d, slots[1], d, false);
         g_assert_cmpuint(u.count, <=, MAX);
     }
     g_assert_cmpuint(unstable_bytes(&u), ==, MAX * sizeof(UnstableEntry));
@@ -119,13 +167,32 @@ static void test_bound(void)
     teardown(&u);
 }
 
+/*
+ * Up to the load at which it grows, a table evicts next to nothing: a
+ * full set moves an entry to its other set first.
+ */
+static void test_full_load(void)
+{
+    enum { MAX = 8192 };
+    UnstableTable u;
+
+    setup(&u, MAX);
+    for (uint64_t d = 0; d < MAX / 8 * 7; d++) {
+        unstable_set(&u, 0, 0, d, slots[1], d, false);
+    }
+    g_assert_cmpuint(unstable_bytes(&u), ==, MAX * sizeof(UnstableEntry));
+    g_test_message("%u of %u evicted", evicted->len, MAX / 8 * 7);
+    g_assert_cmpuint(evicted->len, <, MAX / 1000);
+    teardown(&u);
+}
+
 /* Digests whose two sets are both set 0 of a 4-set table. */
 static uint64_t next_digest_of_set0(uint64_t d)
 {
     for (;; d++) {
         uint64_t h = key_hash(SEED, d, 0);
 
-        if ((h & 3) == 0 && (h >> 32 & 3) == 0) {
+        if ((uint32_t)h >> 30 == 0 && h >> 62 == 0) {
             return d;
         }
     }
@@ -137,13 +204,14 @@ static void test_evict_dead_first(void)
     UnstableTable u;
     uint64_t digests[UNSTABLE_WAYS + 1];
     uint64_t d = 0;
+    uint16_t leaving;
 
     /* The smallest table: 4 sets, never grown. */
     setup(&u, 16);
     g_assert_cmpuint(u.nr_sets, ==, 4);
     for (unsigned i = 0; i < G_N_ELEMENTS(digests); i++) {
         digests[i] = d = next_digest_of_set0(d + 1);
-        unstable_set(&u, 0, 0, d, 1, i, false);
+        unstable_set(&u, 0, 0, d, slots[1], i, false);
     }
     /* Set 0 overflowed once: the oldest, digests[0], is out. */
     g_assert_null(unstable_lookup(&u, 0, 0, digests[0]));
@@ -152,9 +220,11 @@ static void test_evict_dead_first(void)
     g_assert_cmpuint(g_array_index(evicted, uint64_t, 0), ==, 0);
 
     /* Client 7 owns digests[2] and leaves; a new digest takes its place. */
-    unstable_set(&u, 0, 0, digests[2], 7, 2, false);
-    g_hash_table_add(gone, GUINT_TO_POINTER(7));
-    unstable_set(&u, 0, 0, digests[0], 1, 0, false);
+    leaving = unstable_client_add(&u, 7, 0);
+    unstable_set(&u, 0, 0, digests[2], leaving, 2, false);
+    unstable_client_remove(&u, leaving);
+    g_assert_null(unstable_lookup(&u, 0, 0, digests[2]));
+    unstable_set(&u, 0, 0, digests[0], slots[1], 0, false);
     for (unsigned i = 0; i < G_N_ELEMENTS(digests); i++) {
         g_assert_true(!unstable_lookup(&u, 0, 0, digests[i]) == (i == 2));
     }
@@ -167,20 +237,55 @@ static void test_evict_dead_first(void)
 static void test_grow_drops_dead(void)
 {
     UnstableTable u;
+    uint16_t leaving;
     size_t sets;
+    uint64_t d;
 
     setup(&u, 1u << 20);
+    leaving = unstable_client_add(&u, 9, 0);
     sets = u.nr_sets;
-    for (uint64_t d = 0; d < 100; d++) {
-        unstable_set(&u, 0, 0, d, 9, d, false);
+    for (d = 0; d < 100; d++) {
+        unstable_set(&u, 0, 0, d, leaving, d, false);
     }
-    g_hash_table_add(gone, GUINT_TO_POINTER(9));
-    for (uint64_t d = 100; u.nr_sets == sets; d++) {
-        unstable_set(&u, 0, 0, d, 1, d, false);
+    unstable_client_remove(&u, leaving);
+    for (d = 100; u.nr_sets == sets; d++) {
+        unstable_set(&u, 0, 0, d, slots[1], d, false);
     }
-    for (uint64_t d = 0; d < 100; d++) {
-        g_assert_null(unstable_lookup(&u, 0, 0, d));
+    g_assert_cmpuint(u.nr_sets, ==, sets + sets / 2);
+    /* Every live entry is in, none of the dead. */
+    g_assert_cmpuint(u.count, ==, d - 100 - evicted->len);
+    teardown(&u);
+}
+
+/*
+ * A slot is taken again only after every other one, and only once no
+ * entry of its client is left: the new client never inherits them.
+ */
+static void test_slot_reuse(void)
+{
+    UnstableTable u;
+    uint16_t first, slot;
+    uint32_t id = 100;
+
+    setup(&u, 1024);
+    first = unstable_client_add(&u, id, 0);
+    unstable_set(&u, 0, 0, 0xd1, first, 1, false);
+    unstable_client_remove(&u, first);
+    do {
+        slot = unstable_client_add(&u, ++id, 0);
+        g_assert_cmpuint(slot, !=, 0);
+        unstable_client_remove(&u, slot);
+    } while (slot != first);
+    g_assert_cmpuint(id - 100, ==, UNSTABLE_CLIENTS - G_N_ELEMENTS(slots));
+    slot = unstable_client_add(&u, ++id, 0);
+    g_assert_null(unstable_lookup(&u, 0, 0, 0xd1));
+    g_assert_cmpuint(u.count, ==, 0);
+
+    /* With every slot taken there is none. */
+    while (slot) {
+        slot = unstable_client_add(&u, ++id, 0);
     }
+    g_assert_cmpuint(unstable_client_add(&u, ++id, 0), ==, 0);
     teardown(&u);
 }
 
@@ -188,8 +293,11 @@ int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/unstable/set-lookup", test_set_lookup);
+    g_test_add_func("/unstable/domain-compared", test_domain_compared);
     g_test_add_func("/unstable/bound", test_bound);
+    g_test_add_func("/unstable/full-load", test_full_load);
     g_test_add_func("/unstable/evict-dead-first", test_evict_dead_first);
     g_test_add_func("/unstable/grow-drops-dead", test_grow_drops_dead);
+    g_test_add_func("/unstable/slot-reuse", test_slot_reuse);
     return g_test_run();
 }

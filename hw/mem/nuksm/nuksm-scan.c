@@ -33,6 +33,9 @@
  */
 
 #include "qemu/osdep.h"
+#ifdef CONFIG_MALLOC_TRIM
+#include <malloc.h>
+#endif
 #include "exec/ramblock.h"
 #include "qemu/bitmap.h"
 #include "qemu/error-report.h"
@@ -722,6 +725,19 @@ static void nuksm_scan_wait_for_uffd(NuksmScanner *sc)
     }
 }
 
+/*
+ * A merge leaves the heaps holed: the messages of its burst, built here
+ * and queued by the main loop, are freed between blocks that live on, and
+ * the allocator keeps their pages.  Once a pass finds nothing new, give
+ * those back, as QEMU's RCU thread does after its callbacks.
+ */
+static void nuksm_scan_release_heap(void)
+{
+#ifdef CONFIG_MALLOC_TRIM
+    malloc_trim(0);
+#endif
+}
+
 static void *nuksm_scan_thread(void *opaque)
 {
     NuksmScanner *sc = opaque;
@@ -733,6 +749,7 @@ static void *nuksm_scan_thread(void *opaque)
     qemu_mutex_lock(&sc->lock);
     while (!sc->quit) {
         uint32_t epoch;
+        bool settled;
 
         nuksm_scan_serve(sc);
         if (!sc->active) {
@@ -774,8 +791,11 @@ static void *nuksm_scan_thread(void *opaque)
             sc->pause_ms = sc->news ? NUKSM_SCAN_PASS_PAUSE_MS :
                            MIN(sc->pause_ms * 2,
                                nuksm_scan_pause_max_ms(sc));
-            qatomic_set(&sc->settled,
-                        !sc->news && !qatomic_read(&sc->nudged));
+            settled = !sc->news && !qatomic_read(&sc->nudged);
+            if (settled && !qatomic_read(&sc->settled)) {
+                nuksm_scan_release_heap();
+            }
+            qatomic_set(&sc->settled, settled);
             qemu_mutex_lock(&sc->lock);
             sc->stats.full_scans++;
             trace_nuksm_scan_pass_done(sc->stats.full_scans,
