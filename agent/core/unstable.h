@@ -4,9 +4,10 @@
  * digest makes a merge, if the placement policy lets the two share.  It
  * is a bounded cache, not an index: set-associative (each entry may go
  * to either of two sets), it grows by half at 7/8 load until it reaches
- * its maximum size, and an insertion into full sets evicts their oldest
- * entry.  A VM flooding it with digests only pushes out candidates
- * (delays merges), never exhausts memory.
+ * its maximum size, and an insertion into two full sets moves one of
+ * their entries to its other set, or else evicts their oldest entry.  A
+ * VM flooding it with digests only pushes out candidates (delays merges),
+ * never exhausts memory.
  *
  * An entry is 16 bytes: the keyed hash of (domain, home node, digest),
  * which for one domain is a bijection of (home node, digest), the page,
