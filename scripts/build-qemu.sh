@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fetch QEMU 10.0 from Debian's source package, apply qemu-patches/, overlay
 # the nuksm sources by symlinks (edits in the repository take effect on the
-# next build), configure once and build qemu-system-x86_64, the option ROMs
-# and the nuksm qtest.
+# next build), configure (again whenever the configure arguments below
+# change) and build qemu-system-x86_64, the option ROMs and the nuksm qtest.
 #
 #   QEMU_SRC=/path/to/qemu-10.0   use your own 10.0 tree (patched in place)
 #   QEMU_VERSION=1:10.0.x+ds-...  Debian source version to fetch

@@ -369,12 +369,11 @@ static bool nuksm_scan_spared(NuksmScanner *sc, NuksmBlockState *bs,
  * own: an idle pass reads the pagemap once per stretch.  What changed
  * since the stretch was read (a write, a copy-on-write break, a page
  * faulted in) the next pass sees.  A page merged since, whose old entry
- * looks like a copy-on-write break, is not judged here.  Adds the
- * resident and merged pages to *resident.
+ * looks like a copy-on-write break, is not judged here.  Counts the
+ * resident and merged pages in sc->resident.
  */
 static bool nuksm_scan_chunk_idle(NuksmScanner *sc, NuksmBlockState *bs,
-                                  uint64_t first, unsigned count,
-                                  uint64_t *resident)
+                                  uint64_t first, unsigned count)
 {
     const uint64_t *pm;
     uint64_t n = 0;
@@ -399,7 +398,7 @@ static bool nuksm_scan_chunk_idle(NuksmScanner *sc, NuksmBlockState *bs,
             n++;
         }
     }
-    *resident += n;
+    sc->resident += n;
     return true;
 }
 
@@ -427,8 +426,7 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
                                          bs->nr_pages - first));
         }
     }
-    if (tracking && nuksm_scan_chunk_idle(sc, bs, first, count,
-                                          &sc->resident)) {
+    if (tracking && nuksm_scan_chunk_idle(sc, bs, first, count)) {
         return 0;
     }
     if (!nuksm_scan_read_pagemap(sc, host, count, pm)) {
