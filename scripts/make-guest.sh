@@ -14,6 +14,9 @@
 # up.  With `nuksm.fill=N` on the kernel command line it first writes N MiB
 # of a fixed pattern to a tmpfs, so that every guest holds the same pages:
 # one 1 MiB unit of distinct pages (the text of `seq`), repeated N times.
+# With `nuksm.read=DEV` it then reads all of /dev/DEV (a virtio-blk disk)
+# into its page cache, as `cat`-ing files does, and prints
+# "nuksm-guest: read DEV".
 #
 # Boot it with:
 #   qemu-system-x86_64 -accel tcg -m 256 -nodefaults -display none \
@@ -60,18 +63,21 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 exec </dev/console >/dev/console 2>&1
 
-# The virtio balloon driver, for RAM discard tests (-device virtio-balloon).
+# The virtio balloon driver, for RAM discard tests (-device virtio-balloon),
+# and virtio-blk's, for I/O hints.
 for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev \
-         virtio_pci virtio_balloon; do
+         virtio_pci virtio_balloon virtio_blk; do
     insmod /modules/$m.ko || echo "nuksm-guest: cannot load $m"
 done
 
 fill=0
 free=0
+read=
 for arg in $(cat /proc/cmdline); do
     case $arg in
     nuksm.fill=*) fill=${arg#nuksm.fill=} ;;
     nuksm.free=1) free=1 ;;
+    nuksm.read=*) read=${arg#nuksm.read=} ;;
     esac
 done
 case $fill in
@@ -93,6 +99,19 @@ if [ "$fill" -gt 0 ]; then
         rm /fill/data
         umount /fill
         echo "nuksm-guest: freed $fill MiB"
+    fi
+fi
+
+if [ -n "$read" ]; then
+    i=0
+    while [ ! -b "/dev/$read" ] && [ "$i" -lt 10 ]; do
+        sleep 1
+        i=$((i + 1))
+    done
+    if dd if="/dev/$read" of=/dev/null bs=1M 2>/dev/null; then
+        echo "nuksm-guest: read $read"
+    else
+        echo "nuksm-guest: cannot read /dev/$read"
     fi
 fi
 
@@ -140,7 +159,7 @@ mkdir -p "$initrd/bin"
 cp "$scratch/root/bin/busybox" "$initrd/bin/busybox"
 mkdir -p "$initrd/modules"
 for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev \
-         virtio_pci virtio_balloon; do
+         virtio_pci virtio_balloon virtio_blk; do
     ko=$(find "$scratch/root/lib/modules" "$scratch/root/usr/lib/modules" \
          -name "$m.ko" 2>/dev/null | head -n 1)
     [ -n "$ko" ] || die "no $m.ko in $kpkg"

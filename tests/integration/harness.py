@@ -118,6 +118,16 @@ def process_cpu_ns(pid):
     return total
 
 
+def thread_cpu_ns(pid, comm):
+    """CPU time of the thread of @pid called @comm, ns (schedstat)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/comm") as f:
+            if f.read().strip() == comm:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    return int(f.read().split()[0])
+    raise AssertionError(f"no thread {comm} in process {pid}")
+
+
 def in_child(fn):
     """Run @fn in a forked child process, which then exits: the agent
     drops what its connections leave once the process is gone."""
@@ -904,13 +914,20 @@ def qtest_args(qtest_path, *objects, mem="128M"):
     return args
 
 
-def guest_args(serial, fill_mib, *objects, mem_mib=256):
-    """A TCG boot of the build/guest kernel and initramfs."""
+def guest_args(serial, fill_mib, *objects, mem_mib=256, disk=None):
+    """A TCG boot of the build/guest kernel and initramfs; with @disk (a
+    raw image), the guest reads all of it as its virtio-blk /dev/vda
+    before it says it is ready."""
     append = f"console=ttyS0 quiet panic=-1 nuksm.fill={fill_mib}"
+    if disk:
+        append += " nuksm.read=vda"
     args = ["-accel", "tcg", "-m", str(mem_mib), "-nodefaults",
             "-display", "none", "-no-reboot", "-serial", f"file:{serial}",
             "-kernel", GUEST / "vmlinuz",
             "-initrd", GUEST / "initramfs.cpio.gz", "-append", append]
+    if disk:
+        args += ["-drive", f"file={disk},if=none,id=disk0,format=raw",
+                 "-device", "virtio-blk-pci,drive=disk0"]
     for obj in objects:
         args += ["-object", obj]
     return args

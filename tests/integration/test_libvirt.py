@@ -325,7 +325,8 @@ def test_libvirt_domains_merge(libvirtd, lv_agent, domains, installed):
         dom = domains(f"nuksm-it-{n}")
         nuksmctl_libvirt(installed, "attach", dom.name, "--agent",
                          str(agent.sock), "--domain", "tenant-a",
-                         "--priority", str(priority), "--max-cpu", "100")
+                         "--priority", str(priority), "--governor", "full",
+                         "--max-cpu", "100")
         dom.start()
         doms.append(dom)
     for dom in doms:
@@ -340,6 +341,9 @@ def test_libvirt_domains_merge(libvirtd, lv_agent, domains, installed):
         info = dom.nuksm()
         assert info["state"] == "active", info
         assert info["domain"] == "tenant-a", info
+        assert info["budget"] == {
+            "governor": "full", "max-cpu": 100, "max-cpu-source": "property",
+            "scan-rate": 0, "scan-rate-source": "governor", "rest-ms": 500}
     # Across the two domains, not only within each.
     wait_until(lambda: ctl_json(agent.sock, "status")["pages_sharing"] >=
                2 * (fill_pages - 256), 60, "the domains to share pages")
@@ -419,11 +423,12 @@ def test_attach_detach_leave_the_rest(libvirtd, domains, installed):
     before = dom.xml()
     nuksmctl_libvirt(installed, "attach", dom.name, "--domain", "tenant-a")
     nuksmctl_libvirt(installed, "attach", dom.name, "--domain", "tenant-b",
-                     "--priority", "900")
+                     "--priority", "900", "--governor", "low")
     attached = dom.xml()
     assert attached.count("nuksm,id=nuksm0") == 1
     assert ("nuksm,id=nuksm0,agent=/run/nuksm/nuksmd.sock,domain=tenant-b,"
-            "priority=900") in attached
+            "priority=900,governor=low") in attached
+    assert "<nuksm:governor>low</nuksm:governor>" in attached
     assert f"<emulator>{installed}/bin/nuksm-qemu-system-x86_64" \
         "</emulator>" in attached
     assert "<nuksm:domain>tenant-b</nuksm:domain>" in attached
@@ -438,6 +443,8 @@ def test_attach_detach_leave_the_rest(libvirtd, domains, installed):
     for args, message in (
             (["--priority", "0"], "--priority must be 1..1000, got 0"),
             (["--max-cpu", "101"], "--max-cpu must be 0.01..100"),
+            (["--governor", "turbo"], "--governor must be one of full, "
+                                      "medium, low, quiet, got 'turbo'"),
             (["--max-cpu", "0.001"], "--max-cpu must be 0.01..100"),
             (["--domain", "a b"], "--domain must be 1 to 63 characters"),
             (["--agent", "nuksmd.sock"], "--agent must be an absolute path")):

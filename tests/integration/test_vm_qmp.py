@@ -182,17 +182,21 @@ def test_info_nuksm(agent, qtest_vm):
     # The agent (by default) puts every VM in one domain, whatever it asks.
     assert lines[1] == "  merge domain default (shared), priority in " \
                        "force 42 (limit 1000)"
-    assert lines[2].startswith(f"  eligible {VM_PAGES} pages, scanned ")
-    assert lines[3] == "  merged 0 (zero 0, local 0, remote 0), " \
+    assert lines[2] == "  governor medium: max-cpu 10% (governor), " \
+                       "scan-rate 0 (governor), rests from 1000 ms"
+    assert lines[3].startswith(f"  eligible {VM_PAGES} pages, scanned ")
+    assert lines[4] == "  merged 0 (zero 0, local 0, remote 0), " \
                        "cow-breaks 0"
     assert re.fullmatch(r"  guest node 0: home node 0 \((running|pinned)\)",
-                        lines[4]), lines[4]
+                        lines[5]), lines[5]
     assert re.fullmatch(r"  hotness dirty-log, window 1000 ms, \d+ samples, "
-                        r"\d+ pages written in the last", lines[5]), lines[5]
+                        r"\d+ pages written in the last", lines[6]), lines[6]
+    assert lines[7] == "  io-hints on: 0 pages hinted, 0 dropped, " \
+                       "0 served, 0 merged"
     limit = int(open("/proc/sys/vm/max_map_count").read())
     budget = limit - max(4096, limit // 10)
     assert re.fullmatch(rf"  mappings \d+, budget {budget} of "
-                        rf"vm.max_map_count {limit}", lines[6]), lines[6]
+                        rf"vm.max_map_count {limit}", lines[8]), lines[8]
     assert "  excluded pc.bios (256 KiB): rom" in lines
 
 

@@ -207,6 +207,7 @@ static void test_property_errors(void)
         { "'agent': ''", "'agent'", "unix socket path" },
         { "'memdev': 'nope'", "'memdev'", "no memory backend" },
         { "'priority': 'high'", "priority", NULL },
+        { "'governor': 'turbo'", "'governor'", "full, medium, low, quiet" },
     };
     Agent a;
     QTestState *qts;
@@ -265,6 +266,8 @@ static void test_cmdline_errors(void)
         { "priority=0", "'priority' must be between 1 and 1000" },
         { "max-cpu=200", "'max-cpu' must be between 0.01 and 100" },
         { "max-cpu=half", "'max-cpu'" },
+        { "governor=turbo", "Parameter 'governor' does not accept value "
+          "'turbo' (allowed: full, medium, low, quiet)" },
         { "memdev=nope", "'memdev': no memory backend with id 'nope'" },
         { "bogus=1", "bogus" },
     };
@@ -287,6 +290,78 @@ static void test_cmdline_errors(void)
                     cases[i].want);
         }
     }
+}
+
+/* qom-set property @prop of dedup0 to the JSON value @json. */
+static void qom_set_json(QTestState *qts, const char *prop, const char *json)
+{
+    QObject *value = qobject_from_json(json, &error_abort);
+
+    qobject_unref(qtest_qmp_assert_success_ref(qts,
+        "{'execute': 'qom-set', 'arguments': {'path': '/objects/dedup0', "
+        "'property': %s, 'value': %p}}", prop, value));
+}
+
+/* query-nuksm's budget equals the one given. */
+static void assert_budget(QTestState *qts, const char *governor,
+                          double max_cpu, const char *max_cpu_source,
+                          const char *scan_rate_source, int64_t rest_ms)
+{
+    QDict *resp;
+    QDict *budget = qdict_get_qdict(nuksm_info(qts, "dedup0", &resp),
+                                    "budget");
+
+    g_assert_cmpstr(qdict_get_str(budget, "governor"), ==, governor);
+    g_assert_cmpfloat(qdict_get_double(budget, "max-cpu"), ==, max_cpu);
+    g_assert_cmpstr(qdict_get_str(budget, "max-cpu-source"), ==,
+                    max_cpu_source);
+    g_assert_cmpint(qdict_get_int(budget, "scan-rate"), ==, 0);
+    g_assert_cmpstr(qdict_get_str(budget, "scan-rate-source"), ==,
+                    scan_rate_source);
+    g_assert_cmpint(qdict_get_int(budget, "rest-ms"), ==, rest_ms);
+    qobject_unref(resp);
+    /* qom-get reads the budget as applied. */
+    g_assert_cmpfloat(max_cpu_of(qts), ==, max_cpu);
+}
+
+/*
+ * Governors preset max-cpu, scan-rate and the rests; they change at run
+ * time, and a property set explicitly overrides them from then on, in
+ * whatever order the command line names them.
+ */
+static void test_governor(void)
+{
+    Agent a;
+    QTestState *qts;
+
+    agent_init(&a);
+    qts = vm_start(a.sock, NULL);
+    assert_budget(qts, "medium", 10, "governor", "governor", 1000);
+    qom_set_json(qts, "governor", "\"quiet\"");
+    assert_budget(qts, "quiet", 0.5, "governor", "governor", 4000);
+    qom_set_json(qts, "governor", "\"full\"");
+    assert_budget(qts, "full", 40, "governor", "governor", 500);
+    qom_set_json(qts, "max-cpu", "3");
+    assert_budget(qts, "full", 3, "property", "governor", 500);
+    qom_set_json(qts, "governor", "\"low\"");
+    assert_budget(qts, "low", 3, "property", "governor", 2000);
+    qom_set_json(qts, "scan-rate", "0");
+    assert_budget(qts, "low", 3, "property", "property", 2000);
+    {
+        g_autofree char *out = qtest_hmp(qts, "info nuksm");
+
+        g_assert_nonnull(strstr(out, "governor low: max-cpu 3% (property), "
+                                "scan-rate 0 (property), rests from 2000 ms"));
+    }
+    qtest_quit(qts);
+
+    qts = vm_start(a.sock, ",max-cpu=3,governor=quiet");
+    assert_budget(qts, "quiet", 3, "property", "governor", 4000);
+    qtest_quit(qts);
+    qts = vm_start(a.sock, ",governor=quiet,max-cpu=3");
+    assert_budget(qts, "quiet", 3, "property", "governor", 4000);
+    qtest_quit(qts);
+    agent_cleanup(&a);
 }
 
 /* disconnected -> active -> disconnected (killed) -> active (restarted) */
@@ -982,6 +1057,7 @@ int main(int argc, char **argv)
     }
     qtest_add_func("/nuksm/property-errors", test_property_errors);
     qtest_add_func("/nuksm/cmdline-errors", test_cmdline_errors);
+    qtest_add_func("/nuksm/governor", test_governor);
     qtest_add_func("/nuksm/state-transitions", test_state_transitions);
     qtest_add_func("/nuksm/policy", test_policy);
     qtest_add_func("/nuksm/domain-assignment", test_domain_assignment);

@@ -177,7 +177,8 @@ static uint32_t nuksm_commit_fill_upload(NuksmCommit *c,
  * without harm.
  *
  * Rather than copy the whole batch to the heap, wait for the socket to
- * take what is queued, and wait outside the RCU read lock: the main
+ * take what is queued (or the scanner to quit), and wait outside the RCU
+ * read lock: the main
  * loop, which drains the queue, may itself be waiting for an RCU grace
  * period (drain_call_rcu() in a failed device_add, say), which a reader
  * asleep here would hold off for ever.
@@ -194,6 +195,14 @@ static void nuksm_commit_upload(NuksmCommit *c, NuksmWork *w)
         uint32_t n = MIN(req->count - done, NUKSM_UPLOAD_MAX);
 
         while (nuksm_agent_backlog(c->s) > NUKSM_COMMIT_MAX_BACKLOG) {
+            /*
+             * The main loop drains the queue, unless it is joining this
+             * thread (the object goes, QEMU quits): the agent then loses
+             * the connection, and with it the wait for these pages.
+             */
+            if (nuksm_scanner_quitting(c->s->scanner)) {
+                return;
+            }
             g_usleep(1000);
         }
         WITH_RCU_READ_LOCK_GUARD() {

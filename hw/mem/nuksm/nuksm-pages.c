@@ -190,8 +190,11 @@ void nuksm_pages_windowed(NuksmPages *p, NuksmBlockState *bs, uint64_t idx,
 void nuksm_pages_merged(NuksmPages *p, NuksmBlockState *bs, uint64_t idx,
                         const NuksmSlotRef *r)
 {
+    if (bs->flags[idx] & NUKSM_PAGE_HINTED) {
+        p->hinted_merged++;
+    }
     nuksm_pages_remapped(p, bs, idx, r);
-    nuksm_page_update(bs, idx, 0, NUKSM_PAGE_MERGED);
+    nuksm_page_update(bs, idx, NUKSM_PAGE_HINTED, NUKSM_PAGE_MERGED);
     p->merged_pages++;
     p->merged_per_node[r->node]++;
     bs->merged_per_node[r->node]++;
@@ -252,6 +255,7 @@ void nuksm_pages_get_stats(NuksmPages *p, NuksmStats *stats)
     qemu_mutex_lock(&p->lock);
     stats->merged_pages = p->merged_pages;
     stats->zero_pages = p->zero_pages;
+    stats->hints_merged = p->hinted_merged;
     memcpy(stats->merged_per_node, p->merged_per_node,
            sizeof(stats->merged_per_node));
     qemu_mutex_unlock(&p->lock);

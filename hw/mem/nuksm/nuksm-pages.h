@@ -51,6 +51,8 @@ enum {
     NUKSM_PAGE_REMAPPED = 1 << 3,  /* mapped from a store file, maybe COWed */
     NUKSM_PAGE_OFFERED  = 1 << 4,  /* sent to the agent as a candidate */
     NUKSM_PAGE_HELD     = 1 << 5,  /* refused for lack of mappings */
+    NUKSM_PAGE_HINTED   = 1 << 6,  /* offered on an I/O hint, not merged */
+                                   /* or changed since (nuksm-hints.c) */
 };
 
 /*
@@ -92,6 +94,7 @@ typedef struct NuksmPages {
     uint64_t remapped_pages;    /* pages with NUKSM_PAGE_REMAPPED */
     uint64_t merged_pages;      /* ... with NUKSM_PAGE_MERGED */
     uint64_t zero_pages;        /* ... with NUKSM_PAGE_ZERO */
+    uint64_t hinted_merged;     /* NUKSM_PAGE_HINTED pages that merged */
     uint64_t merged_per_node[NUKSM_MAX_NODES];  /* merged, by slot node */
 } NuksmPages;
 
@@ -195,7 +198,10 @@ bool nuksm_page_store_pos(const NuksmBlockState *bs, uint64_t idx,
 bool nuksm_pages_any_remapped(const NuksmBlockState *bs, uint64_t first,
                               uint64_t count);
 
-/* Page @idx now maps slot @r: MERGED and REMAPPED, counted. */
+/*
+ * Page @idx now maps slot @r: MERGED and REMAPPED, counted; if it was
+ * HINTED, counted as a merge an I/O hint brought, and no longer HINTED.
+ */
 void nuksm_pages_merged(NuksmPages *p, NuksmBlockState *bs, uint64_t idx,
                         const NuksmSlotRef *r);
 /*
@@ -222,7 +228,10 @@ void nuksm_pages_discarded(NuksmPages *p, NuksmBlockState *bs, uint64_t idx);
 
 /* Takes the lock: does some page map a store? */
 bool nuksm_pages_has_remapped(NuksmPages *p);
-/* Takes the lock: fill the merged and zero page counts of @stats. */
+/*
+ * Takes the lock: fill the merged and zero page counts of @stats, and the
+ * merges I/O hints brought.
+ */
 void nuksm_pages_get_stats(NuksmPages *p, NuksmStats *stats);
 
 #endif /* HW_MEM_NUKSM_PAGES_H */

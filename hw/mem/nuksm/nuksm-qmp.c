@@ -123,6 +123,14 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
                            i->priority_limit);
         }
 
+        monitor_printf(mon, "  governor %s: max-cpu %g%% (%s), scan-rate %"
+                       PRIu64 " (%s), rests from %u ms\n",
+                       NuksmGovernor_str(i->budget->governor),
+                       i->budget->max_cpu,
+                       NuksmSettingSource_str(i->budget->max_cpu_source),
+                       i->budget->scan_rate,
+                       NuksmSettingSource_str(i->budget->scan_rate_source),
+                       i->budget->rest_ms);
         monitor_printf(mon, "  eligible %" PRIu64 " pages, scanned %"
                        PRIu64 " in %" PRIu64 " full passes, volatile %"
                        PRIu64 "\n", i->eligible_pages, i->pages_scanned,
@@ -147,6 +155,11 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
                        i->hotness->hot_pages,
                        i->hotness->error ? "; error: " : "",
                        i->hotness->error ?: "");
+        monitor_printf(mon, "  io-hints %s: %" PRIu64 " pages hinted, %"
+                       PRIu64 " dropped, %" PRIu64 " served, %" PRIu64
+                       " merged\n", i->io_hints->enabled ? "on" : "off",
+                       i->io_hints->pages_hinted, i->io_hints->pages_dropped,
+                       i->io_hints->pages_served, i->io_hints->pages_merged);
         monitor_printf(mon, "  mappings %" PRIu64 ", budget %" PRIu64
                        " of vm.max_map_count %" PRIu64 "\n", i->mappings,
                        i->mappings_budget, i->mappings_limit);

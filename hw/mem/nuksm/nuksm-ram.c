@@ -220,3 +220,19 @@ void nuksm_ram_foreach_resolved(Nuksm *s, NuksmRamResolvedFn fn,
         }
     }
 }
+
+bool nuksm_ram_resolved_gnode(Nuksm *s, RAMBlock *rb, uint8_t *gnode)
+{
+    NuksmRamList *list = qatomic_rcu_read(&s->ram);
+
+    if (!list || ram_block_discard_is_disabled()) {
+        return false;
+    }
+    for (unsigned i = 0; i < list->len; i++) {
+        if (list->entries[i].rb == rb) {
+            *gnode = list->entries[i].gnode;
+            return true;
+        }
+    }
+    return false;
+}

@@ -44,25 +44,32 @@
 #include "libnuksm/nuksm-digest.h"
 #include "libnuksm/nuksm-pagemap.h"
 #include "nuksm-commit.h"
+#include "nuksm-hints.h"
 #include "nuksm-pages.h"
 #include "nuksm-scan.h"
 #include "trace.h"
 
 #define NUKSM_SCAN_CHUNK_PAGES  64
 /*
- * Rest between full passes, so an idle VM costs next to nothing: 1 s,
- * doubling after each pass that found nothing new, up to 4 s.  With
- * write tracking, an idle pass costs a walk of the pagemap of the pages
- * resident or merged, one read per stretch: the rest grows up to 16 s
- * per 2 GiB of them (at most 128 s),
- * so that idle costs the same share of a core whatever the VM's size,
- * and a write to a tracked page cuts it short to 1 s.
+ * Hinted pages served between two chunks of the walk (nuksm-hints.c): as
+ * many, XLH's 1:1 interleaving, so that a flood of hints never starves
+ * the walk, which finds what no disk transfer brought.
  */
-#define NUKSM_SCAN_PASS_PAUSE_MS 1000
-#define NUKSM_SCAN_PASS_PAUSE_MAX_MS 4000
-#define NUKSM_SCAN_TRACKED_PAUSE_MAX_MS 16000
+#define NUKSM_SCAN_HINT_PAGES   NUKSM_SCAN_CHUNK_PAGES
+/*
+ * Rest between full passes, so an idle VM costs next to nothing: the
+ * governor's rest (1 s for medium, nuksm-governor.c), doubling after each
+ * pass that found nothing new, up to 4 rests.  With write tracking, an
+ * idle pass costs a walk of the pagemap of the pages resident or merged,
+ * one read per stretch: the rest grows up to 16 rests per 2 GiB of them
+ * (at most 128 rests), so that idle costs the same share of a core
+ * whatever the VM's size, and a write to a tracked page cuts it short to
+ * one rest.
+ */
+#define NUKSM_SCAN_PAUSE_MAX_RESTS 4
+#define NUKSM_SCAN_TRACKED_PAUSE_MAX_RESTS 16
 #define NUKSM_SCAN_TRACKED_PAUSE_PAGES (2ull << 30 >> 12)
-#define NUKSM_SCAN_TRACKED_PAUSE_CAP_MS 128000
+#define NUKSM_SCAN_TRACKED_PAUSE_CAP_RESTS 128
 /*
  * The CPU budget holds over windows between throttles; idle time counts
  * towards a window for at most this long, so that a rest does not buy a
@@ -85,6 +92,7 @@ typedef struct NuksmScanCounters {
     uint64_t full_scans;
     uint64_t pages_volatile;
     uint64_t cow_breaks;
+    uint64_t hints_served;      /* hinted pages looked at */
 } NuksmScanCounters;
 
 struct NuksmScanner {
@@ -96,13 +104,15 @@ struct NuksmScanner {
     QemuMutex lock;
     QemuCond cond;              /* wakes the thread (nuksm_scanner_wake()) */
     bool active;
-    bool quit;
+    bool quit;                  /* also read atomically */
     bool restart;               /* nuksm-scan asked for a fresh pass */
     bool zero_pages;
     uint32_t epoch;             /* connection the thread works for; */
                                 /* also read atomically */
     double max_cpu;             /* percent of one core */
     uint64_t scan_rate;
+    uint32_t rest_ms;           /* the shortest rest between passes */
+    int64_t pause_ms;           /* rest after the current pass */
     NuksmScanCounters stats;
 
     bool nudged;                /* something to look at again; atomic */
@@ -116,8 +126,9 @@ struct NuksmScanner {
     uint64_t passes;            /* passes started */
     uint64_t news;              /* changes the current pass found */
     uint64_t resident;          /* resident or merged pages walked */
-    int64_t pause_ms;           /* rest after the current pass */
     GArray *candidates;         /* NuksmCandidate, to send */
+    uint8_t *hint_host;         /* the hint being served: its next page */
+    unsigned hint_pages;        /* and the pages of it left */
     uint64_t zero_digest;
     /*
      * The stretch the pass is in, which of its pages were write-protected
@@ -221,7 +232,8 @@ static bool nuksm_scan_hash(NuksmScanner *sc, NuksmBlockState *bs,
     if (last) {
         delta->pages_volatile++;
     }
-    nuksm_page_update(bs, idx, NUKSM_PAGE_STABLE | NUKSM_PAGE_OFFERED, 0);
+    nuksm_page_update(bs, idx, NUKSM_PAGE_STABLE | NUKSM_PAGE_OFFERED |
+                      NUKSM_PAGE_HINTED, 0);
     nuksm_page_set_digest32(bs, idx, digest32);
     sc->news++;
     return false;
@@ -403,6 +415,83 @@ static bool nuksm_scan_chunk_idle(NuksmScanner *sc, NuksmBlockState *bs,
 }
 
 /*
+ * Look at the @count pages from page @first of @bs, at @host, of pagemap
+ * entries @pm: report the copy-on-write breaks, hash the pages that may
+ * have changed, and offer or drop as zero those worth it.  Pages the walk
+ * comes to (@hinted false) count in sc->resident, and with write
+ * tracking (@tracking) those nothing wrote are spared.  Pages an I/O hint
+ * named (@hinted, nuksm-hints.c) are taken as stable without waiting for
+ * a second pass (XLH): they are likely page cache, and a merge compares
+ * every page in full under write protection anyway.  Returns how many
+ * were hashed.  Called with page_lock and the RCU read lock held.
+ */
+static unsigned nuksm_scan_pages(NuksmScanner *sc, NuksmBlockState *bs,
+                                 uint64_t first, uint8_t *host,
+                                 unsigned count, const uint64_t *pm,
+                                 uint32_t epoch, bool tracking, bool hinted,
+                                 NuksmScanCounters *delta)
+{
+    unsigned zero[NUKSM_SCAN_CHUNK_PAGES], nr_zero = 0;
+    unsigned hashed = 0;
+    bool zero_pages;
+
+    assert(count <= NUKSM_SCAN_CHUNK_PAGES);
+    qemu_mutex_lock(&sc->lock);
+    zero_pages = sc->zero_pages;
+    qemu_mutex_unlock(&sc->lock);
+
+    for (unsigned i = 0; i < count; i++) {
+        uint64_t idx = first + i;
+        uint8_t *p = host + i * NUKSM_PAGE_SIZE;
+        uint64_t digest;
+
+        if ((nuksm_page_flags(bs, idx) & NUKSM_PAGE_MERGED) &&
+            nuksm_scan_still_merged(sc, bs, idx, pm[i], delta)) {
+            sc->resident += !hinted;
+            continue;
+        }
+        if (!(pm[i] & NUKSM_PM_PRESENT)) {
+            continue;
+        }
+        if (!hinted) {
+            sc->resident++;
+            if (tracking && nuksm_scan_spared(sc, bs, idx, pm[i])) {
+                continue;
+            }
+        }
+        hashed++;
+        if (!nuksm_scan_hash(sc, bs, idx, p, &digest, delta)) {
+            /* Not stable, or still the zero page dropped. */
+            if (!hinted || (nuksm_page_flags(bs, idx) & NUKSM_PAGE_ZERO)) {
+                continue;
+            }
+            nuksm_page_update(bs, idx, 0, NUKSM_PAGE_STABLE);
+        }
+        switch (nuksm_scan_verdict(sc, bs, idx, p, digest, zero_pages)) {
+        case NUKSM_SCAN_KEEP:
+            break;
+        case NUKSM_SCAN_DROP_ZERO:
+            zero[nr_zero++] = i;
+            break;
+        case NUKSM_SCAN_OFFER:
+            nuksm_scan_offer(sc, epoch, bs, idx, digest);
+            if (hinted) {
+                nuksm_page_update(bs, idx, 0, NUKSM_PAGE_HINTED);
+            }
+            break;
+        }
+    }
+    if (nr_zero && nuksm_commit_has_uffd(sc->s->commit)) {
+        sc->news += nr_zero;
+        for (unsigned i = 0; i < nr_zero; i++) {
+            nuksm_commit_drop_zero(sc->s->commit, bs, first + zero[i],
+                                   host + zero[i] * NUKSM_PAGE_SIZE);
+        }
+    }
+    return hashed;
+}
+
+/*
  * Scan one chunk of @count pages starting at page index @first of @rb;
  * returns how many were hashed.  Called with page_lock and the RCU read
  * lock held.
@@ -414,9 +503,7 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
 {
     uint8_t *host = rb->host + first * NUKSM_PAGE_SIZE;
     uint64_t pm[NUKSM_SCAN_CHUNK_PAGES];
-    unsigned zero[NUKSM_SCAN_CHUNK_PAGES], nr_zero = 0;
-    unsigned hashed = 0;
-    bool zero_pages, tracking = nuksm_commit_tracks_writes(sc->s->commit);
+    bool tracking = nuksm_commit_tracks_writes(sc->s->commit);
 
     if (first % NUKSM_TRACK_STRETCH == 0) {
         sc->stretch_bs = NULL;
@@ -432,50 +519,90 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
     if (!nuksm_scan_read_pagemap(sc, host, count, pm)) {
         return 0;
     }
-    qemu_mutex_lock(&sc->lock);
-    zero_pages = sc->zero_pages;
-    qemu_mutex_unlock(&sc->lock);
+    return nuksm_scan_pages(sc, bs, first, host, count, pm, epoch, tracking,
+                            false, delta);
+}
 
-    for (unsigned i = 0; i < count; i++) {
-        uint64_t idx = first + i;
-        uint8_t *p = host + i * NUKSM_PAGE_SIZE;
-        uint64_t digest;
+/*
+ * Look at the @count hinted pages from page @first of @rb (see
+ * nuksm_scan_pages()); returns how many were hashed.  Called with
+ * page_lock and the RCU read lock held.
+ */
+static unsigned nuksm_scan_hinted(NuksmScanner *sc, RAMBlock *rb,
+                                  NuksmBlockState *bs, uint64_t first,
+                                  unsigned count, uint32_t epoch,
+                                  NuksmScanCounters *delta)
+{
+    uint8_t *host = rb->host + first * NUKSM_PAGE_SIZE;
+    uint64_t pm[NUKSM_SCAN_HINT_PAGES];
 
-        if ((nuksm_page_flags(bs, idx) & NUKSM_PAGE_MERGED) &&
-            nuksm_scan_still_merged(sc, bs, idx, pm[i], delta)) {
-            sc->resident++;
-            continue;
-        }
-        if (!(pm[i] & NUKSM_PM_PRESENT)) {
-            continue;
-        }
-        sc->resident++;
-        if (tracking && nuksm_scan_spared(sc, bs, idx, pm[i])) {
-            continue;
-        }
-        hashed++;
-        if (!nuksm_scan_hash(sc, bs, idx, p, &digest, delta)) {
-            continue;
-        }
-        switch (nuksm_scan_verdict(sc, bs, idx, p, digest, zero_pages)) {
-        case NUKSM_SCAN_KEEP:
-            break;
-        case NUKSM_SCAN_DROP_ZERO:
-            zero[nr_zero++] = i;
-            break;
-        case NUKSM_SCAN_OFFER:
-            nuksm_scan_offer(sc, epoch, bs, idx, digest);
-            break;
-        }
+    if (!nuksm_scan_read_pagemap(sc, host, count, pm)) {
+        return 0;
     }
-    if (nr_zero && nuksm_commit_has_uffd(sc->s->commit)) {
-        sc->news += nr_zero;
-        for (unsigned i = 0; i < nr_zero; i++) {
-            nuksm_commit_drop_zero(sc->s->commit, bs, first + zero[i],
-                                   host + zero[i] * NUKSM_PAGE_SIZE);
+    return nuksm_scan_pages(sc, bs, first, host, count, pm, epoch, false,
+                            true, delta);
+}
+
+/*
+ * Serve the next @count pages of hints from @host, if they lie in eligible
+ * RAM of this object; returns how many were hashed.
+ */
+static unsigned nuksm_scan_hint_run(NuksmScanner *sc, uint8_t *host,
+                                    unsigned count, uint32_t epoch,
+                                    NuksmScanCounters *delta)
+{
+    NuksmPages *pages = sc->s->pages;
+    unsigned hashed = 0;
+
+    WITH_RCU_READ_LOCK_GUARD() {
+        ram_addr_t offset;
+        RAMBlock *rb = qemu_ram_block_from_host(host, false, &offset);
+        NuksmBlockState *bs;
+        uint64_t first;
+        uint8_t gnode;
+
+        if (!rb || !nuksm_ram_resolved_gnode(sc->s, rb, &gnode)) {
+            break;
         }
+        first = offset / NUKSM_PAGE_SIZE;
+        qemu_mutex_lock(&pages->lock);
+        bs = nuksm_pages_block(pages, rb, gnode);
+        if (first < bs->nr_pages) {
+            hashed = nuksm_scan_hinted(sc, rb, bs, first,
+                                       MIN(count, bs->nr_pages - first),
+                                       epoch, delta);
+            nuksm_commit_flush_unmerged(sc->s->commit, epoch);
+        }
+        qemu_mutex_unlock(&pages->lock);
     }
     return hashed;
+}
+
+/*
+ * Serve hints, newest first, up to NUKSM_SCAN_HINT_PAGES pages of them.
+ * Returns how many pages were served; adds the pages hashed to *hashed.
+ */
+static unsigned nuksm_scan_hints(NuksmScanner *sc, uint32_t epoch,
+                                 unsigned *hashed, NuksmScanCounters *delta)
+{
+    unsigned served = 0;
+
+    while (served < NUKSM_SCAN_HINT_PAGES) {
+        unsigned n;
+
+        if (!sc->hint_pages &&
+            !nuksm_hints_pop(sc->s->hints, &sc->hint_host,
+                             &sc->hint_pages)) {
+            break;
+        }
+        n = MIN(sc->hint_pages, NUKSM_SCAN_HINT_PAGES - served);
+        *hashed += nuksm_scan_hint_run(sc, sc->hint_host, n, epoch, delta);
+        sc->hint_host += (size_t)n * NUKSM_PAGE_SIZE;
+        sc->hint_pages -= n;
+        served += n;
+    }
+    delta->hints_served += served;
+    return served;
 }
 
 static int64_t nuksm_thread_cpu_ns(void)
@@ -613,14 +740,88 @@ static bool nuksm_scan_next_chunk(NuksmScanner *sc, const NuksmPassBlock *pb,
     return more;
 }
 
-/* One full pass.  Returns true if it ran to the end. */
+/* Where a pass stands against its budget since it last slept. */
+typedef struct NuksmPassClock {
+    int64_t wall_start;         /* 0: nothing done since the last sleep */
+    unsigned pages_since_sleep;
+    unsigned idle_chunks;
+} NuksmPassClock;
+
+/*
+ * A step of the pass (a chunk of the walk, hints) hashed @hashed pages
+ * and counted @delta: add them up, and sleep when the budget says so.
+ * Returns false when the pass must stop.
+ */
+static bool nuksm_scan_step_done(NuksmScanner *sc, NuksmPassClock *pc,
+                                 unsigned hashed,
+                                 const NuksmScanCounters *delta)
+{
+    pc->pages_since_sleep += hashed;
+    if (hashed || delta->pages_volatile || delta->cow_breaks ||
+        delta->hints_served) {
+        qemu_mutex_lock(&sc->lock);
+        sc->stats.pages_scanned += hashed;
+        sc->stats.pages_volatile += delta->pages_volatile;
+        sc->stats.cow_breaks += delta->cow_breaks;
+        sc->stats.hints_served += delta->hints_served;
+        qemu_mutex_unlock(&sc->lock);
+    }
+    /*
+     * Sleep in slices of at least 1 ms, not after every chunk.  Reading
+     * the thread's CPU clock is a system call: after a chunk with nothing
+     * hashed, look at it only now and then.
+     */
+    if (!hashed && ++pc->idle_chunks < NUKSM_SCAN_IDLE_CHUNKS_PER_CLOCK) {
+        return true;
+    }
+    pc->idle_chunks = 0;
+    if (nuksm_scan_budget_used_ns(sc) >= SCALE_MS ||
+        pc->pages_since_sleep >= NUKSM_SCAN_RATE_SLICE_PAGES) {
+        if (!nuksm_scan_throttle(sc, get_clock() - pc->wall_start,
+                                 pc->pages_since_sleep)) {
+            return false;
+        }
+        pc->wall_start = 0;
+        pc->pages_since_sleep = 0;
+    }
+    return true;
+}
+
+/*
+ * Serve the hints waiting until none is left, within the budget.  Returns
+ * false when the scanner must stop.
+ */
+static bool nuksm_scan_drain_hints(NuksmScanner *sc, uint32_t epoch)
+{
+    NuksmPassClock pc = {};
+    NuksmScanCounters delta;
+    unsigned hashed, served;
+
+    do {
+        if (!pc.wall_start) {
+            pc.wall_start = get_clock();
+        }
+        hashed = 0;
+        memset(&delta, 0, sizeof(delta));
+        served = nuksm_scan_hints(sc, epoch, &hashed, &delta);
+        if (!nuksm_scan_step_done(sc, &pc, hashed, &delta)) {
+            return false;
+        }
+    } while (served);
+    return true;
+}
+
+/*
+ * One full pass: the walk, with hints served between its chunks, then the
+ * hints left.  Returns true if it ran to the end.
+ */
 static bool nuksm_scan_pass(NuksmScanner *sc, uint32_t epoch)
 {
     g_autoptr(GPtrArray) pass =
         g_ptr_array_new_with_free_func(nuksm_pass_block_free);
-    int64_t wall_start = 0;
-    unsigned pages_since_sleep = 0, idle_chunks = 0;
+    NuksmPassClock pc = {};
     NuksmScanCounters delta;
+    unsigned hashed;
 
     nuksm_ram_foreach_resolved(sc->s, nuksm_pass_add_block, pass);
 
@@ -628,57 +829,36 @@ static bool nuksm_scan_pass(NuksmScanner *sc, uint32_t epoch)
         const NuksmPassBlock *pb = g_ptr_array_index(pass, b);
 
         for (uint64_t first = 0;; first += NUKSM_SCAN_CHUNK_PAGES) {
-            unsigned hashed = 0;
-
-            if (!wall_start) {
-                wall_start = get_clock();
+            if (!pc.wall_start) {
+                pc.wall_start = get_clock();
             }
+            hashed = 0;
             memset(&delta, 0, sizeof(delta));
             if (!nuksm_scan_next_chunk(sc, pb, first, epoch, &hashed,
                                        &delta)) {
                 break;
             }
-            pages_since_sleep += hashed;
-            if (hashed || delta.pages_volatile || delta.cow_breaks) {
-                qemu_mutex_lock(&sc->lock);
-                sc->stats.pages_scanned += hashed;
-                sc->stats.pages_volatile += delta.pages_volatile;
-                sc->stats.cow_breaks += delta.cow_breaks;
-                qemu_mutex_unlock(&sc->lock);
-            }
-            /*
-             * Sleep in slices of at least 1 ms, not after every chunk.
-             * Reading the thread's CPU clock is a system call: after a
-             * chunk with nothing hashed, look at it only now and then.
-             */
-            if (!hashed && ++idle_chunks < NUKSM_SCAN_IDLE_CHUNKS_PER_CLOCK) {
-                continue;
-            }
-            idle_chunks = 0;
-            if (nuksm_scan_budget_used_ns(sc) >= SCALE_MS ||
-                pages_since_sleep >= NUKSM_SCAN_RATE_SLICE_PAGES) {
-                if (!nuksm_scan_throttle(sc, get_clock() - wall_start,
-                                         pages_since_sleep)) {
-                    return false;
-                }
-                wall_start = 0;
-                pages_since_sleep = 0;
+            nuksm_scan_hints(sc, epoch, &hashed, &delta);
+            if (!nuksm_scan_step_done(sc, &pc, hashed, &delta)) {
+                return false;
             }
         }
     }
-    return true;
+    return nuksm_scan_drain_hints(sc, epoch);
 }
 
-/* The longest rest after the pass that just ended. */
+/* The longest rest after the pass that just ended.  Called with @lock. */
 static int64_t nuksm_scan_pause_max_ms(NuksmScanner *sc)
 {
+    int64_t rest = sc->rest_ms;
+
     if (!nuksm_commit_tracks_writes(sc->s->commit)) {
-        return NUKSM_SCAN_PASS_PAUSE_MAX_MS;
+        return NUKSM_SCAN_PAUSE_MAX_RESTS * rest;
     }
-    return MIN(MAX(NUKSM_SCAN_TRACKED_PAUSE_MAX_MS,
-                   sc->resident * NUKSM_SCAN_TRACKED_PAUSE_MAX_MS /
+    return MIN(MAX(NUKSM_SCAN_TRACKED_PAUSE_MAX_RESTS * rest,
+                   sc->resident * NUKSM_SCAN_TRACKED_PAUSE_MAX_RESTS * rest /
                    NUKSM_SCAN_TRACKED_PAUSE_PAGES),
-               NUKSM_SCAN_TRACKED_PAUSE_CAP_MS);
+               NUKSM_SCAN_TRACKED_PAUSE_CAP_RESTS * rest);
 }
 
 /*
@@ -689,11 +869,25 @@ static int64_t nuksm_scan_pause_max_ms(NuksmScanner *sc)
 static void nuksm_scan_rest(NuksmScanner *sc)
 {
     int64_t start = get_clock();
-    int64_t end = start + sc->pause_ms * SCALE_MS;
-    int64_t short_end = start + NUKSM_SCAN_PASS_PAUSE_MS * SCALE_MS;
 
-    while (sc->active && !sc->restart && !sc->quit && get_clock() < end) {
-        if (qatomic_read(&sc->nudged) && get_clock() >= short_end) {
+    for (;;) {
+        /* Read each time: a new governor changes the pause. */
+        int64_t end = start + sc->pause_ms * SCALE_MS;
+
+        if (!sc->active || sc->restart || sc->quit || get_clock() >= end) {
+            break;
+        }
+        /* Hints do not wait for the next pass: a walk costs more. */
+        if (nuksm_hints_pending(sc->s->hints)) {
+            qemu_mutex_unlock(&sc->lock);
+            qatomic_set(&sc->settled, false);
+            nuksm_scan_drain_hints(sc, sc->started_epoch);
+            nuksm_scan_flush_candidates(sc, sc->started_epoch);
+            qemu_mutex_lock(&sc->lock);
+            continue;
+        }
+        if (qatomic_read(&sc->nudged) &&
+            get_clock() >= start + sc->rest_ms * SCALE_MS) {
             qatomic_set(&sc->settled, false);
             break;
         }
@@ -786,15 +980,15 @@ static void *nuksm_scan_thread(void *opaque)
         qatomic_set(&sc->nudged, false);
         if (nuksm_scan_pass(sc, epoch)) {
             nuksm_scan_flush_candidates(sc, epoch);
-            sc->pause_ms = sc->news ? NUKSM_SCAN_PASS_PAUSE_MS :
-                           MIN(sc->pause_ms * 2,
-                               nuksm_scan_pause_max_ms(sc));
             settled = !sc->news && !qatomic_read(&sc->nudged);
             if (settled && !qatomic_read(&sc->settled)) {
                 nuksm_scan_release_heap();
             }
             qatomic_set(&sc->settled, settled);
             qemu_mutex_lock(&sc->lock);
+            sc->pause_ms = sc->news ? sc->rest_ms :
+                           MIN(sc->pause_ms * 2,
+                               nuksm_scan_pause_max_ms(sc));
             sc->stats.full_scans++;
             trace_nuksm_scan_pass_done(sc->stats.full_scans,
                                        sc->stats.pages_scanned);
@@ -820,8 +1014,10 @@ NuksmScanner *nuksm_scanner_new(Nuksm *s)
                      strerror(errno));
     }
     sc->s = s;
-    sc->pause_ms = NUKSM_SCAN_PASS_PAUSE_MS;
-    sc->max_cpu = NUKSM_DEFAULT_MAX_CPU;
+    /* Until nuksm_scanner_set_budget(), before the thread looks. */
+    sc->rest_ms = 1000;
+    sc->pause_ms = sc->rest_ms;
+    sc->max_cpu = 10;
     sc->zero_pages = true;
     sc->zero_digest = nuksm_page_digest(zero_page, NUKSM_PAGE_SIZE);
     sc->candidates = g_array_new(false, false, sizeof(NuksmCandidate));
@@ -835,7 +1031,7 @@ NuksmScanner *nuksm_scanner_new(Nuksm *s)
 void nuksm_scanner_free(NuksmScanner *sc)
 {
     qemu_mutex_lock(&sc->lock);
-    sc->quit = true;
+    qatomic_set(&sc->quit, true);
     qemu_cond_broadcast(&sc->cond);
     qemu_mutex_unlock(&sc->lock);
     qemu_thread_join(&sc->thread);
@@ -869,12 +1065,17 @@ void nuksm_scanner_set_active(NuksmScanner *sc, bool active, uint32_t epoch)
     }
 }
 
-void nuksm_scanner_set_budget(NuksmScanner *sc, double max_cpu,
-                              uint64_t scan_rate, bool zero_pages)
+void nuksm_scanner_set_budget(NuksmScanner *sc, const NuksmBudget *budget,
+                              bool zero_pages)
 {
     qemu_mutex_lock(&sc->lock);
-    sc->max_cpu = max_cpu;
-    sc->scan_rate = scan_rate;
+    sc->max_cpu = budget->max_cpu;
+    sc->scan_rate = budget->scan_rate;
+    /* A new rest applies at once: the pause starts over from it. */
+    if (sc->rest_ms != budget->rest_ms) {
+        sc->rest_ms = budget->rest_ms;
+        sc->pause_ms = sc->rest_ms;
+    }
     sc->zero_pages = zero_pages;
     qemu_cond_broadcast(&sc->cond);
     qemu_mutex_unlock(&sc->lock);
@@ -921,6 +1122,11 @@ void nuksm_scanner_charge(NuksmScanner *sc, uint64_t cpu_ns)
     qatomic_add(&sc->charged_ns, cpu_ns);
 }
 
+bool nuksm_scanner_quitting(NuksmScanner *sc)
+{
+    return qatomic_read(&sc->quit);
+}
+
 uint32_t nuksm_scanner_epoch(NuksmScanner *sc)
 {
     return qatomic_read(&sc->epoch);
@@ -933,5 +1139,6 @@ void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmStats *stats)
     stats->full_scans = sc->stats.full_scans;
     stats->pages_volatile = sc->stats.pages_volatile;
     stats->cow_breaks = sc->stats.cow_breaks;
+    stats->hints_served = sc->stats.hints_served;
     qemu_mutex_unlock(&sc->lock);
 }

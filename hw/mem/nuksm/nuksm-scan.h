@@ -21,8 +21,9 @@ void nuksm_scanner_free(NuksmScanner *sc);
 /* Run (scan, merge, hold userfaultfd) for connection @epoch, or stop. */
 void nuksm_scanner_set_active(NuksmScanner *sc, bool active,
                               uint32_t epoch);
-void nuksm_scanner_set_budget(NuksmScanner *sc, double max_cpu,
-                              uint64_t scan_rate, bool zero_pages);
+/* The budget to keep to (nuksm-governor.h), and whether to drop zeros. */
+void nuksm_scanner_set_budget(NuksmScanner *sc, const NuksmBudget *budget,
+                              bool zero_pages);
 /* Fill the scan counters of @stats. */
 void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmStats *stats);
 
@@ -49,6 +50,11 @@ bool nuksm_scanner_settled(NuksmScanner *sc);
  * the CPU budget as if the thread had spent it.  Lock-free.
  */
 void nuksm_scanner_charge(NuksmScanner *sc, uint64_t cpu_ns);
+/*
+ * The object is going: the thread is to end, and the main loop may be
+ * joining it rather than serving it.  Lock-free.
+ */
+bool nuksm_scanner_quitting(NuksmScanner *sc);
 /* The connection the thread works for; lock-free. */
 uint32_t nuksm_scanner_epoch(NuksmScanner *sc);
 

@@ -30,6 +30,8 @@
 #include "system/system.h"
 #include "nuksm.h"
 #include "nuksm-commit.h"
+#include "nuksm-governor.h"
+#include "nuksm-hints.h"
 #include "nuksm-pages.h"
 #include "nuksm-scan.h"
 #include "trace.h"
@@ -333,6 +335,19 @@ NuksmInfo *nuksm_get_info(Nuksm *s)
     info->home_nodes = nuksm_numa_home_list(s);
     info->hotness = nuksm_hot_info(s);
     info->excluded = nuksm_ram_exclusions(s);
+    info->budget = g_new0(NuksmBudget, 1);
+    nuksm_governor_budget(s, info->budget);
+    info->io_hints = g_new0(NuksmIoHints, 1);
+    info->io_hints->enabled = s->io_hints;
+    info->io_hints->pages_served = stats.hints_served;
+    info->io_hints->pages_merged = stats.hints_merged;
+    if (s->hints) {
+        NuksmHintStats hs;
+
+        nuksm_hints_get_stats(s->hints, &hs);
+        info->io_hints->pages_hinted = hs.hinted;
+        info->io_hints->pages_dropped = hs.dropped;
+    }
     return info;
 }
 
@@ -508,12 +523,39 @@ static void nuksm_set_hot_window(Object *obj, Visitor *v, const char *name,
     trace_nuksm_set_property(name, value);
 }
 
+/* Give the scanner the budget of the governor and the properties. */
+static void nuksm_update_budget(Nuksm *s)
+{
+    NuksmBudget budget;
+
+    if (s->scanner) {
+        nuksm_governor_budget(s, &budget);
+        nuksm_scanner_set_budget(s->scanner, &budget, s->zero_pages);
+    }
+}
+
+static int nuksm_get_governor(Object *obj, Error **errp)
+{
+    return NUKSM(obj)->governor;
+}
+
+static void nuksm_set_governor(Object *obj, int value, Error **errp)
+{
+    Nuksm *s = NUKSM(obj);
+
+    s->governor = value;
+    trace_nuksm_set_governor(NuksmGovernor_str(value));
+    nuksm_update_budget(s);
+}
+
+/* max-cpu and scan-rate read as applied: the governor's unless set. */
 static void nuksm_get_max_cpu(Object *obj, Visitor *v, const char *name,
                               void *opaque, Error **errp)
 {
-    double value = NUKSM(obj)->max_cpu;
+    NuksmBudget budget;
 
-    visit_type_number(v, name, &value, errp);
+    nuksm_governor_budget(NUKSM(obj), &budget);
+    visit_type_number(v, name, &budget.max_cpu, errp);
 }
 
 static void nuksm_set_max_cpu(Object *obj, Visitor *v, const char *name,
@@ -535,18 +577,17 @@ static void nuksm_set_max_cpu(Object *obj, Visitor *v, const char *name,
     trace_nuksm_set_max_cpu((uint32_t)value,
                             (uint32_t)(value * 100) % 100);
     s->max_cpu = value;
-    if (s->scanner) {
-        nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate,
-                                 s->zero_pages);
-    }
+    s->max_cpu_set = true;
+    nuksm_update_budget(s);
 }
 
 static void nuksm_get_scan_rate(Object *obj, Visitor *v, const char *name,
                                 void *opaque, Error **errp)
 {
-    uint64_t value = NUKSM(obj)->scan_rate;
+    NuksmBudget budget;
 
-    visit_type_uint64(v, name, &value, errp);
+    nuksm_governor_budget(NUKSM(obj), &budget);
+    visit_type_uint64(v, name, &budget.scan_rate, errp);
 }
 
 static void nuksm_set_scan_rate(Object *obj, Visitor *v, const char *name,
@@ -559,11 +600,9 @@ static void nuksm_set_scan_rate(Object *obj, Visitor *v, const char *name,
         return;
     }
     s->scan_rate = value;
+    s->scan_rate_set = true;
     trace_nuksm_set_property(name, value);
-    if (s->scanner) {
-        nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate,
-                                 s->zero_pages);
-    }
+    nuksm_update_budget(s);
 }
 
 static bool nuksm_get_zero_pages(Object *obj, Error **errp)
@@ -576,9 +615,22 @@ static void nuksm_set_zero_pages(Object *obj, bool value, Error **errp)
     Nuksm *s = NUKSM(obj);
 
     s->zero_pages = value;
-    if (s->scanner) {
-        nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate,
-                                 s->zero_pages);
+    nuksm_update_budget(s);
+}
+
+static bool nuksm_get_io_hints(Object *obj, Error **errp)
+{
+    return NUKSM(obj)->io_hints;
+}
+
+static void nuksm_set_io_hints(Object *obj, bool value, Error **errp)
+{
+    Nuksm *s = NUKSM(obj);
+
+    s->io_hints = value;
+    trace_nuksm_set_property("io-hints", value);
+    if (s->hints) {
+        nuksm_hints_set_enabled(s->hints, value);
     }
 }
 
@@ -696,9 +748,10 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     s->pages = g_new0(NuksmPages, 1);
     nuksm_pages_init(s->pages);
     s->commit = nuksm_commit_new(s, s->pages);
+    s->hints = nuksm_hints_new();
+    nuksm_hints_set_enabled(s->hints, s->io_hints);
     s->scanner = nuksm_scanner_new(s);
-    nuksm_scanner_set_budget(s->scanner, s->max_cpu, s->scan_rate,
-                             s->zero_pages);
+    nuksm_update_budget(s);
     migration_add_notifier(&s->migration_notifier, nuksm_migration_notify);
     s->vm_state = qemu_add_vm_change_state_handler(nuksm_vm_state_change, s);
     nuksm_hot_start(s);
@@ -725,8 +778,9 @@ static void nuksm_instance_init(Object *obj)
     s->agent_path = g_strdup(NUKSM_DEFAULT_AGENT);
     s->domain = g_strdup(NUKSM_DEFAULT_DOMAIN);
     s->priority = NUKSM_DEFAULT_PRIORITY;
-    s->max_cpu = NUKSM_DEFAULT_MAX_CPU;
+    s->governor = NUKSM_DEFAULT_GOVERNOR;
     s->zero_pages = true;
+    s->io_hints = true;
     s->enabled = true;
     s->hot_window_ms = NUKSM_DEFAULT_HOT_WINDOW_MS;
     s->limit_reported = NUKSM_LIMIT__MAX;
@@ -749,6 +803,7 @@ static void nuksm_instance_finalize(Object *obj)
         }
         nuksm_hot_stop(s);
         nuksm_scanner_free(s->scanner);
+        nuksm_hints_free(s->hints);
         nuksm_commit_free(s->commit);
         nuksm_pages_destroy(s->pages);
         g_free(s->pages);
@@ -786,19 +841,30 @@ static void nuksm_class_init(ObjectClass *oc, void *data)
     object_class_property_set_description(oc, "priority",
         "Weight in NUMA placement, 1..1000, at most the agent's limit for "
         "the VM (default 100)");
+    object_class_property_add_enum(oc, "governor", "NuksmGovernor",
+                                   &NuksmGovernor_lookup,
+                                   nuksm_get_governor, nuksm_set_governor);
+    object_class_property_set_description(oc, "governor",
+        "Preset of the scanner's budget: full, medium, low or quiet; "
+        "max-cpu and scan-rate override it once set (default medium)");
     object_class_property_add(oc, "max-cpu", "number", nuksm_get_max_cpu,
                               nuksm_set_max_cpu, NULL, NULL);
     object_class_property_set_description(oc, "max-cpu",
         "CPU budget of the scanner thread (scanning and merging) in percent "
-        "of one core, 0.01..100 (default 10)");
+        "of one core, 0.01..100 (default: the governor's, 10 for medium)");
     object_class_property_add(oc, "scan-rate", "uint64", nuksm_get_scan_rate,
                               nuksm_set_scan_rate, NULL, NULL);
     object_class_property_set_description(oc, "scan-rate",
-        "Cap on pages scanned per second, 0 = CPU budget only (default 0)");
+        "Cap on pages scanned per second, 0 = CPU budget only (default: the "
+        "governor's, 0)");
     object_class_property_add_bool(oc, "zero-pages", nuksm_get_zero_pages,
                                    nuksm_set_zero_pages);
     object_class_property_set_description(oc, "zero-pages",
         "Deduplicate zero pages locally (default on)");
+    object_class_property_add_bool(oc, "io-hints", nuksm_get_io_hints,
+                                   nuksm_set_io_hints);
+    object_class_property_set_description(oc, "io-hints",
+        "Take the guest pages disk transfers moved first (default on)");
     object_class_property_add_str(oc, "memdev", nuksm_get_memdev,
                                   nuksm_set_memdev);
     object_class_property_set_description(oc, "memdev",

@@ -10,6 +10,10 @@
  *                   the scanner thread                   main loop, BQL
  *   nuksm-scan.c    walk eligible RAM, hash pages, offer stable ones
  *                   (NuksmScanner)                       scanner thread
+ *   nuksm-governor.c  the presets of the scanner's budget (governors)
+ *                                                        main loop, BQL
+ *   nuksm-hints.c   I/O hints: guest pages disk transfers moved, for the
+ *                   scanner to take first                any thread
  *   nuksm-pages.c   the per-page table: digests, flags, inactive
  *                   counters, slot references (NuksmPages) page_lock
  *   nuksm-agent.c   the connection to nuksmd: handshake, messages in,
@@ -77,7 +81,6 @@ OBJECT_DECLARE_SIMPLE_TYPE(Nuksm, NUKSM)
 
 #define NUKSM_DEFAULT_AGENT    "/run/nuksm/nuksmd.sock"
 #define NUKSM_DEFAULT_PRIORITY 100
-#define NUKSM_DEFAULT_MAX_CPU  10.0
 /* max-cpu's range, in percent of one core: fractions too. */
 #define NUKSM_MAX_CPU_MIN      0.01
 #define NUKSM_MAX_CPU_MAX      100.0
@@ -93,6 +96,7 @@ typedef struct NuksmRequest NuksmRequest;
 typedef struct NuksmPages NuksmPages;
 typedef struct NuksmCommit NuksmCommit;
 typedef struct NuksmScanner NuksmScanner;
+typedef struct NuksmHints NuksmHints;
 typedef struct NuksmRamList NuksmRamList;
 
 /*
@@ -148,9 +152,13 @@ struct Nuksm {
     char *agent_path;
     char *domain;
     uint32_t priority;
-    double max_cpu;             /* percent of one core */
-    uint64_t scan_rate;
+    NuksmGovernor governor;     /* presets what is not set below */
+    double max_cpu;             /* percent of one core, if max_cpu_set */
+    bool max_cpu_set;
+    uint64_t scan_rate;         /* if scan_rate_set */
+    bool scan_rate_set;
     bool zero_pages;
+    bool io_hints;              /* take I/O hints (nuksm-hints.c) */
     char *memdev;
     bool enabled;
     uint32_t hot_window_ms;     /* 0: no hotness sampling */
@@ -169,6 +177,7 @@ struct Nuksm {
     NuksmPages *pages;
     NuksmCommit *commit;
     NuksmScanner *scanner;
+    NuksmHints *hints;          /* I/O hints for the scanner */
     NuksmRamList *ram;          /* eligible RAM, RCU (nuksm-ram.c) */
     QEMUBH *ram_bh;             /* RAM blocks changed: refresh @ram */
     RAMBlockNotifier ram_notifier;
@@ -187,9 +196,11 @@ typedef struct NuksmStats {
     uint64_t full_scans;
     uint64_t pages_volatile;
     uint64_t cow_breaks;
+    uint64_t hints_served;      /* hinted pages hashed */
     /* nuksm-pages.c */
     uint64_t merged_pages;      /* pages mapping a store slot */
     uint64_t zero_pages;        /* pages dropped as zero */
+    uint64_t hints_merged;      /* merges of pages offered on a hint */
     uint64_t merged_per_node[NUKSM_MAX_NODES];
     /* nuksm-commit.c */
     uint64_t maps_in_use;       /* the process's mappings (VMAs) */
@@ -252,6 +263,12 @@ void nuksm_ram_free(Nuksm *s);
  */
 void nuksm_ram_foreach_resolved(Nuksm *s, NuksmRamResolvedFn fn,
                                 void *opaque);
+/*
+ * Is @rb among the resolved eligible blocks (as for
+ * nuksm_ram_foreach_resolved()), and of which guest NUMA node?  Any
+ * thread, with the RCU read lock held.
+ */
+bool nuksm_ram_resolved_gnode(Nuksm *s, RAMBlock *rb, uint8_t *gnode);
 
 /* nuksm-numa.c */
 uint8_t nuksm_numa_block_gnode(RAMBlock *rb);
