@@ -415,9 +415,9 @@ static bool nuksm_scan_chunk_idle(NuksmScanner *sc, NuksmBlockState *bs,
 }
 
 /*
- * Look at the @count pages from page @first of @bs, at @host, of pagemap
- * entries @pm: report the copy-on-write breaks, hash the pages that may
- * have changed, and offer or drop as zero those worth it.  Pages the walk
+ * Look at the @count pages from page @first of @rb (@bs): read their
+ * pagemap entries, report the copy-on-write breaks, hash the pages that
+ * may have changed, and offer or drop as zero those worth it.  Pages the walk
  * comes to (@hinted false) count in sc->resident, and with write
  * tracking (@tracking) those nothing wrote are spared.  Pages an I/O hint
  * named (@hinted, nuksm-hints.c) are taken as stable without waiting for
@@ -425,17 +425,22 @@ static bool nuksm_scan_chunk_idle(NuksmScanner *sc, NuksmBlockState *bs,
  * every page in full under write protection anyway.  Returns how many
  * were hashed.  Called with page_lock and the RCU read lock held.
  */
-static unsigned nuksm_scan_pages(NuksmScanner *sc, NuksmBlockState *bs,
-                                 uint64_t first, uint8_t *host,
-                                 unsigned count, const uint64_t *pm,
-                                 uint32_t epoch, bool tracking, bool hinted,
+static unsigned nuksm_scan_pages(NuksmScanner *sc, RAMBlock *rb,
+                                 NuksmBlockState *bs, uint64_t first,
+                                 unsigned count, uint32_t epoch,
+                                 bool tracking, bool hinted,
                                  NuksmScanCounters *delta)
 {
+    uint8_t *host = rb->host + first * NUKSM_PAGE_SIZE;
+    uint64_t pm[NUKSM_SCAN_CHUNK_PAGES];
     unsigned zero[NUKSM_SCAN_CHUNK_PAGES], nr_zero = 0;
     unsigned hashed = 0;
     bool zero_pages;
 
     assert(count <= NUKSM_SCAN_CHUNK_PAGES);
+    if (!nuksm_scan_read_pagemap(sc, host, count, pm)) {
+        return 0;
+    }
     qemu_mutex_lock(&sc->lock);
     zero_pages = sc->zero_pages;
     qemu_mutex_unlock(&sc->lock);
@@ -501,8 +506,6 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
                                  unsigned count, uint32_t epoch,
                                  NuksmScanCounters *delta)
 {
-    uint8_t *host = rb->host + first * NUKSM_PAGE_SIZE;
-    uint64_t pm[NUKSM_SCAN_CHUNK_PAGES];
     bool tracking = nuksm_commit_tracks_writes(sc->s->commit);
 
     if (first % NUKSM_TRACK_STRETCH == 0) {
@@ -516,31 +519,8 @@ static unsigned nuksm_scan_chunk(NuksmScanner *sc, RAMBlock *rb,
     if (tracking && nuksm_scan_chunk_idle(sc, bs, first, count)) {
         return 0;
     }
-    if (!nuksm_scan_read_pagemap(sc, host, count, pm)) {
-        return 0;
-    }
-    return nuksm_scan_pages(sc, bs, first, host, count, pm, epoch, tracking,
-                            false, delta);
-}
-
-/*
- * Look at the @count hinted pages from page @first of @rb (see
- * nuksm_scan_pages()); returns how many were hashed.  Called with
- * page_lock and the RCU read lock held.
- */
-static unsigned nuksm_scan_hinted(NuksmScanner *sc, RAMBlock *rb,
-                                  NuksmBlockState *bs, uint64_t first,
-                                  unsigned count, uint32_t epoch,
-                                  NuksmScanCounters *delta)
-{
-    uint8_t *host = rb->host + first * NUKSM_PAGE_SIZE;
-    uint64_t pm[NUKSM_SCAN_HINT_PAGES];
-
-    if (!nuksm_scan_read_pagemap(sc, host, count, pm)) {
-        return 0;
-    }
-    return nuksm_scan_pages(sc, bs, first, host, count, pm, epoch, false,
-                            true, delta);
+    return nuksm_scan_pages(sc, rb, bs, first, count, epoch, tracking, false,
+                            delta);
 }
 
 /*
@@ -568,9 +548,9 @@ static unsigned nuksm_scan_hint_run(NuksmScanner *sc, uint8_t *host,
         qemu_mutex_lock(&pages->lock);
         bs = nuksm_pages_block(pages, rb, gnode);
         if (first < bs->nr_pages) {
-            hashed = nuksm_scan_hinted(sc, rb, bs, first,
-                                       MIN(count, bs->nr_pages - first),
-                                       epoch, delta);
+            hashed = nuksm_scan_pages(sc, rb, bs, first,
+                                      MIN(count, bs->nr_pages - first),
+                                      epoch, false, true, delta);
             nuksm_commit_flush_unmerged(sc->s->commit, epoch);
         }
         qemu_mutex_unlock(&pages->lock);
@@ -1014,10 +994,6 @@ NuksmScanner *nuksm_scanner_new(Nuksm *s)
                      strerror(errno));
     }
     sc->s = s;
-    /* Until nuksm_scanner_set_budget(), before the thread looks. */
-    sc->rest_ms = 1000;
-    sc->pause_ms = sc->rest_ms;
-    sc->max_cpu = 10;
     sc->zero_pages = true;
     sc->zero_digest = nuksm_page_digest(zero_page, NUKSM_PAGE_SIZE);
     sc->candidates = g_array_new(false, false, sizeof(NuksmCandidate));

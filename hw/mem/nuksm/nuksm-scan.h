@@ -15,7 +15,10 @@
 
 #include "nuksm.h"
 
-/* Main loop (BQL), after s->pages and s->commit exist */
+/*
+ * Main loop (BQL), after s->pages and s->commit exist; give it its budget
+ * (nuksm_scanner_set_budget()) before it is first made active.
+ */
 NuksmScanner *nuksm_scanner_new(Nuksm *s);
 void nuksm_scanner_free(NuksmScanner *sc);
 /* Run (scan, merge, hold userfaultfd) for connection @epoch, or stop. */
