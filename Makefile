@@ -7,8 +7,8 @@
 #                   handling, 10 minutes per target (FUZZ_SECONDS=)
 #   make demo       ... and boot two small VMs attached to a live agent
 #   make bench      ... and benchmark nuksm against kernel KSM (root,
-#                   about an hour; docs/benchmarks.rst)
-#   make bench-quick  the same, smaller and fewer workloads (< 3 minutes)
+#                   about an hour and a quarter; docs/benchmarks.rst)
+#   make bench-quick  the same, smaller and fewer workloads (about 8 minutes)
 #   make soak       ... and churn eight VMs for SOAK_SECONDS (default 1800)
 #                   while the agent is killed again and again
 #   make install    install nuksmd, nuksmctl, the patched QEMU (as
@@ -156,8 +156,8 @@ soak: all
 # settings are global (they are restored).  Results in bench/results/.
 .PHONY: bench bench-quick
 bench: all guest
-	@echo "==> benchmarks: nuksm and kernel KSM side by side (about an hour)"
+	@echo "==> benchmarks: nuksm and kernel KSM side by side (about an hour and a quarter)"
 	@$(VENV)/bin/python bench/run.py
 bench-quick: all
-	@echo "==> quick benchmarks: nuksm and kernel KSM side by side (< 3 min)"
+	@echo "==> quick benchmarks: nuksm and kernel KSM side by side (about 8 min)"
 	@$(VENV)/bin/python bench/run.py --quick

@@ -103,6 +103,7 @@ typedef struct AgentServer {
     dev_t dev;               /* the socket file we bound, so that we */
     ino_t ino;               /* never unlink somebody else's */
     void *rx_buf;            /* NUKSM_MSG_MAX bytes */
+    uint64_t cpu_mark;       /* thread CPU when messages were last handled */
 } AgentServer;
 
 /* What holds back new merges (conditions.c). */

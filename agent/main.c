@@ -71,13 +71,20 @@ int main(int argc, char **argv)
     }
     log_set_level(cfg.log_level);
     raise_fd_limit();
+    /*
+     * Before the socket exists: a SIGTERM as soon as clients can connect
+     * (systemd stopping a unit just started, a test) must stop the agent
+     * cleanly once its loop runs, not kill it with the socket left behind.
+     */
+    sigterm = g_unix_signal_add(SIGTERM, on_quit_signal, &agent);
+    sigint = g_unix_signal_add(SIGINT, on_quit_signal, &agent);
     if (!agent_start(&agent, &cfg)) {
+        g_source_remove(sigterm);
+        g_source_remove(sigint);
         config_clear(&cfg);
         return 1;
     }
 
-    sigterm = g_unix_signal_add(SIGTERM, on_quit_signal, &agent);
-    sigint = g_unix_signal_add(SIGINT, on_quit_signal, &agent);
     g_main_loop_run(agent.loop);
 
     g_source_remove(sigterm);

@@ -38,6 +38,20 @@ def derive(run, target):
     run["saved_mib"] = saved * PAGE / MIB
     run["net_saving_mib"] = (run["physical_before"]["total"] -
                              run["physical_after"]["total"]) / MIB
+    over_time(run)
+
+
+def over_time(run):
+    """The saving integrated over the run (MiB x s, trapezoids between
+    samples) and the time to 90% of the run's own final saving (XLH's
+    figures)."""
+    timeline = run["timeline"]
+    run["integrated_saving_mib_s"] = sum(
+        (t1 - t0) * (s0 + s1) / 2 for (t0, s0, _), (t1, s1, _)
+        in zip(timeline, timeline[1:])) * PAGE / MIB
+    final = run["final_saving"]
+    run["t90_s"] = next((t for t, s, _ in timeline if s >= 0.9 * final),
+                        None) if final > 0 else None
 
 
 def nuksm_metadata(ksm_run, nuksm_run):
@@ -65,8 +79,10 @@ def steady_cpu(ksm_run, nuksm_run):
 
 def analyze(pairs):
     for pair in pairs:
-        nuksm_metadata(*pair)
-        steady_cpu(*sides(pair))
+        ksm_run, *nuksm_runs = pair
+        for run in nuksm_runs:
+            nuksm_metadata(ksm_run, run)
+            steady_cpu(ksm_run, run)
         target = achievable(pair)
         for run in pair:
             derive(run, target)
@@ -142,6 +158,14 @@ def goals(pairs):
             goal("idle overhead (static, KSM's default budget)",
                  "<= 0.5% of a core", 100 * nuksm["steady_cpu_share"],
                  nuksm["steady_cpu_share"] <= 0.005, "%")
+    ksm, nuksm = (find(pairs, "xlh", "default", s) for s in ("ksm", "nuksm"))
+    if ksm and nuksm:
+        r = ratio(nuksm["integrated_saving_mib_s"],
+                  ksm["integrated_saving_mib_s"])
+        cpu = ratio(nuksm["merge_cpu_s"], ksm["merge_cpu_s"])
+        goal("saving integrated over XLH's experiment vs KSM's, at no more "
+             "CPU", ">= 4x", r, r is not None and r >= 4 and cpu is not None
+             and cpu <= 1, "x", f"CPU {cpu:.2f}x KSM's" if cpu else "")
     nuksm = find(pairs, "idle-2g", "idle", "nuksm")
     if nuksm:
         goal("idle overhead at the defaults, 2 x 1 GiB merged",

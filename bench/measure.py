@@ -3,6 +3,8 @@
 switch deduplication on, sample saving and CPU until done, then measure
 the steady state, memory, metadata and copy-on-write breaks."""
 
+import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -13,7 +15,6 @@ import procstat
 from harness import Qtest, Vm
 from workloads import MIB, PAGE, Rewriter, fill, pipeline
 
-SAMPLE_S = 0.1
 # In the steady state: each sample asks nuksmd over a new connection,
 # which would be most of what it does once nothing is left to merge.
 STEADY_SAMPLE_S = 2.0
@@ -47,17 +48,29 @@ class Run:
         self.tag = f"[{workload.name}/{budget} {side.name}]"
         self.vms = []
         self.qtests = []
+        # Disk workloads: each guest's copy of the image, and the seconds
+        # from the start of the measurement to each guest's having read it
+        self.disks = []
+        self.reads_done = {}
         # QEMU's main loop counts for nuksm only when it does nothing
         # else: no vCPU (qtest) and no rewriting through qtest.
         self.main_loop = not workload.tcg and not workload.rewrite_rate
 
     def start_vms(self):
         wl = self.wl
+        image = wl.disk_mib and self.disk_image()
         for i in range(wl.vms):
             name = f"{self.side.name}{i}"
             if wl.tcg:
+                disk = cue = None
+                if image:
+                    disk = self.workdir / f"{name}.img"
+                    shutil.copyfile(image, disk)
+                    self.disks.append(disk)
+                    cue = self.workdir / f"{name}.cue"
                 args = harness.guest_args(f"{self.workdir}/{name}.serial",
-                                          wl.fill_mib, mem_mib=wl.mem_mib)
+                                          wl.fill_mib, mem_mib=wl.mem_mib,
+                                          disk=disk, cue=cue)
             else:
                 args = harness.qtest_args(f"{self.workdir}/{name}.qtest",
                                           mem=f"{wl.mem_mib}M")
@@ -67,7 +80,11 @@ class Run:
                                          *self.side.vm_args(i)])
             self.vms.append(vm)
             vm.start()
-        if wl.tcg:
+        if wl.disk_mib:
+            for vm in self.vms:
+                vm.wait_serial(harness.GUEST_CUE_WAIT, timeout=180)
+                log(f"{self.tag} {vm.name} booted, waiting to read its disk")
+        elif wl.tcg:
             for vm in self.vms:
                 vm.wait_serial(harness.GUEST_READY, timeout=180)
                 log(f"{self.tag} {vm.name} booted, "
@@ -81,6 +98,28 @@ class Run:
                 fill(wl, q, i)
                 log(f"{self.tag} {vm.name}: {wl.mem_mib} MiB filled in "
                     f"{time.monotonic() - start:.1f} s")
+
+    def disk_image(self):
+        """The workload's disk image: random, so that it holds neither
+        zero pages nor duplicates within itself; the same in every run."""
+        image = self.workdir / f"{self.wl.name}-disk.img"
+        if not image.exists():
+            rng = random.Random(self.wl.name)
+            with open(image, "wb") as f:
+                for _ in range(self.wl.disk_mib):
+                    f.write(rng.randbytes(MIB))
+        return image
+
+    def start_reads(self):
+        for vm in self.vms:
+            harness.cue_guest(self.workdir / f"{vm.name}.cue")
+
+    def note_reads_done(self, t):
+        for vm in self.vms:
+            if vm.name not in self.reads_done and \
+                    "nuksm-guest: read vda" in harness.read_log(vm.serial):
+                self.reads_done[vm.name] = t
+                log(f"{self.tag} {vm.name} has read its disk at t={t:.1f} s")
 
     def saving(self, zero_pages=True):
         return self.side.saving(self.vms, zero_pages=zero_pages)
@@ -97,6 +136,8 @@ class Run:
 
     def sample(self, zero_pages=True):
         t = time.monotonic() - self.t0
+        if self.disks and len(self.reads_done) < len(self.vms):
+            self.note_reads_done(t)
         saved = self.saving(zero_pages)
         cpu = cpu_total(self.cpu()) - self.cpu0
         self.timeline.append((round(t, 3), saved, cpu))
@@ -130,6 +171,8 @@ class Run:
             rewriter = Rewriter(self.wl, self.qtests[0])
         self.t0 = time.monotonic()
         self.side.enable(self.vms)
+        if self.disks:
+            self.start_reads()
         if rewriter:
             rewriter.start()
         try:
@@ -140,7 +183,7 @@ class Run:
                 if t > self.wl.timeout:
                     log(f"{self.tag} timed out after {t:.0f} s")
                     break
-                time.sleep(SAMPLE_S)
+                time.sleep(self.wl.sample_s)
             merge_end, merge_cpu = self.timeline[-1][0], self.timeline[-1][2]
             if self.budget == "idle":
                 self.side.to_defaults(self.vms)
@@ -183,6 +226,9 @@ class Run:
                 for k, v in self.cpu().items() if k in parts_start}
         if rewriter:
             result["rewrites"] = rewriter.written
+        if self.disks:
+            result["disk_mib"] = self.wl.disk_mib
+            result["reads_done_s"] = self.reads_done
         return result
 
     def cow_latency(self):
@@ -262,4 +308,6 @@ class Run:
                 q.close()
             for vm in self.vms:
                 vm.kill()
+            for disk in self.disks:
+                disk.unlink()
             self.side.teardown()

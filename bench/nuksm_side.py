@@ -21,9 +21,11 @@ DEFAULT_MAX_CPU = 10
 
 
 class NuksmSide:
-    name = "nuksm"
-
-    def __init__(self):
+    def __init__(self, name="nuksm", props=None):
+        """@name: the side's name in the results; @props: more properties
+        of the nuksm object, e.g. to switch a part off."""
+        self.name = name
+        self.props = props or {}
         self.max_cpu = None
         self.zero = 0
         self.zero_at = -ZERO_PAGES_EVERY_S
@@ -45,7 +47,7 @@ class NuksmSide:
     def vm_args(self, index):
         # mem-merge=off: ksmd (stopped anyway) never touches this side.
         return ["-machine", "mem-merge=off", "-object", harness.nuksm_object(
-            id="dedup0", agent=self.agent.sock, enabled="off")]
+            id="dedup0", agent=self.agent.sock, enabled="off", **self.props)]
 
     def after_start(self, vms, ram_bytes):
         for vm in vms:

@@ -8,12 +8,19 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend)
 
 from workloads import MIB, PAGE  # noqa: E402
 
-COLOURS = {"ksm": "tab:blue", "nuksm": "tab:orange"}
+COLOURS = {"ksm": "tab:blue", "nuksm": "tab:orange",
+           "nuksm-nohints": "tab:green", "nuksm-fullhash": "tab:red"}
 STYLES = {"full": "-", "default": "--", "idle": "-"}
 LABELS = {("ksm", "full"): "KSM, full throttle",
           ("nuksm", "full"): "nuksm, full throttle",
           ("ksm", "default"): "KSM, default budget",
           ("nuksm", "default"): "nuksm, KSM's default CPU share",
+          ("nuksm-nohints", "default"): "nuksm without I/O hints, KSM's "
+          "default CPU share",
+          ("nuksm-fullhash", "full"): "nuksm hashing whole pages, full "
+          "throttle",
+          ("nuksm-fullhash", "default"): "nuksm hashing whole pages, KSM's "
+          "default CPU share",
           ("ksm", "idle"): "KSM, full throttle, then its defaults",
           ("nuksm", "idle"): "nuksm, max-cpu=100, then its defaults"}
 
@@ -35,6 +42,12 @@ def plot_workload(runs, title, path):
         saved_ax.plot(t, [p[1] * PAGE / MIB for p in run["timeline"]],
                       **style)
         cpu_ax.plot(t, [p[2] / 1e9 for p in run["timeline"]], **style)
+    reads_done = [t for run in runs for t in run.get("reads_done_s",
+                                                       {}).values()]
+    if reads_done:
+        saved_ax.axvline(max(reads_done), color="grey", linewidth=0.8,
+                         linestyle="-.", label="the guests have read their "
+                         "disks (latest)")
     target = runs[0]["achievable"]
     if target:
         saved_ax.axhline(0.99 * target * PAGE / MIB, color="grey",

@@ -75,7 +75,7 @@ def check_prerequisites(workloads):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="small sizes, fewer workloads (< 3 minutes)")
+                        help="small sizes, fewer workloads (about 8 minutes)")
     parser.add_argument("--workload", action="append", metavar="NAME",
                         help="run only this workload (repeatable)")
     parser.add_argument("--out", type=Path,
@@ -85,7 +85,7 @@ def main():
                         help="leave docs/benchmarks.rst alone")
     parser.add_argument("--perf", action="store_true",
                         help="profile nuksm's runs: perf record -a -g into "
-                        "OUT/perf-WORKLOAD-BUDGET.data")
+                        "OUT/perf-WORKLOAD-BUDGET-SIDE.data")
     parser.add_argument("--report", action="store_true",
                         help="run nothing: redo the plots and docs from "
                         "OUT/results.json")
@@ -131,11 +131,13 @@ def main():
             for budget in wl.budgets:
                 ksm_run = Run(wl, budget, KsmSide(control, wait_s), workdir,
                               idle, cow_chunks).run()
-                perf = args.perf and out / f"perf-{wl.name}-{budget}.data"
-                nuksm_run = Run(wl, budget, NuksmSide(), workdir, idle,
-                                cow_chunks, perf).run(
-                                    ksm_share=ksm_run["merge_cpu_share"])
-                pairs.append([ksm_run, nuksm_run])
+                nuksm_runs = [
+                    Run(wl, budget, NuksmSide(*variant), workdir, idle,
+                        cow_chunks, args.perf and
+                        out / f"perf-{wl.name}-{budget}-{variant[0]}.data"
+                        ).run(ksm_share=ksm_run["merge_cpu_share"])
+                    for variant in [("nuksm",), *wl.variants]]
+                pairs.append([ksm_run, *nuksm_runs])
     finally:
         control.restore()
         host.restore()

@@ -10,7 +10,10 @@ regions, and include the VM's index for unique ones.  The low 1 MiB of
 guest RAM (VGA window, BIOS shadow) is left alone.
 
 The "real" workload boots the TCG test guest (build/guest), whose init
-fills N MiB of page cache with the same content (nuksm.fill=N).
+fills N MiB of page cache with the same content (nuksm.fill=N).  The
+"xlh" workload boots it with a disk, its own copy of one image, which
+each guest reads into its page cache when deduplication is switched on
+(nuksm.read=vda nuksm.cue=1): XLH's experiment (§5).
 """
 
 import threading
@@ -38,6 +41,12 @@ class Workload:
     layout: tuple = ()
     # tcg: MiB of identical page cache each guest fills
     fill_mib: int = 0
+    # tcg: MiB of the disk image each guest reads from its own copy of
+    # it, once deduplication is on
+    disk_mib: int = 0
+    # More nuksm runs beside the default one: (side name, {property:
+    # value} of the nuksm object), e.g. with a part switched off
+    variants: tuple = ()
     # "full": full throttle; "default": KSM's defaults, nuksm at the CPU
     # share KSM used; "idle": full throttle until merged, then each
     # side's defaults for the steady state.
@@ -51,10 +60,14 @@ class Workload:
     # Seconds to settle, then to measure, the steady state (else the
     # run's defaults, bench/run.py)
     steady_s: float = 0
+    # Seconds between samples while merging.  A sample asks nuksmd over
+    # a new connection: on a long run at a small budget, sampling every
+    # 0.1 s would be a good part of what nuksmd does.
+    sample_s: float = 0.1
 
     @property
     def tcg(self):
-        return self.fill_mib > 0
+        return self.fill_mib > 0 or self.disk_mib > 0
 
     @property
     def guest_pages(self):
@@ -172,20 +185,26 @@ class Rewriter:
         self.thread.join()
 
 
+# nuksm with its change test reading whole pages, as before adaptive
+# partial hashing (nuksm-strength.c): that part's share.
+FULL_HASH = ("nuksm-fullhash", {"hash-strength": 4096})
+
+
 def suite(quick):
     """The workloads of `make bench` (@quick: of `make bench-quick`)."""
     if quick:
         return [
             Workload("static", "static: 2 VMs x 64 MiB, half identical",
                      2, 64, (("unique", 31), ("shared", 32)),
-                     budgets=("full", "default"), timeout=60),
+                     budgets=("full", "default"), timeout=60,
+                     variants=(FULL_HASH,)),
             Workload("many", "many VMs: 4 x 64 MiB sharing a 48 MiB image",
                      4, 64, (("shared", 48), ("unique", 15))),
             Workload("sparse", "sparse: 2 VMs x 128 MiB, no duplicates",
                      2, 128, (("unique", 127),), duration=8),
             Workload("cow", "copy-on-write heavy: 2 VMs x 64 MiB identical, "
                      "500 pages/s rewritten", 2, 64, (("shared", 63),),
-                     duration=12, rewrite_rate=500),
+                     duration=12, rewrite_rate=500, variants=(FULL_HASH,)),
             Workload("scattered", "scattered: 2 VMs x 128 MiB, every other "
                      "page identical", 2, 128, (("scattered", 127),),
                      timeout=60),
@@ -193,7 +212,8 @@ def suite(quick):
     return [
         Workload("static", "static: 2 VMs x 1 GiB, half identical",
                  2, 1024, (("unique", 511), ("shared", 512)),
-                 budgets=("full", "default"), timeout=480),
+                 budgets=("full", "default"), timeout=480,
+                 variants=(FULL_HASH,)),
         Workload("many", "many VMs: 8 x 256 MiB sharing a 192 MiB image",
                  8, 256, (("shared", 192), ("unique", 63))),
         Workload("sparse", "sparse: 2 VMs x 1 GiB, no duplicates",
@@ -202,11 +222,19 @@ def suite(quick):
         Workload("cow", "copy-on-write heavy: 2 VMs x 256 MiB identical, "
                  "2000 pages/s rewritten", 2, 256, (("shared", 255),),
                  budgets=("full", "default"), duration=30,
-                 rewrite_rate=2000),
+                 rewrite_rate=2000, variants=(FULL_HASH,)),
         Workload("scattered", "scattered: 2 VMs x 1 GiB, every other page "
                  "identical", 2, 1024, (("scattered", 1023),), timeout=240),
         Workload("real", "real guests: 2 TCG guests x 256 MiB, 64 MiB of "
                  "identical page cache", 2, 256, fill_mib=64, timeout=150),
+        # XLH's: 2 guests of 512 MiB, KSM at its defaults, nuksm at the
+        # CPU KSM used, with and without I/O hints; 3 minutes, the length
+        # of the short jobs XLH has in mind (§5.2).
+        Workload("xlh", "XLH's experiment: 2 TCG guests x 512 MiB read "
+                 "384 MiB from their own disks", 2, 512,
+                 disk_mib=384, budgets=("default",), duration=180,
+                 timeout=240, sample_s=1.0,
+                 variants=(("nuksm-nohints", {"io-hints": "off"}),)),
         *(scale_workload(vms) for vms in SCALE_SERIES_VMS),
         *(idle_workload(gib) for gib in IDLE_SERIES_GIB),
     ]

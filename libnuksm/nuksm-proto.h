@@ -21,6 +21,8 @@
  * from a store, before its first merge message of the connection
  * (CANDIDATES, UPLOAD, MERGED, UNMERGED, MOVED): what the agent kept for it
  * from an earlier connection and it did not restore by then is dropped.
+ * The agent handles a client's messages in order, and sends everything
+ * one produced for that client before it handles the next.
  *
  * seq.  A request carries a seq that is not 0, chosen by its sender; the
  * reply (HELLO_ACK, POLICY, INFO, VMS, ERROR) echoes it.  seq 0 marks a

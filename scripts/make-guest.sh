@@ -14,9 +14,12 @@
 # up.  With `nuksm.fill=N` on the kernel command line it first writes N MiB
 # of a fixed pattern to a tmpfs, so that every guest holds the same pages:
 # one 1 MiB unit of distinct pages (the text of `seq`), repeated N times.
-# With `nuksm.read=DEV` it then reads all of /dev/DEV (a virtio-blk disk)
-# into its page cache, as `cat`-ing files does, and prints
-# "nuksm-guest: read DEV".
+# With `nuksm.read=DEV` it then reads all of /dev/DEV (a virtio-blk disk,
+# or an IDE disk, sda, through the PIIX controller's DMA) into its page
+# cache, as `cat`-ing files does, and prints "nuksm-guest: read DEV".
+# With `nuksm.cue=1` as well, it reads only once a line arrives on its
+# second serial port (ttyS1), having printed "nuksm-guest: waiting for a
+# cue", so that a benchmark starts the read when it starts measuring.
 #
 # Boot it with:
 #   qemu-system-x86_64 -accel tcg -m 256 -nodefaults -display none \
@@ -39,6 +42,10 @@ die() {
     echo "make-guest: error: $*" >&2
     exit 1
 }
+
+# The PIIX IDE controller's driver and the SCSI disk's, loaded only to
+# read an IDE disk (nuksm.read=sd*): I/O hints of QEMU's DMA helpers.
+IDE_MODULES="scsi_common scsi_mod libata ata_piix sd_mod"
 
 up_to_date() {
     [ -s "$OUT/vmlinuz" ] && [ -s "$OUT/initramfs.cpio.gz" ] &&
@@ -73,11 +80,13 @@ done
 fill=0
 free=0
 read=
+cue=0
 for arg in $(cat /proc/cmdline); do
     case $arg in
     nuksm.fill=*) fill=${arg#nuksm.fill=} ;;
     nuksm.free=1) free=1 ;;
     nuksm.read=*) read=${arg#nuksm.read=} ;;
+    nuksm.cue=1) cue=1 ;;
     esac
 done
 case $fill in
@@ -103,11 +112,25 @@ if [ "$fill" -gt 0 ]; then
 fi
 
 if [ -n "$read" ]; then
+    case $read in
+    sd*)
+        for m in @IDE_MODULES@; do
+            insmod /modules/$m.ko || echo "nuksm-guest: cannot load $m"
+        done
+        ;;
+    esac
     i=0
     while [ ! -b "/dev/$read" ] && [ "$i" -lt 10 ]; do
         sleep 1
         i=$((i + 1))
     done
+    if [ "$cue" = 1 ]; then
+        # Open first: what arrives before ttyS1 is open is lost.
+        exec 3</dev/ttyS1
+        echo "nuksm-guest: waiting for a cue"
+        read -r _ <&3
+        exec 3<&-
+    fi
     if dd if="/dev/$read" of=/dev/null bs=1M 2>/dev/null; then
         echo "nuksm-guest: read $read"
     else
@@ -120,6 +143,7 @@ while :; do
     sleep 3600
 done
 EOF
+    sed -i "s/@IDE_MODULES@/$IDE_MODULES/" "$1"
     chmod 755 "$1"
 }
 
@@ -159,7 +183,7 @@ mkdir -p "$initrd/bin"
 cp "$scratch/root/bin/busybox" "$initrd/bin/busybox"
 mkdir -p "$initrd/modules"
 for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev \
-         virtio_pci virtio_balloon virtio_blk; do
+         virtio_pci virtio_balloon virtio_blk $IDE_MODULES; do
     ko=$(find "$scratch/root/lib/modules" "$scratch/root/usr/lib/modules" \
          -name "$m.ko" 2>/dev/null | head -n 1)
     [ -n "$ko" ] || die "no $m.ko in $kpkg"

@@ -8,6 +8,7 @@
 #include <glib.h>
 
 #include "keymap.h"
+#include "nuksm-digest.h"
 
 _Static_assert(sizeof(KeyMapEntry) == 16, "keymap entry layout");
 
@@ -16,15 +17,7 @@ _Static_assert(sizeof(KeyMapEntry) == 16, "keymap entry layout");
 
 uint64_t key_hash(uint64_t seed, uint64_t key, uint16_t ns)
 {
-    /* MurmurHash3's finaliser: a bijection that mixes every input bit. */
-    uint64_t h = (key ^ seed) + ns * 0x9e3779b97f4a7c15ull;
-
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h;
+    return nuksm_mix64((key ^ seed) + ns * 0x9e3779b97f4a7c15ull);
 }
 
 void keymap_init(KeyMap *m, uint64_t seed)

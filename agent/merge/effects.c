@@ -86,6 +86,12 @@ static void free_slots(NuksmAgent *agent)
     g_array_set_size(ids, 0);
 }
 
+void effects_flush(NuksmAgent *agent)
+{
+    outbox_flush(agent);
+    free_slots(agent);
+}
+
 void effects_settle(NuksmAgent *agent)
 {
     outbox_flush(agent);

@@ -10,8 +10,10 @@
  * nothing) and punches the queued slots out of the store, in that order,
  * so that the outbox never points to a freed client.
  *
- * The server settles after each event of a client; for timers and
- * process watches, a GSource does before the main loop polls again.
+ * The server flushes (sends and frees, but frees no client) after each
+ * message of a client, so that a message's effects are out before the
+ * next is read, and settles after each batch of them; for timers and
+ * process watches, a GSource settles before the main loop polls again.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -23,6 +25,12 @@
 #include "agent.h"
 
 void effects_settle(NuksmAgent *agent);
+
+/*
+ * effects_settle() but for freeing the dead clients: a client being
+ * served stays valid.
+ */
+void effects_flush(NuksmAgent *agent);
 
 /* Settle whatever a timer or a process watch left, before each poll. */
 void effects_start(NuksmAgent *agent);

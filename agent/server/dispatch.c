@@ -6,7 +6,6 @@
  */
 
 #include <string.h>
-#include <time.h>
 
 #include "conditions.h"
 #include "detached.h"
@@ -407,20 +406,11 @@ static bool peek_hello_version(const void *buf, size_t size,
     return true;
 }
 
-static uint64_t thread_cpu_ns(void)
+void dispatch_charge(NuksmClient *client, uint64_t ns)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
-
-/*
- * @client's messages cost nuksmd @ns of CPU: the VM is told in CHARGE,
- * by the millisecond, to count it in its own budget (max-cpu).
- */
-static void charge(NuksmClient *client, uint64_t ns)
-{
+    if (client->dead) {
+        return;
+    }
     client->charge_ns += ns;
     if (client->charge_ns >= NUKSM_CHARGE_MIN_NS) {
         NuksmMsgCharge msg = { .cpu_ns = client->charge_ns };
@@ -430,7 +420,7 @@ static void charge(NuksmClient *client, uint64_t ns)
     }
 }
 
-void dispatch_message(NuksmAgent *agent, NuksmClient *client,
+bool dispatch_message(NuksmAgent *agent, NuksmClient *client,
                       const void *buf, size_t size)
 {
     NuksmMsgHeader hdr = { .seq = 0 };
@@ -450,20 +440,20 @@ void dispatch_message(NuksmAgent *agent, NuksmClient *client,
         transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                          "malformed message: %zu-byte datagram exceeds the "
                          "%u-byte limit", size, NUKSM_MSG_MAX);
-        return;
+        return false;
     }
     if (!client->hello_done && peek_hello_version(buf, size, &version) &&
         version != NUKSM_PROTO_VERSION) {
         transport_reject(client, seq, NUKSM_ERR_VERSION,
                          "protocol version mismatch: nuksmd speaks %u, "
                          "client speaks %u", NUKSM_PROTO_VERSION, version);
-        return;
+        return false;
     }
     problem = nuksm_msg_check(buf, size);
     if (problem) {
         transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                          "malformed message: %s", problem);
-        return;
+        return false;
     }
 
     name = nuksm_msg_type_name(hdr.type);
@@ -471,33 +461,27 @@ void dispatch_message(NuksmAgent *agent, NuksmClient *client,
     if (!handlers[hdr.type]) {
         transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                          "unexpected %s: only nuksmd sends it", name);
-        return;
+        return false;
     }
     if (!client->hello_done && hdr.type != NUKSM_MSG_HELLO) {
         transport_reject(client, seq, NUKSM_ERR_HANDSHAKE,
                          "%s before HELLO", name);
-        return;
+        return false;
     }
     if (client->hello_done && hdr.type == NUKSM_MSG_HELLO) {
         transport_reject(client, seq, NUKSM_ERR_HANDSHAKE,
                          "second HELLO");
-        return;
+        return false;
     }
     if (client->role != NUKSM_ROLE_VM && vm_only(hdr.type)) {
         transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                          "%s from a control client: only VMs merge pages",
                          name);
-        return;
+        return false;
     }
     if (client->parked_pages && ends_restore(hdr.type)) {
         detached_restore_end(agent, client);
     }
-    if (vm_only(hdr.type)) {
-        uint64_t start = thread_cpu_ns();
-
-        handlers[hdr.type](agent, client, seq, nuksm_msg_payload(buf));
-        charge(client, thread_cpu_ns() - start);
-        return;
-    }
     handlers[hdr.type](agent, client, seq, nuksm_msg_payload(buf));
+    return vm_only(hdr.type);
 }

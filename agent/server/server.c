@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <glib-unix.h>
@@ -25,6 +26,16 @@
 
 /* Seconds to stop accepting after running out of file descriptors. */
 #define ACCEPT_RETRY_SECONDS 1
+
+/* Datagrams of a client handled per wakeup (on_client_ready()). */
+#define RECV_BATCH 32
+
+/*
+ * CPU of the main loop between two clients' turns (waking up, polling,
+ * timers) counted with the next VM's messages, up to this much: the
+ * wakeup's cost, but not an hour of idle timers.
+ */
+#define LOOP_CHARGE_MAX_NS 1000000ull
 
 /* Linux 6.5; older headers lack it. */
 #ifndef SO_PEERPIDFD
@@ -109,31 +120,82 @@ static bool remove_stale_socket(const char *path)
     return true;
 }
 
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+/* Does the datagram @buf of @size bytes ask for a reply (seq not 0)? */
+static bool is_request(const void *buf, size_t size)
+{
+    NuksmMsgHeader hdr;
+
+    if (size < sizeof(hdr)) {
+        return false;
+    }
+    memcpy(&hdr, buf, sizeof(hdr));
+    return hdr.seq != 0;
+}
+
+/*
+ * Receive and handle up to RECV_BATCH datagrams of @client, so that a
+ * busy VM's messages cost one wakeup of the main loop per batch, not per
+ * message, while the others wait for one batch at most.  A request ends
+ * the batch: a process that has its reply and then writes to another
+ * connection, then to this one, finds the agent reading them in that
+ * order, as without batches.  A VM is charged for each merge message as
+ * it is handled, receiving it included, and for the main loop's work
+ * since the previous turn with the first.
+ */
 static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
 {
     NuksmClient *client = opaque;
     NuksmAgent *agent = client->agent;
-    ssize_t n;
+    uint64_t mark = thread_cpu_ns();
+    uint64_t loop_ns = MIN(mark - agent->server.cpu_mark, LOOP_CHARGE_MAX_NS);
 
-    /*
-     * MSG_TRUNC makes recv() return the full datagram size, so that an
-     * oversized datagram is rejected rather than silently cut.
-     */
-    n = recv(fd, agent->server.rx_buf, NUKSM_MSG_MAX,
-             MSG_TRUNC | MSG_DONTWAIT);
-    if (n < 0) {
-        if (errno == EAGAIN || errno == EINTR) {
-            return G_SOURCE_CONTINUE;
+    for (unsigned i = 0; i < RECV_BATCH && !client->dead; i++) {
+        /*
+         * MSG_TRUNC makes recv() return the full datagram size, so that
+         * an oversized datagram is rejected rather than silently cut.
+         */
+        ssize_t n = recv(fd, agent->server.rx_buf, NUKSM_MSG_MAX,
+                         MSG_TRUNC | MSG_DONTWAIT);
+        bool merge_message;
+        uint64_t now;
+
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EINTR) {
+                break;
+            }
+            log_warning("%s: receive failed: %s, disconnecting",
+                        client->label, g_strerror(errno));
+            client->dead = true;
+            break;
         }
-        log_warning("%s: receive failed: %s, disconnecting", client->label,
-                    g_strerror(errno));
-        client->dead = true;
-    } else if (n == 0) {
-        log_info("%s disconnected", client->label);
-        client->dead = true;
-    } else {
-        dispatch_message(agent, client, agent->server.rx_buf, n);
+        if (n == 0) {
+            log_info("%s disconnected", client->label);
+            client->dead = true;
+            break;
+        }
+        merge_message = dispatch_message(agent, client,
+                                         agent->server.rx_buf, n);
+        /* All a message produced is done before the next is read. */
+        effects_flush(agent);
+        now = thread_cpu_ns();
+        if (merge_message) {
+            dispatch_charge(client, loop_ns + now - mark);
+            loop_ns = 0;
+        }
+        mark = now;
+        if (is_request(agent->server.rx_buf, n)) {
+            break;
+        }
     }
+    agent->server.cpu_mark = thread_cpu_ns();
 
     /*
      * This may destroy the source being dispatched, which GLib allows;
@@ -322,6 +384,7 @@ static void server_listen(NuksmAgent *agent, int fd, const char *path)
     agent->server.path = g_strdup(path);
     agent->server.listen_fd = fd;
     agent->server.rx_buf = g_malloc(NUKSM_MSG_MAX);
+    agent->server.cpu_mark = thread_cpu_ns();
     transport_init(effects_settle);
     agent->server.listen_watch = g_unix_fd_add(fd, G_IO_IN, on_listen_ready,
                                                agent);

@@ -244,17 +244,20 @@ def qtest_vm(start_vm, workdir):
 
 @pytest.fixture
 def tcg_guest(start_vm, workdir):
-    """tcg_guest(name, fill_mib, disk=None, **nuksm_props): booted to its
-    ready line (having read @disk, see harness.guest_args())."""
+    """tcg_guest(name, fill_mib, disk=None, disk_bus="virtio",
+    **nuksm_props): booted to its ready line (having read @disk on
+    @disk_bus, see harness.guest_args())."""
     require_file(harness.GUEST / "vmlinuz", "run scripts/make-guest.sh")
     require_file(harness.GUEST / "initramfs.cpio.gz",
                  "run scripts/make-guest.sh")
 
-    def start(name="guest0", fill_mib=0, disk=None, **props):
+    def start(name="guest0", fill_mib=0, disk=None, disk_bus="virtio",
+              **props):
         props.setdefault("id", "dedup0")
         serial = workdir / f"{name}.serial"
         vm = start_vm(name, harness.guest_args(
-            serial, fill_mib, harness.nuksm_object(**props), disk=disk))
+            serial, fill_mib, harness.nuksm_object(**props), disk=disk,
+            disk_bus=disk_bus))
         vm.wait_serial(harness.GUEST_READY, timeout=90)
         return vm
     return start

@@ -755,6 +755,13 @@ class Vm:
             self.proc.wait(timeout=10)
 
 
+def cue_guest(cue):
+    """Tell the guest listening on socket @cue (guest_args()) to go on."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(str(cue))
+        sock.sendall(b"go\n")
+
+
 class Qtest:
     """The qtest protocol on a -qtest unix socket: guest memory access."""
 
@@ -914,20 +921,38 @@ def qtest_args(qtest_path, *objects, mem="128M"):
     return args
 
 
-def guest_args(serial, fill_mib, *objects, mem_mib=256, disk=None):
+GUEST_CUE_WAIT = "nuksm-guest: waiting for a cue"
+
+
+# The guest's disk on each bus guest_args() knows: its device, its name in
+# the guest.
+DISK_BUSES = {"virtio": ("virtio-blk-pci,drive=disk0", "vda"),
+              "ide": ("ide-hd,drive=disk0,bus=ide.0", "sda")}
+
+
+def guest_args(serial, fill_mib, *objects, mem_mib=256, disk=None,
+               disk_bus="virtio", cue=None):
     """A TCG boot of the build/guest kernel and initramfs; with @disk (a
-    raw image), the guest reads all of it as its virtio-blk /dev/vda
-    before it says it is ready."""
+    raw image), the guest reads all of it, as its virtio-blk /dev/vda or
+    (@disk_bus "ide") its IDE /dev/sda, before it says it is ready.  With
+    @cue (a socket path) as well, it reads only once cue_guest(@cue) tells
+    it to, on its ttyS1."""
+    device, name = DISK_BUSES[disk_bus]
     append = f"console=ttyS0 quiet panic=-1 nuksm.fill={fill_mib}"
     if disk:
-        append += " nuksm.read=vda"
+        append += f" nuksm.read={name}"
+    if cue:
+        append += " nuksm.cue=1"
     args = ["-accel", "tcg", "-m", str(mem_mib), "-nodefaults",
             "-display", "none", "-no-reboot", "-serial", f"file:{serial}",
             "-kernel", GUEST / "vmlinuz",
             "-initrd", GUEST / "initramfs.cpio.gz", "-append", append]
+    if cue:
+        args += ["-chardev", f"socket,id=cue,path={cue},server=on,wait=off",
+                 "-serial", "chardev:cue"]
     if disk:
         args += ["-drive", f"file={disk},if=none,id=disk0,format=raw",
-                 "-device", "virtio-blk-pci,drive=disk0"]
+                 "-device", device]
     for obj in objects:
         args += ["-object", obj]
     return args

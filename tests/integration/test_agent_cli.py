@@ -5,9 +5,11 @@ import grp
 import os
 import pwd
 import shutil
+import signal
 import socket
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -254,6 +256,32 @@ def test_stale_socket_is_replaced(workdir, start_agent):
     agent = start_agent()
     assert "removed stale socket" in agent.log_text()
     assert ctl_json(agent.sock, "status")["policy"] == "global"
+
+
+def test_sigterm_as_soon_as_listening_stops_cleanly(workdir, shm_dir):
+    """A SIGTERM as soon as the socket exists (systemd stopping a unit it
+    just started) stops nuksmd cleanly: exit 0, socket removed.  The
+    handler was once installed after the socket, and such a SIGTERM
+    killed it about one time in five."""
+    for i in range(20):
+        sock = workdir / f"early{i}.sock"
+        proc = subprocess.Popen([str(harness.NUKSMD), "--socket", sock,
+                                 "--state-dir", shm_dir / f"early{i}",
+                                 "--log-level", "warning"])
+        try:
+            # Not harness.wait_until(): its 50 ms would miss the moment.
+            deadline = time.monotonic() + 10
+            while not sock.exists():
+                assert time.monotonic() < deadline and proc.poll() is None, \
+                    f"nuksmd did not create {sock}"
+                time.sleep(0.0005)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=10) == 0
+            assert not sock.exists()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def test_socket_group(start_agent, workdir):

@@ -193,10 +193,13 @@ def test_info_nuksm(agent, qtest_vm):
                         r"\d+ pages written in the last", lines[6]), lines[6]
     assert lines[7] == "  io-hints on: 0 pages hinted, 0 dropped, " \
                        "0 served, 0 merged"
+    assert re.fullmatch(r"  hashing adaptive, now \d+ bytes: \d+ pages "
+                        r"sampled, \d+ hashed in full, \d+ misses",
+                        lines[8]), lines[8]
     limit = int(open("/proc/sys/vm/max_map_count").read())
     budget = limit - max(4096, limit // 10)
     assert re.fullmatch(rf"  mappings \d+, budget {budget} of "
-                        rf"vm.max_map_count {limit}", lines[8]), lines[8]
+                        rf"vm.max_map_count {limit}", lines[9]), lines[9]
     assert "  excluded pc.bios (256 KiB): rom" in lines
 
 

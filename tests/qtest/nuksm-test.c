@@ -208,6 +208,12 @@ static void test_property_errors(void)
         { "'memdev': 'nope'", "'memdev'", "no memory backend" },
         { "'priority': 'high'", "priority", NULL },
         { "'governor': 'turbo'", "'governor'", "full, medium, low, quiet" },
+        { "'hash-strength': 100", "'hash-strength'",
+          "0 (adaptive) or a power of 2 from 64 to 4096" },
+        { "'hash-strength': 32", "'hash-strength'",
+          "0 (adaptive) or a power of 2 from 64 to 4096" },
+        { "'hash-strength': 8192", "'hash-strength'",
+          "0 (adaptive) or a power of 2 from 64 to 4096" },
     };
     Agent a;
     QTestState *qts;

@@ -72,6 +72,69 @@ static void test_digest_bit_flip(void)
                     nuksm_page_digest(page, PAGE_SIZE - 1));
 }
 
+static uint64_t sampled(const uint8_t *page, unsigned lines)
+{
+    return nuksm_sample_digest(nuksm_sample_continue(page,
+                                                     nuksm_sample_start(),
+                                                     0, lines));
+}
+
+static void test_sample_progressive(void)
+{
+    uint8_t *page = page_buf;
+
+    fill_pattern(page, PAGE_SIZE);
+    for (unsigned lines = 1; lines <= NUKSM_PAGE_LINES; lines *= 2) {
+        uint64_t weak = nuksm_sample_continue(page, nuksm_sample_start(),
+                                              0, lines / 2);
+
+        /* Continuing a weaker digest gives the stronger one. */
+        g_assert_cmphex(nuksm_sample_digest(
+                            nuksm_sample_continue(page, weak, lines / 2,
+                                                  lines)),
+                        ==, sampled(page, lines));
+        /* The same content elsewhere gives the same digest. */
+        memmove(page_buf + PAGE_SIZE, page, PAGE_SIZE);
+        g_assert_cmphex(sampled(page_buf + PAGE_SIZE, lines), ==,
+                        sampled(page, lines));
+    }
+}
+
+/*
+ * A change in a line read changes the digest; a change elsewhere does
+ * not: the first 4 lines read are lines 0, 32, 16 and 48.
+ */
+static void test_sample_lines(void)
+{
+    static const unsigned read[] = { 0, 32, 16, 48 };
+    static const unsigned unread[] = { 1, 8, 24, 63 };
+    uint8_t *page = page_buf;
+    uint64_t d;
+
+    fill_pattern(page, PAGE_SIZE);
+    d = sampled(page, 4);
+    for (size_t i = 0; i < G_N_ELEMENTS(read); i++) {
+        for (unsigned byte = 0; byte < 64; byte += 21) {
+            page[read[i] * 64 + byte] ^= 0x10;
+            g_assert_cmphex(sampled(page, 4), !=, d);
+            page[read[i] * 64 + byte] ^= 0x10;
+        }
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(unread); i++) {
+        uint64_t every_line = sampled(page, NUKSM_PAGE_LINES);
+
+        page[unread[i] * 64 + 5] ^= 0x10;
+        g_assert_cmphex(sampled(page, 4), ==, d);
+        /* A digest of every line sees it. */
+        g_assert_cmphex(sampled(page, NUKSM_PAGE_LINES), !=, every_line);
+        page[unread[i] * 64 + 5] ^= 0x10;
+    }
+    g_assert_cmphex(sampled(page, 4), ==, d);
+
+    /* More lines, another digest, even of the same content. */
+    g_assert_cmphex(sampled(page, 8), !=, d);
+}
+
 static void test_zero_page(void)
 {
     uint8_t *page = page_buf;
@@ -127,6 +190,8 @@ int main(int argc, char **argv)
     g_test_add_func("/digest/known-answer", test_digest_known_answer);
     g_test_add_func("/digest/stable", test_digest_stable);
     g_test_add_func("/digest/bit-flip", test_digest_bit_flip);
+    g_test_add_func("/digest/sample-progressive", test_sample_progressive);
+    g_test_add_func("/digest/sample-lines", test_sample_lines);
     g_test_add_func("/digest/zero-page", test_zero_page);
     g_test_add_func("/digest/zero-every-byte", test_zero_every_byte);
     g_test_add_func("/digest/zero-unaligned", test_zero_unaligned);

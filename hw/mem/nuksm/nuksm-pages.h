@@ -45,7 +45,7 @@
  * and OFFERED too, and a HELD page may be dropped as ZERO.
  */
 enum {
-    NUKSM_PAGE_STABLE   = 1 << 0,  /* digest unchanged since last pass */
+    NUKSM_PAGE_STABLE   = 1 << 0,  /* unchanged since the last pass */
     NUKSM_PAGE_MERGED   = 1 << 1,  /* maps a store slot (see ->refs) */
     NUKSM_PAGE_ZERO     = 1 << 2,  /* dropped as a zero page */
     NUKSM_PAGE_REMAPPED = 1 << 3,  /* mapped from a store file, maybe COWed */
@@ -76,7 +76,7 @@ typedef struct NuksmBlockState {
     uint64_t first_page;        /* ram_addr / NUKSM_PAGE_SIZE */
     uint64_t nr_pages;
     uint8_t gnode;              /* guest NUMA node of the block */
-    uint32_t *digest;           /* low 32 bits; 0 = not hashed yet */
+    uint32_t *digest;           /* nuksm-scan.c's; 0 = not hashed yet */
     uint8_t *flags;
     uint8_t *idle;              /* inactive counters (nuksm-hot.c) */
     uint64_t merged_per_node[NUKSM_MAX_NODES];  /* its merged pages */
@@ -126,7 +126,10 @@ static inline void nuksm_page_update(NuksmBlockState *bs, uint64_t idx,
     bs->flags[idx] = f;
 }
 
-/* The page's last digest (low 32 bits, never 0), 0 if not hashed yet. */
+/*
+ * The page's last 32-bit digest (its sampled and full digests, see
+ * nuksm-scan.c; never 0), 0 if not hashed yet.
+ */
 static inline uint32_t nuksm_page_digest32(const NuksmBlockState *bs,
                                            uint64_t idx)
 {

@@ -160,6 +160,12 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
                        " merged\n", i->io_hints->enabled ? "on" : "off",
                        i->io_hints->pages_hinted, i->io_hints->pages_dropped,
                        i->io_hints->pages_served, i->io_hints->pages_merged);
+        monitor_printf(mon, "  hashing %s %" PRIu32 " bytes: %" PRIu64
+                       " pages sampled, %" PRIu64 " hashed in full, %"
+                       PRIu64 " misses\n",
+                       i->hashing->adaptive ? "adaptive, now" : "fixed at",
+                       i->hashing->strength, i->hashing->pages_sampled,
+                       i->hashing->pages_hashed, i->hashing->misses);
         monitor_printf(mon, "  mappings %" PRIu64 ", budget %" PRIu64
                        " of vm.max_map_count %" PRIu64 "\n", i->mappings,
                        i->mappings_budget, i->mappings_limit);

@@ -7,8 +7,11 @@
  * merged pages a write has copied (copy-on-write made them anonymous).
  * Resident pages are hashed; a page whose digest did not change since the
  * previous pass is stable and becomes a candidate for the agent, or, if
- * all zero, is dropped locally.  Between chunks the thread serves the
- * agent's requests (nuksm-commit.c).
+ * all zero, is dropped locally.  Whether a page changed, a sampled digest
+ * of a few of its lines tells, at the strength nuksm-strength.c adapts;
+ * the full digest, the agent's key, is computed for pages to offer, and
+ * for pages write tracking saw written, to confirm an equal sampled one.
+ * Between chunks the thread serves the agent's requests (nuksm-commit.c).
  *
  * Write tracking (nuksm-writes.c) spares hashing pages nothing wrote:
  * at the start of each stretch a pass write-protects the stretch's
@@ -47,6 +50,7 @@
 #include "nuksm-hints.h"
 #include "nuksm-pages.h"
 #include "nuksm-scan.h"
+#include "nuksm-strength.h"
 #include "trace.h"
 
 #define NUKSM_SCAN_CHUNK_PAGES  64
@@ -113,7 +117,9 @@ struct NuksmScanner {
     uint64_t scan_rate;
     uint32_t rest_ms;           /* the shortest rest between passes */
     int64_t pause_ms;           /* rest after the current pass */
+    uint32_t hash_strength;     /* hash-strength: bytes, 0 = adaptive */
     NuksmScanCounters stats;
+    NuksmHashStats hashing;     /* the thread's sc->strength.stats */
 
     bool nudged;                /* something to look at again; atomic */
     bool settled;               /* the last pass found nothing; atomic */
@@ -129,7 +135,11 @@ struct NuksmScanner {
     GArray *candidates;         /* NuksmCandidate, to send */
     uint8_t *hint_host;         /* the hint being served: its next page */
     unsigned hint_pages;        /* and the pages of it left */
-    uint64_t zero_digest;
+    NuksmStrength strength;     /* of the change test */
+    uint32_t strength_bytes;    /* the hash-strength it was last set to */
+    /* The zero page's sampled digest at each strength, and full digest */
+    uint64_t zero_sample[NUKSM_STRENGTH_LEVELS];
+    uint32_t zero_full16;
     /*
      * The stretch the pass is in, which of its pages were write-protected
      * already when the pass protected it, and their pagemap entries then.
@@ -202,41 +212,136 @@ static bool nuksm_scan_still_merged(NuksmScanner *sc, NuksmBlockState *bs,
 }
 
 /*
- * Hash resident page @idx of @bs, at @p, into *digest and keep its
- * digest.  Returns true if the page is stable (its digest did not change
+ * A page's 32-bit digest (NuksmBlockState.digest): the strength of its
+ * sampled digest (3 bits, a level of nuksm-strength.h), 13 bits of the
+ * sampled digest (never 0, so that a page looked at has a digest), and 16
+ * bits of its full digest, 0 while not computed since the page changed.
+ */
+#define NUKSM_D32_LEVEL(d)      ((d) >> 29)
+#define NUKSM_D32_SAMPLE(d)     (((d) >> 16) & 0x1fff)
+#define NUKSM_D32_FULL(d)       ((d) & 0xffff)
+
+static uint32_t nuksm_d32_sample(uint64_t sample_digest)
+{
+    return sample_digest % 0x1fff + 1;
+}
+
+static uint32_t nuksm_d32_full(uint64_t digest)
+{
+    return (digest & 0xffff) ?: 1;
+}
+
+static uint32_t nuksm_d32(unsigned level, uint32_t sample13, uint32_t full16)
+{
+    return level << 29 | sample13 << 16 | full16;
+}
+
+/*
+ * Page @idx of @bs changed since it was last looked at: it is no longer
+ * stable, nor on offer, and counts as volatile if it had been seen before
+ * (@seen).
+ */
+static void nuksm_scan_changed(NuksmScanner *sc, NuksmBlockState *bs,
+                               uint64_t idx, bool seen,
+                               NuksmScanCounters *delta)
+{
+    if (seen) {
+        delta->pages_volatile++;
+    }
+    nuksm_page_update(bs, idx, NUKSM_PAGE_STABLE | NUKSM_PAGE_OFFERED |
+                      NUKSM_PAGE_HINTED, 0);
+    sc->news++;
+}
+
+/*
+ * Look at resident page @idx of @bs, at @p: its sampled digest at the
+ * current strength, compared with the last one, which was taken at that
+ * strength or another (the lines both read are read once: progressive).
+ * Returns true if the page is stable (its sampled digest did not change
  * since the previous pass) and still to be looked at: not while it is
- * the zero page dropped before.
+ * the zero page dropped before.  *zero_like: its sampled digest is the
+ * zero page's (only a full check can tell that it is zero).
  */
 static bool nuksm_scan_hash(NuksmScanner *sc, NuksmBlockState *bs,
-                            uint64_t idx, const uint8_t *p, uint64_t *digest,
+                            uint64_t idx, const uint8_t *p, bool *zero_like,
                             NuksmScanCounters *delta)
 {
     uint32_t last = nuksm_page_digest32(bs, idx);
-    uint32_t digest32;
+    unsigned level = sc->strength.level;
+    unsigned last_level = last ? NUKSM_D32_LEVEL(last) : level;
+    unsigned lo = MIN(level, last_level), hi = MAX(level, last_level);
+    uint64_t state_lo, state_hi, now, before;
 
-    *digest = nuksm_page_digest(p, NUKSM_PAGE_SIZE);
+    state_lo = nuksm_sample_continue(p, nuksm_sample_start(), 0, 1u << lo);
+    state_hi = hi == lo ? state_lo :
+               nuksm_sample_continue(p, state_lo, 1u << lo, 1u << hi);
+    now = nuksm_sample_digest(level == lo ? state_lo : state_hi);
+    before = nuksm_sample_digest(last_level == lo ? state_lo : state_hi);
+    *zero_like = now == sc->zero_sample[level];
+
     if (nuksm_page_flags(bs, idx) & NUKSM_PAGE_ZERO) {
-        if (*digest == sc->zero_digest) {
+        if (*zero_like && nuksm_page_is_zero(p, NUKSM_PAGE_SIZE)) {
+            nuksm_strength_settled(&sc->strength);
             return false;       /* read since, still the zero page */
         }
         nuksm_pages_unzeroed(sc->s->pages, bs, idx);
         delta->cow_breaks++;
         sc->news++;
     }
-    /* 0 means "not hashed yet", so fold a zero digest to 1. */
-    digest32 = (uint32_t)*digest ?: 1;
-    if (last == digest32) {
+    if (last && NUKSM_D32_SAMPLE(last) == nuksm_d32_sample(before)) {
+        nuksm_page_set_digest32(bs, idx, nuksm_d32(level,
+                                                   nuksm_d32_sample(now),
+                                                   NUKSM_D32_FULL(last)));
         nuksm_page_update(bs, idx, 0, NUKSM_PAGE_STABLE);
         return true;
     }
-    if (last) {
-        delta->pages_volatile++;
-    }
-    nuksm_page_update(bs, idx, NUKSM_PAGE_STABLE | NUKSM_PAGE_OFFERED |
-                      NUKSM_PAGE_HINTED, 0);
-    nuksm_page_set_digest32(bs, idx, digest32);
-    sc->news++;
+    /* New, or changed for sure: no full digest needed to tell. */
+    nuksm_strength_settled(&sc->strength);
+    nuksm_scan_changed(sc, bs, idx, last, delta);
+    nuksm_page_set_digest32(bs, idx, nuksm_d32(level, nuksm_d32_sample(now),
+                                               0));
     return false;
+}
+
+/*
+ * The full digest of page @idx of @bs, at @p, which its sampled digest
+ * says is unchanged: the key it is offered with.  When an earlier full
+ * digest is known, a different one is a change the sampled digest
+ * missed: the page is then volatile after all, and false is returned.
+ */
+static bool nuksm_scan_full_digest(NuksmScanner *sc, NuksmBlockState *bs,
+                                   uint64_t idx, const uint8_t *p,
+                                   uint64_t *digest,
+                                   NuksmScanCounters *delta)
+{
+    uint32_t last = nuksm_page_digest32(bs, idx);
+    uint32_t full16;
+
+    *digest = nuksm_page_digest(p, NUKSM_PAGE_SIZE);
+    full16 = nuksm_d32_full(*digest);
+    nuksm_page_set_digest32(bs, idx, (last & ~0xffffu) | full16);
+    if (!NUKSM_D32_FULL(last)) {
+        nuksm_strength_hashed(&sc->strength);
+        return true;
+    }
+    nuksm_strength_confirmed(&sc->strength, full16 != NUKSM_D32_FULL(last));
+    if (full16 == NUKSM_D32_FULL(last)) {
+        return true;
+    }
+    nuksm_scan_changed(sc, bs, idx, true, delta);
+    return false;
+}
+
+/*
+ * May page @idx of @bs, whose sampled digest is the zero page's, be all
+ * zero?  Unless a full digest taken since it last changed says not.
+ */
+static bool nuksm_scan_may_be_zero(NuksmScanner *sc, NuksmBlockState *bs,
+                                   uint64_t idx)
+{
+    uint32_t full16 = NUKSM_D32_FULL(nuksm_page_digest32(bs, idx));
+
+    return !full16 || full16 == sc->zero_full16;
 }
 
 /* What becomes of a stable page. */
@@ -248,7 +353,7 @@ typedef enum NuksmScanVerdict {
 
 static NuksmScanVerdict nuksm_scan_verdict(NuksmScanner *sc,
                                            NuksmBlockState *bs, uint64_t idx,
-                                           const uint8_t *p, uint64_t digest,
+                                           const uint8_t *p, bool zero_like,
                                            bool zero_pages)
 {
     uint8_t flags = nuksm_page_flags(bs, idx);
@@ -260,10 +365,20 @@ static NuksmScanVerdict nuksm_scan_verdict(NuksmScanner *sc,
     if (!nuksm_commit_has_uffd(sc->s->commit)) {
         return NUKSM_SCAN_KEEP;
     }
-    if (digest == sc->zero_digest && nuksm_page_is_zero(p, NUKSM_PAGE_SIZE)) {
-        /* MADV_DONTNEED on a store mapping would expose the store. */
-        return zero_pages && !(flags & NUKSM_PAGE_REMAPPED) ?
-               NUKSM_SCAN_DROP_ZERO : NUKSM_SCAN_KEEP;
+    /*
+     * Its sample is the zero page's, and no full digest since it last
+     * changed says otherwise: nominated, for the commit to check in full
+     * under write protection (nuksm_remap_zero_run()), the only proof.
+     * MADV_DONTNEED on a store mapping would expose the store: a zero page
+     * there, or with zero-pages off, is kept, and nothing else is.
+     */
+    if (zero_like && nuksm_scan_may_be_zero(sc, bs, idx)) {
+        if (zero_pages && !(flags & NUKSM_PAGE_REMAPPED)) {
+            return NUKSM_SCAN_DROP_ZERO;
+        }
+        if (nuksm_page_is_zero(p, NUKSM_PAGE_SIZE)) {
+            return NUKSM_SCAN_KEEP;
+        }
     }
     /* Refused for lack of mappings: offered when merging resumes. */
     if (flags & NUKSM_PAGE_HELD) {
@@ -449,6 +564,7 @@ static unsigned nuksm_scan_pages(NuksmScanner *sc, RAMBlock *rb,
         uint64_t idx = first + i;
         uint8_t *p = host + i * NUKSM_PAGE_SIZE;
         uint64_t digest;
+        bool zero_like;
 
         if ((nuksm_page_flags(bs, idx) & NUKSM_PAGE_MERGED) &&
             nuksm_scan_still_merged(sc, bs, idx, pm[i], delta)) {
@@ -465,20 +581,37 @@ static unsigned nuksm_scan_pages(NuksmScanner *sc, RAMBlock *rb,
             }
         }
         hashed++;
-        if (!nuksm_scan_hash(sc, bs, idx, p, &digest, delta)) {
+        if (!nuksm_scan_hash(sc, bs, idx, p, &zero_like, delta)) {
             /* Not stable, or still the zero page dropped. */
             if (!hinted || (nuksm_page_flags(bs, idx) & NUKSM_PAGE_ZERO)) {
                 continue;
             }
             nuksm_page_update(bs, idx, 0, NUKSM_PAGE_STABLE);
         }
-        switch (nuksm_scan_verdict(sc, bs, idx, p, digest, zero_pages)) {
+        switch (nuksm_scan_verdict(sc, bs, idx, p, zero_like, zero_pages)) {
         case NUKSM_SCAN_KEEP:
+            /*
+             * Offered already: write tracking saw it written (it was not
+             * spared), so check what the sampled digest says in full.
+             */
+            if (tracking && !hinted &&
+                (nuksm_page_flags(bs, idx) & NUKSM_PAGE_OFFERED)) {
+                nuksm_scan_full_digest(sc, bs, idx, p, &digest, delta);
+            } else {
+                nuksm_strength_settled(&sc->strength);
+            }
             break;
         case NUKSM_SCAN_DROP_ZERO:
             zero[nr_zero++] = i;
             break;
         case NUKSM_SCAN_OFFER:
+            if (!nuksm_scan_full_digest(sc, bs, idx, p, &digest, delta)) {
+                if (!hinted) {
+                    break;
+                }
+                /* Changed, but a disk transfer just wrote it: offer it. */
+                nuksm_page_update(bs, idx, 0, NUKSM_PAGE_STABLE);
+            }
             nuksm_scan_offer(sc, epoch, bs, idx, digest);
             if (hinted) {
                 nuksm_page_update(bs, idx, 0, NUKSM_PAGE_HINTED);
@@ -489,8 +622,20 @@ static unsigned nuksm_scan_pages(NuksmScanner *sc, RAMBlock *rb,
     if (nr_zero && nuksm_commit_has_uffd(sc->s->commit)) {
         sc->news += nr_zero;
         for (unsigned i = 0; i < nr_zero; i++) {
-            nuksm_commit_drop_zero(sc->s->commit, bs, first + zero[i],
-                                   host + zero[i] * NUKSM_PAGE_SIZE);
+            uint8_t *p = host + zero[i] * NUKSM_PAGE_SIZE;
+            bool dropped = nuksm_commit_drop_zero(sc->s->commit, bs,
+                                                  first + zero[i], p);
+            uint64_t digest;
+
+            nuksm_strength_zero_checked(&sc->strength, dropped);
+            if (!dropped) {
+                /*
+                 * Not zero, where its sample did not look: its full
+                 * digest says so from now on, and it is offered.
+                 */
+                nuksm_scan_full_digest(sc, bs, first + zero[i], p, &digest,
+                                       delta);
+            }
         }
     }
     return hashed;
@@ -727,6 +872,16 @@ typedef struct NuksmPassClock {
     unsigned idle_chunks;
 } NuksmPassClock;
 
+/* Take a new hash-strength, if any.  Called with @lock held. */
+static void nuksm_scan_apply_strength(NuksmScanner *sc)
+{
+    if (sc->hash_strength != sc->strength_bytes) {
+        sc->strength_bytes = sc->hash_strength;
+        nuksm_strength_set(&sc->strength, sc->strength_bytes);
+        sc->hashing = sc->strength.stats;
+    }
+}
+
 /*
  * A step of the pass (a chunk of the walk, hints) hashed @hashed pages
  * and counted @delta: add them up, and sleep when the budget says so.
@@ -739,11 +894,14 @@ static bool nuksm_scan_step_done(NuksmScanner *sc, NuksmPassClock *pc,
     pc->pages_since_sleep += hashed;
     if (hashed || delta->pages_volatile || delta->cow_breaks ||
         delta->hints_served) {
+        nuksm_strength_adapt(&sc->strength);
         qemu_mutex_lock(&sc->lock);
         sc->stats.pages_scanned += hashed;
         sc->stats.pages_volatile += delta->pages_volatile;
         sc->stats.cow_breaks += delta->cow_breaks;
         sc->stats.hints_served += delta->hints_served;
+        nuksm_scan_apply_strength(sc);
+        sc->hashing = sc->strength.stats;
         qemu_mutex_unlock(&sc->lock);
     }
     /*
@@ -854,6 +1012,7 @@ static void nuksm_scan_rest(NuksmScanner *sc)
         /* Read each time: a new governor changes the pause. */
         int64_t end = start + sc->pause_ms * SCALE_MS;
 
+        nuksm_scan_apply_strength(sc);
         if (!sc->active || sc->restart || sc->quit || get_clock() >= end) {
             break;
         }
@@ -916,6 +1075,7 @@ static void *nuksm_scan_thread(void *opaque)
     NuksmCommit *c = sc->s->commit;
 
     rcu_register_thread();
+    nuksm_strength_calibrate(&sc->strength);
     sc->cpu_mark = nuksm_thread_cpu_ns();
     sc->wall_mark = get_clock();
     qemu_mutex_lock(&sc->lock);
@@ -923,6 +1083,7 @@ static void *nuksm_scan_thread(void *opaque)
         uint32_t epoch;
         bool settled;
 
+        nuksm_scan_apply_strength(sc);
         nuksm_scan_serve(sc);
         if (!sc->active) {
             if (nuksm_commit_has_uffd(c)) {
@@ -995,7 +1156,16 @@ NuksmScanner *nuksm_scanner_new(Nuksm *s)
     }
     sc->s = s;
     sc->zero_pages = true;
-    sc->zero_digest = nuksm_page_digest(zero_page, NUKSM_PAGE_SIZE);
+    /* Before the thread runs: the thread owns it from then on. */
+    nuksm_strength_init(&sc->strength);
+    sc->hashing = sc->strength.stats;
+    for (unsigned level = 0; level < NUKSM_STRENGTH_LEVELS; level++) {
+        sc->zero_sample[level] = nuksm_sample_digest(
+            nuksm_sample_continue(zero_page, nuksm_sample_start(), 0,
+                                  1u << level));
+    }
+    sc->zero_full16 = nuksm_d32_full(nuksm_page_digest(zero_page,
+                                                       NUKSM_PAGE_SIZE));
     sc->candidates = g_array_new(false, false, sizeof(NuksmCandidate));
     qemu_mutex_init(&sc->lock);
     qemu_cond_init(&sc->cond);
@@ -1053,6 +1223,14 @@ void nuksm_scanner_set_budget(NuksmScanner *sc, const NuksmBudget *budget,
         sc->pause_ms = sc->rest_ms;
     }
     sc->zero_pages = zero_pages;
+    qemu_cond_broadcast(&sc->cond);
+    qemu_mutex_unlock(&sc->lock);
+}
+
+void nuksm_scanner_set_hash_strength(NuksmScanner *sc, uint32_t bytes)
+{
+    qemu_mutex_lock(&sc->lock);
+    sc->hash_strength = bytes;
     qemu_cond_broadcast(&sc->cond);
     qemu_mutex_unlock(&sc->lock);
 }
@@ -1116,5 +1294,6 @@ void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmStats *stats)
     stats->pages_volatile = sc->stats.pages_volatile;
     stats->cow_breaks = sc->stats.cow_breaks;
     stats->hints_served = sc->stats.hints_served;
+    stats->hashing = sc->hashing;
     qemu_mutex_unlock(&sc->lock);
 }

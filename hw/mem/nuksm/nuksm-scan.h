@@ -29,6 +29,11 @@ void nuksm_scanner_set_budget(NuksmScanner *sc, const NuksmBudget *budget,
                               bool zero_pages);
 /* Fill the scan counters of @stats. */
 void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmStats *stats);
+/*
+ * The strength of the change test (nuksm-strength.h): @bytes, a power of
+ * 2 from 64 to 4096, or 0 to let it adapt.  Applied by the thread.
+ */
+void nuksm_scanner_set_hash_strength(NuksmScanner *sc, uint32_t bytes);
 
 /* Any thread; they take the scanner's lock, unless said otherwise */
 /* Start a fresh pass now. */

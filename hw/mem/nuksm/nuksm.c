@@ -337,6 +337,14 @@ NuksmInfo *nuksm_get_info(Nuksm *s)
     info->excluded = nuksm_ram_exclusions(s);
     info->budget = g_new0(NuksmBudget, 1);
     nuksm_governor_budget(s, info->budget);
+    info->hashing = g_new0(NuksmHashing, 1);
+    info->hashing->strength = stats.hashing.strength;
+    info->hashing->adaptive = stats.hashing.adaptive;
+    info->hashing->pages_sampled = stats.hashing.pages_sampled;
+    info->hashing->pages_hashed = stats.hashing.pages_hashed;
+    info->hashing->misses = stats.hashing.misses;
+    info->hashing->profit_us = stats.hashing.profit_ns / 1000;
+    info->hashing->penalty_us = stats.hashing.penalty_ns / 1000;
     info->io_hints = g_new0(NuksmIoHints, 1);
     info->io_hints->enabled = s->io_hints;
     info->io_hints->pages_served = stats.hints_served;
@@ -634,6 +642,30 @@ static void nuksm_set_io_hints(Object *obj, bool value, Error **errp)
     }
 }
 
+static void nuksm_set_hash_strength(Object *obj, Visitor *v,
+                                    const char *name, void *opaque,
+                                    Error **errp)
+{
+    Nuksm *s = NUKSM(obj);
+    uint32_t value;
+
+    if (!visit_type_uint32(v, name, &value, errp)) {
+        return;
+    }
+    if (value && (value < 64 || value > NUKSM_PAGE_SIZE ||
+                  !is_power_of_2(value))) {
+        error_setg(errp, "nuksm: property '%s' must be 0 (adaptive) or a "
+                   "power of 2 from 64 to %d (bytes), got %" PRIu32, name,
+                   NUKSM_PAGE_SIZE, value);
+        return;
+    }
+    s->hash_strength = value;
+    trace_nuksm_set_property("hash-strength", value);
+    if (s->scanner) {
+        nuksm_scanner_set_hash_strength(s->scanner, value);
+    }
+}
+
 static bool nuksm_get_enabled(Object *obj, Error **errp)
 {
     return NUKSM(obj)->enabled;
@@ -752,6 +784,7 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     nuksm_hints_set_enabled(s->hints, s->io_hints);
     s->scanner = nuksm_scanner_new(s);
     nuksm_update_budget(s);
+    nuksm_scanner_set_hash_strength(s->scanner, s->hash_strength);
     migration_add_notifier(&s->migration_notifier, nuksm_migration_notify);
     s->vm_state = qemu_add_vm_change_state_handler(nuksm_vm_state_change, s);
     nuksm_hot_start(s);
@@ -865,6 +898,12 @@ static void nuksm_class_init(ObjectClass *oc, void *data)
                                    nuksm_set_io_hints);
     object_class_property_set_description(oc, "io-hints",
         "Take the guest pages disk transfers moved first (default on)");
+    object_class_property_add(oc, "hash-strength", "uint32", nuksm_get_uint32,
+                              nuksm_set_hash_strength, NULL,
+                              (void *)offsetof(Nuksm, hash_strength));
+    object_class_property_set_description(oc, "hash-strength",
+        "Bytes of a page the change test samples, a power of 2 from 64 to "
+        "4096, 0 = adaptive (default 0)");
     object_class_property_add_str(oc, "memdev", nuksm_get_memdev,
                                   nuksm_set_memdev);
     object_class_property_set_description(oc, "memdev",

@@ -159,6 +159,7 @@ struct Nuksm {
     bool scan_rate_set;
     bool zero_pages;
     bool io_hints;              /* take I/O hints (nuksm-hints.c) */
+    uint32_t hash_strength;     /* hash-strength (nuksm-strength.c) */
     char *memdev;
     bool enabled;
     uint32_t hot_window_ms;     /* 0: no hotness sampling */
@@ -190,8 +191,20 @@ struct Nuksm {
 };
 
 /* Figures of all units, for query-nuksm and the limit events. */
+/* The scanner's change test (nuksm-strength.c). */
+typedef struct NuksmHashStats {
+    uint32_t strength;          /* bytes the sampled digest reads */
+    bool adaptive;              /* else fixed (hash-strength) */
+    uint64_t pages_sampled;     /* looks the sampled digest settled alone */
+    uint64_t pages_hashed;      /* full digests computed */
+    uint64_t misses;            /* changes the sampled digest missed */
+    double profit_ns;           /* full digests saved, priced */
+    double penalty_ns;          /* full digests that found a miss */
+} NuksmHashStats;
+
 typedef struct NuksmStats {
     /* nuksm-scan.c */
+    NuksmHashStats hashing;
     uint64_t pages_scanned;
     uint64_t full_scans;
     uint64_t pages_volatile;
