@@ -229,6 +229,7 @@ class Run:
         if self.disks:
             result["disk_mib"] = self.wl.disk_mib
             result["reads_done_s"] = self.reads_done
+        result["over_time"] = self.wl.over_time
         return result
 
     def cow_latency(self):

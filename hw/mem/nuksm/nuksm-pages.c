@@ -9,6 +9,7 @@
 #include "qemu/osdep.h"
 #include "exec/ramblock.h"
 #include "nuksm-pages.h"
+#include "nuksm-regions.h"
 
 static void nuksm_pages_refs_free(NuksmBlockState *bs)
 {
@@ -28,6 +29,7 @@ static void nuksm_pages_block_free(gpointer p)
     g_free(bs->digest);
     g_free(bs->flags);
     g_free(bs->idle);
+    g_free(bs->regions);
     g_free(bs);
 }
 
@@ -64,10 +66,14 @@ NuksmBlockState *nuksm_pages_block(NuksmPages *p, RAMBlock *rb,
         g_free(bs->digest);
         g_free(bs->flags);
         g_free(bs->idle);
+        g_free(bs->regions);
         bs->digest = g_new0(uint32_t, nr_pages);
         bs->flags = g_new0(uint8_t, nr_pages);
         bs->idle = g_malloc(nr_pages);
         memset(bs->idle, NUKSM_HOT_IDLE_MAX, nr_pages);
+        /* New memory starts at the bottom: it has to prove worth more. */
+        bs->regions = nuksm_regions_new(nr_pages, p->distilling ? 0 :
+                                        NUKSM_REGION_TOP);
         memset(bs->merged_per_node, 0, sizeof(bs->merged_per_node));
         bs->nr_pages = nr_pages;
         bs->first_page = rb->offset / NUKSM_PAGE_SIZE;
@@ -198,6 +204,7 @@ void nuksm_pages_merged(NuksmPages *p, NuksmBlockState *bs, uint64_t idx,
     p->merged_pages++;
     p->merged_per_node[r->node]++;
     bs->merged_per_node[r->node]++;
+    nuksm_region_merged(bs, idx);
 }
 
 NuksmSlotRef nuksm_pages_unmerged(NuksmPages *p, NuksmBlockState *bs,
@@ -217,6 +224,7 @@ void nuksm_pages_zeroed(NuksmPages *p, NuksmBlockState *bs, uint64_t idx)
 {
     nuksm_page_update(bs, idx, 0, NUKSM_PAGE_ZERO);
     p->zero_pages++;
+    nuksm_region_merged(bs, idx);
 }
 
 void nuksm_pages_unzeroed(NuksmPages *p, NuksmBlockState *bs, uint64_t idx)

@@ -4,8 +4,9 @@
  * One NuksmBlockState per RAM block nuksm scanned, found by the block's
  * name: per guest page a 32-bit digest (nuksm-scan.c), a flag byte, an
  * inactive counter (nuksm-hot.c), and, in the regions where some page is
- * merged, the store slot the page maps (nuksm-commit.c).  The table also
- * counts the pages in each state for query-nuksm.
+ * merged, the store slot the page maps (nuksm-commit.c); per 2 MiB region
+ * its sampling level (nuksm-regions.c).  The table also counts the pages
+ * in each state for query-nuksm.
  *
  * Lock rules: the table and every NuksmBlockState in it are protected by
  * NuksmPages.lock, "page_lock" in the lock order (nuksm.h).  It is taken
@@ -69,8 +70,8 @@ enum {
 #define NUKSM_REF_MAX_SLOT NUKSM_SLOTS_PER_NODE
 
 /*
- * Scan state of one RAM block: 6 bytes per guest page, plus 8 bytes per
- * page of the 2 MiB regions where some page is merged.
+ * Scan state of one RAM block: 6 bytes per guest page, 10 bytes per 2 MiB
+ * region, plus 8 bytes per page of the regions where some page is merged.
  */
 typedef struct NuksmBlockState {
     uint64_t first_page;        /* ram_addr / NUKSM_PAGE_SIZE */
@@ -86,11 +87,13 @@ typedef struct NuksmBlockState {
      * its pages first merges.
      */
     uint64_t **refs;
+    struct NuksmRegion *regions;    /* sampling levels (nuksm-regions.c) */
 } NuksmBlockState;
 
 typedef struct NuksmPages {
     QemuMutex lock;             /* "page_lock": everything below */
     GHashTable *blocks;         /* RAM block name -> NuksmBlockState */
+    bool distilling;            /* region distilling (nuksm-regions.c) */
     uint64_t remapped_pages;    /* pages with NUKSM_PAGE_REMAPPED */
     uint64_t merged_pages;      /* ... with NUKSM_PAGE_MERGED */
     uint64_t zero_pages;        /* ... with NUKSM_PAGE_ZERO */
@@ -202,8 +205,9 @@ bool nuksm_pages_any_remapped(const NuksmBlockState *bs, uint64_t first,
                               uint64_t count);
 
 /*
- * Page @idx now maps slot @r: MERGED and REMAPPED, counted; if it was
- * HINTED, counted as a merge an I/O hint brought, and no longer HINTED.
+ * Page @idx now maps slot @r: MERGED and REMAPPED, counted, and credited
+ * to its region; if it was HINTED, counted as a merge an I/O hint
+ * brought, and no longer HINTED.
  */
 void nuksm_pages_merged(NuksmPages *p, NuksmBlockState *bs, uint64_t idx,
                         const NuksmSlotRef *r);
@@ -220,7 +224,10 @@ void nuksm_pages_windowed(NuksmPages *p, NuksmBlockState *bs, uint64_t idx,
  */
 NuksmSlotRef nuksm_pages_unmerged(NuksmPages *p, NuksmBlockState *bs,
                                   uint64_t idx, uint8_t clear);
-/* Page @idx was dropped as zero, or is no longer. */
+/*
+ * Page @idx was dropped as zero (credited to its region as a merge), or
+ * is no longer.
+ */
 void nuksm_pages_zeroed(NuksmPages *p, NuksmBlockState *bs, uint64_t idx);
 void nuksm_pages_unzeroed(NuksmPages *p, NuksmBlockState *bs, uint64_t idx);
 /*

@@ -26,6 +26,11 @@ NuksmInfoList *qmp_query_nuksm(Error **errp)
     return nuksm_list_info();
 }
 
+NuksmRegionMapList *qmp_x_query_nuksm_regions(Error **errp)
+{
+    return nuksm_list_regions();
+}
+
 static Nuksm *nuksm_target(const char *id, Error **errp)
 {
     return id ? nuksm_find(id, errp) : nuksm_first_connected(errp);
@@ -166,6 +171,14 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
                        i->hashing->adaptive ? "adaptive, now" : "fixed at",
                        i->hashing->strength, i->hashing->pages_sampled,
                        i->hashing->pages_hashed, i->hashing->misses);
+        monitor_printf(mon, "  regions%s:", i->regions->enabled ?
+                       "" : " (distilling off)");
+        for (uint64List *lv = i->regions->levels; lv; lv = lv->next) {
+            monitor_printf(mon, " %" PRIu64, lv->value);
+        }
+        monitor_printf(mon, " on levels bottom to top, %" PRIu64
+                       " promotions, %" PRIu64 " demotions\n",
+                       i->regions->promotions, i->regions->demotions);
         monitor_printf(mon, "  mappings %" PRIu64 ", budget %" PRIu64
                        " of vm.max_map_count %" PRIu64 "\n", i->mappings,
                        i->mappings_budget, i->mappings_limit);

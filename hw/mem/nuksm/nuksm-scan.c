@@ -49,6 +49,7 @@
 #include "nuksm-commit.h"
 #include "nuksm-hints.h"
 #include "nuksm-pages.h"
+#include "nuksm-regions.h"
 #include "nuksm-scan.h"
 #include "nuksm-strength.h"
 #include "trace.h"
@@ -97,6 +98,8 @@ typedef struct NuksmScanCounters {
     uint64_t pages_volatile;
     uint64_t cow_breaks;
     uint64_t hints_served;      /* hinted pages looked at */
+    uint64_t promotions;        /* regions moved up a level */
+    uint64_t demotions;         /* and down */
 } NuksmScanCounters;
 
 struct NuksmScanner {
@@ -206,6 +209,7 @@ static bool nuksm_scan_still_merged(NuksmScanner *sc, NuksmBlockState *bs,
      * a pass later.
      */
     nuksm_commit_forget(sc->s->commit, bs, idx, NUKSM_STATUS_COW);
+    nuksm_region_cow(bs, idx);
     delta->cow_breaks++;
     sc->news++;
     return false;
@@ -247,6 +251,7 @@ static void nuksm_scan_changed(NuksmScanner *sc, NuksmBlockState *bs,
 {
     if (seen) {
         delta->pages_volatile++;
+        nuksm_region_looked(bs, idx);
     }
     nuksm_page_update(bs, idx, NUKSM_PAGE_STABLE | NUKSM_PAGE_OFFERED |
                       NUKSM_PAGE_HINTED, 0);
@@ -285,6 +290,7 @@ static bool nuksm_scan_hash(NuksmScanner *sc, NuksmBlockState *bs,
             return false;       /* read since, still the zero page */
         }
         nuksm_pages_unzeroed(sc->s->pages, bs, idx);
+        nuksm_region_cow(bs, idx);
         delta->cow_breaks++;
         sc->news++;
     }
@@ -403,6 +409,7 @@ static void nuksm_scan_offer(NuksmScanner *sc, uint32_t epoch,
         nuksm_page_update(bs, idx, 0, NUKSM_PAGE_OFFERED);
         sc->news++;
     }
+    nuksm_region_looked(bs, idx);
     nuksm_scan_add_candidate(sc, epoch, bs, idx, digest);
 }
 
@@ -492,8 +499,9 @@ static bool nuksm_scan_spared(NuksmScanner *sc, NuksmBlockState *bs,
  * Has the chunk of @count pages from page @first of @bs nothing to hash
  * or report, judged from the pagemap entries of its stretch when the
  * pass protected it?  Every page is then not resident, merged and still
- * reading its slot, or spared, and the chunk needs no pagemap read of its
- * own: an idle pass reads the pagemap once per stretch.  What changed
+ * reading its slot, spared, or not one its region samples this pass, and
+ * the chunk needs no pagemap read of its own: an idle pass reads the
+ * pagemap once per stretch.  What changed
  * since the stretch was read (a write, a copy-on-write break, a page
  * faulted in) the next pass sees.  A page merged since, whose old entry
  * looks like a copy-on-write break, is not judged here.  Counts the
@@ -519,7 +527,8 @@ static bool nuksm_scan_chunk_idle(NuksmScanner *sc, NuksmBlockState *bs,
             }
             n++;
         } else if (pm[i] & NUKSM_PM_PRESENT) {
-            if (!nuksm_scan_spared(sc, bs, idx, pm[i])) {
+            if (nuksm_region_samples(bs, idx) &&
+                !nuksm_scan_spared(sc, bs, idx, pm[i])) {
                 return false;
             }
             n++;
@@ -532,13 +541,16 @@ static bool nuksm_scan_chunk_idle(NuksmScanner *sc, NuksmBlockState *bs,
 /*
  * Look at the @count pages from page @first of @rb (@bs): read their
  * pagemap entries, report the copy-on-write breaks, hash the pages that
- * may have changed, and offer or drop as zero those worth it.  Pages the walk
- * comes to (@hinted false) count in sc->resident, and with write
+ * may have changed, and offer or drop as zero those worth it.  Pages the
+ * walk comes to (@hinted false) count in sc->resident; only those their
+ * region samples are looked at (nuksm-regions.c), and with write
  * tracking (@tracking) those nothing wrote are spared.  Pages an I/O hint
  * named (@hinted, nuksm-hints.c) are taken as stable without waiting for
  * a second pass (XLH): they are likely page cache, and a merge compares
- * every page in full under write protection anyway.  Returns how many
- * were hashed.  Called with page_lock and the RCU read lock held.
+ * every page in full under write protection anyway.  So are the pages a
+ * region below the top level samples: a sample tells whether the region
+ * holds duplicates only if it is offered.  Returns how many were hashed.
+ * Called with page_lock and the RCU read lock held.
  */
 static unsigned nuksm_scan_pages(NuksmScanner *sc, RAMBlock *rb,
                                  NuksmBlockState *bs, uint64_t first,
@@ -565,6 +577,7 @@ static unsigned nuksm_scan_pages(NuksmScanner *sc, RAMBlock *rb,
         uint8_t *p = host + i * NUKSM_PAGE_SIZE;
         uint64_t digest;
         bool zero_like;
+        bool eager = hinted;    /* offered at first sight */
 
         if ((nuksm_page_flags(bs, idx) & NUKSM_PAGE_MERGED) &&
             nuksm_scan_still_merged(sc, bs, idx, pm[i], delta)) {
@@ -576,14 +589,16 @@ static unsigned nuksm_scan_pages(NuksmScanner *sc, RAMBlock *rb,
         }
         if (!hinted) {
             sc->resident++;
-            if (tracking && nuksm_scan_spared(sc, bs, idx, pm[i])) {
+            if (!nuksm_region_samples(bs, idx) ||
+                (tracking && nuksm_scan_spared(sc, bs, idx, pm[i]))) {
                 continue;
             }
+            eager = nuksm_region_eager(bs, idx);
         }
         hashed++;
         if (!nuksm_scan_hash(sc, bs, idx, p, &zero_like, delta)) {
             /* Not stable, or still the zero page dropped. */
-            if (!hinted || (nuksm_page_flags(bs, idx) & NUKSM_PAGE_ZERO)) {
+            if (!eager || (nuksm_page_flags(bs, idx) & NUKSM_PAGE_ZERO)) {
                 continue;
             }
             nuksm_page_update(bs, idx, 0, NUKSM_PAGE_STABLE);
@@ -602,14 +617,18 @@ static unsigned nuksm_scan_pages(NuksmScanner *sc, RAMBlock *rb,
             }
             break;
         case NUKSM_SCAN_DROP_ZERO:
+            nuksm_region_looked(bs, idx);
             zero[nr_zero++] = i;
             break;
         case NUKSM_SCAN_OFFER:
             if (!nuksm_scan_full_digest(sc, bs, idx, p, &digest, delta)) {
-                if (!hinted) {
+                if (!eager) {
                     break;
                 }
-                /* Changed, but a disk transfer just wrote it: offer it. */
+                /*
+                 * Changed, but a disk transfer just wrote it, or a
+                 * region samples it: offer it.
+                 */
                 nuksm_page_update(bs, idx, 0, NUKSM_PAGE_STABLE);
             }
             nuksm_scan_offer(sc, epoch, bs, idx, digest);
@@ -835,6 +854,28 @@ static bool nuksm_pass_add_block(RAMBlock *rb, uint8_t gnode, void *opaque)
 }
 
 /*
+ * The walk is through the region of page @idx of @bs: judge it, if
+ * distilling (nuksm-regions.c).
+ */
+static void nuksm_scan_judge_region(NuksmScanner *sc, NuksmBlockState *bs,
+                                    uint64_t idx, NuksmScanCounters *delta)
+{
+    if (!sc->s->pages->distilling) {
+        return;
+    }
+    switch (nuksm_region_judge(bs, idx)) {
+    case NUKSM_REGION_PROMOTED:
+        delta->promotions++;
+        break;
+    case NUKSM_REGION_DEMOTED:
+        delta->demotions++;
+        break;
+    case NUKSM_REGION_STAYED:
+        break;
+    }
+}
+
+/*
  * Scan the chunk of block @pb from page @first on, if the block still
  * has such a page; returns false at the block's end.  Adds to *hashed
  * and @delta.
@@ -853,10 +894,15 @@ static bool nuksm_scan_next_chunk(NuksmScanner *sc, const NuksmPassBlock *pb,
         qemu_mutex_lock(&pages->lock);
         bs = rb ? nuksm_pages_block(pages, rb, pb->gnode) : NULL;
         if (bs && first < bs->nr_pages) {
-            *hashed = nuksm_scan_chunk(sc, rb, bs, first,
-                                       MIN(NUKSM_SCAN_CHUNK_PAGES,
-                                           bs->nr_pages - first),
-                                       epoch, delta);
+            unsigned count = MIN(NUKSM_SCAN_CHUNK_PAGES,
+                                 bs->nr_pages - first);
+
+            *hashed = nuksm_scan_chunk(sc, rb, bs, first, count, epoch,
+                                       delta);
+            if ((first + count) % NUKSM_REGION_PAGES == 0 ||
+                first + count == bs->nr_pages) {
+                nuksm_scan_judge_region(sc, bs, first, delta);
+            }
             nuksm_commit_flush_unmerged(sc->s->commit, epoch);
             more = true;
         }
@@ -893,13 +939,15 @@ static bool nuksm_scan_step_done(NuksmScanner *sc, NuksmPassClock *pc,
 {
     pc->pages_since_sleep += hashed;
     if (hashed || delta->pages_volatile || delta->cow_breaks ||
-        delta->hints_served) {
+        delta->hints_served || delta->promotions || delta->demotions) {
         nuksm_strength_adapt(&sc->strength);
         qemu_mutex_lock(&sc->lock);
         sc->stats.pages_scanned += hashed;
         sc->stats.pages_volatile += delta->pages_volatile;
         sc->stats.cow_breaks += delta->cow_breaks;
         sc->stats.hints_served += delta->hints_served;
+        sc->stats.promotions += delta->promotions;
+        sc->stats.demotions += delta->demotions;
         nuksm_scan_apply_strength(sc);
         sc->hashing = sc->strength.stats;
         qemu_mutex_unlock(&sc->lock);
@@ -1294,6 +1342,8 @@ void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmStats *stats)
     stats->pages_volatile = sc->stats.pages_volatile;
     stats->cow_breaks = sc->stats.cow_breaks;
     stats->hints_served = sc->stats.hints_served;
+    stats->promotions = sc->stats.promotions;
+    stats->demotions = sc->stats.demotions;
     stats->hashing = sc->hashing;
     qemu_mutex_unlock(&sc->lock);
 }

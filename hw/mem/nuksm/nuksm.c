@@ -33,6 +33,7 @@
 #include "nuksm-governor.h"
 #include "nuksm-hints.h"
 #include "nuksm-pages.h"
+#include "nuksm-regions.h"
 #include "nuksm-scan.h"
 #include "trace.h"
 
@@ -278,6 +279,25 @@ Nuksm *nuksm_first_connected(Error **errp)
     return NULL;
 }
 
+static NuksmRegions *nuksm_regions_info(Nuksm *s, const NuksmStats *stats)
+{
+    NuksmRegions *info = g_new0(NuksmRegions, 1);
+    uint64_t counts[NUKSM_REGION_LEVELS] = { 0 };
+    uint64List **tail = &info->levels;
+
+    info->enabled = s->distilling;
+    info->region_size = NUKSM_REGION_PAGES * NUKSM_PAGE_SIZE;
+    if (s->pages) {
+        nuksm_regions_count(s->pages, counts);
+    }
+    for (unsigned level = 0; level < NUKSM_REGION_LEVELS; level++) {
+        QAPI_LIST_APPEND(tail, counts[level]);
+    }
+    info->promotions = stats->promotions;
+    info->demotions = stats->demotions;
+    return info;
+}
+
 NuksmInfo *nuksm_get_info(Nuksm *s)
 {
     NuksmInfo *info = g_new0(NuksmInfo, 1);
@@ -345,6 +365,7 @@ NuksmInfo *nuksm_get_info(Nuksm *s)
     info->hashing->misses = stats.hashing.misses;
     info->hashing->profit_us = stats.hashing.profit_ns / 1000;
     info->hashing->penalty_us = stats.hashing.penalty_ns / 1000;
+    info->regions = nuksm_regions_info(s, &stats);
     info->io_hints = g_new0(NuksmIoHints, 1);
     info->io_hints->enabled = s->io_hints;
     info->io_hints->pages_served = stats.hints_served;
@@ -366,6 +387,36 @@ NuksmInfoList *nuksm_list_info(void)
 
     for (guint i = 0; i < all->len; i++) {
         QAPI_LIST_APPEND(tail, nuksm_get_info(g_ptr_array_index(all, i)));
+    }
+    return head;
+}
+
+static void nuksm_add_block_regions(const char *block, uint64_t nr_pages,
+                                    const char *levels, void *opaque)
+{
+    NuksmBlockRegions *br = g_new0(NuksmBlockRegions, 1);
+
+    br->block = g_strdup(block);
+    br->size = nr_pages * NUKSM_PAGE_SIZE;
+    br->levels = g_strdup(levels);
+    QAPI_LIST_PREPEND(*(NuksmBlockRegionsList **)opaque, br);
+}
+
+NuksmRegionMapList *nuksm_list_regions(void)
+{
+    g_autoptr(GPtrArray) all = nuksm_objects();
+    NuksmRegionMapList *head = NULL, **tail = &head;
+
+    for (guint i = 0; i < all->len; i++) {
+        Nuksm *s = g_ptr_array_index(all, i);
+        NuksmRegionMap *map = g_new0(NuksmRegionMap, 1);
+
+        map->id = g_strdup(nuksm_id(s));
+        if (s->pages) {
+            nuksm_regions_map(s->pages, nuksm_add_block_regions,
+                              &map->blocks);
+        }
+        QAPI_LIST_APPEND(tail, map);
     }
     return head;
 }
@@ -642,6 +693,22 @@ static void nuksm_set_io_hints(Object *obj, bool value, Error **errp)
     }
 }
 
+static bool nuksm_get_distilling(Object *obj, Error **errp)
+{
+    return NUKSM(obj)->distilling;
+}
+
+static void nuksm_set_distilling(Object *obj, bool value, Error **errp)
+{
+    Nuksm *s = NUKSM(obj);
+
+    s->distilling = value;
+    trace_nuksm_set_property("distilling", value);
+    if (s->pages) {
+        nuksm_regions_set_distilling(s->pages, value);
+    }
+}
+
 static void nuksm_set_hash_strength(Object *obj, Visitor *v,
                                     const char *name, void *opaque,
                                     Error **errp)
@@ -779,6 +846,7 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     s->limit_bh = qemu_bh_new(nuksm_scanner_limit_changed, s);
     s->pages = g_new0(NuksmPages, 1);
     nuksm_pages_init(s->pages);
+    nuksm_regions_set_distilling(s->pages, s->distilling);
     s->commit = nuksm_commit_new(s, s->pages);
     s->hints = nuksm_hints_new();
     nuksm_hints_set_enabled(s->hints, s->io_hints);
@@ -814,6 +882,7 @@ static void nuksm_instance_init(Object *obj)
     s->governor = NUKSM_DEFAULT_GOVERNOR;
     s->zero_pages = true;
     s->io_hints = true;
+    s->distilling = true;
     s->enabled = true;
     s->hot_window_ms = NUKSM_DEFAULT_HOT_WINDOW_MS;
     s->limit_reported = NUKSM_LIMIT__MAX;
@@ -904,6 +973,11 @@ static void nuksm_class_init(ObjectClass *oc, void *data)
     object_class_property_set_description(oc, "hash-strength",
         "Bytes of a page the change test samples, a power of 2 from 64 to "
         "4096, 0 = adaptive (default 0)");
+    object_class_property_add_bool(oc, "distilling", nuksm_get_distilling,
+                                   nuksm_set_distilling);
+    object_class_property_set_description(oc, "distilling",
+        "Look at regions of guest RAM as often as they proved worth it "
+        "(default on)");
     object_class_property_add_str(oc, "memdev", nuksm_get_memdev,
                                   nuksm_set_memdev);
     object_class_property_set_description(oc, "memdev",

@@ -160,6 +160,7 @@ struct Nuksm {
     bool zero_pages;
     bool io_hints;              /* take I/O hints (nuksm-hints.c) */
     uint32_t hash_strength;     /* hash-strength (nuksm-strength.c) */
+    bool distilling;            /* region distilling (nuksm-regions.c) */
     char *memdev;
     bool enabled;
     uint32_t hot_window_ms;     /* 0: no hotness sampling */
@@ -210,6 +211,8 @@ typedef struct NuksmStats {
     uint64_t pages_volatile;
     uint64_t cow_breaks;
     uint64_t hints_served;      /* hinted pages hashed */
+    uint64_t promotions;        /* regions moved up a level */
+    uint64_t demotions;         /* and down (nuksm-regions.c) */
     /* nuksm-pages.c */
     uint64_t merged_pages;      /* pages mapping a store slot */
     uint64_t zero_pages;        /* pages dropped as zero */
@@ -238,6 +241,7 @@ Nuksm *nuksm_find(const char *id, Error **errp);
 Nuksm *nuksm_first_connected(Error **errp);
 NuksmInfo *nuksm_get_info(Nuksm *s);
 NuksmInfoList *nuksm_list_info(void);
+NuksmRegionMapList *nuksm_list_regions(void);
 void nuksm_kick_all(void);
 void nuksm_update_activity(Nuksm *s);
 
