@@ -214,6 +214,7 @@ static void test_property_errors(void)
           "0 (adaptive) or a power of 2 from 64 to 4096" },
         { "'hash-strength': 8192", "'hash-strength'",
           "0 (adaptive) or a power of 2 from 64 to 4096" },
+        { "'distilling': 'sometimes'", "distilling", "bool" },
     };
     Agent a;
     QTestState *qts;
@@ -781,8 +782,9 @@ static void write_pages(QTestState *qts, uint64_t first, uint64_t count,
 }
 
 /*
- * The scanner hashes exactly the resident pages, notices changed ones,
- * and nuksm-scan starts a pass at once; enabled=off pauses the object.
+ * Without region distilling, the scanner hashes exactly the resident
+ * pages, notices changed ones, and nuksm-scan starts a pass at once;
+ * enabled=off pauses the object.
  */
 static void test_enabled_and_scan(void)
 {
@@ -797,7 +799,7 @@ static void test_enabled_and_scan(void)
 
     agent_init(&a);
     agent_start(&a, NULL);
-    qts = vm_start(a.sock, ",max-cpu=100");
+    qts = vm_start(a.sock, ",max-cpu=100,distilling=off");
     wait_state(qts, "active");
 
     info = nuksm_info(qts, "dedup0", &resp);
@@ -837,6 +839,37 @@ static void test_enabled_and_scan(void)
         "{'execute': 'qom-set', 'arguments': {'path': '/objects/dedup0', "
         "'property': 'enabled', 'value': true}}"));
     g_assert_cmpstr(nuksm_state(qts), ==, "active");
+
+    qtest_quit(qts);
+    agent_kill(&a, SIGTERM);
+    agent_cleanup(&a);
+}
+
+/*
+ * With region distilling (the default), every region starts at the
+ * bottom level, where a pass hashes one resident page in 64 of it.
+ */
+static void test_distilling_samples(void)
+{
+    const uint64_t first = 16384, touched = 4096;  /* 16 MiB at 64 MiB */
+    const uint64_t slack = 1024;    /* as in test_enabled_and_scan */
+    Agent a;
+    QTestState *qts;
+    ScanStats st;
+
+    agent_init(&a);
+    agent_start(&a, NULL);
+    qts = vm_start(a.sock, ",max-cpu=100");
+    wait_state(qts, "active");
+    write_pages(qts, first, touched, 1);
+    qobject_unref(qtest_qmp_assert_success_ref(qts,
+        "{'execute': 'nuksm-scan', 'arguments': {'id': 'dedup0'}}"));
+    st = wait_full_scans(qts, scan_stats(qts).full_scans + 2);
+    /* Each full pass sampled 64 of the pages written... */
+    g_assert_cmpint(st.pages_scanned, >=, touched / 64);
+    /* ... and far from all of them: a quarter would be level 2's share. */
+    g_assert_cmpint(st.pages_scanned, <,
+                    (st.full_scans + 1) * (touched + slack) / 16);
 
     qtest_quit(qts);
     agent_kill(&a, SIGTERM);
@@ -1072,6 +1105,7 @@ int main(int argc, char **argv)
     qtest_add_func("/nuksm/two-objects", test_two_objects);
     qtest_add_func("/nuksm/no-agent-errors", test_no_agent_errors);
     qtest_add_func("/nuksm/enabled-and-scan", test_enabled_and_scan);
+    qtest_add_func("/nuksm/distilling-samples", test_distilling_samples);
     qtest_add_func("/nuksm/migration-pauses", test_migration_pauses);
     qtest_add_func("/nuksm/exclusions", test_exclusions);
     qtest_add_func("/nuksm/version-mismatch", test_version_mismatch);
