@@ -9,7 +9,8 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend)
 from workloads import MIB, PAGE  # noqa: E402
 
 COLOURS = {"ksm": "tab:blue", "nuksm": "tab:orange",
-           "nuksm-nohints": "tab:green", "nuksm-fullhash": "tab:red"}
+           "nuksm-nohints": "tab:green", "nuksm-fullhash": "tab:red",
+           "nuksm-distill": "tab:purple"}
 STYLES = {"full": "-", "default": "--", "idle": "-"}
 LABELS = {("ksm", "full"): "KSM, full throttle",
           ("nuksm", "full"): "nuksm, full throttle",
@@ -20,6 +21,8 @@ LABELS = {("ksm", "full"): "KSM, full throttle",
           ("nuksm-fullhash", "full"): "nuksm hashing whole pages, full "
           "throttle",
           ("nuksm-fullhash", "default"): "nuksm hashing whole pages, KSM's "
+          "default CPU share",
+          ("nuksm-distill", "default"): "nuksm distilling regions, KSM's "
           "default CPU share",
           ("ksm", "idle"): "KSM, full throttle, then its defaults",
           ("nuksm", "idle"): "nuksm, max-cpu=100, then its defaults"}

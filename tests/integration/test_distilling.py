@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """Region distilling (hw/mem/nuksm/nuksm-regions.c, after UKSM): guest
-RAM in regions of 2 MiB, each on a sampling level.  Regions start at the
-bottom, where a pass looks at one page in 64; a region whose looks find
-duplicates moves up to the top, where a pass looks at every page; one
-whose sharings break, or that finds nothing, moves down.
+RAM in regions of 2 MiB, each on a sampling level.  With distilling=on
+(it is off by default), regions start at the bottom, where a pass looks
+at one page in 64; a region whose looks find duplicates moves up to the
+top, where a pass looks at every page; one whose sharings break, or
+that finds nothing, moves down.
 
 The pages are written through qtest at known guest addresses: pc.ram
 holds the low guest memory at the same offsets, so region N of the
@@ -62,7 +63,8 @@ def test_duplicates_promote_their_regions(agent, qtest_vm):
     duplicates climb to the top, where all their pages merge; the
     regions of unique pages stay at the bottom; query-nuksm counts the
     regions per level as the debug view shows them."""
-    vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100)
+    vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100,
+                  distilling="on")
     vm.wait_state("active")
     pass_once(vm)
     regions = vm.nuksm()["regions"]
@@ -98,7 +100,8 @@ def test_broken_sharings_demote_their_regions(agent, qtest_vm):
     """Regions at the top whose merged pages are all written again (each
     write ends a sharing) move back down to the bottom, and every page
     keeps what was written last."""
-    vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100)
+    vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100,
+                  distilling="on")
     vm.wait_state("active")
     q = Qtest(vm.qtest_path)
     write_big(q, DUP_AT, duplicates())
@@ -123,10 +126,9 @@ def test_broken_sharings_demote_their_regions(agent, qtest_vm):
 
 
 def test_distilling_off_looks_at_every_page(agent, qtest_vm):
-    """distilling=off puts every region on the top level, as qom-set
-    does at run time; on again, new judgements move them."""
-    vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100,
-                  distilling="off")
+    """Distilling is off by default, which puts every region on the top
+    level, as qom-set does at run time; on, new judgements move them."""
+    vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100)
     vm.wait_state("active")
     pass_once(vm)
     regions = vm.nuksm()["regions"]

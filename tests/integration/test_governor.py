@@ -21,11 +21,9 @@ def test_governor_holds_the_scanner_and_lets_it_go(agent, qtest_vm):
     pages to hash, keeps its thread within that share; qom-set governor
     "full" lets it go at once, and the pass ends.  Then an explicit
     max-cpu overrides whatever governor comes next."""
-    # Named threads: the scanner is found by its name.  Every page to
-    # hash: without distilling, which would look at one in 64 of them.
+    # Named threads: the scanner is found by its name.
     vm = qtest_vm("vm0", extra=["-m", "512M", "-name", "vm0,debug-threads=on"],
-                  agent=agent.sock, governor="quiet", enabled="off",
-                  distilling="off")
+                  agent=agent.sock, governor="quiet", enabled="off")
     budget = vm.nuksm()["budget"]
     assert (budget["governor"], budget["max-cpu"]) == ("quiet", 0.5)
     # Written while paused, so that all of it waits for the window.

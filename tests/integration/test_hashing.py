@@ -34,9 +34,7 @@ def assert_kept(q, pages):
 
 
 def passes(vm, n):
-    """Start a pass now and wait for @n passes to end.  Tests that count
-    on a pass looking at every page switch distilling off (nuksm-regions.c,
-    test_distilling.py)."""
+    """Start a pass now and wait for @n passes to end."""
     for _ in range(n):
         done = vm.nuksm()["full-scans"]
         vm.cmd("nuksm-scan")
@@ -50,8 +48,7 @@ def test_pages_zero_where_sampled_are_kept(agent, qtest_vm):
     compare finds them not zero, and they keep their data.  Each such
     miss costs a full compare, so the adaptive strength rises, to a whole
     page here, where the samples see the data."""
-    vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100,
-                  distilling="off")
+    vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100)
     vm.wait_state("active")
     assert vm.nuksm()["hashing"]["strength"] == 256
     q = Qtest(vm.qtest_path)
@@ -75,7 +72,7 @@ def test_fixed_strength_does_not_adapt(agent, qtest_vm):
     """hash-strength fixes the strength: the same misses leave it where
     it is, and the pages keep their data all the same."""
     vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100,
-                  hash_strength=128, distilling="off")
+                  hash_strength=128)
     vm.wait_state("active")
     q = Qtest(vm.qtest_path)
     pages = [hidden_page(i) for i in range(PAGES)]
@@ -97,8 +94,7 @@ def test_strength_falls_where_samples_are_right(agent, qtest_vm):
     """Zero pages, which their samples nominate rightly: every full
     compare confirms them, no miss, and the strength falls to its
     weakest, one line, while each is dropped."""
-    vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100,
-                  distilling="off")
+    vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100)
     vm.wait_state("active")
     q = Qtest(vm.qtest_path)
     q.memset(REGION_AT, 4 * PAGES * PAGE, 0)

@@ -196,10 +196,13 @@ def test_info_nuksm(agent, qtest_vm):
     assert re.fullmatch(r"  hashing adaptive, now \d+ bytes: \d+ pages "
                         r"sampled, \d+ hashed in full, \d+ misses",
                         lines[8]), lines[8]
+    assert re.fullmatch(r"  regions \(distilling off\): 0 0 0 \d+ on levels "
+                        r"bottom to top, 0 promotions, 0 demotions",
+                        lines[9]), lines[9]
     limit = int(open("/proc/sys/vm/max_map_count").read())
     budget = limit - max(4096, limit // 10)
     assert re.fullmatch(rf"  mappings \d+, budget {budget} of "
-                        rf"vm.max_map_count {limit}", lines[9]), lines[9]
+                        rf"vm.max_map_count {limit}", lines[10]), lines[10]
     assert "  excluded pc.bios (256 KiB): rom" in lines
 
 

@@ -782,9 +782,8 @@ static void write_pages(QTestState *qts, uint64_t first, uint64_t count,
 }
 
 /*
- * Without region distilling, the scanner hashes exactly the resident
- * pages, notices changed ones, and nuksm-scan starts a pass at once;
- * enabled=off pauses the object.
+ * The scanner hashes exactly the resident pages, notices changed ones,
+ * and nuksm-scan starts a pass at once; enabled=off pauses the object.
  */
 static void test_enabled_and_scan(void)
 {
@@ -799,7 +798,7 @@ static void test_enabled_and_scan(void)
 
     agent_init(&a);
     agent_start(&a, NULL);
-    qts = vm_start(a.sock, ",max-cpu=100,distilling=off");
+    qts = vm_start(a.sock, ",max-cpu=100");
     wait_state(qts, "active");
 
     info = nuksm_info(qts, "dedup0", &resp);
@@ -846,8 +845,8 @@ static void test_enabled_and_scan(void)
 }
 
 /*
- * With region distilling (the default), every region starts at the
- * bottom level, where a pass hashes one resident page in 64 of it.
+ * With region distilling, every region starts at the bottom level,
+ * where a pass hashes one resident page in 64 of it.
  */
 static void test_distilling_samples(void)
 {
@@ -859,7 +858,7 @@ static void test_distilling_samples(void)
 
     agent_init(&a);
     agent_start(&a, NULL);
-    qts = vm_start(a.sock, ",max-cpu=100");
+    qts = vm_start(a.sock, ",max-cpu=100,distilling=on");
     wait_state(qts, "active");
     write_pages(qts, first, touched, 1);
     qobject_unref(qtest_qmp_assert_success_ref(qts,

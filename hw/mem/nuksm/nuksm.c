@@ -882,7 +882,6 @@ static void nuksm_instance_init(Object *obj)
     s->governor = NUKSM_DEFAULT_GOVERNOR;
     s->zero_pages = true;
     s->io_hints = true;
-    s->distilling = true;
     s->enabled = true;
     s->hot_window_ms = NUKSM_DEFAULT_HOT_WINDOW_MS;
     s->limit_reported = NUKSM_LIMIT__MAX;
@@ -977,7 +976,7 @@ static void nuksm_class_init(ObjectClass *oc, void *data)
                                    nuksm_set_distilling);
     object_class_property_set_description(oc, "distilling",
         "Look at regions of guest RAM as often as they proved worth it "
-        "(default on)");
+        "(default off)");
     object_class_property_add_str(oc, "memdev", nuksm_get_memdev,
                                   nuksm_set_memdev);
     object_class_property_set_description(oc, "memdev",
