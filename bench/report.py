@@ -104,10 +104,10 @@ def rst_block(meta, pairs, goals, images, docs_dir):
                 "overstated there."]
     over_time = over_time_rows(pairs)
     if over_time:
-        out += ["", "Saving over time, where the guests read a disk (the "
-                "merging CPU leaves out QEMU's main loops, which carry "
-                "nuksm's socket and the guests' I/O: the last column counts "
-                "every QEMU thread, on every side):", ""]
+        out += ["", "Saving over time, XLH's and UKSM's figures (the "
+                "merging CPU leaves out QEMU's main loops where they carry "
+                "the guests' I/O or the benchmark's rewrites: the last "
+                "column counts every QEMU thread, on every side):", ""]
         out += list_table(OVER_TIME_COLUMNS, over_time)
     out += ["", "Goals:", ""]
     out += list_table(["goal", "target", "measured", "met"],
