@@ -22,9 +22,14 @@ COUNTERS = ("pages_shared", "pages_sharing", "pages_unshared",
             "pages_volatile", "full_scans", "ksm_zero_pages",
             "stable_node_dups", "stable_node_chains")
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-# KSM's own defaults (mm/ksm.c) and its full throttle.
+# KSM's own defaults (mm/ksm.c), ten times their speed (the middle of
+# the three KSM speeds UKSM's paper compares with, §8.1.1) and its full
+# throttle.
 DEFAULT = {"pages_to_scan": 100, "sleep_millisecs": 20}
+PACED = {"pages_to_scan": 1000, "sleep_millisecs": 20}
 FULL = {"pages_to_scan": 10000, "sleep_millisecs": 0}
+# Budgets at which nuksm gets the CPU share KSM was measured to use.
+AT_KSM_SHARE = {"default": DEFAULT, "paced": PACED}
 
 
 def read(name):

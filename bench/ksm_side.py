@@ -67,8 +67,9 @@ class KsmSide:
                        for vm in vms}
 
     def budget(self, name, ksm_share=None, vms=1):
-        """KSM's settings for budget @name: its defaults or full throttle."""
-        self.settings = dict(ksm.DEFAULT if name == "default" else ksm.FULL)
+        """KSM's settings for budget @name: its defaults, ten times their
+        speed (paced) or full throttle."""
+        self.settings = dict(ksm.AT_KSM_SHARE.get(name, ksm.FULL))
         return dict(self.settings)
 
     def to_defaults(self, vms):

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import harness
+import ksm
 import procstat
 from harness import Agent, ctl_json
 
@@ -60,8 +61,9 @@ class NuksmSide:
 
     def budget(self, name, ksm_share=None, vms=1):
         """max-cpu for budget @name: 100 at full throttle; at KSM's
-        default budget, KSM's measured CPU share split over the VMs."""
-        if name == "default":
+        default or paced budget, KSM's measured CPU share split over the
+        VMs."""
+        if name in ksm.AT_KSM_SHARE:
             self.max_cpu = max(0.01, min(100, round(100 * ksm_share / vms,
                                                     2)))
         else:

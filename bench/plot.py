@@ -11,7 +11,7 @@ from workloads import MIB, PAGE  # noqa: E402
 COLOURS = {"ksm": "tab:blue", "nuksm": "tab:orange",
            "nuksm-nohints": "tab:green", "nuksm-fullhash": "tab:red",
            "nuksm-distill": "tab:purple"}
-STYLES = {"full": "-", "default": "--", "idle": "-"}
+STYLES = {"full": "-", "default": "--", "paced": "-.", "idle": "-"}
 LABELS = {("ksm", "full"): "KSM, full throttle",
           ("nuksm", "full"): "nuksm, full throttle",
           ("ksm", "default"): "KSM, default budget",
@@ -22,8 +22,12 @@ LABELS = {("ksm", "full"): "KSM, full throttle",
           "throttle",
           ("nuksm-fullhash", "default"): "nuksm hashing whole pages, KSM's "
           "default CPU share",
-          ("nuksm-distill", "default"): "nuksm distilling regions, KSM's "
-          "default CPU share",
+          ("ksm", "paced"): "KSM, 1000 pages every 20 ms",
+          ("nuksm", "paced"): "nuksm, that KSM's CPU share",
+          ("nuksm-distill", "paced"): "nuksm distilling regions, that "
+          "KSM's CPU share",
+          ("nuksm-fullhash", "paced"): "nuksm hashing whole pages, that "
+          "KSM's CPU share",
           ("ksm", "idle"): "KSM, full throttle, then its defaults",
           ("nuksm", "idle"): "nuksm, max-cpu=100, then its defaults"}
 
