@@ -14,8 +14,10 @@
  * judge for a few passes (all merged, or idle).  Merged pages are looked
  * at on every level: their copy-on-write breaks cost a pagemap read.
  *
- * With distilling off, every region is on the top level: every page is
- * looked at each pass, and offered once stable, as before distilling.
+ * With distilling off, the default, every region is on the top level:
+ * every page is looked at each pass, and offered once stable.  (It is
+ * off because a sample merges alone, out of the slot line its
+ * neighbours would follow, and costs a mapping: docs/qmp.rst.)
  *
  * Lock rules: the regions belong to their NuksmBlockState and are
  * protected by page_lock, as it is (nuksm-pages.h).
