@@ -162,7 +162,9 @@ def goals(pairs):
                        ("uksm-static", "paced", "UKSM's static workload",
                         10),
                        ("uksm-dynamic", "paced", "UKSM's dynamic workload",
-                        5))
+                        5),
+                       ("uksm-lowcpu", "default", "UKSM's static workload "
+                        "at KSM's default budget", 10))
     for workload, budget, paper, target in over_time_goals:
         ksm, nuksm = (find(pairs, workload, budget, s)
                       for s in ("ksm", "nuksm"))

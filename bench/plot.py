@@ -24,6 +24,8 @@ LABELS = {("ksm", "full"): "KSM, full throttle",
           "default CPU share",
           ("ksm", "paced"): "KSM, 1000 pages every 20 ms",
           ("nuksm", "paced"): "nuksm, that KSM's CPU share",
+          ("nuksm-distill", "default"): "nuksm distilling regions, KSM's "
+          "default CPU share",
           ("nuksm-distill", "paced"): "nuksm distilling regions, that "
           "KSM's CPU share",
           ("nuksm-fullhash", "paced"): "nuksm hashing whole pages, that "
