@@ -12,26 +12,23 @@ COLOURS = {"ksm": "tab:blue", "nuksm": "tab:orange",
            "nuksm-nohints": "tab:green", "nuksm-fullhash": "tab:red",
            "nuksm-distill": "tab:purple"}
 STYLES = {"full": "-", "default": "--", "paced": "-.", "idle": "-"}
-LABELS = {("ksm", "full"): "KSM, full throttle",
-          ("nuksm", "full"): "nuksm, full throttle",
-          ("ksm", "default"): "KSM, default budget",
-          ("nuksm", "default"): "nuksm, KSM's default CPU share",
-          ("nuksm-nohints", "default"): "nuksm without I/O hints, KSM's "
-          "default CPU share",
-          ("nuksm-fullhash", "full"): "nuksm hashing whole pages, full "
-          "throttle",
-          ("nuksm-fullhash", "default"): "nuksm hashing whole pages, KSM's "
-          "default CPU share",
-          ("ksm", "paced"): "KSM, 1000 pages every 20 ms",
-          ("nuksm", "paced"): "nuksm, that KSM's CPU share",
-          ("nuksm-distill", "default"): "nuksm distilling regions, KSM's "
-          "default CPU share",
-          ("nuksm-distill", "paced"): "nuksm distilling regions, that "
-          "KSM's CPU share",
-          ("nuksm-fullhash", "paced"): "nuksm hashing whole pages, that "
-          "KSM's CPU share",
-          ("ksm", "idle"): "KSM, full throttle, then its defaults",
-          ("nuksm", "idle"): "nuksm, max-cpu=100, then its defaults"}
+# A run's label: its side, then its budget as that side spends it.
+SIDE_LABELS = {"ksm": "KSM", "nuksm": "nuksm",
+               "nuksm-nohints": "nuksm without I/O hints",
+               "nuksm-fullhash": "nuksm hashing whole pages",
+               "nuksm-distill": "nuksm distilling regions"}
+KSM_BUDGET_LABELS = {"full": "full throttle", "default": "default budget",
+                     "paced": "1000 pages every 20 ms",
+                     "idle": "full throttle, then its defaults"}
+NUKSM_BUDGET_LABELS = {"full": "full throttle",
+                       "default": "KSM's default CPU share",
+                       "paced": "that KSM's CPU share",
+                       "idle": "max-cpu=100, then its defaults"}
+
+
+def label(side, budget):
+    budgets = KSM_BUDGET_LABELS if side == "ksm" else NUKSM_BUDGET_LABELS
+    return f"{SIDE_LABELS[side]}, {budgets[budget]}"
 
 
 def save(fig, path):
@@ -47,7 +44,7 @@ def plot_workload(runs, title, path):
         t = [p[0] for p in run["timeline"]]
         style = dict(color=COLOURS[run["side"]],
                      linestyle=STYLES[run["budget"]],
-                     label=LABELS[run["side"], run["budget"]])
+                     label=label(run["side"], run["budget"]))
         saved_ax.plot(t, [p[1] * PAGE / MIB for p in run["timeline"]],
                       **style)
         cpu_ax.plot(t, [p[2] / 1e9 for p in run["timeline"]], **style)
@@ -86,7 +83,7 @@ def plot_series(runs, budget, cpu_of):
                       key=lambda r: r["guest_pages"])
         gib = [r["guest_pages"] * PAGE / (1 << 30) for r in mine]
         style = dict(color=COLOURS[side], marker="o",
-                     label=LABELS[side, budget])
+                     label=label(side, budget))
         cpu_ax.plot(gib, [cpu_of(r) for r in mine], **style)
         mem_ax.plot(gib, [r["net_saving_mib"] for r in mine], **style)
     mem_ax.set_ylabel("net saving, physical (MiB)")
