@@ -29,9 +29,15 @@
  */
 #define NUKSM_REGION_PERMUTE 37u
 
+/* The regions of a block of @nr_pages: the last may be partial. */
+static uint64_t nuksm_regions_in(uint64_t nr_pages)
+{
+    return DIV_ROUND_UP(nr_pages, NUKSM_REGION_PAGES);
+}
+
 NuksmRegion *nuksm_regions_new(uint64_t nr_pages, unsigned level)
 {
-    uint64_t n = DIV_ROUND_UP(nr_pages, NUKSM_REGION_PAGES);
+    uint64_t n = nuksm_regions_in(nr_pages);
     NuksmRegion *regions = g_new0(NuksmRegion, n);
 
     for (uint64_t r = 0; r < n; r++) {
@@ -125,8 +131,7 @@ NuksmRegionMove nuksm_region_judge(NuksmBlockState *bs, uint64_t idx)
 
 static void nuksm_regions_set_block(NuksmBlockState *bs, void *opaque)
 {
-    for (uint64_t r = 0; r < DIV_ROUND_UP(bs->nr_pages, NUKSM_REGION_PAGES);
-         r++) {
+    for (uint64_t r = 0; r < nuksm_regions_in(bs->nr_pages); r++) {
         bs->regions[r] = (NuksmRegion) { .level = NUKSM_REGION_TOP };
     }
 }
@@ -145,8 +150,7 @@ static void nuksm_regions_count_block(NuksmBlockState *bs, void *opaque)
 {
     uint64_t *counts = opaque;
 
-    for (uint64_t r = 0; r < DIV_ROUND_UP(bs->nr_pages, NUKSM_REGION_PAGES);
-         r++) {
+    for (uint64_t r = 0; r < nuksm_regions_in(bs->nr_pages); r++) {
         counts[bs->regions[r].level]++;
     }
 }
@@ -169,7 +173,7 @@ void nuksm_regions_map(NuksmPages *p, NuksmRegionsMapFn *fn, void *opaque)
     qemu_mutex_lock(&p->lock);
     g_hash_table_iter_init(&it, p->blocks);
     while (g_hash_table_iter_next(&it, (gpointer *)&name, (gpointer *)&bs)) {
-        uint64_t n = DIV_ROUND_UP(bs->nr_pages, NUKSM_REGION_PAGES);
+        uint64_t n = nuksm_regions_in(bs->nr_pages);
         g_autofree char *levels = g_malloc(n + 1);
 
         for (uint64_t r = 0; r < n; r++) {
