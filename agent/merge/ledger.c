@@ -269,6 +269,11 @@ GArray *ledger_uploads_overdue(NuksmAgent *agent, gint64 now)
     return ids;
 }
 
+bool ledger_upload_awaited(NuksmAgent *agent, SlotId id)
+{
+    return g_hash_table_contains(agent->ledger.uploads, GUINT_TO_POINTER(id));
+}
+
 bool ledger_upload_reassign(NuksmAgent *agent, SlotId id,
                             bool (*preferred)(const NuksmClient *client),
                             LedgerWaiter *late, LedgerWaiter *next)

@@ -160,6 +160,9 @@ GArray *ledger_upload_complete(NuksmAgent *agent, SlotId id);
 /* The uploads whose uploader's time is up by @now (monotonic us). */
 GArray *ledger_uploads_overdue(NuksmAgent *agent, gint64 now);
 
+/* True while the content of slot @id is awaited from an upload. */
+bool ledger_upload_awaited(NuksmAgent *agent, SlotId id);
+
 /*
  * Upload @id's uploader is late: the first waiting sharer of a client
  * @preferred, else the first waiting sharer, becomes the uploader, with

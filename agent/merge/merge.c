@@ -132,12 +132,11 @@ static void ask_upload(NuksmAgent *agent, NuksmClient *client, uint64_t page,
 }
 
 /*
- * @client let the upload of @page to @id (generation @gen) pass its
- * time: it may not upload for a while, and its upload, should it come,
- * is ignored.  @first: its first miss of this look.
+ * @client's upload of @page to @id (generation @gen) is no longer
+ * awaited: should it come, it is ignored.
  */
-static void upload_missed(NuksmClient *client, uint64_t page, SlotId id,
-                          uint32_t gen, bool first)
+static void revoke_upload(NuksmClient *client, uint64_t page, SlotId id,
+                          uint32_t gen)
 {
     if (!client->revoked_uploads ||
         g_hash_table_size(client->revoked_uploads) >= REVOKED_UPLOADS_MAX) {
@@ -146,6 +145,17 @@ static void upload_missed(NuksmClient *client, uint64_t page, SlotId id,
     }
     g_hash_table_insert(client->revoked_uploads, GSIZE_TO_POINTER(page),
                         revoked_value(id, gen));
+}
+
+/*
+ * @client let the upload of @page to @id (generation @gen) pass its
+ * time: it may not upload for a while, and its upload, should it come,
+ * is ignored.  @first: its first miss of this look.
+ */
+static void upload_missed(NuksmClient *client, uint64_t page, SlotId id,
+                          uint32_t gen, bool first)
+{
+    revoke_upload(client, page, id, gen);
     if (first) {
         unsigned shift = MIN(client->uploads_missed, 6u);
         unsigned ban = MIN(UPLOAD_BAN_SECONDS << shift,
@@ -337,6 +347,31 @@ static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
     return false;
 }
 
+/*
+ * @client's page of entry @e, on its way to a slot (waiting for its
+ * upload, or uploading it), is offered with another content: it changed,
+ * and leaves the slot, as a page that changed before its upload would
+ * when the upload came (the guest reused it, as its page cache does).
+ * The slot's upload passes to another of its pages, if any waits.
+ */
+static void leave_changed(NuksmAgent *agent, NuksmClient *client,
+                          KeyMapEntry *e)
+{
+    SlotId id = e->value;
+    bool uploader = e->tag == PAGE_UPLOADING;
+    LedgerWaiter late, next;
+
+    if (uploader) {
+        revoke_upload(client, e->key, id, ledger_slot(agent, id)->gen);
+    }
+    /* The last page of the slot frees it, and its upload with it. */
+    ledger_drop(agent, client, e);
+    if (uploader && ledger_upload_awaited(agent, id) &&
+        ledger_upload_reassign(agent, id, trusted_uploader, &late, &next)) {
+        ask_upload(agent, next.client, next.page, id);
+    }
+}
+
 static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
                              const NuksmCandidate *c)
 {
@@ -346,10 +381,18 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
         .priority = v->priority,
         .hot = policy_page_hot(c->idle, agent->placement.cold_windows),
     };
+    KeyMapEntry *e = ledger_page(v, c->page);
 
-    /* A page merges once: it is already merged or on its way there. */
-    if (ledger_page(v, c->page)) {
-        return;
+    /*
+     * A page merges once: it is already merged or on its way there,
+     * unless it changed before its slot was filled.
+     */
+    if (e) {
+        if ((e->tag != PAGE_WAITING && e->tag != PAGE_UPLOADING) ||
+            ledger_slot(agent, e->value)->digest == c->digest) {
+            return;
+        }
+        leave_changed(agent, v, e);
     }
     /* No room for it now: offered again, it merges once there is. */
     if (ledger_full(v) ||

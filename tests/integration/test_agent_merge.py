@@ -437,6 +437,71 @@ def test_changed_page_cancels_upload(agent, vms):
     assert a.info()[1:3] == (1, 1)
 
 
+def test_uploader_offering_new_content_hands_the_upload_on(agent, vms):
+    """A page asked to upload that is offered again with another content
+    changed (a guest reused it): it leaves the slot at once, the upload
+    passes to a page that waits for it, the page's new content is on
+    offer, and its upload of the old request, when it comes, is ignored."""
+    a, b, c = vms(), vms(), vms()
+    a.candidates([(1, digest(content(20)))])
+    a.info()
+    b.candidates([(2, digest(content(20)))])
+    (old,) = b.take(MSG_UPLOAD_REQ)
+    c.candidates([(3, digest(content(20)))])
+    c.info()
+
+    b.candidates([(2, digest(content(21)))])
+    b.info()  # no RETRY: its new content is on offer already
+    (request,) = a.take(MSG_UPLOAD_REQ)
+    assert request == old._replace(page=1)
+    b.upload([old], [content(21)])  # late, and changed: ignored
+    assert b.info().store_pages == [1]
+
+    a.upload([request], [content(20)])
+    for client, page in [(a, 1), (c, 3)]:
+        (m,) = client.take(MSG_MERGE)
+        assert m == request._replace(page=page)
+        client.merged([m])
+        client.info()
+    assert b.take(MSG_MERGE) == []
+    assert b.retried == []
+
+    # b's new content merges with its first duplicate.
+    d = vms()
+    merge(d, [b], {b: [2], d: [4]}, [content(21)])
+    info = a.info()
+    assert (info.pages_shared, info.pages_sharing) == (2, 2)
+
+
+def test_waiting_page_offering_new_content_leaves_the_slot(agent, vms):
+    """A page waiting for a slot's upload that is offered again with
+    another content leaves the slot: no MERGE for it, its new content is
+    on offer, and the upload goes on for the others."""
+    a, b, c = vms(), vms(), vms()
+    a.candidates([(1, digest(content(22)))])
+    a.info()
+    b.candidates([(2, digest(content(22)))])
+    (request,) = b.take(MSG_UPLOAD_REQ)
+    c.candidates([(3, digest(content(22)))])
+    c.info()
+
+    a.candidates([(1, digest(content(23)))])
+    a.info()
+    b.upload([request], [content(22)])
+    for client, page in [(b, 2), (c, 3)]:
+        (m,) = client.take(MSG_MERGE)
+        assert m == request._replace(page=page)
+        client.merged([m])
+        client.info()
+    assert a.take(MSG_MERGE) == []
+    assert a.retried == []
+
+    d = vms()
+    merge(d, [a], {a: [1], d: [4]}, [content(23)])
+    info = a.info()
+    assert (info.pages_shared, info.pages_sharing) == (2, 2)
+
+
 def test_merge_outcomes_other_than_merged(agent, vms):
     a, b = vms(), vms()
     a.candidates([(1, digest(content(8)))])
