@@ -159,6 +159,8 @@ def goals(pairs):
                  "<= 0.5% of a core", 100 * nuksm["steady_cpu_share"],
                  nuksm["steady_cpu_share"] <= 0.005, "%")
     over_time_goals = (("xlh", "default", "XLH's experiment", 4),
+                       ("xlh-churn", "default", "XLH's experiment with "
+                        "churning page cache", 4),
                        ("uksm-static", "paced", "UKSM's static workload",
                         10),
                        ("uksm-dynamic", "paced", "UKSM's dynamic workload",

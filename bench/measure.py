@@ -70,7 +70,9 @@ class Run:
                     cue = self.workdir / f"{name}.cue"
                 args = harness.guest_args(f"{self.workdir}/{name}.serial",
                                           wl.fill_mib, mem_mib=wl.mem_mib,
-                                          disk=disk, cue=cue)
+                                          disk=disk, cue=cue,
+                                          room_mib=wl.room_mib,
+                                          read_rate=wl.read_rate)
             else:
                 args = harness.qtest_args(f"{self.workdir}/{name}.qtest",
                                           mem=f"{wl.mem_mib}M")
@@ -83,6 +85,12 @@ class Run:
         if wl.disk_mib:
             for vm in self.vms:
                 vm.wait_serial(harness.GUEST_CUE_WAIT, timeout=180)
+                room = wl.room_mib and \
+                    f"nuksm-guest: {wl.room_mib} MiB left available"
+                if room and room not in harness.read_log(vm.serial):
+                    raise RuntimeError(f"{vm.name} did not leave "
+                                       f"{wl.room_mib} MiB of room: see "
+                                       f"{vm.serial}")
                 log(f"{self.tag} {vm.name} booted, waiting to read its disk")
         elif wl.tcg:
             for vm in self.vms:

@@ -20,6 +20,12 @@
 # With `nuksm.cue=1` as well, it reads only once a line arrives on its
 # second serial port (ttyS1), having printed "nuksm-guest: waiting for a
 # cue", so that a benchmark starts the read when it starts measuring.
+# With `nuksm.room=N` it first fills a tmpfs with random data (unique
+# pages, as applications' memory is) until N MiB of its memory stay
+# available, and with `nuksm.rate=R` it reads R MiB a second rather than
+# all at once: its page cache then keeps only the last N MiB or so of
+# what it read, and each page cache page lives about N/R seconds, as in
+# XLH's kernel builds and web servers, whose page cache keeps changing.
 #
 # Boot it with:
 #   qemu-system-x86_64 -accel tcg -m 256 -nodefaults -display none \
@@ -81,16 +87,26 @@ fill=0
 free=0
 read=
 cue=0
+room=0
+rate=0
 for arg in $(cat /proc/cmdline); do
     case $arg in
     nuksm.fill=*) fill=${arg#nuksm.fill=} ;;
     nuksm.free=1) free=1 ;;
     nuksm.read=*) read=${arg#nuksm.read=} ;;
     nuksm.cue=1) cue=1 ;;
+    nuksm.room=*) room=${arg#nuksm.room=} ;;
+    nuksm.rate=*) rate=${arg#nuksm.rate=} ;;
     esac
 done
 case $fill in
 ''|*[!0-9]*) echo "nuksm-guest: bad nuksm.fill='$fill'"; fill=0 ;;
+esac
+case $room in
+''|*[!0-9]*) echo "nuksm-guest: bad nuksm.room='$room'"; room=0 ;;
+esac
+case $rate in
+''|*[!0-9]*) echo "nuksm-guest: bad nuksm.rate='$rate'"; rate=0 ;;
 esac
 
 if [ "$fill" -gt 0 ]; then
@@ -110,6 +126,32 @@ if [ "$fill" -gt 0 ]; then
         echo "nuksm-guest: freed $fill MiB"
     fi
 fi
+
+if [ "$room" -gt 0 ]; then
+    available=$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)
+    busy=$((available - room))
+    if [ "$busy" -gt 0 ]; then
+        mkdir -p /busy
+        mount -t tmpfs -o size=$((busy + 1))m tmpfs /busy
+        head -c $((busy * 1048576)) /dev/urandom >/busy/data
+    fi
+    echo "nuksm-guest: $room MiB left available ($busy MiB busy)"
+fi
+
+# read_disk DEV R: read all of DEV into the page cache; with R > 0, R MiB
+# and then a second's rest at a time (short-lived page cache in a guest
+# with little room).
+read_disk() {
+    [ "$2" -gt 0 ] || { dd if="$1" of=/dev/null bs=1M 2>/dev/null; return; }
+    size=$(($(cat "/sys/block/${1#/dev/}/size") / 2048))
+    mib=0
+    while [ "$mib" -lt "$size" ]; do
+        dd if="$1" of=/dev/null bs=1M skip="$mib" count="$2" 2>/dev/null ||
+            return 1
+        mib=$((mib + $2))
+        sleep 1
+    done
+}
 
 if [ -n "$read" ]; then
     case $read in
@@ -131,7 +173,7 @@ if [ -n "$read" ]; then
         read -r _ <&3
         exec 3<&-
     fi
-    if dd if="/dev/$read" of=/dev/null bs=1M 2>/dev/null; then
+    if read_disk "/dev/$read" "$rate"; then
         echo "nuksm-guest: read $read"
     else
         echo "nuksm-guest: cannot read /dev/$read"

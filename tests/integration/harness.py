@@ -931,18 +931,24 @@ DISK_BUSES = {"virtio": ("virtio-blk-pci,drive=disk0", "vda"),
 
 
 def guest_args(serial, fill_mib, *objects, mem_mib=256, disk=None,
-               disk_bus="virtio", cue=None):
+               disk_bus="virtio", cue=None, room_mib=0, read_rate=0):
     """A TCG boot of the build/guest kernel and initramfs; with @disk (a
     raw image), the guest reads all of it, as its virtio-blk /dev/vda or
     (@disk_bus "ide") its IDE /dev/sda, before it says it is ready.  With
     @cue (a socket path) as well, it reads only once cue_guest(@cue) tells
-    it to, on its ttyS1."""
+    it to, on its ttyS1.  With @room_mib, it first fills its memory with
+    unique pages until @room_mib MiB stay available; with @read_rate, it
+    reads that many MiB a second (scripts/make-guest.sh)."""
     device, name = DISK_BUSES[disk_bus]
     append = f"console=ttyS0 quiet panic=-1 nuksm.fill={fill_mib}"
     if disk:
         append += f" nuksm.read={name}"
     if cue:
         append += " nuksm.cue=1"
+    if room_mib:
+        append += f" nuksm.room={room_mib}"
+    if read_rate:
+        append += f" nuksm.rate={read_rate}"
     args = ["-accel", "tcg", "-m", str(mem_mib), "-nodefaults",
             "-display", "none", "-no-reboot", "-serial", f"file:{serial}",
             "-kernel", GUEST / "vmlinuz",
