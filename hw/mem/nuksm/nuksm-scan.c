@@ -164,6 +164,7 @@ static void nuksm_scan_flush_candidates(NuksmScanner *sc, uint32_t epoch)
     }
 }
 
+/* Queue page @idx of @bs as a candidate.  Called with page_lock held. */
 static void nuksm_scan_add_candidate(NuksmScanner *sc, uint32_t epoch,
                                      NuksmBlockState *bs, uint64_t idx,
                                      uint64_t digest)
@@ -177,6 +178,11 @@ static void nuksm_scan_add_candidate(NuksmScanner *sc, uint32_t epoch,
 
     g_array_append_val(sc->candidates, c);
     if (sc->candidates->len == NUKSM_CANDIDATES_MAX) {
+        /*
+         * The copy-on-write breaks this chunk found go first: nuksmd
+         * skips a candidate it still knows as merged.
+         */
+        nuksm_commit_flush_unmerged(sc->s->commit, epoch);
         nuksm_scan_flush_candidates(sc, epoch);
     }
 }
