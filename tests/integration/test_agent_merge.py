@@ -120,6 +120,16 @@ def merge(uploader, others, pages, data):
     return merges
 
 
+def answer_merges(request, pages):
+    """Each (client, page) of @pages was sent a MERGE of @request's slot
+    for its page, and answers MERGED."""
+    for client, page in pages:
+        (m,) = client.take(MSG_MERGE)
+        assert m == request._replace(page=page)
+        client.merged([m])
+        client.info()
+
+
 def list_vms(client):
     """{client id: merged pages} from LIST_VMS."""
     reply = client.request(MSG_LIST_VMS, 77)
@@ -408,11 +418,7 @@ def test_pages_join_a_slot_being_uploaded(agent, vms):
     assert c.info().store_pages == [1]  # c waits, no upload of its own
 
     b.upload([request], [data])
-    for client, page in [(b, 2), (a, 1), (c, 3)]:
-        (m,) = client.take(MSG_MERGE)
-        assert m == request._replace(page=page)
-        client.merged([m])
-        client.info()
+    answer_merges(request, [(b, 2), (a, 1), (c, 3)])
     info = a.info()
     assert (info.pages_shared, info.pages_sharing) == (1, 2)
 
@@ -437,18 +443,25 @@ def test_changed_page_cancels_upload(agent, vms):
     assert a.info()[1:3] == (1, 1)
 
 
+def slot_of_three(vms, data):
+    """Three VMs offer a page holding @data, a's 1, b's 2 and c's 3: b is
+    asked to upload it, a and c wait.  Returns a, b, c and b's request."""
+    a, b, c = vms(), vms(), vms()
+    a.candidates([(1, digest(data))])
+    a.info()
+    b.candidates([(2, digest(data))])
+    (request,) = b.take(MSG_UPLOAD_REQ)
+    c.candidates([(3, digest(data))])
+    c.info()
+    return a, b, c, request
+
+
 def test_uploader_offering_new_content_hands_the_upload_on(agent, vms):
     """A page asked to upload that is offered again with another content
     changed (a guest reused it): it leaves the slot at once, the upload
     passes to a page that waits for it, the page's new content is on
     offer, and its upload of the old request, when it comes, is ignored."""
-    a, b, c = vms(), vms(), vms()
-    a.candidates([(1, digest(content(20)))])
-    a.info()
-    b.candidates([(2, digest(content(20)))])
-    (old,) = b.take(MSG_UPLOAD_REQ)
-    c.candidates([(3, digest(content(20)))])
-    c.info()
+    a, b, c, old = slot_of_three(vms, content(20))
 
     b.candidates([(2, digest(content(21)))])
     b.info()  # no RETRY: its new content is on offer already
@@ -458,11 +471,7 @@ def test_uploader_offering_new_content_hands_the_upload_on(agent, vms):
     assert b.info().store_pages == [1]
 
     a.upload([request], [content(20)])
-    for client, page in [(a, 1), (c, 3)]:
-        (m,) = client.take(MSG_MERGE)
-        assert m == request._replace(page=page)
-        client.merged([m])
-        client.info()
+    answer_merges(request, [(a, 1), (c, 3)])
     assert b.take(MSG_MERGE) == []
     assert b.retried == []
 
@@ -477,22 +486,12 @@ def test_waiting_page_offering_new_content_leaves_the_slot(agent, vms):
     """A page waiting for a slot's upload that is offered again with
     another content leaves the slot: no MERGE for it, its new content is
     on offer, and the upload goes on for the others."""
-    a, b, c = vms(), vms(), vms()
-    a.candidates([(1, digest(content(22)))])
-    a.info()
-    b.candidates([(2, digest(content(22)))])
-    (request,) = b.take(MSG_UPLOAD_REQ)
-    c.candidates([(3, digest(content(22)))])
-    c.info()
+    a, b, c, request = slot_of_three(vms, content(22))
 
     a.candidates([(1, digest(content(23)))])
     a.info()
     b.upload([request], [content(22)])
-    for client, page in [(b, 2), (c, 3)]:
-        (m,) = client.take(MSG_MERGE)
-        assert m == request._replace(page=page)
-        client.merged([m])
-        client.info()
+    answer_merges(request, [(b, 2), (c, 3)])
     assert a.take(MSG_MERGE) == []
     assert a.retried == []
 
