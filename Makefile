@@ -7,7 +7,7 @@
 #                   handling, 10 minutes per target (FUZZ_SECONDS=)
 #   make demo       ... and boot two small VMs attached to a live agent
 #   make bench      ... and benchmark nuksm against kernel KSM (root,
-#                   about two hours; docs/benchmarks.rst)
+#                   about two and a half hours; docs/benchmarks.rst)
 #   make bench-quick  the same, smaller and fewer workloads (about 8 minutes)
 #   make soak       ... and churn eight VMs for SOAK_SECONDS (default 1800)
 #                   while the agent is killed again and again
@@ -156,7 +156,7 @@ soak: all
 # settings are global (they are restored).  Results in bench/results/.
 .PHONY: bench bench-quick
 bench: all guest
-	@echo "==> benchmarks: nuksm and kernel KSM side by side (about two hours)"
+	@echo "==> benchmarks: nuksm and kernel KSM side by side (about two and a half hours)"
 	@$(VENV)/bin/python bench/run.py
 bench-quick: all
 	@echo "==> quick benchmarks: nuksm and kernel KSM side by side (about 8 min)"

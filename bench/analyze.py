@@ -166,7 +166,9 @@ def goals(pairs):
                        ("uksm-dynamic", "paced", "UKSM's dynamic workload",
                         5),
                        ("uksm-lowcpu", "default", "UKSM's static workload "
-                        "at KSM's default budget", 10))
+                        "at KSM's default budget", 10),
+                       ("uksm-dynamic-lowcpu", "default", "UKSM's dynamic "
+                        "workload at KSM's default budget", 5))
     for workload, budget, paper, target in over_time_goals:
         ksm, nuksm = (find(pairs, workload, budget, s)
                       for s in ("ksm", "nuksm"))

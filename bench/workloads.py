@@ -292,6 +292,8 @@ def suite(quick):
         # at its defaults, for long enough that it merges.
         uksm_workload("uksm-lowcpu", budget="default", duration=420,
                       variants=(DISTILLING,)),
+        uksm_workload("uksm-dynamic-lowcpu", 500, budget="default",
+                      duration=420, variants=()),
         *(scale_workload(vms) for vms in SCALE_SERIES_VMS),
         *(idle_workload(gib) for gib in IDLE_SERIES_GIB),
     ]
