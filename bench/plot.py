@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """PNG plots: memory saved and CPU spent over time, both sides."""
 
+import textwrap
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -60,7 +62,9 @@ def plot_workload(runs, title, path):
                          linewidth=0.8, linestyle=":",
                          label="99% of achievable")
     saved_ax.set_ylabel("memory saved (MiB)")
-    saved_ax.set_title(title)
+    # Long titles (a workload's and its budget's) wrap rather than run
+    # off the figure.
+    saved_ax.set_title(textwrap.fill(title, 80))
     saved_ax.legend(loc="best", fontsize="small")
     # Runs last from one second to minutes: linear to 1 s, then log.
     saved_ax.set_xscale("symlog", linthresh=1.0)
