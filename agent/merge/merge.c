@@ -110,25 +110,50 @@ static bool trusted_uploader(const NuksmClient *client)
 }
 
 /*
- * A revoked upload: the slot and generation of @page's upload that its
- * client was too late for, in one pointer-sized value.
+ * A revoked upload: an upload of a page to a slot and generation that
+ * is no longer awaited.  A page may have several on their way at once
+ * (it changed again after it was asked to upload anew).
  */
-_Static_assert(sizeof(gsize) >= sizeof(uint64_t), "a revoked upload");
+typedef struct RevokedUpload {
+    uint64_t page;
+    uint64_t slot_gen;      /* generation << 32 | slot id */
+} RevokedUpload;
 
-static gpointer revoked_value(SlotId id, uint32_t gen)
+static guint revoked_hash(gconstpointer key)
 {
-    return GSIZE_TO_POINTER((uint64_t)gen << 32 | id);
+    const RevokedUpload *r = key;
+
+    return g_int64_hash(&r->page) ^ g_int64_hash(&r->slot_gen);
 }
 
-/* @client is asked to upload @page: no late upload of it is pending. */
+static gboolean revoked_equal(gconstpointer a, gconstpointer b)
+{
+    const RevokedUpload *x = a, *y = b;
+
+    return x->page == y->page && x->slot_gen == y->slot_gen;
+}
+
+static RevokedUpload revoked_key(uint64_t page, SlotId id, uint32_t gen)
+{
+    return (RevokedUpload){ .page = page,
+                            .slot_gen = (uint64_t)gen << 32 | id };
+}
+
+/*
+ * @client is asked to upload @page to @id: were an upload of it to that
+ * slot and generation revoked, the one that comes now answers this.
+ */
 static void ask_upload(NuksmAgent *agent, NuksmClient *client, uint64_t page,
                        SlotId id)
 {
+    uint32_t gen = ledger_slot(agent, id)->gen;
+
     if (client->revoked_uploads) {
-        g_hash_table_remove(client->revoked_uploads, GSIZE_TO_POINTER(page));
+        RevokedUpload key = revoked_key(page, id, gen);
+
+        g_hash_table_remove(client->revoked_uploads, &key);
     }
-    outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ, page, id,
-               ledger_slot(agent, id)->gen);
+    outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ, page, id, gen);
 }
 
 /*
@@ -138,13 +163,16 @@ static void ask_upload(NuksmAgent *agent, NuksmClient *client, uint64_t page,
 static void revoke_upload(NuksmClient *client, uint64_t page, SlotId id,
                           uint32_t gen)
 {
+    RevokedUpload key = revoked_key(page, id, gen);
+
     if (!client->revoked_uploads ||
         g_hash_table_size(client->revoked_uploads) >= REVOKED_UPLOADS_MAX) {
         g_clear_pointer(&client->revoked_uploads, g_hash_table_destroy);
-        client->revoked_uploads = g_hash_table_new(NULL, NULL);
+        client->revoked_uploads = g_hash_table_new_full(revoked_hash,
+                                                        revoked_equal,
+                                                        g_free, NULL);
     }
-    g_hash_table_insert(client->revoked_uploads, GSIZE_TO_POINTER(page),
-                        revoked_value(id, gen));
+    g_hash_table_add(client->revoked_uploads, g_memdup2(&key, sizeof(key)));
 }
 
 /*
@@ -493,17 +521,11 @@ static void send_merges(NuksmAgent *agent, SlotId id)
  */
 static bool revoked_upload(NuksmClient *client, const NuksmSlotRef *r)
 {
-    gpointer slot;
+    RevokedUpload key = revoked_key(r->page, slot_id(r->node, r->slot),
+                                    r->gen);
 
-    if (!client->revoked_uploads ||
-        !g_hash_table_lookup_extended(client->revoked_uploads,
-                                      GSIZE_TO_POINTER(r->page), NULL,
-                                      &slot) ||
-        slot != revoked_value(slot_id(r->node, r->slot), r->gen)) {
-        return false;
-    }
-    g_hash_table_remove(client->revoked_uploads, GSIZE_TO_POINTER(r->page));
-    return true;
+    return client->revoked_uploads &&
+           g_hash_table_remove(client->revoked_uploads, &key);
 }
 
 void merge_handle_upload(NuksmAgent *agent, NuksmClient *client,

@@ -73,8 +73,8 @@ typedef struct NuksmClient {
     uint32_t uploads_missed; /* uploads it let pass their time (merge.c) */
     gint64 distrusted_until;    /* monotonic us: others upload in its */
                                     /* place till then (merge.c) */
-    GHashTable *revoked_uploads;    /* page -> the slot and generation */
-                                    /* of an upload it was too late for */
+    GHashTable *revoked_uploads;    /* uploads no longer awaited: page, */
+                                    /* slot and generation (merge.c) */
     NuksmMsgVmLimit limit;   /* what holds back its merging in QEMU */
 
     /* Messages the socket could not take yet (server.c) */

@@ -482,6 +482,42 @@ def test_uploader_offering_new_content_hands_the_upload_on(agent, vms):
     assert (info.pages_shared, info.pages_sharing) == (2, 2)
 
 
+def test_changed_uploader_asked_again_before_its_late_upload(agent, vms):
+    """An uploader's page changes twice, each time to a content another
+    VM offered already, so that it is asked to upload again before its
+    late uploads arrive: each late one is ignored, each slot it left is
+    uploaded by the page that waited with it, and the last request is
+    answered and merges."""
+    a, b, c, first = slot_of_three(vms, content(24))
+    d, e = vms(), vms()
+    d.candidates([(4, digest(content(25)))])
+    d.info()
+    e.candidates([(5, digest(content(26)))])
+    e.info()
+
+    b.candidates([(2, digest(content(25)))])
+    (second,) = b.take(MSG_UPLOAD_REQ)
+    b.candidates([(2, digest(content(26)))])
+    (third,) = b.take(MSG_UPLOAD_REQ)
+    assert (second.page, third.page) == (2, 2)
+    assert len({first.slot, second.slot, third.slot}) == 3
+    b.upload([first], [content(26)])   # late: ignored
+    b.upload([second], [content(26)])  # late: ignored
+    b.upload([third], [content(26)])
+    answer_merges(third, [(b, 2), (e, 5)])
+
+    # The slots b left: a uploads the first, d the second.
+    (request,) = a.take(MSG_UPLOAD_REQ)
+    a.upload([request], [content(24)])
+    answer_merges(request, [(a, 1), (c, 3)])
+    (request,) = d.take(MSG_UPLOAD_REQ)
+    assert request == second._replace(page=4)
+    d.upload([request], [content(25)])
+    answer_merges(request, [(d, 4)])
+    info = b.info()
+    assert (info.pages_shared, info.pages_sharing) == (3, 2)
+
+
 def test_waiting_page_offering_new_content_leaves_the_slot(agent, vms):
     """A page waiting for a slot's upload that is offered again with
     another content leaves the slot: no MERGE for it, its new content is
