@@ -101,7 +101,7 @@ bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
 #define UPLOAD_BAN_SECONDS 60
 #define UPLOAD_BAN_MAX_SECONDS 3600
 
-/* Late uploads of a client, remembered until they come or this many. */
+/* Revoked uploads of a client, remembered until they come or this many. */
 #define REVOKED_UPLOADS_MAX CLIENT_IN_FLIGHT_MAX
 
 static bool trusted_uploader(const NuksmClient *client)
