@@ -233,8 +233,7 @@ static KeyMapEntry *waiting_entry(NuksmAgent *agent, SlotId id,
         return NULL;
     }
     e = ledger_page(*client, sharer->page);
-    if (!e || e->value != id ||
-        (e->tag != PAGE_WAITING && e->tag != PAGE_UPLOADING)) {
+    if (!e || e->value != id || !ledger_before_fill(e->tag)) {
         return NULL;
     }
     return e;
@@ -453,7 +452,7 @@ void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
          * Past a MERGE (always for a ready slot), the VM may have mapped
          * the slot before the connection ended without its MERGED.
          */
-        if (keep && e->tag != PAGE_WAITING && e->tag != PAGE_UPLOADING) {
+        if (keep && !ledger_before_fill(e->tag)) {
             KeyMapEntry *k = keymap_insert(keep, e->key, e->ns, &added);
 
             k->value = e->value;

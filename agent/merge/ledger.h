@@ -51,6 +51,12 @@ static inline bool ledger_holds_ref(PageState state)
     return state == PAGE_MAPPED || state == PAGE_PARKED;
 }
 
+/* True if an entry in @state is on its way to a slot not filled yet. */
+static inline bool ledger_before_fill(PageState state)
+{
+    return state == PAGE_WAITING || state == PAGE_UPLOADING;
+}
+
 /* True if an entry in @state was taken back and awaits its RESTORE. */
 static inline bool ledger_parked(PageState state)
 {

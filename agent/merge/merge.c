@@ -416,7 +416,7 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
      * unless it changed before its slot was filled.
      */
     if (e) {
-        if ((e->tag != PAGE_WAITING && e->tag != PAGE_UPLOADING) ||
+        if (!ledger_before_fill(e->tag) ||
             ledger_slot(agent, e->value)->digest == c->digest) {
             return;
         }
