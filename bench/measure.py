@@ -85,9 +85,9 @@ class Run:
         if wl.disk_mib:
             for vm in self.vms:
                 vm.wait_serial(harness.GUEST_CUE_WAIT, timeout=180)
-                room = wl.room_mib and \
-                    f"nuksm-guest: {wl.room_mib} MiB left available"
-                if room and room not in harness.read_log(vm.serial):
+                room_line = f"nuksm-guest: {wl.room_mib} MiB left available"
+                if wl.room_mib and \
+                        room_line not in harness.read_log(vm.serial):
                     raise RuntimeError(f"{vm.name} did not leave "
                                        f"{wl.room_mib} MiB of room: see "
                                        f"{vm.serial}")

@@ -231,6 +231,18 @@ def uksm_workload(name, rewrite_rate=0, budget="paced", duration=180,
                     variants=variants)
 
 
+def xlh_workload(name, title, disk_mib, room_mib=0, read_rate=0):
+    """XLH's experiment (§5): 2 TCG guests x 512 MiB, each reading
+    @disk_mib MiB from its own copy of one disk image (with @room_mib and
+    @read_rate, see Workload).  KSM at its defaults, nuksm at the CPU KSM
+    used, with and without I/O hints; 3 minutes, the length of the short
+    jobs XLH has in mind (§5.2)."""
+    return Workload(name, title, 2, 512, disk_mib=disk_mib,
+                    room_mib=room_mib, read_rate=read_rate,
+                    budgets=("default",), duration=180, timeout=240,
+                    sample_s=1.0, over_time=True, variants=(NO_HINTS,))
+
+
 def suite(quick):
     """The workloads of `make bench` (@quick: of `make bench-quick`)."""
     if quick:
@@ -268,24 +280,16 @@ def suite(quick):
                  "identical", 2, 1024, (("scattered", 1023),), timeout=240),
         Workload("real", "real guests: 2 TCG guests x 256 MiB, 64 MiB of "
                  "identical page cache", 2, 256, fill_mib=64, timeout=150),
-        # XLH's: 2 guests of 512 MiB, KSM at its defaults, nuksm at the
-        # CPU KSM used, with and without I/O hints; 3 minutes, the length
-        # of the short jobs XLH has in mind (§5.2).
-        Workload("xlh", "XLH's experiment: 2 TCG guests x 512 MiB read "
-                 "384 MiB from their own disks", 2, 512,
-                 disk_mib=384, budgets=("default",), duration=180,
-                 timeout=240, sample_s=1.0, over_time=True,
-                 variants=(NO_HINTS,)),
+        xlh_workload("xlh", "XLH's experiment: 2 TCG guests x 512 MiB "
+                     "read 384 MiB from their own disks", 384),
         # XLH's point, sharing that lives less long than KSM takes to
         # find it: the same guests with 64 MiB of room, reading 1 MiB a
         # second, so that a page cache page lives about a minute (in
         # XLH's kernel builds, 80% of the duplicates lived 30 s to 5
         # minutes, §2); the disk holds what they read in the run.
-        Workload("xlh-churn", "XLH's churn: 2 TCG guests x 512 MiB with "
-                 "64 MiB of room read 1 MiB/s from their own disks", 2,
-                 512, disk_mib=192, room_mib=64, read_rate=1,
-                 budgets=("default",), duration=180, timeout=240,
-                 sample_s=1.0, over_time=True, variants=(NO_HINTS,)),
+        xlh_workload("xlh-churn", "XLH's churn: 2 TCG guests x 512 MiB "
+                     "with 64 MiB of room read 1 MiB/s from their own "
+                     "disks", 192, room_mib=64, read_rate=1),
         uksm_workload("uksm-static"),
         uksm_workload("uksm-dynamic", 500),
         # UKSM's point, a budget too small to scan everything soon: KSM
