@@ -173,6 +173,11 @@ if [ -n "$read" ]; then
         read -r _ <&3
         exec 3<&-
     fi
+    # Hold the disk open for good, as a mounted file system does: the
+    # last close of a block device drops its page cache (kill_bdev() in
+    # the kernel's blkdev_put()), so without this what each dd read
+    # would be freed as it exits and its pages reused a second later.
+    exec 4<"/dev/$read"
     if read_disk "/dev/$read" "$rate"; then
         echo "nuksm-guest: read $read"
     else
