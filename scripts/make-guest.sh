@@ -16,7 +16,8 @@
 # one 1 MiB unit of distinct pages (the text of `seq`), repeated N times.
 # With `nuksm.read=DEV` it then reads all of /dev/DEV (a virtio-blk disk,
 # or an IDE disk, sda, through the PIIX controller's DMA) into its page
-# cache, as `cat`-ing files does, and prints "nuksm-guest: read DEV".
+# cache, as `cat`-ing files does, and prints "nuksm-guest: read DEV"; it
+# holds the disk open from then on, so that what it read stays cached.
 # With `nuksm.cue=1` as well, it reads only once a line arrives on its
 # second serial port (ttyS1), having printed "nuksm-guest: waiting for a
 # cue", so that a benchmark starts the read when it starts measuring.
