@@ -110,7 +110,7 @@ typedef struct AgentServer {
 typedef struct AgentConditions {
     uint32_t held;                          /* NuksmCondition bits */
     char *reasons[NUKSM_COND_COUNT];        /* per bit, while held */
-    gint64 store_retry_at;   /* store full: next try, monotonic us */
+    guint probe_timer;       /* looks whether they still hold */
     uint64_t memory_max;     /* heap budget, bytes (--memory-max) */
 } AgentConditions;
 

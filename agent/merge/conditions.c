@@ -5,8 +5,11 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <malloc.h>
+#include <unistd.h>
 
 #include "conditions.h"
 #include "log.h"
@@ -14,6 +17,13 @@
 
 /* The memory budget holds again below this share of it, in percent. */
 #define MEMORY_RESUME_PERCENT 90
+
+/*
+ * Store-full ends once this much fits again, not one page: else a page
+ * freed would end it only for the next one to start it again, each time
+ * with every VM offering its pages again.
+ */
+#define STORE_RESUME_BYTES (1u << 20)
 
 /* For logs, by bit number. */
 static const char *const names[] = {
@@ -60,6 +70,96 @@ static void broadcast(NuksmAgent *agent)
     }
 }
 
+/* The bytes nuksmd's heap holds for its tables. */
+static uint64_t heap_used(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+
+    return mi.uordblks + mi.hblkhd;
+}
+
+/*
+ * Whether a heap of @used bytes uses the budget: all of it, or
+ * MEMORY_RESUME_PERCENT of it once agent-memory holds.
+ */
+static bool memory_over(NuksmAgent *agent, uint64_t used)
+{
+    uint64_t max = agent->conditions.memory_max;
+
+    return used >= (conditions_hold(agent, NUKSM_COND_AGENT_MEMORY)
+                    ? max / 100 * MEMORY_RESUME_PERCENT : max);
+}
+
+/*
+ * Whether the store takes pages again: every node's store has a free
+ * slot, the memory cgroup has STORE_RESUME_BYTES of room, and the state
+ * directory's tmpfs allocates them, to an unnamed file that gives them
+ * back as it closes (a file of our own, so that no slot a process might
+ * map is touched).  The cgroup first: at its limit the OOM killer would
+ * strike rather than fail the allocation.
+ */
+static bool store_has_room_again(NuksmAgent *agent)
+{
+    uint64_t limit;
+    int fd, err = 0;
+
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        const SlotTable *t = &agent->ledger.slots[n];
+
+        if (t->nr_used >= t->capacity) {
+            return false;
+        }
+    }
+    if (memcg_room(&agent->memcg, &limit) < STORE_RESUME_BYTES) {
+        return false;
+    }
+    fd = open(agent->store.dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 || fallocate(fd, 0, 0, STORE_RESUME_BYTES) < 0) {
+        err = errno;
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (err) {
+        log_debug("store full still: cannot allocate %u KiB in %s: %s",
+                  STORE_RESUME_BYTES >> 10, agent->store.dir,
+                  g_strerror(err));
+        return false;
+    }
+    return true;
+}
+
+/*
+ * End the conditions that no longer hold.  Runs every
+ * CONDITIONS_PROBE_SECONDS while one holds, and goes once none does.
+ */
+static gboolean on_probe(gpointer opaque)
+{
+    NuksmAgent *agent = opaque;
+
+    if (conditions_hold(agent, NUKSM_COND_STORE_FULL) &&
+        store_has_room_again(agent)) {
+        conditions_clear(agent, NUKSM_COND_STORE_FULL);
+    }
+    if (conditions_hold(agent, NUKSM_COND_AGENT_MEMORY) &&
+        !memory_over(agent, heap_used())) {
+        conditions_clear(agent, NUKSM_COND_AGENT_MEMORY);
+    }
+    if (!agent->conditions.held) {
+        agent->conditions.probe_timer = 0;
+        return G_SOURCE_REMOVE;
+    }
+    return G_SOURCE_CONTINUE;
+}
+
+static void watch(NuksmAgent *agent)
+{
+    if (!agent->conditions.probe_timer) {
+        agent->conditions.probe_timer =
+            g_timeout_add_seconds(CONDITIONS_PROBE_SECONDS, on_probe, agent);
+    }
+}
+
 void conditions_set(NuksmAgent *agent, NuksmCondition cond,
                     const char *fmt, ...)
 {
@@ -77,6 +177,7 @@ void conditions_set(NuksmAgent *agent, NuksmCondition cond,
     log_warning("%s: %s; no new merges until it ends", names[i],
                 agent->conditions.reasons[i]);
     broadcast(agent);
+    watch(agent);
 }
 
 void conditions_clear(NuksmAgent *agent, NuksmCondition cond)
@@ -101,16 +202,13 @@ void conditions_store_full(NuksmAgent *agent, const char *fmt, ...)
     reason = g_strdup_vprintf(fmt, ap);
     va_end(ap);
     conditions_set(agent, NUKSM_COND_STORE_FULL, "%s", reason);
-    agent->conditions.store_retry_at = g_get_monotonic_time() +
-                            STORE_RETRY_SECONDS * G_USEC_PER_SEC;
 }
 
 bool conditions_store_has_room(NuksmAgent *agent)
 {
     uint64_t limit;
 
-    if (conditions_hold(agent, NUKSM_COND_STORE_FULL) &&
-        g_get_monotonic_time() < agent->conditions.store_retry_at) {
+    if (conditions_hold(agent, NUKSM_COND_STORE_FULL)) {
         return false;
     }
     if (memcg_room(&agent->memcg, &limit) < NUKSM_PAGE_SIZE) {
@@ -124,13 +222,9 @@ bool conditions_store_has_room(NuksmAgent *agent)
 
 bool conditions_memory_has_room(NuksmAgent *agent)
 {
-    struct mallinfo2 mi = mallinfo2();
-    uint64_t used = mi.uordblks + mi.hblkhd;
-    bool over = conditions_hold(agent, NUKSM_COND_AGENT_MEMORY);
-    uint64_t max = agent->conditions.memory_max;
-    uint64_t limit = over ? max / 100 * MEMORY_RESUME_PERCENT : max;
+    uint64_t used = heap_used();
 
-    if (used < limit) {
+    if (!memory_over(agent, used)) {
         conditions_clear(agent, NUKSM_COND_AGENT_MEMORY);
         return true;
     }
@@ -141,8 +235,13 @@ bool conditions_memory_has_room(NuksmAgent *agent)
     return false;
 }
 
+/* Stop looking, and forget the reasons. */
 void conditions_destroy(NuksmAgent *agent)
 {
+    if (agent->conditions.probe_timer) {
+        g_source_remove(agent->conditions.probe_timer);
+        agent->conditions.probe_timer = 0;
+    }
     for (unsigned i = 0; i < G_N_ELEMENTS(agent->conditions.reasons); i++) {
         g_clear_pointer(&agent->conditions.reasons[i], g_free);
     }

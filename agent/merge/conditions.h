@@ -6,11 +6,15 @@
  *
  * - Store full (a failed write, a node's store out of slots, or the
  *   memory cgroup near its limit: memcg.h): no new slot is made, but
- *   pages still join the copies that exist; every STORE_RETRY_SECONDS
- *   one new slot is tried again.
+ *   pages still join the copies that exist.
  * - Agent memory: no candidate is taken while nuksmd's heap is over its
- *   budget (--memory-max); candidates that come after it fell back below
- *   90% of it are.
+ *   budget (--memory-max), until it falls back below 90% of it.
+ *
+ * While a condition holds, nuksmd looks every CONDITIONS_PROBE_SECONDS
+ * whether it still does, and ends it when not.  Nothing else would:
+ * QEMU offers the pages a condition turned away again only once it
+ * ends (the CONDITION that says so), so no candidate comes to try again
+ * unless guest memory changes.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -21,8 +25,8 @@
 
 #include "agent.h"
 
-/* Seconds between two tries to write to a store that was full. */
-#define STORE_RETRY_SECONDS 5
+/* Seconds between two looks at whether the conditions still hold. */
+#define CONDITIONS_PROBE_SECONDS 5
 
 /* @cond (a NuksmCondition) holds, for the reason @fmt says. */
 void conditions_set(NuksmAgent *agent, NuksmCondition cond,
@@ -38,17 +42,17 @@ static inline bool conditions_hold(const NuksmAgent *agent,
 }
 
 /*
- * The store takes no new page, for the reason @fmt says: hold back new
- * slots for STORE_RETRY_SECONDS, then try again.
+ * The store takes no new page, for the reason @fmt says: store-full
+ * holds until the store has room again (see conditions.c).
  */
 void conditions_store_full(NuksmAgent *agent, const char *fmt, ...)
     G_GNUC_PRINTF(2, 3);
 
 /*
- * False while the store was found full and the next try is not due, or
- * while the agent's memory cgroup is near its limit (where the OOM
- * killer would strike instead of a failed write): no slot is allocated
- * then, so a full store costs no futile uploads.
+ * False while store-full holds, or while the agent's memory cgroup is
+ * near its limit (where the OOM killer would strike instead of a failed
+ * write; store-full then starts): no slot is allocated then, so a full
+ * store costs no futile uploads.
  */
 bool conditions_store_has_room(NuksmAgent *agent);
 

@@ -7,18 +7,23 @@ it back, the agent's memory, and that the others are not disturbed.
 """
 
 import os
+import random
 import subprocess
+import time
+import traceback
 
 import pytest
 import xxhash
 
 import harness
 from harness import (COND_AGENT_MEMORY, COND_STORE_FULL, MSG_GET_POLICY,
-                     MSG_MERGE, MSG_UPLOAD_REQ, RawClient, VmClient, in_child,
-                     pack, rss, wait_until)
+                     MSG_MERGE, MSG_UPLOAD_REQ, RawClient, VmClient, pack,
+                     rss, wait_until)
 
 PAGE = harness.NUKSM_PAGE_SIZE
 MIB = 1 << 20
+# Where the duplicates go in qtest VMs.
+AT = 64 * MIB
 # Mirrors agent/merge/merge.c and agent/server/clients.h.
 CLIENT_IN_FLIGHT_MAX = 1 << 16
 CLIENT_HANDSHAKES_PER_UID = 16
@@ -37,6 +42,23 @@ def status(agent):
     return harness.ctl_json(agent.sock, "status")
 
 
+def merge_offered(a, b, data):
+    """Clients @a, then @b offer pages 0.. holding @data (one content
+    each, the same in both) and merge them: the number merged."""
+    a.candidates((i, digest(d)) for i, d in enumerate(data))
+    a.info()
+    b.candidates((i, digest(d)) for i, d in enumerate(data))
+    requests = b.take(MSG_UPLOAD_REQ)
+    b.upload(requests, [data[r.page] for r in requests])
+    merged = 0
+    for client in (b, a):
+        refs = client.take(MSG_MERGE)
+        client.merged(refs)
+        client.info()
+        merged += len(refs)
+    return merged // 2
+
+
 def merge_pages(agent, pages, seed, domain="honest", keep=None):
     """Two clients of @domain merge @pages pages: the number merged.  The
     clients then leave, and their slots are freed, unless they are added
@@ -44,18 +66,7 @@ def merge_pages(agent, pages, seed, domain="honest", keep=None):
     data = [page(seed + i) for i in range(pages)]
     a, b = VmClient(agent.sock, domain), VmClient(agent.sock, domain)
     try:
-        a.candidates((i, digest(d)) for i, d in enumerate(data))
-        a.info()
-        b.candidates((i, digest(d)) for i, d in enumerate(data))
-        requests = b.take(MSG_UPLOAD_REQ)
-        b.upload(requests, [data[r.page] for r in requests])
-        merged = 0
-        for client in (b, a):
-            refs = client.take(MSG_MERGE)
-            client.merged(refs)
-            client.info()
-            merged += len(refs)
-        return merged // 2
+        return merge_offered(a, b, data)
     finally:
         if keep is None:
             a.close()
@@ -72,6 +83,49 @@ def merge_first(client, data):
     client.merged(client.take(MSG_MERGE))
     client.info()
     return requests
+
+
+class TurnedAway:
+    """Two clients of one domain that offer @pages pages of one content
+    each while a condition holds, and are turned away: nothing merges.
+    As QEMU, they offer them again only once the condition ends, so the
+    agent must see by itself that it ended."""
+
+    def __init__(self, agent, pages, seed):
+        self.agent = agent
+        self.data = [page(seed + i) for i in range(pages)]
+        self.clients = [VmClient(agent.sock, "turned-away")
+                        for _ in range(2)]
+        held = self.clients[0].condition.bits
+        assert held
+        for client in self.clients:
+            client.candidates((i, digest(d)) for i, d in enumerate(self.data))
+            assert client.take(MSG_UPLOAD_REQ) == []
+            assert client.condition.bits == held
+
+    def wait_for_the_end(self, what):
+        """Wait, sending no candidate (GET_INFOs only), until every
+        client was told that the condition ended; print how long that
+        took after @what."""
+        start = time.monotonic()
+
+        def ended():
+            for client in self.clients:
+                client.info()
+            return all(c.condition.bits == 0 for c in self.clients)
+        wait_until(ended, 30, f"the condition to end by itself after {what}")
+        assert status(self.agent)["conditions"] == []
+        print(f"condition ended {time.monotonic() - start:.1f} s after "
+              f"{what}")
+
+    def merge(self):
+        """Offer the pages again, as QEMU does once a condition ended:
+        the number merged."""
+        return merge_offered(*self.clients, self.data)
+
+    def close(self):
+        for client in self.clients:
+            client.close()
 
 
 def test_self_pairing_client_never_uploading_is_bounded(agent):
@@ -230,18 +284,26 @@ def small_tmpfs(workdir):
         subprocess.run(["umount", "-l", str(path)], check=True)
 
 
+def merged_non_zero(vm):
+    info = vm.nuksm()
+    return info["merged-pages"] - info["zero-pages"]
+
+
 def test_store_full_is_one_visible_condition(start_agent, small_tmpfs,
                                              qtest_vm):
     """A store on a full tmpfs: one condition, visible in nuksmctl and in
-    a real VM's query-nuksm with one event, logged once; merging resumes
-    when room comes back."""
+    real VMs' query-nuksm with one event, logged once.  Once the tmpfs
+    is grown, merging resumes by itself: the duplicates two VMs offered
+    while it was full merge, with no new guest content, and new ones
+    merge too."""
     agent = start_agent(args=["--socket", small_tmpfs.parent / "nuksmd.sock",
                               "--state-dir", small_tmpfs / "state"],
                         state_dir=False)
     watcher = VmClient(agent.sock, domain="other")
     assert watcher.condition.bits == 0
-    vm = qtest_vm(agent=agent.sock)
-    vm.wait_state("active")
+    vms = [qtest_vm(name, agent=agent.sock) for name in ("vm0", "vm1")]
+    for vm in vms:
+        vm.wait_state("active")
 
     merged, holders = 0, []
     for round_ in range(4):
@@ -254,28 +316,60 @@ def test_store_full_is_one_visible_condition(start_agent, small_tmpfs,
     watcher.info()
     assert watcher.condition.bits == COND_STORE_FULL
     assert agent.log_text().count("store full:") == 1
-    info = vm.wait_state("limited")
-    assert info["limit"] == "store-full"
-    assert "cannot write to the store" in info["limit-reason"]
-    event = vm.wait_event("NUKSM_MERGING_LIMITED")
-    assert event["data"]["limit"] == "store-full"
+    for vm in vms:
+        info = vm.wait_state("limited")
+        assert info["limit"] == "store-full"
+        assert "cannot write to the store" in info["limit-reason"]
+        event = vm.wait_event("NUKSM_MERGING_LIMITED")
+        assert event["data"]["limit"] == "store-full"
     # nuksmctl vms says it of every VM, as query-nuksm does.
-    entry = next(e for e in harness.ctl_json(agent.sock, "vms")["vms"]
-                 if e["pid"] == vm.pid)
-    assert entry["limit"] == "store-full"
-    assert entry["limit_reason"] == info["limit-reason"]
+    entries = {e["pid"]: e
+               for e in harness.ctl_json(agent.sock, "vms")["vms"]}
+    for vm in vms:
+        assert entries[vm.pid]["limit"] == "store-full"
+        assert entries[vm.pid]["limit_reason"] == \
+            vm.nuksm()["limit-reason"]
+
+    # 4 MiB of duplicates in both VMs, offered while the store is full:
+    # they are turned away, and QEMU offers them again only once the
+    # condition ends (a few passes make sure they were offered).
+    content = random.Random(3).randbytes(4 * MIB)
+    pages = len(content) // PAGE
+    before = [merged_non_zero(vm) for vm in vms]
+    scans = [vm.nuksm()["full-scans"] for vm in vms]
+    qtests = [harness.Qtest(vm.qtest_path) for vm in vms]
+    for q in qtests:
+        harness.write_big(q, AT, content)
+    for vm, done in zip(vms, scans):
+        vm.wait_nuksm(lambda i: i["full-scans"] >= done + 4,
+                      "four passes over the duplicates", timeout=120)
+    assert [merged_non_zero(vm) for vm in vms] == before
+    assert status(agent)["conditions"] == ["store-full"]
 
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_tmpfs)],
                    check=True)
-    wait_until(lambda: merge_pages(agent, 50, seed=99_000 + merged) == 50,
-               30, "merging to resume once the store has room")
-    assert status(agent)["conditions"] == []
+    start = time.monotonic()
+    wait_until(lambda: status(agent)["conditions"] == [], 30,
+               "store-full to end by itself once the store has room")
+    ended = time.monotonic() - start
+    for vm in vms:
+        vm.wait_state("active")
+        event = vm.wait_event("NUKSM_MERGING_RESUMED")
+        assert event["data"]["limit"] == "store-full"
+    wait_until(lambda: all(merged_non_zero(vm) >= b + pages
+                           for vm, b in zip(vms, before)), 120,
+               "the duplicates offered while the store was full to merge")
+    print(f"store-full ended {ended:.1f} s after the tmpfs grew; the "
+          f"{pages} duplicates of each VM merged after "
+          f"{time.monotonic() - start:.1f} s")
+    for q in qtests:
+        assert harness.read_big(q, AT, len(content)) == content
+        q.close()
     watcher.info()
     assert watcher.condition.bits == 0
+    assert agent.log_text().count("store full:") == 1
     assert "store full no more" in agent.log_text()
-    vm.wait_state("active")
-    event = vm.wait_event("NUKSM_MERGING_RESUMED")
-    assert event["data"]["limit"] == "store-full"
+    assert merge_pages(agent, 50, seed=99_000) == 50
     for client in [watcher, *holders]:
         client.close()
 
@@ -294,7 +388,9 @@ def memory_cgroup(new_cgroup):
 
 def test_memory_cgroup_limit_is_store_full(memory_cgroup, start_agent):
     """The agent's memory cgroup near its limit: store-full, not an OOM
-    kill; merging resumes when the limit is raised."""
+    kill.  Once the limit is raised, the condition ends by itself: no
+    candidate comes to try, since the clients whose pages it turned away
+    (as QEMU would) offer them again only once it ends."""
     own_cgroup = open("/proc/self/cgroup").read()
     origin = next(line.split(":", 2)[2] for line in own_cgroup.splitlines()
                   if ":memory:" in line or line.startswith("0::"))
@@ -319,23 +415,62 @@ def test_memory_cgroup_limit_is_store_full(memory_cgroup, start_agent):
     assert st["conditions"] == ["store-full"]
     assert "memory cgroup" in st["condition_reason"]
     assert agent.log_text().count("store full:") == 1
+    turned_away = TurnedAway(agent, 50, seed=900_000)
 
     with open(memory_cgroup["limit_file"], "w") as f:
         f.write(str(256 * MIB))
-    wait_until(lambda: merge_pages(agent, 50, seed=900_000 + merged) == 50,
-               30, "merging to resume under the raised limit")
-    assert status(agent)["conditions"] == []
+    turned_away.wait_for_the_end("the raised limit")
+    assert turned_away.merge() == 50
+    assert agent.log_text().count("store full:") == 1
+    assert "store full no more" in agent.log_text()
+    turned_away.close()
     for client in holders:
         client.close()
     agent.stop()
 
 
+def while_in_child(fn, meanwhile):
+    """Run @fn in a forked child process; once it returned, run
+    @meanwhile here while the child still lives; then the child exits
+    (the agent drops what its connections leave once it is gone)."""
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(ready_r)
+            os.close(done_w)
+            fn()
+            os.write(ready_w, b"y")
+            os.read(done_r, 1)
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(ready_w)
+    os.close(done_r)
+    try:
+        assert os.read(ready_r, 1) == b"y", "the child process failed"
+        meanwhile()
+    finally:
+        os.close(done_w)
+        os.close(ready_r)
+        _, status_ = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status_) == 0, \
+        "the child process failed"
+
+
 @pytest.mark.allocator
 def test_memory_budget_holds_back_candidates(start_agent):
     """Past --memory-max no candidate is taken, which nuksmctl and the VMs
-    see; once the flood's process is gone, merging resumes."""
+    see.  Once the flood's process is gone, the condition ends by itself:
+    no candidate comes to try, since the clients whose pages it turned
+    away (as QEMU would) offer them again only once it ends."""
     agent = start_agent("--memory-max", "16")
     watcher = VmClient(agent.sock, domain="other")
+    turned_away = []
 
     def flood():
         client = VmClient(agent.sock, domain="rogue")
@@ -355,10 +490,14 @@ def test_memory_budget_holds_back_candidates(start_agent):
         watcher.info()
         assert watcher.condition.bits == COND_AGENT_MEMORY
         assert merge_pages(agent, 10, seed=1) == 0
-    in_child(flood)
 
-    wait_until(lambda: merge_pages(agent, 10, seed=2) == 10, 30,
-               "merging to resume once the flood is gone")
-    assert status(agent)["conditions"] == []
+    def offer_meanwhile():
+        turned_away.append(TurnedAway(agent, 10, seed=2))
+    while_in_child(flood, offer_meanwhile)
+
+    turned_away[0].wait_for_the_end("the flood's process went")
+    assert turned_away[0].merge() == 10
     assert agent.log_text().count("agent memory budget used:") == 1
+    assert "agent memory budget used no more" in agent.log_text()
+    turned_away[0].close()
     watcher.close()
