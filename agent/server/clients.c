@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "clients.h"
+#include "transport.h"
 
 NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
                          int fd, pid_t pid, int pidfd, uid_t uid, gid_t gid)
@@ -39,7 +40,7 @@ void clients_remove(ClientRegistry *reg, NuksmClient *client)
         g_source_remove(client->hello_timer);
     }
     g_queue_clear_full(&client->txq, (GDestroyNotify)g_bytes_unref);
-    close(client->fd);
+    transport_close(client->fd);
     if (client->pidfd >= 0) {
         close(client->pidfd);
     }
@@ -64,10 +65,10 @@ void clients_set_hello(NuksmClient *client, uint32_t id,
     client->hello_done = true;
     client->id = id;
     client->role = hello->role;
+    memcpy(client->domain, assigned->domain, sizeof(client->domain));
     if (hello->role == NUKSM_ROLE_VM) {
         client->priority_limit = assigned->priority_limit;
         client->priority = MIN(hello->priority, assigned->priority_limit);
-        memcpy(client->domain, assigned->domain, sizeof(client->domain));
         memcpy(client->requested_domain, hello->domain,
                sizeof(client->requested_domain));
         client->domain_source = assigned->source;
@@ -93,16 +94,50 @@ unsigned clients_count(const ClientRegistry *reg)
     return reg->list.length;
 }
 
+static bool awaits_hello(const NuksmClient *c, bool any_uid, uid_t uid)
+{
+    return !c->dead && !c->hello_done && (any_uid || c->uid == uid);
+}
+
 unsigned clients_count_handshakes(const ClientRegistry *reg, uid_t uid)
 {
     unsigned n = 0;
 
     for (GList *l = reg->list.head; l; l = l->next) {
-        const NuksmClient *c = l->data;
-
-        n += !c->dead && !c->hello_done && c->uid == uid;
+        n += awaits_hello(l->data, false, uid);
     }
     return n;
+}
+
+NuksmClient *clients_handshake_to_drop(const ClientRegistry *reg,
+                                       bool any_uid, uid_t uid)
+{
+    g_autoptr(GHashTable) per_pid = g_hash_table_new(NULL, NULL);
+    NuksmClient *oldest = NULL;
+    guint most = 0;
+
+    for (GList *l = reg->list.head; l; l = l->next) {
+        const NuksmClient *c = l->data;
+        gpointer key = GINT_TO_POINTER(c->pid);
+
+        if (awaits_hello(c, any_uid, uid)) {
+            guint n = GPOINTER_TO_UINT(g_hash_table_lookup(per_pid, key));
+
+            g_hash_table_insert(per_pid, key, GUINT_TO_POINTER(n + 1));
+            most = MAX(most, n + 1);
+        }
+    }
+    /* In connection order: the first of a process found is its oldest. */
+    for (GList *l = reg->list.head; l && !oldest; l = l->next) {
+        NuksmClient *c = l->data;
+
+        if (awaits_hello(c, any_uid, uid) &&
+            GPOINTER_TO_UINT(g_hash_table_lookup(
+                per_pid, GINT_TO_POINTER(c->pid))) == most) {
+            oldest = c;
+        }
+    }
+    return oldest;
 }
 
 /* Live clients that completed HELLO in @role, and match @match. */

@@ -30,8 +30,9 @@
 /*
  * What one client cannot exceed to the others' cost: connections of one
  * uid that have not sent HELLO yet (each has HANDSHAKE_SECONDS to send
- * it), control connections of one uid, VM connections of one process
- * (one per nuksm object).
+ * it; one more closes one of them, clients_handshake_to_drop()), control
+ * connections of one uid, VM connections of one process (one per nuksm
+ * object).
  */
 #define HANDSHAKE_SECONDS 5
 #define CLIENT_HANDSHAKES_PER_UID 16u
@@ -61,7 +62,9 @@ typedef struct NuksmClient {
     bool admin;              /* may change host-wide settings */
     uint32_t priority;       /* in force: at most priority_limit */
     uint32_t priority_limit; /* the operator's ceiling */
-    char domain[NUKSM_NAME_LEN];            /* the agent's choice */
+    char domain[NUKSM_NAME_LEN];            /* the agent's choice; a */
+                                            /* control client's: what */
+                                            /* it would be as a VM */
     char requested_domain[NUKSM_NAME_LEN];  /* what its HELLO asked */
     NuksmDomainSourceId domain_source;
     char vm_name[NUKSM_NAME_LEN];
@@ -118,8 +121,8 @@ NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
 void clients_remove(ClientRegistry *reg, NuksmClient *client);
 
 /*
- * Record an accepted HELLO (already validated), the assigned @id and,
- * for a VM, the domain and priority limit the agent chose (@assigned).
+ * Record an accepted HELLO (already validated), the assigned @id, the
+ * domain the agent chose (@assigned) and, for a VM, its priority limit.
  */
 void clients_set_hello(NuksmClient *client, uint32_t id,
                        const NuksmMsgHello *hello,
@@ -129,6 +132,17 @@ unsigned clients_count(const ClientRegistry *reg);
 
 /* Live connections of @uid that have not sent HELLO yet. */
 unsigned clients_count_handshakes(const ClientRegistry *reg, uid_t uid);
+
+/*
+ * The connection to close to make room for a new one, among the live
+ * connections that have not sent HELLO yet, of @uid or, if @any_uid, of
+ * anybody: the oldest of the process that holds the most of them.  A
+ * QEMU sends HELLO as it connects, so a process that holds connections
+ * it says nothing on loses its own, one per newcomer, and never keeps a
+ * QEMU out.  NULL if there is none.
+ */
+NuksmClient *clients_handshake_to_drop(const ClientRegistry *reg,
+                                       bool any_uid, uid_t uid);
 
 /* Live clients that completed HELLO in @role from @uid, or from @pid. */
 unsigned clients_count_role_of_uid(const ClientRegistry *reg,

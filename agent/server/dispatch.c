@@ -27,9 +27,10 @@ typedef void (*RequestHandler)(NuksmAgent *agent, NuksmClient *client,
 
 /*
  * Decide what @client is from what the kernel and root say of its
- * process: for a VM, its merge domain and priority limit (@assigned);
- * for a control client, whether it administers.  False after refusing
- * it.
+ * process: its merge domain (@assigned), for a VM with its priority
+ * limit; for a control client, the domain its process would be in as a
+ * VM, whose VMs it may list (may_list()), and whether it administers.
+ * False after refusing it.
  */
 static bool judge_client(NuksmAgent *agent, NuksmClient *client,
                          uint32_t seq, const NuksmMsgHello *hello,
@@ -40,16 +41,20 @@ static bool judge_client(NuksmAgent *agent, NuksmClient *client,
     bool ok = identity_read(&who, client->pid, client->pidfd, client->uid,
                             client->gid, &error);
 
-    if (ok && hello->role == NUKSM_ROLE_VM) {
+    if (ok) {
+        bool vm = hello->role == NUKSM_ROLE_VM;
         PeerIdentity peer;
 
         identity_read_vm(&who, agent->libvirt_dir);
         identity_peer(&who, &peer);
-        assign_domain(agent->assign, &peer, hello->domain, assigned);
+        /* A control client asks for no domain: it is never refused. */
+        assign_domain(agent->assign, &peer,
+                      vm ? hello->domain : NUKSM_DEFAULT_DOMAIN, assigned);
         error = g_steal_pointer(&assigned->refusal);
         ok = !error;
-    } else if (ok) {
-        client->admin = identity_is_admin(&who, agent->admin_gid);
+        if (!vm) {
+            client->admin = identity_is_admin(&who, agent->admin_gid);
+        }
     }
     identity_clear(&who);
     if (!ok) {
@@ -281,14 +286,18 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
 
 /*
  * Whether @client may see @vm in LIST_VMS: an administrator sees every
- * VM, a control client those of its own user, a VM its own process's.
+ * VM, a VM its own process's.  Another control client sees the VMs of
+ * its own user in the merge domain its own process would be in as a VM
+ * (judge_client()): under libvirt every QEMU has one user, and one QEMU
+ * that opens a control connection must not list other tenants' VMs.
  */
 static bool may_list(const NuksmClient *client, const NuksmClient *vm)
 {
     if (client->role == NUKSM_ROLE_VM) {
         return vm->pid == client->pid;
     }
-    return client->admin || vm->uid == client->uid;
+    return client->admin || (vm->uid == client->uid &&
+                             g_str_equal(vm->domain, client->domain));
 }
 
 static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,

@@ -220,21 +220,59 @@ static gboolean on_hello_timeout(gpointer opaque)
     return G_SOURCE_REMOVE;
 }
 
-/* Why a connection of @cred cannot be served now, or NULL. */
-static char *admission_problem(NuksmAgent *agent, const struct ucred *cred)
+/*
+ * Close @victim, a connection that has not sent HELLO, to make room for
+ * a new one, for the reason @why.  Logged at most once a LOG_LIMIT_SECONDS:
+ * a process that keeps connecting drops its own connections this way.
+ */
+static void drop_for_room(NuksmClient *victim, const char *why)
+{
+    static LogLimit drops;
+    g_autofree char *text =
+        g_strdup_printf("closed without HELLO to make room for a new "
+                        "connection: %s", why);
+
+    log_limited(&drops, LOG_LIMIT_SECONDS, NUKSMD_LOG_WARNING,
+                "%s (uid %u): %s", victim->label, (unsigned)victim->uid,
+                text);
+    transport_send_error(victim, 0, NUKSM_ERR_HANDSHAKE, text);
+    victim->dead = true;
+}
+
+/*
+ * Make room for a connection of @cred: where its uid holds
+ * CLIENT_HANDSHAKES_PER_UID connections that have not sent HELLO, or
+ * the agent holds all the clients it serves, close one that has not
+ * (clients_handshake_to_drop()).  Returns why the connection cannot be
+ * served (the agent is full of clients past their HELLO), or NULL.
+ */
+static char *make_room(NuksmAgent *agent, const struct ucred *cred)
 {
     unsigned limit = CLIENTS_MAX + (cred->uid == 0 ? CLIENTS_ROOT_RESERVE : 0);
+    NuksmClient *victim;
 
-    if (clients_count(&agent->clients) >= limit) {
-        return g_strdup_printf("too many clients (limit %u)", CLIENTS_MAX);
-    }
     if (clients_count_handshakes(&agent->clients, cred->uid) >=
         CLIENT_HANDSHAKES_PER_UID) {
-        return g_strdup_printf("too many connections of uid %u awaiting "
-                               "their HELLO (limit %u)",
-                               (unsigned)cred->uid,
-                               CLIENT_HANDSHAKES_PER_UID);
+        g_autofree char *why =
+            g_strdup_printf("uid %u holds %u connections awaiting their "
+                            "HELLO (limit %u)", (unsigned)cred->uid,
+                            CLIENT_HANDSHAKES_PER_UID,
+                            CLIENT_HANDSHAKES_PER_UID);
+
+        drop_for_room(clients_handshake_to_drop(&agent->clients, false,
+                                                cred->uid), why);
     }
+    /* Dead clients still count until they are freed. */
+    effects_settle(agent);
+    if (clients_count(&agent->clients) < limit) {
+        return NULL;
+    }
+    victim = clients_handshake_to_drop(&agent->clients, true, 0);
+    if (!victim) {
+        return g_strdup_printf("too many clients (limit %u)", CLIENTS_MAX);
+    }
+    drop_for_room(victim, "nuksmd serves as many clients as it may");
+    effects_settle(agent);
     return NULL;
 }
 
@@ -310,7 +348,7 @@ static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque)
     if (getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) < 0) {
         log_warning("cannot get peer credentials: %s", g_strerror(errno));
     }
-    problem = admission_problem(agent, &cred);
+    problem = make_room(agent, &cred);
     if (problem) {
         static LogLimit refusals;
 
@@ -318,7 +356,7 @@ static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque)
                     "refusing connection from pid %ld uid %u: %s",
                     (long)cred.pid, (unsigned)cred.uid, problem);
         transport_refuse(cfd, problem);
-        close(cfd);
+        transport_close(cfd);
         return G_SOURCE_CONTINUE;
     }
 
@@ -329,6 +367,12 @@ static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque)
                                                 on_hello_timeout, client);
     log_info("connection from pid %ld uid %u gid %u", (long)cred.pid,
              (unsigned)cred.uid, (unsigned)cred.gid);
+    /*
+     * A QEMU sends HELLO as it connects: take it now, so that the
+     * connection is past its handshake before another can make room by
+     * closing it.  May free @client.
+     */
+    on_client_ready(cfd, G_IO_IN, client);
     return G_SOURCE_CONTINUE;
 }
 

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <glib-unix.h>
 
@@ -139,11 +140,19 @@ static void fill_error(NuksmMsgError *msg, NuksmErrorCode code,
  * The ERROR is lost if it has to queue behind other messages, since the
  * client is freed once the current event is handled.
  */
+void transport_send_error(NuksmClient *client, uint32_t seq,
+                          NuksmErrorCode code, const char *text)
+{
+    NuksmMsgError msg;
+
+    fill_error(&msg, code, text);
+    transport_send(client, NUKSM_MSG_ERROR, seq, &msg, sizeof(msg));
+}
+
 void transport_reject(NuksmClient *client, uint32_t seq, NuksmErrorCode code,
                       const char *fmt, ...)
 {
     g_autofree char *text = NULL;
-    NuksmMsgError msg;
     va_list ap;
 
     va_start(ap, fmt);
@@ -151,17 +160,13 @@ void transport_reject(NuksmClient *client, uint32_t seq, NuksmErrorCode code,
     va_end(ap);
 
     log_warning("%s: %s, disconnecting", client->label, text);
-    fill_error(&msg, code, text);
-    transport_send(client, NUKSM_MSG_ERROR, seq, &msg, sizeof(msg));
+    transport_send_error(client, seq, code, text);
     client->dead = true;
 }
 
 void transport_deny(NuksmClient *client, uint32_t seq, const char *text)
 {
-    NuksmMsgError msg;
-
-    fill_error(&msg, NUKSM_ERR_DENIED, text);
-    transport_send(client, NUKSM_MSG_ERROR, seq, &msg, sizeof(msg));
+    transport_send_error(client, seq, NUKSM_ERR_DENIED, text);
 }
 
 /* Send queued datagrams until the socket is full or the queue empty. */
@@ -196,6 +201,25 @@ static gboolean on_client_writable(int fd, GIOCondition cond,
     /* Frees the client and removes this source; GLib allows that. */
     dead_fn(client->agent);
     return G_SOURCE_CONTINUE;
+}
+
+/*
+ * Datagrams of a closing connection dropped at most, so that the loop
+ * ends even if the peer keeps sending.
+ */
+#define CLOSE_DRAIN_MAX 4096
+
+void transport_close(int fd)
+{
+    char byte;
+
+    /* Each recv() takes one datagram whole, whatever it holds. */
+    for (unsigned i = 0; i < CLOSE_DRAIN_MAX; i++) {
+        if (recv(fd, &byte, sizeof(byte), MSG_DONTWAIT | MSG_TRUNC) <= 0) {
+            break;
+        }
+    }
+    close(fd);
 }
 
 void transport_refuse(int fd, const char *text)

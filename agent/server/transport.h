@@ -41,6 +41,10 @@ bool transport_send(NuksmClient *client, NuksmMsgType type, uint32_t seq,
 bool transport_send_fd(NuksmClient *client, NuksmMsgType type, uint32_t seq,
                        const void *payload, uint32_t len, int pass_fd);
 
+/* Send @client ERROR(@code, @text), logging nothing. */
+void transport_send_error(NuksmClient *client, uint32_t seq,
+                          NuksmErrorCode code, const char *text);
+
 /*
  * Protocol violation: log a warning naming @client, send it ERROR(@code)
  * with the formatted text and mark it dead.
@@ -59,5 +63,13 @@ void transport_deny(NuksmClient *client, uint32_t seq, const char *text);
  * effort.
  */
 void transport_refuse(int fd, const char *text);
+
+/*
+ * Close the connection @fd, first dropping what it sent that was not
+ * read: the kernel gives a peer whose datagrams are left unread
+ * ECONNRESET before anything queued for it, so that it would never read
+ * the ERROR that says why it was closed.
+ */
+void transport_close(int fd);
 
 #endif /* NUKSMD_TRANSPORT_H */

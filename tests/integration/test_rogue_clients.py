@@ -6,6 +6,10 @@ disconnected, while a VM connected to the same agent stays active and
 nuksmctl keeps working.
 """
 
+import os
+import signal
+import subprocess
+
 import pytest
 
 import harness
@@ -13,8 +17,8 @@ from harness import (ERR_BAD_MESSAGE, ERR_HANDSHAKE, ERR_VERSION, HELLO_ACK,
                      INFO, MSG_GET_INFO, MSG_GET_POLICY, MSG_HELLO,
                      MSG_HELLO_ACK, MSG_INFO, MSG_MAX, MSG_POLICY,
                      MSG_SET_POLICY, MSG_SET_PRIORITY, POLICY, PRIORITY,
-                     PROTO_VERSION, ROLE_VM, RawClient, cstr, ctl_json,
-                     hello, pack)
+                     PROTO_VERSION, ROLE_VM, RawClient, VmClient, cstr,
+                     ctl_json, hello, pack)
 
 
 @pytest.fixture
@@ -180,3 +184,177 @@ def test_silent_client_does_not_block_others(agent, served_vm, raw):
     """A client that connects and says nothing holds no one up."""
     assert ctl_json(agent.sock, "status")["vms"] == 1
     assert_bystanders_fine(agent, served_vm)
+
+
+# ------------------------------------------------ squatting on handshakes
+
+# Mirrors agent/server/clients.h.
+CLIENT_HANDSHAKES_PER_UID = 16
+CLIENTS_MAX = 1024
+CLIENT_CONTROLS_PER_UID = 16
+
+SQUATTER = r"""
+import os, select, socket, sys, time
+path, workers, each = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+deadline = time.monotonic() + 120    # bounded, whatever the test does
+stop_r, stop_w = os.pipe()           # EOF: stop
+
+def squat(signal_w, count_w):
+    # Hold @each connections that never speak; open another for each the
+    # agent closes.  One byte on @signal_w at the first closed, the count
+    # of closed ones on @count_w at the end.
+    socks, closed = [], 0
+    while time.monotonic() < deadline:
+        while len(socks) < each:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                s.connect(path)
+            except OSError:
+                s.close()
+                break
+            socks.append(s)
+        ready, _, _ = select.select([stop_r, *socks], [], [], 0.05)
+        if stop_r in ready:
+            break
+        for s in ready:
+            socks.remove(s)
+            s.close()
+            closed += 1
+            if closed == 1:
+                os.write(signal_w, b"x")
+    os.write(count_w, str(closed).encode())
+
+children = []
+for _ in range(workers):
+    signal_r, signal_w = os.pipe()
+    count_r, count_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(stop_w)
+        squat(signal_w, count_w)
+        os._exit(0)
+    os.close(signal_w)
+    os.close(count_w)
+    children.append((pid, signal_r, count_r))
+for _, signal_r, _ in children:
+    os.read(signal_r, 1)
+print("squatting", flush=True)
+sys.stdin.readline()
+os.close(stop_w)
+for pid, _, _ in children:
+    os.waitpid(pid, 0)
+print(sum(int(os.read(count_r, 32) or b"0") for _, _, count_r in children),
+      flush=True)
+"""
+
+
+@pytest.fixture
+def squatter(agent):
+    """Processes of our uid (as every QEMU under libvirt has one) that hold
+    twice CLIENT_HANDSHAKES_PER_UID connections without a HELLO between
+    them, opening a new one each time the agent closes one; running once
+    the fixture returns.  Its .closed, after .stop(), counts the
+    connections the agent closed on it."""
+    workers, each = 8, CLIENT_HANDSHAKES_PER_UID * 2 // 8
+    proc = subprocess.Popen(
+        ["/usr/bin/python3", "-c", SQUATTER, str(agent.sock), str(workers),
+         str(each)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True, preexec_fn=harness.die_with_parent)
+
+    def stop():
+        out, _ = proc.communicate("\n", timeout=30)
+        proc.closed = int(out.split()[-1])
+        return proc.closed
+    proc.stop = stop
+    assert proc.stdout.readline().strip() == "squatting"
+    yield proc
+    if proc.returncode is None:
+        proc.kill()
+        proc.wait()
+
+
+def test_handshake_squatters_cannot_lock_a_qemu_out(agent, squatter,
+                                                    qtest_vm):
+    """Processes of the QEMUs' uid that keep the agent's room for
+    handshakes full (issue 30: a QEMU started meanwhile stayed
+    disconnected for as long as they went on): a QEMU and clients that
+    send HELLO as they connect get in at once, each time."""
+    vm = qtest_vm(agent=agent.sock)
+    vm.wait_state("active")
+    for _ in range(20):
+        VmClient(agent.sock).close()
+        handshake(RawClient(agent.sock))
+    assert squatter.poll() is None, "the squatter gave up"
+    # They were squatting all along: the agent closed their connections.
+    assert squatter.stop() > 20
+    assert "closed without HELLO to make room" in agent.log_text()
+    assert_bystanders_fine(agent, vm)
+
+
+def test_a_client_closed_early_reads_why(agent, served_vm):
+    """A client rejected while more of its datagrams wait unread reads the
+    ERROR that says why, not a connection reset."""
+    client = RawClient(agent.sock)
+    # Stopped, the agent reads neither before both are there.
+    os.kill(agent.pid, signal.SIGSTOP)
+    try:
+        client.send(b"x" * 7)
+        client.send(pack(MSG_HELLO, 1, hello()))
+    finally:
+        os.kill(agent.pid, signal.SIGCONT)
+    messages = client.messages_until_eof()
+    assert messages[0].error()[0] == ERR_BAD_MESSAGE
+    client.close()
+    assert_bystanders_fine(agent, served_vm)
+
+
+def test_a_full_agent_says_so(agent, tmp_path):
+    """With CLIENTS_MAX clients past their HELLO, a newcomer that sends
+    HELLO as it connects reads an ERROR that says the agent is full (it
+    got a connection reset), while root's nuksmctl still gets in."""
+    agent.sock.parent.chmod(0o711)
+    agent.sock.chmod(0o666)
+    uids = range(70_000, 70_000 + CLIENTS_MAX // CLIENT_CONTROLS_PER_UID)
+    done_r, done_w = os.pipe()      # EOF: the holders may go
+    holders = []
+    for uid in uids:
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(done_w)
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+                clients = [RawClient(agent.sock)
+                           for _ in range(CLIENT_CONTROLS_PER_UID)]
+                for client in clients:
+                    handshake(client)
+                os.write(ready_w, b"x")
+                os.read(done_r, 1)
+            finally:
+                os._exit(0)
+        os.close(ready_w)
+        got_in = os.read(ready_r, 1) == b"x"
+        os.close(ready_r)
+        holders.append(pid)
+        assert got_in, f"uid {uid} did not get in"
+    try:
+        assert ctl_json(agent.sock, "status")["vms"] == 0
+
+        def newcomer():
+            os.setgroups([])
+            os.setgid(69_999)
+            os.setuid(69_999)
+            client = RawClient(agent.sock)
+            client.send(pack(MSG_HELLO, 1, hello()))
+            (error,) = client.messages_until_eof()
+            assert error.error()[0] == ERR_HANDSHAKE
+            assert f"too many clients (limit {CLIENTS_MAX})" in \
+                error.error()[1]
+        harness.in_child(newcomer)
+    finally:
+        os.close(done_r)
+        os.close(done_w)
+        for pid in holders:
+            os.waitpid(pid, 0)
