@@ -448,6 +448,57 @@ def test_a_vm_sees_its_own_domain_and_process_only(start_agent):
     b.close()
 
 
+def test_a_qemus_control_connection_lists_its_own_domain_only(start_agent,
+                                                              workdir):
+    """Under libvirt every QEMU has one user.  A control connection of
+    that user, as a compromised QEMU opens one, lists the VMs of that user
+    in the domain its own process is in, and no other tenant's (issue 30:
+    it listed every VM of the user, with domain, pid and name)."""
+    def vm_of(sock, name):
+        def run():
+            vm = VmClient(sock, name=name)
+            return (os.getpid(), vm.domain), vm
+        return run
+
+    def vm_that_lists(sock, name):
+        def run():
+            vm = VmClient(sock, name=name)
+            client, _ = control(sock)
+            return (os.getpid(), vm.domain, list_vms(client)), (vm, client)
+        return run
+
+    def lister(sock):
+        client, _ = control(sock)
+        return list_vms(client), client
+
+    for isolation in ("vm", "shared"):
+        agent = start_agent(*open_to(workdir, (f"--isolation={isolation}",)),
+                            name=isolation)
+        with in_process(vm_of(agent.sock, "a"), user=NOBODY) as \
+                (pid_a, domain_a), \
+                in_process(vm_that_lists(agent.sock, "b"), user=NOBODY) as \
+                (pid_b, domain_b, seen_by_b), \
+                in_process(lambda: lister(agent.sock), user=NOBODY) as \
+                seen_by_other:
+            root, _ = control(agent.sock)
+            assert sorted(e["pid"] for e in list_vms(root)) == \
+                sorted([pid_a, pid_b])
+            if isolation == "vm":
+                # Each VM is a tenant: b's QEMU sees itself alone, another
+                # process of the user nobody's VM.
+                assert domain_a != domain_b
+                assert [(e["pid"], e["domain"]) for e in seen_by_b] == \
+                    [(pid_b, domain_b)]
+                assert seen_by_other == []
+            else:
+                # One tenant, as the operator said: the user's VMs.
+                assert domain_a == domain_b == DEFAULT_DOMAIN
+                assert sorted(e["pid"] for e in seen_by_b) == \
+                    sorted(e["pid"] for e in seen_by_other) == \
+                    sorted([pid_a, pid_b])
+            root.close()
+
+
 # -------------------------------------------------- no squatting, no oracle
 
 SQUATTED = 512
