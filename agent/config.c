@@ -247,6 +247,40 @@ static bool set_memory_max(NuksmdConfig *cfg, const char *origin,
                         "memory budget", " MiB", &cfg->memory_max_mib);
 }
 
+/* A quota in MiB: at most 1 TiB, as --memory-max. */
+#define QUOTA_MIB_MAX (1u << 20)
+
+/*
+ * A domain's quota @value, "N%" (1..100 percent of the whole) or "N"
+ * (MiB), into *@quota; else a usage error naming both forms.
+ */
+static bool parse_quota(const char *origin, const char *value, Quota *quota)
+{
+    g_autofree char *number = g_strdup(value);
+    size_t len = strlen(number);
+    bool percent = len && number[len - 1] == '%';
+    guint64 n;
+
+    if (percent) {
+        number[len - 1] = '\0';
+    }
+    if (!g_ascii_string_to_unsigned(number, 10, 1,
+                                    percent ? 100 : QUOTA_MIB_MAX, &n,
+                                    NULL)) {
+        usage_error(origin, "invalid quota '%s' (allowed: 1%%..100%% of the "
+                    "host's, or 1..%u MiB)", value, QUOTA_MIB_MAX);
+        return false;
+    }
+    *quota = (Quota) { .value = n, .percent = percent };
+    return true;
+}
+
+static bool set_domain_store_max(NuksmdConfig *cfg, const char *origin,
+                                 const char *value)
+{
+    return parse_quota(origin, value, &cfg->assign.store_max);
+}
+
 /* A quarter of the host's memory, in MiB, within the allowed range. */
 static uint32_t default_memory_max(void)
 {
@@ -276,6 +310,7 @@ static const struct {
     { "isolation",     set_isolation },
     { "vm-domains",    set_vm_domains },
     { "vm-set-policy", set_vm_set_policy },
+    { "domain-store-max", set_domain_store_max },
 };
 
 enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
@@ -365,12 +400,13 @@ static char **load_globs(GKeyFile *kf, const char *group, const char *key)
 }
 
 static const char *const rule_keys[] = {
-    "users", "groups", "cgroups", "libvirt-names", "max-priority", NULL,
+    "users", "groups", "cgroups", "libvirt-names", "max-priority",
+    "store-max", NULL,
 };
 
 /*
- * A [domain NAME] group: which VMs go into domain NAME (assign.h) and
- * the highest priority its VMs may have.
+ * A [domain NAME] group: which VMs go into domain NAME (assign.h), the
+ * highest priority its VMs may have and its quotas.
  */
 static bool load_rule(NuksmdConfig *cfg, GKeyFile *kf, const char *path,
                       const char *group)
@@ -378,6 +414,7 @@ static bool load_rule(NuksmdConfig *cfg, GKeyFile *kf, const char *path,
     const char *name = group + strlen(RULE_GROUP_PREFIX);
     g_auto(GStrv) keys = g_key_file_get_keys(kf, group, NULL, NULL);
     g_autofree char *max = NULL;
+    g_autofree char *store_max = NULL;
     DomainRule *rule;
 
     if (!nuksm_domain_name_valid(name)) {
@@ -402,6 +439,15 @@ static bool load_rule(NuksmdConfig *cfg, GKeyFile *kf, const char *path,
     }
     rule->cgroups = load_globs(kf, group, "cgroups");
     rule->libvirt_names = load_globs(kf, group, "libvirt-names");
+    store_max = g_key_file_get_string(kf, group, "store-max", NULL);
+    if (store_max) {
+        g_autofree char *origin = g_strdup_printf("%s: [%s] store-max",
+                                                  path, group);
+
+        if (!parse_quota(origin, store_max, &rule->store_max)) {
+            return false;
+        }
+    }
     max = g_key_file_get_string(kf, group, "max-priority", NULL);
     if (max) {
         g_autofree char *origin = g_strdup_printf("%s: [%s] max-priority",
@@ -528,6 +574,10 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
           "or allow", "WHAT" },
         { "vm-set-policy", 0, 0, G_OPTION_ARG_NONE, &vm_set_policy,
           "Let VMs set the host-wide policy (QMP nuksm-set-policy)", NULL },
+        { "domain-store-max", 0, 0, G_OPTION_ARG_STRING, &cli[15],
+          "A merge domain's copies may take at most N% of the store's "
+          "file system, or N MiB (default 50%; [domain NAME] store-max "
+          "sets one domain's)", "N%|N" },
         { "config", 0, 0, G_OPTION_ARG_FILENAME, &config_path,
           "Read settings from the [nuksmd] group of FILE", "FILE" },
         { "foreground", 0, 0, G_OPTION_ARG_NONE, &foreground,
@@ -563,10 +613,11 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         "The --config FILE takes the keys socket, policy, fake-numa,\n"
         "log-level, state-dir, restore-grace, cold-windows,\n"
         "replace-rate, memory-max, libvirt-dir, socket-group,\n"
-        "admin-group, isolation, vm-domains and vm-set-policy in a\n"
-        "[nuksmd] group, and merge domains VMs are assigned to in\n"
-        "[domain NAME] groups (users, groups, cgroups, libvirt-names,\n"
-        "max-priority); command-line options override it.\n");
+        "admin-group, isolation, vm-domains, vm-set-policy and\n"
+        "domain-store-max in a [nuksmd] group, and merge domains VMs\n"
+        "are assigned to in [domain NAME] groups (users, groups,\n"
+        "cgroups, libvirt-names, max-priority, store-max); command-line\n"
+        "options override it.\n");
     if (!g_option_context_parse(ctx, &argc, &argv, &err)) {
         fprintf(stderr, "nuksmd: %s (see --help)\n", err->message);
         goto out;

@@ -336,12 +336,18 @@ typedef struct AgentConditions {
 
 /*
  * What holds back a VM's merging, as its query-nuksm limit: its own
- * (VM_LIMIT) first, else the agent's first condition; NULL if nothing.
+ * (VM_LIMIT) first, else the agent's first condition, else its domain's
+ * quota; NULL if nothing.
  */
+static bool own_limit(const NuksmVmEntry *e)
+{
+    return e->limit && e->limit != NUKSM_VM_LIMIT_DOMAIN_QUOTA;
+}
+
 static const char *vm_limit_name(const NuksmVmEntry *e,
                                  const AgentConditions *agent)
 {
-    if (e->limit) {
+    if (own_limit(e)) {
         return nuksm_vm_limit_name(e->limit);
     }
     for (uint32_t bit = 1; bit & NUKSM_COND_ALL; bit <<= 1) {
@@ -349,13 +355,13 @@ static const char *vm_limit_name(const NuksmVmEntry *e,
             return nuksm_condition_name(bit);
         }
     }
-    return NULL;
+    return nuksm_vm_limit_name(e->limit);
 }
 
 static const char *vm_limit_reason(const NuksmVmEntry *e,
                                    const AgentConditions *agent)
 {
-    return e->limit ? e->limit_reason : agent->reason;
+    return own_limit(e) || !agent->bits ? e->limit_reason : agent->reason;
 }
 
 static void print_vms_table(const NuksmMsgVms *vms,

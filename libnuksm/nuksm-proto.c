@@ -123,6 +123,7 @@ const char *nuksm_vm_limit_name(uint32_t limit)
     switch (limit) {
     case NUKSM_VM_LIMIT_USERFAULTFD: return "userfaultfd";
     case NUKSM_VM_LIMIT_MAP_COUNT:   return "map-count";
+    case NUKSM_VM_LIMIT_DOMAIN_QUOTA: return "domain-quota";
     default:                         return NULL;
     }
 }
@@ -565,6 +566,7 @@ const char *nuksm_condition_name(NuksmCondition cond)
     switch (cond) {
     case NUKSM_COND_STORE_FULL:   return "store-full";
     case NUKSM_COND_AGENT_MEMORY: return "agent-memory";
+    case NUKSM_COND_DOMAIN_QUOTA: return "domain-quota";
     default:                      return NULL;
     }
 }

@@ -65,7 +65,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 9u
+#define NUKSM_PROTO_VERSION 10u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -248,31 +248,35 @@ typedef struct NuksmMsgPriority {
 
 /*
  * Conditions of the agent that hold back new merges (pages still join
- * copies that exist): CONDITION, INFO.
+ * copies that exist): CONDITION, INFO.  The first two hold for every VM,
+ * the third for the VMs of one merge domain.
  */
 typedef enum NuksmCondition {
     NUKSM_COND_STORE_FULL   = 1u << 0,   /* the store takes no new page */
     NUKSM_COND_AGENT_MEMORY = 1u << 1,   /* nuksmd's memory budget is used */
+    NUKSM_COND_DOMAIN_QUOTA = 1u << 2,   /* the VM's domain is at a quota */
 } NuksmCondition;
 
-#define NUKSM_COND_COUNT 2
+#define NUKSM_COND_COUNT 3
 #define NUKSM_COND_ALL ((1u << NUKSM_COND_COUNT) - 1)
 
-/* "store-full", "agent-memory"; NULL for anything else. */
+/* "store-full", "agent-memory", "domain-quota"; NULL for anything else. */
 const char *nuksm_condition_name(NuksmCondition cond);
 
 /*
  * What holds back a VM's merging in QEMU itself (VM_LIMIT, VMS), as
- * query-nuksm's @limit.
+ * query-nuksm's @limit; in VMS, nuksmd also says DOMAIN_QUOTA of a VM
+ * that reports none while its merge domain is at a quota.
  */
 typedef enum NuksmVmLimit {
-    NUKSM_VM_LIMIT_NONE        = 0,
-    NUKSM_VM_LIMIT_USERFAULTFD = 1,  /* QEMU has no userfaultfd */
-    NUKSM_VM_LIMIT_MAP_COUNT   = 2,  /* near vm.max_map_count */
+    NUKSM_VM_LIMIT_NONE         = 0,
+    NUKSM_VM_LIMIT_USERFAULTFD  = 1,  /* QEMU has no userfaultfd */
+    NUKSM_VM_LIMIT_MAP_COUNT    = 2,  /* near vm.max_map_count */
+    NUKSM_VM_LIMIT_DOMAIN_QUOTA = 3,  /* its domain is at a quota */
     NUKSM_VM_LIMIT__MAX,
 } NuksmVmLimit;
 
-/* "userfaultfd", "map-count"; NULL for NONE and anything else. */
+/* "userfaultfd", "map-count", "domain-quota"; NULL for NONE and else. */
 const char *nuksm_vm_limit_name(uint32_t limit);
 
 /*

@@ -27,6 +27,7 @@ void assign_config_init(AssignConfig *cfg)
         .isolation = ISOLATION_SHARED,
         .vm_domains = VM_DOMAINS_IGNORE,
         .rules = g_ptr_array_new_with_free_func(rule_free),
+        .store_max = QUOTA_DEFAULT_STORE,
     };
 }
 
@@ -181,6 +182,13 @@ static void choose(const AssignConfig *cfg, const PeerIdentity *id,
     }
 done:
     g_strlcpy(out->domain, name, sizeof(out->domain));
+}
+
+Quota assign_store_max(const AssignConfig *cfg, const char *name)
+{
+    const DomainRule *rule = rule_of_domain(cfg, name);
+
+    return rule && rule->store_max.value ? rule->store_max : cfg->store_max;
 }
 
 void assign_domain(const AssignConfig *cfg, const PeerIdentity *id,

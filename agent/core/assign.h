@@ -52,6 +52,18 @@ typedef enum AssignRequests {
 } AssignRequests;
 
 /* One [domain NAME] group of nuksmd.conf. */
+/*
+ * A domain's share of a host resource: @value MiB or, if @percent,
+ * @value percent of the whole.
+ */
+typedef struct Quota {
+    uint32_t value;
+    bool percent;
+} Quota;
+
+/* Every domain's, unless its [domain NAME] says otherwise. */
+#define QUOTA_DEFAULT_STORE ((Quota) { .value = 50, .percent = true })
+
 typedef struct DomainRule {
     char *domain;            /* NAME, nuksm_domain_name_valid() */
     GArray *uids;            /* uid_t: users= */
@@ -59,12 +71,14 @@ typedef struct DomainRule {
     char **cgroups;          /* cgroups=: globs on cgroup paths, or NULL */
     char **libvirt_names;    /* libvirt-names=: globs, or NULL */
     uint32_t max_priority;   /* max-priority=, NUKSM_PRIORITY_MAX if unset */
+    Quota store_max;         /* store-max=, or 0: the default's */
 } DomainRule;
 
 typedef struct AssignConfig {
     AssignIsolation isolation;
     AssignRequests vm_domains;
     GPtrArray *rules;        /* DomainRule *, in the file's order */
+    Quota store_max;         /* domain-store-max=: every other domain's */
 } AssignConfig;
 
 /* What the agent verified of a VM's process (server/identity.h). */
@@ -92,6 +106,12 @@ void assign_config_clear(AssignConfig *cfg);
 
 /* A new rule for domain @name, appended to @cfg's (which own it). */
 DomainRule *assign_add_rule(AssignConfig *cfg, const char *name);
+
+/*
+ * The store domain @name may hold: its [domain NAME]'s store-max, else
+ * domain-store-max.
+ */
+Quota assign_store_max(const AssignConfig *cfg, const char *name);
 
 /* "shared, vm" and friends, and their parsers (false: unknown). */
 bool assign_parse_isolation(const char *text, AssignIsolation *out);

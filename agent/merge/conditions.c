@@ -25,13 +25,15 @@
  */
 #define STORE_RESUME_BYTES (1u << 20)
 
-/* For logs, by bit number. */
+/* For logs, by bit number: the conditions of the whole agent. */
 static const char *const names[] = {
     [0] = "store full",
     [1] = "agent memory budget used",
 };
 
-_Static_assert(G_N_ELEMENTS(names) == NUKSM_COND_COUNT, "a name per bit");
+/* The last bit is a domain's (quotas.h), not the agent's. */
+_Static_assert(G_N_ELEMENTS(names) == NUKSM_COND_COUNT - 1,
+               "a name per bit");
 
 static unsigned bit_index(NuksmCondition cond)
 {
@@ -51,11 +53,27 @@ void conditions_describe(const NuksmAgent *agent, char *field, size_t len)
     nuksm_strfield_set(field, len, reason->str);
 }
 
+uint32_t conditions_of_vm(const NuksmAgent *agent,
+                          const NuksmClient *client, char *field, size_t len)
+{
+    const char *quota = domains_limit(&agent->domains, client->domain_id);
+    g_autofree char *both = NULL;
+
+    conditions_describe(agent, field, len);
+    if (!quota) {
+        return agent->conditions.held;
+    }
+    both = g_strdup_printf("%s%s%s", field, field[0] ? "; " : "", quota);
+    nuksm_strfield_set(field, len, both);
+    return agent->conditions.held | NUKSM_COND_DOMAIN_QUOTA;
+}
+
 void conditions_send(NuksmAgent *agent, NuksmClient *client)
 {
-    NuksmMsgCondition msg = { .conditions = agent->conditions.held };
+    NuksmMsgCondition msg = { 0 };
 
-    conditions_describe(agent, msg.reason, sizeof(msg.reason));
+    msg.conditions = conditions_of_vm(agent, client, msg.reason,
+                                      sizeof(msg.reason));
     transport_send(client, NUKSM_MSG_CONDITION, 0, &msg, sizeof(msg));
 }
 

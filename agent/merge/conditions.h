@@ -66,7 +66,15 @@ bool conditions_memory_has_room(NuksmAgent *agent);
 /* Why the conditions in force hold, into the string field @field. */
 void conditions_describe(const NuksmAgent *agent, char *field, size_t len);
 
-/* Tell @client (a VM that just joined) what holds now. */
+/*
+ * What holds back @client's merging (a VM's): the agent's conditions,
+ * and NUKSM_COND_DOMAIN_QUOTA if its domain is at a quota (quotas.h);
+ * their reasons into the string field @field.
+ */
+uint32_t conditions_of_vm(const NuksmAgent *agent,
+                          const NuksmClient *client, char *field, size_t len);
+
+/* Tell @client (a VM) what holds now: conditions_of_vm(). */
 void conditions_send(NuksmAgent *agent, NuksmClient *client);
 
 void conditions_destroy(NuksmAgent *agent);

@@ -12,17 +12,27 @@
 
 typedef struct Domain {
     char key[STORE_KEY_LEN + 1];
+    char name[NUKSM_NAME_LEN];   /* "" until a VM of it joins */
     uint32_t record_key;
     uint16_t id;
     unsigned users;
     DomainStats stats;
+    char *limit;             /* why it is at a quota (quotas.h), or NULL */
 } Domain;
+
+static void domain_free(gpointer p)
+{
+    Domain *dom = p;
+
+    g_free(dom->limit);
+    g_free(dom);
+}
 
 void domains_init(Domains *d, Store *store, const void *secret,
                   size_t secret_len)
 {
     d->by_key = g_hash_table_new_full(g_str_hash, g_str_equal, NULL,
-                                      g_free);
+                                      domain_free);
     d->by_id = g_ptr_array_new();
     d->secret = g_bytes_new(secret, secret_len);
     d->store = store;
@@ -103,25 +113,29 @@ static bool get(Domains *d, const char *key, uint16_t *id)
     return true;
 }
 
-bool domains_get(Domains *d, const char *name, uint16_t *id)
-{
-    char key[STORE_KEY_LEN + 1];
-
-    make_key(d, name, key);
-    return get(d, key, id);
-}
-
-bool domains_get_key(Domains *d, const char *key, uint16_t *id)
-{
-    return get(d, key, id);
-}
-
 static Domain *domain_of(const Domains *d, uint16_t id)
 {
     Domain *dom = g_ptr_array_index(d->by_id, id);
 
     g_assert(dom);
     return dom;
+}
+
+bool domains_get(Domains *d, const char *name, uint16_t *id)
+{
+    char key[STORE_KEY_LEN + 1];
+
+    make_key(d, name, key);
+    if (!get(d, key, id)) {
+        return false;
+    }
+    g_strlcpy(domain_of(d, *id)->name, name, NUKSM_NAME_LEN);
+    return true;
+}
+
+bool domains_get_key(Domains *d, const char *key, uint16_t *id)
+{
+    return get(d, key, id);
 }
 
 void domains_hold(Domains *d, uint16_t id)
@@ -150,4 +164,22 @@ uint32_t domains_record_key(const Domains *d, uint16_t id)
 DomainStats *domains_stats(Domains *d, uint16_t id)
 {
     return &domain_of(d, id)->stats;
+}
+
+const char *domains_name(const Domains *d, uint16_t id)
+{
+    return domain_of(d, id)->name;
+}
+
+const char *domains_limit(const Domains *d, uint16_t id)
+{
+    return domain_of(d, id)->limit;
+}
+
+void domains_set_limit(Domains *d, uint16_t id, char *reason)
+{
+    Domain *dom = domain_of(d, id);
+
+    g_free(dom->limit);
+    dom->limit = reason;
 }

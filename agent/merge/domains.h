@@ -76,4 +76,13 @@ uint32_t domains_record_key(const Domains *d, uint16_t id);
 
 DomainStats *domains_stats(Domains *d, uint16_t id);
 
+/* The name of @id: "" if no VM of it joined since nuksmd started. */
+const char *domains_name(const Domains *d, uint16_t id);
+
+/* Why @id is at one of its quotas (merge/quotas.h), or NULL. */
+const char *domains_limit(const Domains *d, uint16_t id);
+
+/* @id is at a quota for @reason (taken), or no longer if NULL. */
+void domains_set_limit(Domains *d, uint16_t id, char *reason);
+
 #endif /* NUKSMD_DOMAINS_H */

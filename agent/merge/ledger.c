@@ -9,6 +9,7 @@
 
 #include "ledger.h"
 #include "outbox.h"
+#include "quotas.h"
 
 /* A page waiting for a slot's upload. */
 typedef struct UploadSharer {
@@ -67,6 +68,7 @@ void ledger_release_slot(NuksmAgent *agent, SlotId id)
 
     slots_release(ledger_table(agent, id), slot_id_slot(id));
     domains_stats(&agent->domains, domain)->store_pages[slot_id_node(id)]--;
+    quotas_store_released(agent, domain);
     domains_put(&agent->domains, domain);
 }
 

@@ -18,6 +18,7 @@
 #include "nuksm-digest.h"
 #include "outbox.h"
 #include "policy.h"
+#include "quotas.h"
 #include "transport.h"
 
 /*
@@ -283,7 +284,8 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
         uploader = waiter;
         waiter = (LedgerWaiter) { v, c->page };
     }
-    if (!conditions_store_has_room(agent)) {
+    if (!conditions_store_has_room(agent) ||
+        !quotas_store_has_room(agent, v->domain_id)) {
         return;
     }
     if (!place_slot(agent, node, v, c->page, u, upage, &slot)) {

@@ -253,10 +253,19 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
 
     nuksm_strfield_set(info.agent_version, sizeof(info.agent_version),
                        NUKSM_VERSION);
-    /* Conditions hold back every VM's merging: each must see them. */
-    info.conditions = agent->conditions.held;
-    conditions_describe(agent, info.condition_reason,
-                        sizeof(info.condition_reason));
+    /*
+     * Conditions hold back every VM's merging: each must see them, and
+     * its own domain's quota.
+     */
+    if (client->role == NUKSM_ROLE_VM) {
+        info.conditions = conditions_of_vm(agent, client,
+                                           info.condition_reason,
+                                           sizeof(info.condition_reason));
+    } else {
+        info.conditions = agent->conditions.held;
+        conditions_describe(agent, info.condition_reason,
+                            sizeof(info.condition_reason));
+    }
     if (info.scope == NUKSM_INFO_HOST) {
         info.vms = clients_count_vms(&agent->clients);
         for (uint32_t n = 0; n < agent->nr_nodes; n++) {
@@ -346,6 +355,12 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         }
         e->limit = vm->limit.limit;
         memcpy(e->limit_reason, vm->limit.reason, sizeof(e->limit_reason));
+        if (!e->limit && domains_limit(&agent->domains, vm->domain_id)) {
+            e->limit = NUKSM_VM_LIMIT_DOMAIN_QUOTA;
+            nuksm_strfield_set(e->limit_reason, sizeof(e->limit_reason),
+                               domains_limit(&agent->domains,
+                                             vm->domain_id));
+        }
         if (dom) {
             memcpy(e->libvirt_name, dom->name, sizeof(e->libvirt_name));
             memcpy(e->libvirt_uuid, dom->uuid, sizeof(e->libvirt_uuid));

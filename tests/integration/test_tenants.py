@@ -237,9 +237,11 @@ def test_rules_assign_domains_and_cap_priorities(start_agent, workdir):
      "[domain x] users: no user 'no-such-user-here'"),
     ("[domain x]\ncolour=red\n",
      "unknown key 'colour' in [domain x] (allowed: users, groups, "
-     "cgroups, libvirt-names, max-priority)"),
+     "cgroups, libvirt-names, max-priority, store-max)"),
     ("[domain x]\nmax-priority=0\n", "invalid priority '0' (allowed: "
      "1..1000)"),
+    ("[domain x]\nstore-max=150%\n", "[domain x] store-max: invalid quota "
+     "'150%' (allowed: 1%..100% of the host's, or 1..1048576 MiB)"),
     ("[tenants]\n", "unknown group [tenants] (allowed: [nuksmd], "
      "[domain NAME])"),
 ])
@@ -254,6 +256,8 @@ def test_bad_rules_are_refused_by_name(workdir, nuksmd_bin, text, error):
 @pytest.mark.parametrize("option, value, allowed", [
     ("--isolation", "tenant", "allowed: shared, vm"),
     ("--vm-domains", "maybe", "allowed: ignore, refuse, allow"),
+    ("--domain-store-max", "0", "allowed: 1%..100% of the host's, or "
+     "1..1048576 MiB"),
 ])
 def test_bad_modes_are_refused_by_name(workdir, nuksmd_bin, option, value,
                                        allowed):

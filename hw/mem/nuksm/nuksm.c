@@ -122,6 +122,9 @@ static NuksmLimit nuksm_limit(Nuksm *s, const NuksmStats *stats)
     if (s->conn.conditions & NUKSM_COND_AGENT_MEMORY) {
         return NUKSM_LIMIT_AGENT_MEMORY;
     }
+    if (s->conn.conditions & NUKSM_COND_DOMAIN_QUOTA) {
+        return NUKSM_LIMIT_DOMAIN_QUOTA;
+    }
     return NUKSM_LIMIT__MAX;
 }
 

@@ -1,0 +1,107 @@
+/*
+ * nuksmd domain quotas.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <inttypes.h>
+#include <sys/statvfs.h>
+
+#include "conditions.h"
+#include "log.h"
+#include "quotas.h"
+
+/* How long the store's size, from statvfs(), is taken as known. */
+#define STORE_SIZE_REFRESH_US G_USEC_PER_SEC
+
+/*
+ * The pages the store may hold: its file system's size (a tmpfs can be
+ * remounted bigger or smaller, so it is read again once a second), and
+ * at most the slots of every node.
+ */
+static uint64_t store_capacity(NuksmAgent *agent)
+{
+    static uint64_t pages;
+    static gint64 read_at;
+    gint64 now = g_get_monotonic_time();
+    uint64_t slots = (uint64_t)STORE_SLOTS * agent->nr_nodes;
+    struct statvfs fs;
+
+    if (!read_at || now - read_at >= STORE_SIZE_REFRESH_US) {
+        read_at = now;
+        pages = statvfs(agent->store.dir, &fs) == 0 ?
+                (uint64_t)fs.f_blocks * fs.f_frsize / NUKSM_PAGE_SIZE :
+                slots;
+    }
+    return MIN(pages, slots);
+}
+
+/* Domain @domain's store quota, in pages. */
+static uint64_t store_quota(NuksmAgent *agent, uint16_t domain)
+{
+    Quota q = assign_store_max(agent->assign,
+                               domains_name(&agent->domains, domain));
+
+    return q.percent ? store_capacity(agent) * q.value / 100 :
+                       ((uint64_t)q.value << 20) / NUKSM_PAGE_SIZE;
+}
+
+static uint64_t store_pages(NuksmAgent *agent, uint16_t domain)
+{
+    const DomainStats *stats = domains_stats(&agent->domains, domain);
+    uint64_t pages = 0;
+
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        pages += stats->store_pages[n];
+    }
+    return pages;
+}
+
+/* Tell @domain's VMs what holds now. */
+static void tell_vms(NuksmAgent *agent, uint16_t domain)
+{
+    for (GList *l = agent->clients.list.head; l; l = l->next) {
+        NuksmClient *client = l->data;
+
+        if (clients_is_vm(client) && client->domain_id == domain) {
+            conditions_send(agent, client);
+        }
+    }
+}
+
+bool quotas_store_has_room(NuksmAgent *agent, uint16_t domain)
+{
+    const char *name = domains_name(&agent->domains, domain);
+    uint64_t quota, pages;
+
+    if (domains_limit(&agent->domains, domain)) {
+        return false;
+    }
+    quota = store_quota(agent, domain);
+    pages = store_pages(agent, domain);
+    if (pages < quota) {
+        return true;
+    }
+    domains_set_limit(&agent->domains, domain, g_strdup_printf(
+        "merge domain '%s' holds its store quota: %" PRIu64 " MiB of "
+        "copies (store-max)", name, quota * NUKSM_PAGE_SIZE >> 20));
+    log_warning("%s; its VMs make no new copy until it holds less than "
+                "%u%% of it", domains_limit(&agent->domains, domain),
+                QUOTA_RESUME_PERCENT);
+    tell_vms(agent, domain);
+    return false;
+}
+
+void quotas_store_released(NuksmAgent *agent, uint16_t domain)
+{
+    if (!domains_limit(&agent->domains, domain) ||
+        store_pages(agent, domain) * 100 >=
+        store_quota(agent, domain) * QUOTA_RESUME_PERCENT) {
+        return;
+    }
+    domains_set_limit(&agent->domains, domain, NULL);
+    log_info("merge domain '%s' below its store quota: its merging resumes",
+             domains_name(&agent->domains, domain));
+    tell_vms(agent, domain);
+}

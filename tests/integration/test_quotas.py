@@ -1,0 +1,146 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Domain quotas: one merge domain cannot take the others' share of the
+store (agent/merge/quotas.h).
+
+A domain at its store-max makes no new copy and its VMs alone are told
+(query-nuksm's limit domain-quota); other domains merge on; merging
+resumes by itself once the domain holds less than 90% of its quota.
+"""
+
+import random
+
+import xxhash
+
+import harness
+from harness import (COND_DOMAIN_QUOTA, MSG_MERGE, MSG_UPLOAD_REQ, Qtest,
+                     VmClient, wait_until, write_big)
+
+PAGE = harness.NUKSM_PAGE_SIZE
+MIB = 1 << 20
+QUOTA_PAGES = MIB // PAGE          # store-max=1 (MiB) of domain greedy
+RESUME_PERCENT = 90                # mirrors agent/merge/quotas.h
+
+
+def content(seed):
+    return seed.to_bytes(8, "little") * (PAGE // 8)
+
+
+def digest(data):
+    return xxhash.xxh3_64_intdigest(data)
+
+
+def status(agent):
+    return harness.ctl_json(agent.sock, "status")
+
+
+def start_quota_agent(start_agent, workdir, *extra):
+    """An agent where domain greedy may hold 1 MiB of copies and VMs
+    choose their domain (vm-domains=allow)."""
+    config = workdir / "quotas.conf"
+    config.write_text("[nuksmd]\nvm-domains=allow\n\n"
+                      "[domain greedy]\nstore-max=1\n")
+    return start_agent("--config", config, *extra)
+
+
+def told_nothing(client):
+    client.info()
+    return client.condition.bits == 0
+
+
+def pair_up(a, b, pages, seed):
+    """@a and @b offer @pages pages of the same contents: b uploads what
+    it is asked to.  Returns the refs each was sent a MERGE for."""
+    data = [content(seed + i) for i in range(pages)]
+    a.candidates((i, digest(d)) for i, d in enumerate(data))
+    a.info()
+    b.candidates((i, digest(d)) for i, d in enumerate(data))
+    requests = b.take(MSG_UPLOAD_REQ)
+    b.upload(requests, [data[r.page] for r in requests])
+    merged = []
+    for client in (b, a):
+        refs = client.take(MSG_MERGE)
+        client.merged(refs)
+        client.info()
+        merged.append(refs)
+    return merged
+
+
+def test_a_domain_at_its_store_quota_holds_back_itself_alone(start_agent,
+                                                             workdir):
+    """Domain greedy offers three times its quota: it gets its quota of
+    copies, its VMs are told why, the agent and domain honest are not,
+    honest merges everything, and greedy resumes once its copies go."""
+    agent = start_quota_agent(start_agent, workdir)
+    a, b = VmClient(agent.sock, "greedy"), VmClient(agent.sock, "greedy")
+    merged_b, merged_a = pair_up(a, b, 3 * QUOTA_PAGES, seed=1000)
+    assert len(merged_a) == len(merged_b) == QUOTA_PAGES
+    for client in (a, b):
+        assert client.condition.bits == COND_DOMAIN_QUOTA
+        assert "store quota" in client.condition.reason
+        assert "'greedy'" in client.condition.reason
+    st = status(agent)
+    assert st["conditions"] == []
+    assert sum(st["store_pages"]) == QUOTA_PAGES
+    entries = {e["pid"]: e for e in harness.ctl_json(agent.sock, "vms")["vms"]}
+    assert {e["limit"] for e in entries.values()} == {"domain-quota"}
+    assert agent.log_text().count("holds its store quota") == 1
+
+    # Another domain is not held back, and is told of nothing.
+    c, d = VmClient(agent.sock, "honest"), VmClient(agent.sock, "honest")
+    honest_d, honest_c = pair_up(c, d, 3 * QUOTA_PAGES, seed=50_000)
+    assert len(honest_c) == len(honest_d) == 3 * QUOTA_PAGES
+    assert c.condition.bits == d.condition.bits == 0
+
+    # Greedy's guests write over a fifth of its merged pages: below 90%
+    # of its quota, it is told that merging resumes.
+    gone = QUOTA_PAGES * (100 - RESUME_PERCENT) // 100 + QUOTA_PAGES // 10
+    pages = sorted(r.page for r in merged_a)[:gone]
+    a.unmerged([r for r in merged_a if r.page in pages])
+    b.unmerged([r for r in merged_b if r.page in pages])
+    for client in (a, b):
+        wait_until(lambda: told_nothing(client), 10,
+                   "greedy's VMs to be told that merging resumes")
+    assert "below its store quota" in agent.log_text()
+    for client in (a, b, c, d):
+        client.close()
+
+
+def test_a_real_vm_shows_its_domains_quota(start_agent, workdir, qtest_vm):
+    """Two QEMUs of domain greedy with 4 MiB alike are limited by
+    domain-quota in query-nuksm, with an event, while two of domain honest
+    merge all of theirs; once greedy's guests write other data over their
+    merged pages, its VMs are active again."""
+    agent = start_quota_agent(start_agent, workdir)
+    greedy = [qtest_vm(f"greedy{i}", agent=agent.sock, domain="greedy")
+              for i in range(2)]
+    honest = [qtest_vm(f"honest{i}", agent=agent.sock, domain="honest")
+              for i in range(2)]
+    size, at = 4 * MIB, 64 * MIB
+    for vms, seed in ((greedy, 1), (honest, 2)):
+        data = random.Random(seed).randbytes(size)
+        for vm in vms:
+            vm.wait_state("active")
+            q = Qtest(vm.qtest_path)
+            write_big(q, at, data)
+            q.close()
+    for vm in greedy:
+        info = vm.wait_state("limited")
+        assert info["limit"] == "domain-quota"
+        assert "store quota" in info["limit-reason"]
+        event = vm.wait_event("NUKSM_MERGING_LIMITED")
+        assert event["data"]["limit"] == "domain-quota"
+    for vm in honest:
+        vm.wait_nuksm(lambda i: i["merged-pages"] - i["zero-pages"] >=
+                      size // PAGE, "honest's pages to merge", timeout=60)
+        assert vm.nuksm()["state"] == "active"
+    assert status(agent)["conditions"] == []
+
+    # Other data over greedy's pages: its copies go, and it resumes.
+    for i, vm in enumerate(greedy):
+        q = Qtest(vm.qtest_path)
+        write_big(q, at, random.Random(100 + i).randbytes(size))
+        q.close()
+    for vm in greedy:
+        vm.wait_state("active")
+        event = vm.wait_event("NUKSM_MERGING_RESUMED", timeout=60)
+        assert event["data"]["limit"] == "domain-quota"
