@@ -278,7 +278,13 @@ static bool parse_quota(const char *origin, const char *value, Quota *quota)
 static bool set_domain_store_max(NuksmdConfig *cfg, const char *origin,
                                  const char *value)
 {
-    return parse_quota(origin, value, &cfg->assign.store_max);
+    return parse_quota(origin, value, &cfg->assign.quotas[QUOTA_STORE]);
+}
+
+static bool set_domain_unstable_max(NuksmdConfig *cfg, const char *origin,
+                                    const char *value)
+{
+    return parse_quota(origin, value, &cfg->assign.quotas[QUOTA_UNSTABLE]);
 }
 
 /* A quarter of the host's memory, in MiB, within the allowed range. */
@@ -311,6 +317,7 @@ static const struct {
     { "vm-domains",    set_vm_domains },
     { "vm-set-policy", set_vm_set_policy },
     { "domain-store-max", set_domain_store_max },
+    { "domain-unstable-max", set_domain_unstable_max },
 };
 
 enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
@@ -401,7 +408,7 @@ static char **load_globs(GKeyFile *kf, const char *group, const char *key)
 
 static const char *const rule_keys[] = {
     "users", "groups", "cgroups", "libvirt-names", "max-priority",
-    "store-max", NULL,
+    "store-max", "unstable-max", NULL,
 };
 
 /*
@@ -414,7 +421,6 @@ static bool load_rule(NuksmdConfig *cfg, GKeyFile *kf, const char *path,
     const char *name = group + strlen(RULE_GROUP_PREFIX);
     g_auto(GStrv) keys = g_key_file_get_keys(kf, group, NULL, NULL);
     g_autofree char *max = NULL;
-    g_autofree char *store_max = NULL;
     DomainRule *rule;
 
     if (!nuksm_domain_name_valid(name)) {
@@ -439,12 +445,13 @@ static bool load_rule(NuksmdConfig *cfg, GKeyFile *kf, const char *path,
     }
     rule->cgroups = load_globs(kf, group, "cgroups");
     rule->libvirt_names = load_globs(kf, group, "libvirt-names");
-    store_max = g_key_file_get_string(kf, group, "store-max", NULL);
-    if (store_max) {
-        g_autofree char *origin = g_strdup_printf("%s: [%s] store-max",
-                                                  path, group);
+    for (unsigned k = 0; k < QUOTA__COUNT; k++) {
+        const char *key = assign_quota_keys[k];
+        g_autofree char *value = g_key_file_get_string(kf, group, key, NULL);
+        g_autofree char *origin = g_strdup_printf("%s: [%s] %s", path, group,
+                                                  key);
 
-        if (!parse_quota(origin, store_max, &rule->store_max)) {
+        if (value && !parse_quota(origin, value, &rule->quotas[k])) {
             return false;
         }
     }
@@ -578,6 +585,10 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
           "A merge domain's copies may take at most N% of the store's "
           "file system, or N MiB (default 50%; [domain NAME] store-max "
           "sets one domain's)", "N%|N" },
+        { "domain-unstable-max", 0, 0, G_OPTION_ARG_STRING, &cli[16],
+          "A merge domain's pages waiting for a partner may take at most "
+          "N% of the unstable table, or N MiB of it (default 50%; "
+          "[domain NAME] unstable-max sets one domain's)", "N%|N" },
         { "config", 0, 0, G_OPTION_ARG_FILENAME, &config_path,
           "Read settings from the [nuksmd] group of FILE", "FILE" },
         { "foreground", 0, 0, G_OPTION_ARG_NONE, &foreground,
@@ -613,11 +624,11 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         "The --config FILE takes the keys socket, policy, fake-numa,\n"
         "log-level, state-dir, restore-grace, cold-windows,\n"
         "replace-rate, memory-max, libvirt-dir, socket-group,\n"
-        "admin-group, isolation, vm-domains, vm-set-policy and\n"
-        "domain-store-max in a [nuksmd] group, and merge domains VMs\n"
-        "are assigned to in [domain NAME] groups (users, groups,\n"
-        "cgroups, libvirt-names, max-priority, store-max); command-line\n"
-        "options override it.\n");
+        "admin-group, isolation, vm-domains, vm-set-policy,\n"
+        "domain-store-max and domain-unstable-max in a [nuksmd] group,\n"
+        "and merge domains VMs are assigned to in [domain NAME] groups\n"
+        "(users, groups, cgroups, libvirt-names, max-priority,\n"
+        "store-max, unstable-max); command-line options override it.\n");
     if (!g_option_context_parse(ctx, &argc, &argv, &err)) {
         fprintf(stderr, "nuksmd: %s (see --help)\n", err->message);
         goto out;

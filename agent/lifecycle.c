@@ -76,8 +76,8 @@ static bool open_engine(NuksmAgent *agent, const char *state_dir,
     max_unstable = agent->conditions.memory_max / 4 / sizeof(UnstableEntry);
     unstable_init(&agent->unstable, MIN(UNSTABLE_MAX_ENTRIES, max_unstable),
                   seed, candidate_evicted, agent);
-    domains_init(&agent->domains, &agent->store, agent->store.secret,
-                 sizeof(agent->store.secret));
+    domains_init(&agent->domains, &agent->store, agent->assign,
+                 agent->store.secret, sizeof(agent->store.secret));
     ledger_init(agent, gen);
     agent->effects.outbox = g_ptr_array_new();
     agent->effects.freeing = g_array_new(FALSE, FALSE, sizeof(SlotId));

@@ -27,8 +27,10 @@ void assign_config_init(AssignConfig *cfg)
         .isolation = ISOLATION_SHARED,
         .vm_domains = VM_DOMAINS_IGNORE,
         .rules = g_ptr_array_new_with_free_func(rule_free),
-        .store_max = QUOTA_DEFAULT_STORE,
     };
+    for (unsigned k = 0; k < QUOTA__COUNT; k++) {
+        cfg->quotas[k] = QUOTA_DEFAULT;
+    }
 }
 
 void assign_config_clear(AssignConfig *cfg)
@@ -184,11 +186,18 @@ done:
     g_strlcpy(out->domain, name, sizeof(out->domain));
 }
 
-Quota assign_store_max(const AssignConfig *cfg, const char *name)
+const char *const assign_quota_keys[QUOTA__COUNT] = {
+    [QUOTA_STORE] = "store-max",
+    [QUOTA_UNSTABLE] = "unstable-max",
+};
+
+Quota assign_quota(const AssignConfig *cfg, const char *name,
+                   QuotaKind kind)
 {
     const DomainRule *rule = rule_of_domain(cfg, name);
 
-    return rule && rule->store_max.value ? rule->store_max : cfg->store_max;
+    return rule && rule->quotas[kind].value ? rule->quotas[kind]
+                                            : cfg->quotas[kind];
 }
 
 void assign_domain(const AssignConfig *cfg, const PeerIdentity *id,

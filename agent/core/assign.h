@@ -61,8 +61,18 @@ typedef struct Quota {
     bool percent;
 } Quota;
 
-/* Every domain's, unless its [domain NAME] says otherwise. */
-#define QUOTA_DEFAULT_STORE ((Quota) { .value = 50, .percent = true })
+/* What a domain's quotas bound (merge/quotas.h). */
+typedef enum QuotaKind {
+    QUOTA_STORE,             /* store-max: its copies in the store */
+    QUOTA_UNSTABLE,          /* unstable-max: its unstable table entries */
+    QUOTA__COUNT,
+} QuotaKind;
+
+/* Every domain's, unless its [domain NAME] says otherwise: half. */
+#define QUOTA_DEFAULT ((Quota) { .value = 50, .percent = true })
+
+/* "store-max", "unstable-max": the keys of [domain NAME]. */
+extern const char *const assign_quota_keys[QUOTA__COUNT];
 
 typedef struct DomainRule {
     char *domain;            /* NAME, nuksm_domain_name_valid() */
@@ -71,14 +81,15 @@ typedef struct DomainRule {
     char **cgroups;          /* cgroups=: globs on cgroup paths, or NULL */
     char **libvirt_names;    /* libvirt-names=: globs, or NULL */
     uint32_t max_priority;   /* max-priority=, NUKSM_PRIORITY_MAX if unset */
-    Quota store_max;         /* store-max=, or 0: the default's */
+    Quota quotas[QUOTA__COUNT];  /* store-max= ...; value 0: the default */
 } DomainRule;
 
 typedef struct AssignConfig {
     AssignIsolation isolation;
     AssignRequests vm_domains;
     GPtrArray *rules;        /* DomainRule *, in the file's order */
-    Quota store_max;         /* domain-store-max=: every other domain's */
+    Quota quotas[QUOTA__COUNT];  /* domain-store-max= ...: every domain's */
+                                 /* that its rule sets none of */
 } AssignConfig;
 
 /* What the agent verified of a VM's process (server/identity.h). */
@@ -108,10 +119,11 @@ void assign_config_clear(AssignConfig *cfg);
 DomainRule *assign_add_rule(AssignConfig *cfg, const char *name);
 
 /*
- * The store domain @name may hold: its [domain NAME]'s store-max, else
- * domain-store-max.
+ * Domain @name's quota of @kind: its [domain NAME]'s (store-max, ...),
+ * else every domain's (domain-store-max, ...).
  */
-Quota assign_store_max(const AssignConfig *cfg, const char *name);
+Quota assign_quota(const AssignConfig *cfg, const char *name,
+                   QuotaKind kind);
 
 /* "shared, vm" and friends, and their parsers (false: unknown). */
 bool assign_parse_isolation(const char *text, AssignIsolation *out);

@@ -33,12 +33,14 @@ void unstable_init(UnstableTable *u, size_t max_entries, uint64_t seed,
     u->entries = g_new0(UnstableEntry, u->nr_sets * UNSTABLE_WAYS);
     /* 512 KiB of address space; only the slots ever used are touched. */
     u->clients = g_new0(UnstableClient, UNSTABLE_CLIENTS);
+    u->domain_entries = g_new0(uint32_t, UINT16_MAX + 1);
 }
 
 void unstable_destroy(UnstableTable *u)
 {
     g_clear_pointer(&u->entries, g_free);
     g_clear_pointer(&u->clients, g_free);
+    g_clear_pointer(&u->domain_entries, g_free);
     u->nr_sets = 0;
     u->count = 0;
 }
@@ -46,6 +48,19 @@ void unstable_destroy(UnstableTable *u)
 static bool live(const UnstableTable *u, const UnstableEntry *e)
 {
     return u->clients[e->client].id != 0;
+}
+
+/*
+ * A live entry @e comes (@delta 1) or goes (-1): its client's and its
+ * domain's counts.  Dead entries count for nobody: their client's were
+ * taken off its domain's as it left.
+ */
+static void count(UnstableTable *u, const UnstableEntry *e, int delta)
+{
+    UnstableClient *c = &u->clients[e->client];
+
+    c->entries += delta;
+    u->domain_entries[c->domain] += delta;
 }
 
 /*
@@ -106,7 +121,8 @@ UnstableEntry *unstable_lookup(UnstableTable *u, uint16_t domain,
     return NULL;
 }
 
-void unstable_remove(UnstableTable *u, UnstableEntry *e)
+/* Take @e out of its set, keeping the set packed; no one's count. */
+static void drop(UnstableTable *u, UnstableEntry *e)
 {
     size_t index = e - u->entries;
     UnstableEntry *last = &u->entries[index - index % UNSTABLE_WAYS +
@@ -115,6 +131,19 @@ void unstable_remove(UnstableTable *u, UnstableEntry *e)
     memmove(e, e + 1, (last - e) * sizeof(*e));
     memset(last, 0, sizeof(*last));
     u->count--;
+}
+
+void unstable_remove(UnstableTable *u, UnstableEntry *e)
+{
+    count(u, e, -1);
+    drop(u, e);
+}
+
+/* Evict the live entry @e: its client offers its page again. */
+static void evict(UnstableTable *u, UnstableEntry *e)
+{
+    u->evicted(unstable_client(u, e), e->page, u->opaque);
+    unstable_remove(u, e);
 }
 
 /* The oldest entry of a full @set whose client left, or NULL. */
@@ -144,7 +173,7 @@ static bool move_out(UnstableTable *u, UnstableEntry *set)
         if (fill < UNSTABLE_WAYS) {
             other[fill] = set[w];
             u->count++;
-            unstable_remove(u, &set[w]);
+            drop(u, &set[w]);
             return true;
         }
     }
@@ -152,9 +181,10 @@ static bool move_out(UnstableTable *u, UnstableEntry *set)
 }
 
 /*
- * Add @e to the emptier of its sets.  When both are full, evict the
- * oldest entry of a client that left, else move an entry of either to
- * its other set, else (telling u->evicted) evict the oldest of the first.
+ * Add @e, a live entry already counted, to the emptier of its sets.
+ * When both are full, drop the oldest entry of a client that left, else
+ * move an entry of either to its other set, else evict the oldest of the
+ * first.
  */
 static void place(UnstableTable *u, const UnstableEntry *e)
 {
@@ -173,15 +203,36 @@ static void place(UnstableTable *u, const UnstableEntry *e)
             u->count++;
             return;
         }
-        if (!victim) {
-            victim = &sets[0][UNSTABLE_WAYS - 1];
-            u->evicted(unstable_client(u, victim), victim->page, u->opaque);
+        if (victim) {
+            set = victim - (victim - u->entries) % UNSTABLE_WAYS;
+            drop(u, victim);
+        } else {
+            set = sets[0];
+            evict(u, &sets[0][UNSTABLE_WAYS - 1]);
         }
-        set = victim - (victim - u->entries) % UNSTABLE_WAYS;
-        unstable_remove(u, victim);
     }
     push_front(set, e);
     u->count++;
+}
+
+/* The oldest live entry of @domain in @e's two sets, or NULL. */
+static UnstableEntry *oldest_of_domain(UnstableTable *u, uint16_t domain,
+                                       const UnstableEntry *e)
+{
+    UnstableEntry *sets[2];
+
+    sets_of(u, e->hash, sets);
+    for (unsigned s = 0; s < 2; s++) {
+        for (unsigned w = UNSTABLE_WAYS; w-- > 0;) {
+            UnstableEntry *x = &sets[s][w];
+
+            if (x->client && live(u, x) &&
+                u->clients[x->client].domain == domain) {
+                return x;
+            }
+        }
+    }
+    return NULL;
 }
 
 /* No entry of a client that left is in the table: free their slots. */
@@ -264,12 +315,16 @@ uint16_t unstable_client_add(UnstableTable *u, uint32_t id, uint16_t domain)
 void unstable_client_remove(UnstableTable *u, uint16_t slot)
 {
     if (slot) {
-        u->clients[slot] = (UnstableClient) { .stale = true };
+        UnstableClient *c = &u->clients[slot];
+
+        u->domain_entries[c->domain] -= c->entries;
+        *c = (UnstableClient) { .stale = true };
     }
 }
 
 void unstable_set(UnstableTable *u, uint16_t domain, uint32_t node,
-                  uint64_t digest, uint16_t client, uint64_t page, bool hot)
+                  uint64_t digest, uint16_t client, uint64_t page, bool hot,
+                  size_t domain_max)
 {
     UnstableEntry entry = {
         .hash = hash_of(u, domain, node, digest),
@@ -290,5 +345,14 @@ void unstable_set(UnstableTable *u, uint16_t domain, uint32_t node,
         u->nr_sets < u->max_sets) {
         grow(u);
     }
+    if (u->domain_entries[domain] >= domain_max) {
+        e = oldest_of_domain(u, domain, &entry);
+        if (!e) {
+            u->evicted(u->clients[client].id, page, u->opaque);
+            return;
+        }
+        evict(u, e);
+    }
+    count(u, &entry, 1);
     place(u, &entry);
 }

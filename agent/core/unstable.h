@@ -7,7 +7,10 @@
  * its maximum size, and an insertion into two full sets moves one of
  * their entries to its other set, or else evicts their oldest entry.  A
  * VM flooding it with digests only pushes out candidates (delays merges),
- * never exhausts memory.
+ * never exhausts memory.  A merge domain holds at most its quota of
+ * entries: past it, a new entry of the domain takes the place of one of
+ * its own, never of another domain's, so that one domain's flood delays
+ * its own merges only.
  *
  * An entry is 16 bytes: the keyed hash of (domain, home node, digest),
  * which for one domain is a bijection of (home node, digest), the page,
@@ -45,6 +48,7 @@ typedef struct UnstableClient {
     uint32_t id;
     uint16_t domain;
     bool stale;              /* freed, its entries may still be there */
+    uint32_t entries;        /* its entries in the table */
 } UnstableClient;
 
 /*
@@ -65,6 +69,8 @@ typedef struct UnstableTable {
      * the table grows.  Its slot is free again once none is left.
      */
     UnstableClient *clients; /* UNSTABLE_CLIENTS, touched as used */
+    uint32_t *domain_entries;    /* per domain id: its live clients' */
+                                 /* entries; touched as used */
     uint32_t client_cursor;  /* next-fit position */
     UnstableEvictFn evicted;
     void *opaque;
@@ -100,10 +106,26 @@ void unstable_remove(UnstableTable *u, UnstableEntry *e);
 /*
  * (@domain, @node, @digest) -> (client of slot @client, @page, @hot),
  * replacing any previous value; nothing for a slot 0 or a page from
- * UNSTABLE_PAGE_LIMIT on.
+ * UNSTABLE_PAGE_LIMIT on.  @domain holds at most @domain_max entries:
+ * at that, the new entry evicts the domain's oldest in its two sets, or
+ * is itself turned away if they hold none (told as an eviction).
  */
 void unstable_set(UnstableTable *u, uint16_t domain, uint32_t node,
-                  uint64_t digest, uint16_t client, uint64_t page, bool hot);
+                  uint64_t digest, uint16_t client, uint64_t page, bool hot,
+                  size_t domain_max);
+
+/* The entries of the live clients of @domain. */
+static inline uint32_t unstable_domain_entries(const UnstableTable *u,
+                                               uint16_t domain)
+{
+    return u->domain_entries[domain];
+}
+
+/* The entries the table holds at most. */
+static inline size_t unstable_max_entries(const UnstableTable *u)
+{
+    return u->max_sets * UNSTABLE_WAYS;
+}
 
 static inline size_t unstable_bytes(const UnstableTable *u)
 {

@@ -13,6 +13,7 @@
 typedef struct Domain {
     char key[STORE_KEY_LEN + 1];
     char name[NUKSM_NAME_LEN];   /* "" until a VM of it joins */
+    Quota quotas[QUOTA__COUNT];  /* its name's */
     uint32_t record_key;
     uint16_t id;
     unsigned users;
@@ -28,14 +29,24 @@ static void domain_free(gpointer p)
     g_free(dom);
 }
 
-void domains_init(Domains *d, Store *store, const void *secret,
-                  size_t secret_len)
+void domains_init(Domains *d, Store *store, const AssignConfig *assign,
+                  const void *secret, size_t secret_len)
 {
     d->by_key = g_hash_table_new_full(g_str_hash, g_str_equal, NULL,
                                       domain_free);
     d->by_id = g_ptr_array_new();
     d->secret = g_bytes_new(secret, secret_len);
     d->store = store;
+    d->assign = assign;
+}
+
+/* Domain @dom is named @name: its quotas are that name's. */
+static void set_name(const Domains *d, Domain *dom, const char *name)
+{
+    g_strlcpy(dom->name, name, sizeof(dom->name));
+    for (unsigned k = 0; k < QUOTA__COUNT; k++) {
+        dom->quotas[k] = assign_quota(d->assign, name, k);
+    }
 }
 
 void domains_destroy(Domains *d)
@@ -93,6 +104,7 @@ static Domain *domain_new(Domains *d, const char *key)
     g_strlcpy(dom->key, key, sizeof(dom->key));
     dom->record_key = record_key_of(key);
     dom->id = id;
+    set_name(d, dom, "");
     g_ptr_array_index(d->by_id, id) = dom;
     g_hash_table_insert(d->by_key, dom->key, dom);
     return dom;
@@ -129,7 +141,7 @@ bool domains_get(Domains *d, const char *name, uint16_t *id)
     if (!get(d, key, id)) {
         return false;
     }
-    g_strlcpy(domain_of(d, *id)->name, name, NUKSM_NAME_LEN);
+    set_name(d, domain_of(d, *id), name);
     return true;
 }
 
@@ -169,6 +181,11 @@ DomainStats *domains_stats(Domains *d, uint16_t id)
 const char *domains_name(const Domains *d, uint16_t id)
 {
     return domain_of(d, id)->name;
+}
+
+Quota domains_quota(const Domains *d, uint16_t id, QuotaKind kind)
+{
+    return domain_of(d, id)->quotas[kind];
 }
 
 const char *domains_limit(const Domains *d, uint16_t id)

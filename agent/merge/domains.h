@@ -24,6 +24,7 @@
 
 #include <glib.h>
 
+#include "assign.h"
 #include "nuksm-proto.h"
 #include "store.h"
 
@@ -42,11 +43,15 @@ typedef struct Domains {
     GPtrArray *by_id;        /* id -> Domain, NULL if unused */
     GBytes *secret;          /* keys the names */
     Store *store;            /* holds each domain's files */
+    const AssignConfig *assign;  /* each domain's quotas */
 } Domains;
 
-/* Keys are made with @secret, the state directory's (store.h). */
-void domains_init(Domains *d, Store *store, const void *secret,
-                  size_t secret_len);
+/*
+ * Keys are made with @secret, the state directory's (store.h); quotas
+ * come from @assign.
+ */
+void domains_init(Domains *d, Store *store, const AssignConfig *assign,
+                  const void *secret, size_t secret_len);
 void domains_destroy(Domains *d);
 
 /*
@@ -78,6 +83,12 @@ DomainStats *domains_stats(Domains *d, uint16_t id);
 
 /* The name of @id: "" if no VM of it joined since nuksmd started. */
 const char *domains_name(const Domains *d, uint16_t id);
+
+/*
+ * @id's quota of @kind (assign_quota() of its name; every domain's
+ * until a VM of it joins).
+ */
+Quota domains_quota(const Domains *d, uint16_t id, QuotaKind kind);
 
 /* Why @id is at one of its quotas (merge/quotas.h), or NULL. */
 const char *domains_limit(const Domains *d, uint16_t id);

@@ -435,7 +435,8 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
     }
     /* The same page seen again only refreshes its entry. */
     unstable_set(&agent->unstable, v->domain_id, pv.home, c->digest,
-                 v->unstable_slot, c->page, pv.hot);
+                 v->unstable_slot, c->page, pv.hot,
+                 quotas_unstable_max(agent, v->domain_id));
 }
 
 void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,

@@ -40,8 +40,7 @@ static uint64_t store_capacity(NuksmAgent *agent)
 /* Domain @domain's store quota, in pages. */
 static uint64_t store_quota(NuksmAgent *agent, uint16_t domain)
 {
-    Quota q = assign_store_max(agent->assign,
-                               domains_name(&agent->domains, domain));
+    Quota q = domains_quota(&agent->domains, domain, QUOTA_STORE);
 
     return q.percent ? store_capacity(agent) * q.value / 100 :
                        ((uint64_t)q.value << 20) / NUKSM_PAGE_SIZE;
@@ -56,6 +55,15 @@ static uint64_t store_pages(NuksmAgent *agent, uint16_t domain)
         pages += stats->store_pages[n];
     }
     return pages;
+}
+
+size_t quotas_unstable_max(NuksmAgent *agent, uint16_t domain)
+{
+    Quota q = domains_quota(&agent->domains, domain, QUOTA_UNSTABLE);
+
+    return q.percent ?
+           unstable_max_entries(&agent->unstable) * q.value / 100 :
+           ((size_t)q.value << 20) / sizeof(UnstableEntry);
 }
 
 /* Tell @domain's VMs what holds now. */

@@ -9,7 +9,14 @@
  *   STORE_SLOTS.  At the quota the domain makes no new copy; its pages
  *   still join the copies it has.
  *
- * A domain at a quota is limited, which its VMs alone are told
+ * - Unstable table: the entries of its pages that wait for a partner, at
+ *   most its unstable-max (default 50%): MiB of the table, or a
+ *   percentage of its maximum size.  The table is a cache, full in the
+ *   long run: at its quota a domain's new entry takes the place of one
+ *   of its own (core/unstable.h), which delays its own merges and no
+ *   other domain's.  Nothing stops, so nothing is limited.
+ *
+ * A domain at its store quota is limited, which its VMs alone are told
  * (CONDITION with NUKSM_COND_DOMAIN_QUOTA: query-nuksm's limit
  * domain-quota), logged once when it starts and once when it ends.  It
  * ends once the domain holds less than QUOTA_RESUME_PERCENT of the
@@ -34,6 +41,9 @@
  * from now on.
  */
 bool quotas_store_has_room(NuksmAgent *agent, uint16_t domain);
+
+/* The entries @domain may hold in the unstable table. */
+size_t quotas_unstable_max(NuksmAgent *agent, uint16_t domain);
 
 /*
  * A copy of @domain was freed: end its limit if it fell below

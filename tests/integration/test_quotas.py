@@ -144,3 +144,35 @@ def test_a_real_vm_shows_its_domains_quota(start_agent, workdir, qtest_vm):
         vm.wait_state("active")
         event = vm.wait_event("NUKSM_MERGING_RESUMED", timeout=60)
         assert event["data"]["limit"] == "domain-quota"
+
+
+def test_a_domain_flooding_the_unstable_table_evicts_only_its_own(
+        start_agent, workdir):
+    """Domain greedy offers more unique pages than the whole unstable table
+    holds (1 Mi entries with --memory-max 64): it keeps at most its half
+    and evicts only its own entries, so that every page domain honest
+    offered before the flood still finds its partner after it."""
+    agent = start_quota_agent(start_agent, workdir, "--memory-max", "64")
+    table_max = 64 * MIB // 4 // 16
+    honest = [content(70_000 + i) for i in range(1000)]
+    first = VmClient(agent.sock, "honest")
+    first.candidates((i, digest(d)) for i, d in enumerate(honest))
+    first.info()
+
+    greedy = VmClient(agent.sock, "greedy")
+    flood, step = table_max * 3 // 2, 1 << 17
+    for start in range(0, flood, step):
+        greedy.candidates((p, 1 << 40 | p) for p in range(start, start + step))
+        greedy.sync()     # reads its RETRYs, as QEMU does
+    # Past its half, each new entry took the place of one of its own, or
+    # was sent back.
+    assert len(greedy.retried) >= flood - table_max // 2
+    first.sync()
+    assert first.retried == []    # 690 of 1000 were, with no quota
+
+    second = VmClient(agent.sock, "honest")
+    second.candidates((i, digest(d)) for i, d in enumerate(honest))
+    requests = second.take(MSG_UPLOAD_REQ)
+    assert len(requests) == len(honest)
+    for client in (first, second, greedy):
+        client.close()

@@ -237,11 +237,13 @@ def test_rules_assign_domains_and_cap_priorities(start_agent, workdir):
      "[domain x] users: no user 'no-such-user-here'"),
     ("[domain x]\ncolour=red\n",
      "unknown key 'colour' in [domain x] (allowed: users, groups, "
-     "cgroups, libvirt-names, max-priority, store-max)"),
+     "cgroups, libvirt-names, max-priority, store-max, unstable-max)"),
     ("[domain x]\nmax-priority=0\n", "invalid priority '0' (allowed: "
      "1..1000)"),
     ("[domain x]\nstore-max=150%\n", "[domain x] store-max: invalid quota "
      "'150%' (allowed: 1%..100% of the host's, or 1..1048576 MiB)"),
+    ("[domain x]\nunstable-max=lots\n", "[domain x] unstable-max: invalid "
+     "quota 'lots' (allowed: 1%..100% of the host's, or 1..1048576 MiB)"),
     ("[tenants]\n", "unknown group [tenants] (allowed: [nuksmd], "
      "[domain NAME])"),
 ])

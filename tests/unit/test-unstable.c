@@ -1,7 +1,8 @@
 /*
  * Unit tests of nuksmd's unstable table: lookups, replacement, the bound
  * on its size, eviction of entries of clients that left first, the
- * report of every live entry evicted, and client slots.
+ * report of every live entry evicted, a domain's quota, and client
+ * slots.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -13,6 +14,9 @@
 #include "unstable.h"
 
 #define SEED 0x0123456789abcdefull
+
+/* A domain quota none of these tests reaches. */
+#define NO_QUOTA SIZE_MAX
 
 /* Pages of the live entries evicted, in order. */
 static GArray *evicted;
@@ -58,8 +62,8 @@ static void test_set_lookup(void)
 
     setup(&u, 1024);
     g_assert_null(unstable_lookup(&u, 0, 0, 0xd1));
-    unstable_set(&u, 0, 0, 0xd1, slots[1], 100, false);
-    unstable_set(&u, 1, 0, 0xd1, slots[2], 200, false);
+    unstable_set(&u, 0, 0, 0xd1, slots[1], 100, false, NO_QUOTA);
+    unstable_set(&u, 1, 0, 0xd1, slots[2], 200, false, NO_QUOTA);
 
     e = unstable_lookup(&u, 0, 0, 0xd1);
     g_assert_nonnull(e);
@@ -69,7 +73,7 @@ static void test_set_lookup(void)
     g_assert_cmpuint(client_of(&u, 1, 0, 0xd1), ==, 2);
     /* So are home nodes. */
     g_assert_null(unstable_lookup(&u, 0, 1, 0xd1));
-    unstable_set(&u, 0, 1, 0xd1, slots[4], 400, true);
+    unstable_set(&u, 0, 1, 0xd1, slots[4], 400, true, NO_QUOTA);
     e = unstable_lookup(&u, 0, 1, 0xd1);
     g_assert_cmpuint(unstable_client(&u, e), ==, 4);
     g_assert_true(e->hot);
@@ -77,7 +81,7 @@ static void test_set_lookup(void)
     unstable_remove(&u, e);
 
     /* A newer page with the digest replaces the entry. */
-    unstable_set(&u, 0, 0, 0xd1, slots[3], 300, false);
+    unstable_set(&u, 0, 0, 0xd1, slots[3], 300, false, NO_QUOTA);
     e = unstable_lookup(&u, 0, 0, 0xd1);
     g_assert_cmpuint(unstable_client(&u, e), ==, 3);
     g_assert_cmpuint(e->page, ==, 300);
@@ -89,9 +93,11 @@ static void test_set_lookup(void)
     g_assert_cmpuint(u.count, ==, 1);
 
     /* Pages from UNSTABLE_PAGE_LIMIT on, and slot 0, are not kept. */
-    unstable_set(&u, 0, 0, 0xd2, slots[1], UNSTABLE_PAGE_LIMIT, false);
-    unstable_set(&u, 0, 0, 0xd3, 0, 1, false);
-    unstable_set(&u, 0, 0, 0xd4, slots[1], UNSTABLE_PAGE_LIMIT - 1, false);
+    unstable_set(&u, 0, 0, 0xd2, slots[1], UNSTABLE_PAGE_LIMIT, false,
+                 NO_QUOTA);
+    unstable_set(&u, 0, 0, 0xd3, 0, 1, false, NO_QUOTA);
+    unstable_set(&u, 0, 0, 0xd4, slots[1], UNSTABLE_PAGE_LIMIT - 1, false,
+                 NO_QUOTA);
     g_assert_null(unstable_lookup(&u, 0, 0, 0xd2));
     g_assert_null(unstable_lookup(&u, 0, 0, 0xd3));
     g_assert_cmpuint(unstable_lookup(&u, 0, 0, 0xd4)->page, ==,
@@ -126,9 +132,9 @@ static void test_domain_compared(void)
 
     setup(&u, 1024);
     other = unstable_client_add(&u, 5, domain);
-    unstable_set(&u, 0, 0, d0, slots[1], 100, false);
+    unstable_set(&u, 0, 0, d0, slots[1], 100, false, NO_QUOTA);
     g_assert_null(unstable_lookup(&u, domain, 0, d1));
-    unstable_set(&u, domain, 0, d1, other, 200, false);
+    unstable_set(&u, domain, 0, d1, other, 200, false, NO_QUOTA);
     g_assert_cmpuint(client_of(&u, 0, 0, d0), ==, 1);
     g_assert_cmpuint(client_of(&u, domain, 0, d1), ==, 5);
     teardown(&u);
@@ -143,7 +149,7 @@ static void test_bound(void)
 
     setup(&u, MAX);
     for (uint64_t d = 0; d < N; d++) {
-        unstable_set(&u, 0, 0, d, slots[1], d, false);
+        unstable_set(&u, 0, 0, d, slots[1], d, false, NO_QUOTA);
         g_assert_cmpuint(u.count, <=, MAX);
     }
     g_assert_cmpuint(unstable_bytes(&u), ==, MAX * sizeof(UnstableEntry));
@@ -178,7 +184,7 @@ static void test_full_load(void)
 
     setup(&u, MAX);
     for (uint64_t d = 0; d < MAX / 8 * 7; d++) {
-        unstable_set(&u, 0, 0, d, slots[1], d, false);
+        unstable_set(&u, 0, 0, d, slots[1], d, false, NO_QUOTA);
     }
     g_assert_cmpuint(unstable_bytes(&u), ==, MAX * sizeof(UnstableEntry));
     g_test_message("%u of %u evicted", evicted->len, MAX / 8 * 7);
@@ -211,7 +217,7 @@ static void test_evict_dead_first(void)
     g_assert_cmpuint(u.nr_sets, ==, 4);
     for (unsigned i = 0; i < G_N_ELEMENTS(digests); i++) {
         digests[i] = d = next_digest_of_set0(d + 1);
-        unstable_set(&u, 0, 0, d, slots[1], i, false);
+        unstable_set(&u, 0, 0, d, slots[1], i, false, NO_QUOTA);
     }
     /* Set 0 overflowed once: the oldest, digests[0], is out. */
     g_assert_null(unstable_lookup(&u, 0, 0, digests[0]));
@@ -221,10 +227,10 @@ static void test_evict_dead_first(void)
 
     /* Client 7 owns digests[2] and leaves; a new digest takes its place. */
     leaving = unstable_client_add(&u, 7, 0);
-    unstable_set(&u, 0, 0, digests[2], leaving, 2, false);
+    unstable_set(&u, 0, 0, digests[2], leaving, 2, false, NO_QUOTA);
     unstable_client_remove(&u, leaving);
     g_assert_null(unstable_lookup(&u, 0, 0, digests[2]));
-    unstable_set(&u, 0, 0, digests[0], slots[1], 0, false);
+    unstable_set(&u, 0, 0, digests[0], slots[1], 0, false, NO_QUOTA);
     for (unsigned i = 0; i < G_N_ELEMENTS(digests); i++) {
         g_assert_true(!unstable_lookup(&u, 0, 0, digests[i]) == (i == 2));
     }
@@ -245,11 +251,11 @@ static void test_grow_drops_dead(void)
     leaving = unstable_client_add(&u, 9, 0);
     sets = u.nr_sets;
     for (d = 0; d < 100; d++) {
-        unstable_set(&u, 0, 0, d, leaving, d, false);
+        unstable_set(&u, 0, 0, d, leaving, d, false, NO_QUOTA);
     }
     unstable_client_remove(&u, leaving);
     for (d = 100; u.nr_sets == sets; d++) {
-        unstable_set(&u, 0, 0, d, slots[1], d, false);
+        unstable_set(&u, 0, 0, d, slots[1], d, false, NO_QUOTA);
     }
     g_assert_cmpuint(u.nr_sets, ==, sets + sets / 2);
     /* Every live entry is in, none of the dead. */
@@ -261,6 +267,48 @@ static void test_grow_drops_dead(void)
  * A slot is taken again only after every other one, and only once no
  * entry of its client is left: the new client never inherits them.
  */
+/*
+ * A domain at its quota recycles its own entries: never another
+ * domain's, and the count follows entries in, replaced, found and of
+ * clients that left.
+ */
+static void test_domain_quota(void)
+{
+    const uint32_t quota = 64, others = 200;
+    UnstableTable u;
+    UnstableEntry *e;
+    unsigned kept = 0;
+
+    setup(&u, 4096);
+    /* Domain 1 (client 2) first, then domain 0 floods past its quota. */
+    for (uint64_t d = 0; d < others; d++) {
+        unstable_set(&u, 1, 0, 0x10000 + d, slots[2], d, false, NO_QUOTA);
+    }
+    for (uint64_t d = 0; d < 10 * quota; d++) {
+        unstable_set(&u, 0, 0, d, slots[1], d, false, quota);
+        g_assert_cmpuint(unstable_domain_entries(&u, 0), <=, quota);
+    }
+    g_assert_cmpuint(unstable_domain_entries(&u, 0), >, quota / 2);
+    g_assert_cmpuint(unstable_domain_entries(&u, 1), ==, others);
+    for (uint64_t d = 0; d < others; d++) {
+        kept += client_of(&u, 1, 0, 0x10000 + d) == 2;
+    }
+    g_assert_cmpuint(kept, ==, others);
+    /* Each page domain 0 lost, or was refused, was told. */
+    g_assert_cmpuint(evicted->len, ==,
+                     10 * quota - unstable_domain_entries(&u, 0));
+
+    /* Replacing an entry, and finding it, keep the count true. */
+    unstable_set(&u, 1, 0, 0x10000, slots[2], 7, false, NO_QUOTA);
+    g_assert_cmpuint(unstable_domain_entries(&u, 1), ==, others);
+    e = unstable_lookup(&u, 1, 0, 0x10000);
+    unstable_remove(&u, e);
+    g_assert_cmpuint(unstable_domain_entries(&u, 1), ==, others - 1);
+    unstable_client_remove(&u, slots[2]);
+    g_assert_cmpuint(unstable_domain_entries(&u, 1), ==, 0);
+    teardown(&u);
+}
+
 static void test_slot_reuse(void)
 {
     UnstableTable u;
@@ -269,7 +317,7 @@ static void test_slot_reuse(void)
 
     setup(&u, 1024);
     first = unstable_client_add(&u, id, 0);
-    unstable_set(&u, 0, 0, 0xd1, first, 1, false);
+    unstable_set(&u, 0, 0, 0xd1, first, 1, false, NO_QUOTA);
     unstable_client_remove(&u, first);
     do {
         slot = unstable_client_add(&u, ++id, 0);
@@ -298,6 +346,7 @@ int main(int argc, char **argv)
     g_test_add_func("/unstable/full-load", test_full_load);
     g_test_add_func("/unstable/evict-dead-first", test_evict_dead_first);
     g_test_add_func("/unstable/grow-drops-dead", test_grow_drops_dead);
+    g_test_add_func("/unstable/domain-quota", test_domain_quota);
     g_test_add_func("/unstable/slot-reuse", test_slot_reuse);
     return g_test_run();
 }
