@@ -383,7 +383,7 @@ static void fire_timers(void)
     guint ids[] = {
         agent.relocator.pass_timer, agent.relocator.tick_timer,
         agent.placement.home_timer, agent.orphans.timer,
-        agent.ledger.upload_timer,
+        agent.ledger.upload_timer, agent.conditions.probe_timer,
     };
 
     if (trace) {
