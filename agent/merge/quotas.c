@@ -37,11 +37,20 @@ static uint64_t store_capacity(NuksmAgent *agent)
     return MIN(pages, slots);
 }
 
+/* 100%: all there is, which only the store's own bounds bound. */
+static bool unbounded(Quota q)
+{
+    return q.percent && q.value == 100;
+}
+
 /* Domain @domain's store quota, in pages. */
 static uint64_t store_quota(NuksmAgent *agent, uint16_t domain)
 {
     Quota q = domains_quota(&agent->domains, domain, QUOTA_STORE);
 
+    if (unbounded(q)) {
+        return UINT64_MAX;
+    }
     return q.percent ? store_capacity(agent) * q.value / 100 :
                        ((uint64_t)q.value << 20) / NUKSM_PAGE_SIZE;
 }
@@ -61,6 +70,9 @@ size_t quotas_unstable_max(NuksmAgent *agent, uint16_t domain)
 {
     Quota q = domains_quota(&agent->domains, domain, QUOTA_UNSTABLE);
 
+    if (unbounded(q)) {
+        return SIZE_MAX;
+    }
     return q.percent ?
            unstable_max_entries(&agent->unstable) * q.value / 100 :
            ((size_t)q.value << 20) / sizeof(UnstableEntry);
@@ -103,6 +115,7 @@ bool quotas_store_has_room(NuksmAgent *agent, uint16_t domain)
 
 void quotas_store_released(NuksmAgent *agent, uint16_t domain)
 {
+    /* A limited domain's quota is bounded: no overflow. */
     if (!domains_limit(&agent->domains, domain) ||
         store_pages(agent, domain) * 100 >=
         store_quota(agent, domain) * QUOTA_RESUME_PERCENT) {

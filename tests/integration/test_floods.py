@@ -291,8 +291,11 @@ def test_store_full_is_one_visible_condition(start_agent, small_tmpfs,
     is grown, merging resumes by itself: the duplicates two VMs offered
     while it was full merge, with no new guest content, and new ones
     merge too."""
+    # A domain may fill the whole store: else it stops at its quota
+    # (test_quotas.py) before the store is full.
     agent = start_agent(args=["--socket", small_tmpfs.parent / "nuksmd.sock",
-                              "--state-dir", small_tmpfs / "state"],
+                              "--state-dir", small_tmpfs / "state",
+                              "--domain-store-max", "100%"],
                         state_dir=False)
     watcher = VmClient(agent.sock, domain="other")
     assert watcher.condition.bits == 0
