@@ -6,6 +6,7 @@
  */
 
 #include <inttypes.h>
+#include <string.h>
 
 #include "ledger.h"
 #include "outbox.h"
@@ -17,19 +18,26 @@ typedef struct UploadSharer {
     uint32_t client;         /* id: the client may leave meanwhile */
 } UploadSharer;
 
-/* A slot being uploaded. */
+/*
+ * A slot being uploaded.  Its sharers are a plain malloc()ed array, not
+ * a GArray: GLib before 2.76 takes a GArray's header from its slice
+ * allocator, which keeps what a flood of uploads used once they are
+ * done, where malloc_trim() cannot give it back.
+ */
 typedef struct Upload {
     gint64 deadline;         /* monotonic us: the uploader's time is up */
-    GArray *sharers;         /* UploadSharer, the uploader's first */
+    UploadSharer *sharers;   /* the uploader's first */
+    guint len;
+    guint alloc;             /* sharers[] has room for this many */
 } Upload;
 
-static void upload_free(gpointer p)
+static void upload_free(Upload *up)
 {
-    Upload *up = p;
-
-    g_array_unref(up->sharers);
+    g_free(up->sharers);
     g_free(up);
 }
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(Upload, upload_free)
 
 void ledger_init(NuksmAgent *agent, uint32_t gen)
 {
@@ -38,7 +46,7 @@ void ledger_init(NuksmAgent *agent, uint32_t gen)
     }
     agent->ledger.vms = g_hash_table_new(NULL, NULL);
     agent->ledger.uploads = g_hash_table_new_full(NULL, NULL, NULL,
-                                                  upload_free);
+                                                  (GDestroyNotify)upload_free);
 }
 
 void ledger_destroy(NuksmAgent *agent)
@@ -102,6 +110,18 @@ static bool put_ref(NuksmAgent *agent, SlotId id)
         stats->pages_sharing--;
     }
     return unused;
+}
+
+uint64_t ledger_process_pages(const NuksmClient *client, bool in_flight)
+{
+    const NuksmClient *c = client;
+    uint64_t pages = 0;
+
+    do {
+        pages += c->pages.count - (in_flight ? c->merged_pages : 0);
+        c = c->pid_next;
+    } while (c != client);
+    return pages;
 }
 
 char *ledger_ref_problem(NuksmAgent *agent, const NuksmSlotRef *r)
@@ -205,7 +225,6 @@ void ledger_upload_start(NuksmAgent *agent, SlotId id)
 
     up->deadline = g_get_monotonic_time() +
                    LEDGER_UPLOAD_SECONDS * G_USEC_PER_SEC;
-    up->sharers = g_array_new(FALSE, FALSE, sizeof(UploadSharer));
     g_hash_table_insert(agent->ledger.uploads, GUINT_TO_POINTER(id), up);
 }
 
@@ -214,9 +233,13 @@ void ledger_upload_join(NuksmAgent *agent, SlotId id, NuksmClient *client,
 {
     Upload *up = g_hash_table_lookup(agent->ledger.uploads,
                                      GUINT_TO_POINTER(id));
-    UploadSharer sharer = { .page = page, .client = client->id };
 
-    g_array_append_val(up->sharers, sharer);
+    if (up->len == up->alloc) {
+        up->alloc = MAX(2, up->alloc * 2);
+        up->sharers = g_renew(UploadSharer, up->sharers, up->alloc);
+    }
+    up->sharers[up->len++] = (UploadSharer) { .page = page,
+                                              .client = client->id };
 }
 
 /*
@@ -241,16 +264,14 @@ static KeyMapEntry *waiting_entry(NuksmAgent *agent, SlotId id,
     return e;
 }
 
-static GArray *steal_sharers(NuksmAgent *agent, SlotId id)
+/* Upload @id, no longer awaited: the caller frees it. */
+static Upload *steal_upload(NuksmAgent *agent, SlotId id)
 {
     gpointer p = NULL;
-    GArray *sharers;
 
     g_hash_table_steal_extended(agent->ledger.uploads, GUINT_TO_POINTER(id),
                                 NULL, &p);
-    sharers = g_array_ref(((Upload *)p)->sharers);
-    upload_free(p);
-    return sharers;
+    return p;
 }
 
 GArray *ledger_uploads_overdue(NuksmAgent *agent, gint64 now)
@@ -281,7 +302,7 @@ bool ledger_upload_reassign(NuksmAgent *agent, SlotId id,
 {
     Upload *up = g_hash_table_lookup(agent->ledger.uploads,
                                      GUINT_TO_POINTER(id));
-    UploadSharer first = g_array_index(up->sharers, UploadSharer, 0);
+    UploadSharer first = up->sharers[0];
     KeyMapEntry *late_entry = waiting_entry(agent, id, &first, &late->client);
     KeyMapEntry *e = NULL;
     guint pick = 0;
@@ -291,12 +312,9 @@ bool ledger_upload_reassign(NuksmAgent *agent, SlotId id,
         late->client = NULL;
     }
     /* The first waiting page of a preferred client, else the first. */
-    for (guint i = 1; i < up->sharers->len; i++) {
+    for (guint i = 1; i < up->len; i++) {
         NuksmClient *client;
-        KeyMapEntry *w = waiting_entry(agent, id,
-                                       &g_array_index(up->sharers,
-                                                      UploadSharer, i),
-                                       &client);
+        KeyMapEntry *w = waiting_entry(agent, id, &up->sharers[i], &client);
 
         if (w && (!e || preferred(client))) {
             e = w;
@@ -312,10 +330,11 @@ bool ledger_upload_reassign(NuksmAgent *agent, SlotId id,
         return false;
     }
     e->tag = PAGE_UPLOADING;
-    next->page = g_array_index(up->sharers, UploadSharer, pick).page;
-    g_array_index(up->sharers, UploadSharer, 0) =
-        g_array_index(up->sharers, UploadSharer, pick);
-    g_array_remove_index(up->sharers, pick);
+    next->page = up->sharers[pick].page;
+    up->sharers[0] = up->sharers[pick];
+    up->len--;
+    memmove(&up->sharers[pick], &up->sharers[pick + 1],
+            (up->len - pick) * sizeof(up->sharers[0]));
     up->deadline = g_get_monotonic_time() +
                    LEDGER_UPLOAD_SECONDS * G_USEC_PER_SEC;
     if (late->client) {
@@ -331,11 +350,11 @@ bool ledger_upload_reassign(NuksmAgent *agent, SlotId id,
 
 GArray *ledger_upload_complete(NuksmAgent *agent, SlotId id)
 {
-    g_autoptr(GArray) sharers = steal_sharers(agent, id);
+    g_autoptr(Upload) up = steal_upload(agent, id);
     GArray *waiters = g_array_new(FALSE, FALSE, sizeof(LedgerWaiter));
 
-    for (guint i = 0; i < sharers->len; i++) {
-        const UploadSharer *sharer = &g_array_index(sharers, UploadSharer, i);
+    for (guint i = 0; i < up->len; i++) {
+        const UploadSharer *sharer = &up->sharers[i];
         LedgerWaiter w = { .page = sharer->page };
         KeyMapEntry *e = waiting_entry(agent, id, sharer, &w.client);
 
@@ -350,13 +369,12 @@ GArray *ledger_upload_complete(NuksmAgent *agent, SlotId id)
 void ledger_upload_cancel(NuksmAgent *agent, SlotId id)
 {
     Slot *s = ledger_slot(agent, id);
-    g_autoptr(GArray) sharers = steal_sharers(agent, id);
+    g_autoptr(Upload) up = steal_upload(agent, id);
 
     index_remove(&agent->index, s->domain, s->digest, id);
-    for (guint i = 0; i < sharers->len; i++) {
+    for (guint i = 0; i < up->len; i++) {
         NuksmClient *client;
-        const UploadSharer *sharer = &g_array_index(sharers, UploadSharer,
-                                                    i);
+        const UploadSharer *sharer = &up->sharers[i];
         KeyMapEntry *e = waiting_entry(agent, id, sharer, &client);
 
         if (e) {

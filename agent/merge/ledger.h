@@ -22,7 +22,10 @@
 
 #include "agent.h"
 
-/* Pages (references and pending merges) one VM may hold: 256 GiB. */
+/*
+ * Pages (references and pending merges) one process may hold over all
+ * its VM connections: 256 GiB.
+ */
 #define LEDGER_CLIENT_PAGES_MAX (1u << 26)
 
 /* A page index names a page of a 64-bit RAM address space. */
@@ -89,10 +92,20 @@ static inline KeyMapEntry *ledger_move(NuksmClient *client, uint64_t page)
     return keymap_lookup(&client->pages, page, LEDGER_NS_MOVE);
 }
 
-/* True if @client may not hold another page. */
+/*
+ * The pages @client's process holds over all its VM connections; with
+ * @in_flight, only those on their way to a slot (waiting for an upload,
+ * uploading, or sent a MERGE not answered yet).  What a client may hold
+ * is bounded per process, not per connection: a process may open
+ * CLIENT_VMS_PER_PID of them (a QEMU opens one per nuksm object, one or
+ * a few), and must not hold that many times more.
+ */
+uint64_t ledger_process_pages(const NuksmClient *client, bool in_flight);
+
+/* True if @client's process may not hold another page. */
 static inline bool ledger_full(const NuksmClient *client)
 {
-    return client->pages.count >= LEDGER_CLIENT_PAGES_MAX;
+    return ledger_process_pages(client, false) >= LEDGER_CLIENT_PAGES_MAX;
 }
 
 /* What is out of range in @r (to be freed), or NULL if nothing is. */

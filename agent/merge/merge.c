@@ -22,11 +22,12 @@
 #include "transport.h"
 
 /*
- * Pages of one VM on their way to a slot (waiting for an upload,
- * uploading, or sent a MERGE it has not answered): 256 MiB of guest
- * memory in flight, a bound on what one client that never uploads or
- * answers can hold.  A VM offering more at once (its first passes over
- * gigabytes of duplicates) is sent a RETRY for the rest.
+ * Pages of one process on their way to a slot, over all its VM
+ * connections (ledger_process_pages()): 256 MiB of guest memory in
+ * flight, a bound on what a process that never uploads or answers can
+ * hold, however many connections it opens.  A VM offering more at once
+ * (its first passes over gigabytes of duplicates) is sent a RETRY for
+ * the rest.
  */
 #define CLIENT_IN_FLIGHT_MAX (1u << 16)
 
@@ -426,7 +427,7 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
     }
     /* No room for it now: offered again, it merges once there is. */
     if (ledger_full(v) ||
-        v->pages.count - v->merged_pages >= CLIENT_IN_FLIGHT_MAX) {
+        ledger_process_pages(v, true) >= CLIENT_IN_FLIGHT_MAX) {
         outbox_add_retry(agent, v, c->page);
         return;
     }

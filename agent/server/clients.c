@@ -11,6 +11,30 @@
 #include "clients.h"
 #include "transport.h"
 
+/* Put @client in the ring of its process's connections. */
+static void join_process(const ClientRegistry *reg, NuksmClient *client)
+{
+    NuksmClient *sibling = client;
+
+    client->pid_next = client->pid_prev = client;
+    for (GList *l = reg->list.head; l; l = l->next) {
+        if (((NuksmClient *)l->data)->pid == client->pid) {
+            sibling = l->data;
+            break;
+        }
+    }
+    client->pid_prev = sibling;
+    client->pid_next = sibling->pid_next;
+    sibling->pid_next->pid_prev = client;
+    sibling->pid_next = client;
+}
+
+static void leave_process(NuksmClient *client)
+{
+    client->pid_prev->pid_next = client->pid_next;
+    client->pid_next->pid_prev = client->pid_prev;
+}
+
 NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
                          int fd, pid_t pid, int pidfd, uid_t uid, gid_t gid)
 {
@@ -23,6 +47,7 @@ NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
     client->uid = uid;
     client->gid = gid;
     client->label = g_strdup_printf("client pid %ld", (long)pid);
+    join_process(reg, client);
     g_queue_push_tail(&reg->list, client);
     return client;
 }
@@ -30,6 +55,7 @@ NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
 void clients_remove(ClientRegistry *reg, NuksmClient *client)
 {
     g_queue_remove(&reg->list, client);
+    leave_process(client);
     if (client->watch) {
         g_source_remove(client->watch);
     }
@@ -39,7 +65,7 @@ void clients_remove(ClientRegistry *reg, NuksmClient *client)
     if (client->hello_timer) {
         g_source_remove(client->hello_timer);
     }
-    g_queue_clear_full(&client->txq, (GDestroyNotify)g_bytes_unref);
+    transport_clear_queue(client);
     transport_close(client->fd);
     if (client->pidfd >= 0) {
         close(client->pidfd);

@@ -52,6 +52,14 @@ typedef struct NuksmClient {
     gid_t gid;
     char *label;             /* "client 3 (pid 1234)", for logs */
 
+    /*
+     * The connections of its process (the same pid), in a ring: itself
+     * alone.  What a process may hold is bounded over all of them
+     * (ledger_process_pages()).
+     */
+    struct NuksmClient *pid_next;
+    struct NuksmClient *pid_prev;
+
     /* Set once the client is disconnected; it is freed by the reaper. */
     bool dead;
 
@@ -80,9 +88,10 @@ typedef struct NuksmClient {
                                     /* slot and generation (merge.c) */
     NuksmMsgVmLimit limit;   /* what holds back its merging in QEMU */
 
-    /* Messages the socket could not take yet (server.c) */
-    GQueue txq;              /* GBytes datagrams, oldest first */
-    size_t txq_bytes;
+    /* Messages the socket could not take yet (transport.c) */
+    struct TxqEntry *txq_head;  /* oldest first, NULL if none */
+    struct TxqEntry *txq_tail;  /* newest */
+    size_t txq_bytes;        /* what they cost, counted as transport.c says */
     guint out_watch;         /* G_IO_OUT source while txq is not empty */
 
     /* Merge engine (VM clients) */

@@ -16,14 +16,27 @@
 #include "transport.h"
 
 /*
+ * A datagram the socket could not take yet, in its client's queue: one
+ * malloc() each.  Not a GBytes in a GQueue: GLib before 2.76 takes those
+ * from its slice allocator, which keeps what a flood of clients that do
+ * not read queued in its own slabs once they are gone, where
+ * malloc_trim() cannot give it back.
+ */
+typedef struct TxqEntry {
+    struct TxqEntry *next;
+    size_t size;
+    uint8_t data[];
+} TxqEntry;
+
+/*
  * Bytes queued for a client whose socket is full, beyond which it counts
  * as not reading its messages: room for a burst of MERGE batches.  Each
- * datagram is counted with what queueing it allocates besides its bytes
- * (a GBytes, a list link, their malloc headers), so that many small
- * messages cost no more than the limit says.
+ * datagram is counted with what queueing it costs besides its bytes (its
+ * entry's header, malloc()'s own 8 bytes and its rounding up to 16), so
+ * that many small messages hold no more than the limit says.
  */
 #define CLIENT_TXQ_MAX (8u << 20)
-#define TXQ_ENTRY_OVERHEAD 128u
+#define TXQ_ENTRY_OVERHEAD (sizeof(TxqEntry) + 8 + 15)
 
 static void *tx_buf;             /* NUKSM_MSG_MAX bytes */
 static TransportDeadFn *dead_fn;
@@ -79,10 +92,21 @@ static gboolean on_client_writable(int fd, GIOCondition cond,
 static bool queue_datagram(NuksmClient *client, const void *buf,
                            size_t size)
 {
+    TxqEntry *entry;
+
     if (client->txq_bytes + size + TXQ_ENTRY_OVERHEAD > CLIENT_TXQ_MAX) {
         return false;
     }
-    g_queue_push_tail(&client->txq, g_bytes_new(buf, size));
+    entry = g_malloc(sizeof(*entry) + size);
+    entry->next = NULL;
+    entry->size = size;
+    memcpy(entry->data, buf, size);
+    if (client->txq_tail) {
+        client->txq_tail->next = entry;
+    } else {
+        client->txq_head = entry;
+    }
+    client->txq_tail = entry;
     client->txq_bytes += size + TXQ_ENTRY_OVERHEAD;
     if (!client->out_watch) {
         log_debug("%s: socket full, queueing messages", client->label);
@@ -102,7 +126,7 @@ bool transport_send_fd(NuksmClient *client, NuksmMsgType type, uint32_t seq,
         return false;
     }
     /* Behind queued messages, this one must wait its turn. */
-    if (!client->txq.length) {
+    if (!client->txq_head) {
         err = send_datagram(client->fd, tx_buf, size, pass_fd);
     }
     if (err == EAGAIN && pass_fd < 0 &&
@@ -169,17 +193,35 @@ void transport_deny(NuksmClient *client, uint32_t seq, const char *text)
     transport_send_error(client, seq, NUKSM_ERR_DENIED, text);
 }
 
+/* Free the oldest queued datagram. */
+static void pop_datagram(NuksmClient *client)
+{
+    TxqEntry *entry = client->txq_head;
+
+    client->txq_head = entry->next;
+    if (!client->txq_head) {
+        client->txq_tail = NULL;
+    }
+    client->txq_bytes -= entry->size + TXQ_ENTRY_OVERHEAD;
+    g_free(entry);
+}
+
+void transport_clear_queue(NuksmClient *client)
+{
+    while (client->txq_head) {
+        pop_datagram(client);
+    }
+}
+
 /* Send queued datagrams until the socket is full or the queue empty. */
 static gboolean on_client_writable(int fd, GIOCondition cond,
                                    gpointer opaque)
 {
     NuksmClient *client = opaque;
-    GBytes *bytes;
 
-    while (!client->dead && (bytes = g_queue_peek_head(&client->txq))) {
-        gsize size;
-        const void *data = g_bytes_get_data(bytes, &size);
-        int err = send_datagram(fd, data, size, -1);
+    while (!client->dead && client->txq_head) {
+        int err = send_datagram(fd, client->txq_head->data,
+                                client->txq_head->size, -1);
 
         if (err == EAGAIN) {
             return G_SOURCE_CONTINUE;
@@ -190,9 +232,7 @@ static gboolean on_client_writable(int fd, GIOCondition cond,
             client->dead = true;
             break;
         }
-        g_queue_pop_head(&client->txq);
-        client->txq_bytes -= size + TXQ_ENTRY_OVERHEAD;
-        g_bytes_unref(bytes);
+        pop_datagram(client);
     }
     if (!client->dead) {
         client->out_watch = 0;

@@ -41,6 +41,9 @@ bool transport_send(NuksmClient *client, NuksmMsgType type, uint32_t seq,
 bool transport_send_fd(NuksmClient *client, NuksmMsgType type, uint32_t seq,
                        const void *payload, uint32_t len, int pass_fd);
 
+/* Free what @client's queue holds (its connection is closing). */
+void transport_clear_queue(NuksmClient *client);
+
 /* Send @client ERROR(@code, @text), logging nothing. */
 void transport_send_error(NuksmClient *client, uint32_t seq,
                           NuksmErrorCode code, const char *text);

@@ -8,6 +8,7 @@ it back, the agent's memory, and that the others are not disturbed.
 
 import os
 import random
+import select
 import subprocess
 import time
 import traceback
@@ -27,6 +28,7 @@ AT = 64 * MIB
 # Mirrors agent/merge/merge.c and agent/server/clients.h.
 CLIENT_IN_FLIGHT_MAX = 1 << 16
 CLIENT_HANDSHAKES_PER_UID = 16
+CLIENT_VMS_PER_PID = 16
 NOBODY = 65534
 
 
@@ -85,6 +87,95 @@ def merge_first(client, data):
     return requests
 
 
+def while_in_child(fn, meanwhile):
+    """Run @fn in a forked child process; once it returned, run
+    @meanwhile here while the child still lives, and what @fn returned
+    (its connections) is kept; then the child exits (the agent drops what
+    its connections leave once it is gone)."""
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(ready_r)
+            os.close(done_w)
+            connections = fn()
+            os.write(ready_w, b"y")
+            os.read(done_r, 1)  # connections stay open until then
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(ready_w)
+    os.close(done_r)
+    try:
+        assert os.read(ready_r, 1) == b"y", "the child process failed"
+        meanwhile()
+    finally:
+        os.close(done_w)
+        os.close(ready_r)
+        _, status_ = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status_) == 0, \
+        "the child process failed"
+
+
+class Forked:
+    """@count forked processes, process i running @fn(i, ready, released):
+    each a process of its own, as rogue QEMUs are.  fn calls ready(value)
+    once it is under way, which wait_ready() returns (as str) for each,
+    and may poll released(); once fn returned, the process keeps what it
+    returned (its connections) until release(), then exits (the agent
+    drops what they leave once it is gone)."""
+
+    def __init__(self, count, fn):
+        self.done_r, self.done_w = os.pipe()
+        self.children = []  # (pid, the read end of its ready pipe)
+        for i in range(count):
+            ready_r, ready_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                self._child(i, fn, ready_w)
+            os.close(ready_w)
+            self.children.append((pid, os.fdopen(ready_r)))
+
+    def _child(self, i, fn, ready_w):
+        code = 1
+        try:
+            os.close(self.done_w)
+            ready = os.fdopen(ready_w, "w")
+
+            def released():
+                return bool(select.select([self.done_r], [], [], 0)[0])
+
+            def tell(value=""):
+                print(value, file=ready, flush=True)
+            connections = fn(i, tell, released)
+            os.read(self.done_r, 1)  # connections stay open until then
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+
+    def wait_ready(self):
+        """What each process said it was ready with."""
+        values = [f.readline() for _, f in self.children]
+        assert all(values), "a flood process failed"
+        return [v.strip() for v in values]
+
+    def release(self):
+        """Let the processes go, and wait for their exit."""
+        os.close(self.done_w)
+        codes = []
+        for pid, f in self.children:
+            f.close()
+            codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        os.close(self.done_r)
+        assert codes == [0] * len(codes), "a flood process failed"
+
+
 class TurnedAway:
     """Two clients of one domain that offer @pages pages of one content
     each while a condition holds, and are turned away: nothing merges.
@@ -133,21 +224,24 @@ def test_self_pairing_client_never_uploading_is_bounded(agent):
     most CLIENT_IN_FLIGHT_MAX pages in flight; other domains merge on,
     and the agent answers at once after it leaves."""
     rss_before = rss(agent.pid)
-    rogue = VmClient(agent.sock, domain="rogue")
-    pairs = 150_000
-    # Pages 2i and 2i+1 share a content: every pair asks for a new slot.
-    rogue.candidates((p, 1_000_000 + p // 2) for p in range(2 * pairs))
-    requests = rogue.take(MSG_UPLOAD_REQ)
-    assert 0 < len(requests) <= CLIENT_IN_FLIGHT_MAX // 2
-    store_pages = sum(status(agent)["store_pages"])
-    assert store_pages == len(requests)
 
-    assert merge_pages(agent, 1000, seed=7) == 1000
-    assert rss(agent.pid) - rss_before < 64 * MIB
+    def claim():
+        rogue = VmClient(agent.sock, domain="rogue")
+        pairs = 150_000
+        # Pages 2i and 2i+1 share a content: every pair asks for a slot.
+        rogue.candidates((p, 1_000_000 + p // 2) for p in range(2 * pairs))
+        requests = rogue.take(MSG_UPLOAD_REQ)
+        assert 0 < len(requests) <= CLIENT_IN_FLIGHT_MAX // 2
+        assert sum(status(agent)["store_pages"]) == len(requests)
+        return rogue
 
-    rogue.close()
-    # The rogue's uploads go with its connection; the honest pages stay,
+    def merge_meanwhile():
+        # The bound holds the rogue's process, not this one.
+        assert merge_pages(agent, 1000, seed=7) == 1000
+        assert rss(agent.pid) - rss_before < 64 * MIB
+    # The rogue's uploads go with its process; the honest pages stay,
     # parked while their (this test's) process lives.
+    while_in_child(claim, merge_meanwhile)
     wait_until(lambda: sum(status(agent)["store_pages"]) == 1000, 10,
                "the rogue's slots to be freed")
 
@@ -161,22 +255,28 @@ def test_candidates_waiting_on_one_slot_are_bounded(agent):
     CLIENT_IN_FLIGHT_MAX; the rest are sent back (RETRY), not
     remembered."""
     rss_before = rss(agent.pid)
-    rogue = VmClient(agent.sock, domain="rogue")
-    # 2 Mi candidates would cost some 90 MiB of table entries.  Read
-    # between slices, as QEMU does: a VM that does not read its RETRYs
-    # is disconnected like any client that does not read.
-    total, bound, requests = 2 << 20, 1 << 16, []
-    for first in range(0, total, 1 << 17):
-        rogue.candidates((p, 42) for p in range(first, first + (1 << 17)))
-        messages, _ = rogue.sync()
-        assert {m.type for m in messages} <= {MSG_UPLOAD_REQ}
-        requests += [r for m in messages for r in m.slot_refs()]
-    assert len(requests) == 1
-    assert len(rogue.retried) == total - bound
-    assert status(agent)["store_pages"][0] == 1
-    assert rss(agent.pid) - rss_before < 32 * MIB
-    assert merge_pages(agent, 500, seed=9) == 500
-    rogue.close()
+
+    def join():
+        rogue = VmClient(agent.sock, domain="rogue")
+        # 2 Mi candidates would cost some 90 MiB of table entries.  Read
+        # between slices, as QEMU does: a VM that does not read its
+        # RETRYs is disconnected like any client that does not read.
+        total, bound, requests = 2 << 20, 1 << 16, []
+        for first in range(0, total, 1 << 17):
+            rogue.candidates((p, 42) for p in range(first,
+                                                    first + (1 << 17)))
+            messages, _ = rogue.sync()
+            assert {m.type for m in messages} <= {MSG_UPLOAD_REQ}
+            requests += [r for m in messages for r in m.slot_refs()]
+        assert len(requests) == 1
+        assert len(rogue.retried) == total - bound
+        assert status(agent)["store_pages"][0] == 1
+        assert rss(agent.pid) - rss_before < 32 * MIB
+        return rogue
+
+    def merge_meanwhile():
+        assert merge_pages(agent, 500, seed=9) == 500
+    while_in_child(join, merge_meanwhile)
 
 
 @pytest.mark.allocator
@@ -206,6 +306,177 @@ def test_client_not_reading_costs_at_most_its_queue(agent):
     wait_until(lambda: rss(agent.pid) - rss_before < 16 * MIB, 10,
                "the agent to give the queues' memory back")
     assert merge_pages(agent, 100, seed=5) == 100
+
+
+# Floods that end: what the agent holds once they are gone, and how fast
+# another domain merges meanwhile.  The bystander's pages stay parked
+# while this test's process lives, which the RSS before includes.
+
+
+@pytest.fixture
+def domains_agent(start_agent):
+    """An agent that puts each VM in the domain it asks for: the rogues'
+    and the bystander's."""
+    return start_agent("--vm-domains=allow")
+
+
+BYSTANDER_PAGES = 2000
+# What the agent may still hold after a flood, beyond its RSS before: what
+# its heap keeps free without giving it back (TRIM_SLACK_BYTES in
+# agent/merge/effects.c) and the slot table, which keeps its highest size.
+RSS_AFTER_FLOOD = 24 * MIB
+
+
+def timed_merge(agent, seed):
+    """A bystander domain's two clients merge BYSTANDER_PAGES pages: the
+    time it took, s."""
+    start = time.monotonic()
+    assert merge_pages(agent, BYSTANDER_PAGES, seed,
+                       domain="bystander") == BYSTANDER_PAGES
+    return time.monotonic() - start
+
+
+def peak_rss(pid):
+    """The highest resident memory of a process so far, bytes."""
+    return harness.proc_kib_field(pid, "status", "VmHWM")
+
+
+def wait_memory_back(agent, before, timeout=10):
+    """Wait until the agent's RSS is within RSS_AFTER_FLOOD of @before,
+    as it gives back what a flood used: its RSS then."""
+    deadline = time.monotonic() + timeout
+    while (now := rss(agent.pid)) - before >= RSS_AFTER_FLOOD:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the agent still holds {now / MIB:.1f} MiB "
+                                 f"{timeout} s after the flood, "
+                                 f"{before / MIB:.1f} MiB before it")
+        time.sleep(0.05)
+    return now
+
+
+def report(what, before, peak, after, quiet, during):
+    """Print a flood's figures (bytes, s), for the record."""
+    print(f"\n{what}: agent RSS {before / MIB:.1f} MiB before, "
+          f"{peak / MIB:.1f} MiB at the peak, {after / MIB:.1f} MiB after; "
+          f"a bystander domain merged {BYSTANDER_PAGES} pages in "
+          f"{quiet:.2f} s before, {during:.2f} s during the flood")
+
+
+def flood_unread(sock, hogs, ready, released):
+    """@hogs control clients at once send requests and never read the
+    replies, each until the agent disconnects it (its queue full); round
+    after round, calling ready() after the first, until released(): the
+    clients of the round then close."""
+    request = pack(MSG_GET_POLICY, 2)
+    rounds = 0
+    while not released():
+        clients = {}
+        for _ in range(hogs):
+            hog = RawClient(sock)
+            hog.request(harness.MSG_HELLO, 1, harness.hello())
+            hog.sock.setblocking(False)
+            clients[hog.sock] = hog
+        while clients and not released():
+            _, writable, _ = select.select([], list(clients), [], 0.1)
+            for s in writable:
+                try:
+                    for _ in range(64):
+                        s.send(request)
+                except BlockingIOError:
+                    pass
+                except (BrokenPipeError, ConnectionResetError):
+                    clients.pop(s).close()
+        for hog in clients.values():
+            hog.close()
+        rounds += 1
+        if rounds == 1:
+            ready()
+
+
+@pytest.mark.allocator
+def test_clients_not_reading_give_their_memory_back(domains_agent):
+    """Clients that never read their replies, 8 at once from 2 processes,
+    each until the agent disconnects it, round after round: once they are
+    gone, whether the agent disconnected them or they closed, the agent's
+    memory falls back near its level before the flood.  Another domain
+    merges meanwhile."""
+    agent = domains_agent
+    quiet = timed_merge(agent, seed=1_000_000)  # warms the agent up too
+    before = rss(agent.pid)
+    flood = Forked(2, lambda i, ready, released:
+                   flood_unread(agent.sock, 4, ready, released))
+    try:
+        flood.wait_ready()
+        during = timed_merge(agent, seed=2_000_000)
+    finally:
+        flood.release()
+    assert "does not read its messages" in agent.log_text()
+    after = wait_memory_back(agent, before)
+    report("clients that do not read", before, peak_rss(agent.pid), after,
+           quiet, during)
+
+
+def claim_slots(sock, process, pairs, ready):
+    """CLIENT_VMS_PER_PID VM connections of this process each offer @pairs
+    pairs of pages of one content each, every pair its own, and never
+    upload: ready(the uploads the process was asked for).  Returns the
+    connections."""
+    clients = [VmClient(sock, domain=f"rogue{process}")
+               for _ in range(CLIENT_VMS_PER_PID)]
+    for k, client in enumerate(clients):
+        first = (process * CLIENT_VMS_PER_PID + k) * pairs
+        client.candidates((p, 1_000_000 + first + p // 2)
+                          for p in range(2 * pairs))
+    ready(sum(len(client.take(MSG_UPLOAD_REQ)) for client in clients))
+    return clients
+
+
+def only_bystander_slots(agent):
+    """Whether the store holds only the last bystander's pages, parked
+    (the clients of a merge, of this process, take over the last one's
+    and drop them)."""
+    return sum(status(agent)["store_pages"]) == BYSTANDER_PAGES
+
+
+def test_a_process_is_bounded_over_all_its_connections(domains_agent):
+    """2 processes of 16 VM connections each claim slots and never upload:
+    each holds at most CLIENT_IN_FLIGHT_MAX pages in flight over all its
+    connections, and what they held is freed once they are gone."""
+    agent = domains_agent
+    # 16 x 4096 pairs: twice what the bound lets one process claim.
+    flood = Forked(2, lambda i, ready, released:
+                   claim_slots(agent.sock, i, 4096, ready))
+    try:
+        asked = [int(n) for n in flood.wait_ready()]
+        # Each slot puts two pages of the process in flight.
+        assert asked == [CLIENT_IN_FLIGHT_MAX // 2] * 2
+        assert sum(status(agent)["store_pages"]) == sum(asked)
+    finally:
+        flood.release()
+    wait_until(lambda: sum(status(agent)["store_pages"]) == 0, 10,
+               "the rogues' slots to be freed")
+
+
+@pytest.mark.allocator
+def test_processes_holding_slots_give_their_memory_back(domains_agent):
+    """8 processes of 16 VM connections each claim slots and never upload,
+    each up to its bound: once they are gone, the agent's memory falls
+    back near its level before.  Another domain merges meanwhile."""
+    agent = domains_agent
+    quiet = timed_merge(agent, seed=1_000_000)
+    before = rss(agent.pid)
+    flood = Forked(8, lambda i, ready, released:
+                   claim_slots(agent.sock, i, 4096, ready))
+    try:
+        flood.wait_ready()
+        during = timed_merge(agent, seed=2_000_000)
+    finally:
+        flood.release()
+    wait_until(lambda: only_bystander_slots(agent), 10,
+               "the rogues' slots to be freed")
+    after = wait_memory_back(agent, before)
+    report("8 processes claiming slots", before, peak_rss(agent.pid), after,
+           quiet, during)
 
 
 def silent_connections(sock, count):
@@ -425,39 +696,6 @@ def test_memory_cgroup_limit_is_store_full(memory_cgroup, start_agent):
     for client in holders:
         client.close()
     agent.stop()
-
-
-def while_in_child(fn, meanwhile):
-    """Run @fn in a forked child process; once it returned, run
-    @meanwhile here while the child still lives; then the child exits
-    (the agent drops what its connections leave once it is gone)."""
-    ready_r, ready_w = os.pipe()
-    done_r, done_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(ready_r)
-            os.close(done_w)
-            fn()
-            os.write(ready_w, b"y")
-            os.read(done_r, 1)
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    os.close(ready_w)
-    os.close(done_r)
-    try:
-        assert os.read(ready_r, 1) == b"y", "the child process failed"
-        meanwhile()
-    finally:
-        os.close(done_w)
-        os.close(ready_r)
-        _, status_ = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status_) == 0, \
-        "the child process failed"
 
 
 @pytest.mark.allocator
