@@ -244,8 +244,9 @@ static gboolean on_client_writable(int fd, GIOCondition cond,
 }
 
 /*
- * Datagrams of a closing connection dropped at most, so that the loop
- * ends even if the peer keeps sending.
+ * Datagrams of a closing connection dropped at most: a bound on the loop
+ * below should the peer still send (its socket's queue holds fewer,
+ * net.unix.max_dgram_qlen).
  */
 #define CLOSE_DRAIN_MAX 4096
 
@@ -253,6 +254,11 @@ void transport_close(int fd)
 {
     char byte;
 
+    /*
+     * Shut for reading first: the peer's sends fail from now on (EPIPE),
+     * so that none can slip in between the last recv() and close().
+     */
+    shutdown(fd, SHUT_RD);
     /* Each recv() takes one datagram whole, whatever it holds. */
     for (unsigned i = 0; i < CLOSE_DRAIN_MAX; i++) {
         if (recv(fd, &byte, sizeof(byte), MSG_DONTWAIT | MSG_TRUNC) <= 0) {
