@@ -8,7 +8,6 @@ content into both VMs, lets it merge, and reads from query-nuksm where
 the merged copies ended up (merged-local / merged-remote are exact).
 """
 
-import collections
 import os
 import random
 import time
@@ -192,20 +191,23 @@ HOT_PROPS = {"hot_window": HOT_WINDOW_MS}
 
 
 def write_until_hot(qtests, vms, plan):
-    """Rewrite each (vm index, address, content) of @plan until a sampled
-    window of each of those VMs saw every page it rewrites: only then are
-    they all hot, however slowly this machine writes (a page written
-    while no window samples is not seen).  Then they are hot for the
-    longest cold threshold."""
-    regions = collections.Counter(i for i, _, _ in plan)
-    seen = dict.fromkeys(regions, 0)
+    """Rewrite each (vm index, address, content) of @plan in turn until a
+    sampled window of its VM, opened after the rewriting began, saw every
+    page of it: only then are they all hot, however slowly this machine
+    writes (a page written while no window samples is not seen, and one
+    window need not last the rewriting of all a VM's regions).  Then they
+    are hot for the longest cold threshold."""
+    for i, at, content in plan:
+        began = vms[i].nuksm()["hotness"]["samples"]
 
-    def all_hot():
-        write_once(qtests, plan)
-        for i in seen:
-            seen[i] = max(seen[i], vms[i].nuksm()["hotness"]["hot-pages"])
-        return all(seen[i] >= regions[i] * REGION_PAGES for i in regions)
-    wait_until(all_hot, 60, "a sampled window to see every page written")
+        def seen_whole():
+            write_big(qtests[i], at, content)
+            hotness = vms[i].nuksm()["hotness"]
+            # The window that closed first may have opened before.
+            return hotness["samples"] >= began + 2 and \
+                hotness["hot-pages"] >= REGION_PAGES
+        wait_until(seen_whole, 60, f"a sampled window of {vms[i].name} to "
+                   f"see every page at {at:#x} written")
 
 
 def write_once(qtests, plan):
