@@ -421,7 +421,8 @@ def claim_slots(sock, process, pairs, ready):
     pairs of pages of one content each, every pair its own, and never
     upload: ready(the uploads the process was asked for).  Returns the
     connections."""
-    clients = [VmClient(sock, domain=f"rogue{process}")
+    # The agent has the other processes' candidates to handle too.
+    clients = [VmClient(sock, domain=f"rogue{process}", timeout=30)
                for _ in range(CLIENT_VMS_PER_PID)]
     for k, client in enumerate(clients):
         first = (process * CLIENT_VMS_PER_PID + k) * pairs
@@ -453,7 +454,7 @@ def test_a_process_is_bounded_over_all_its_connections(domains_agent):
         assert sum(status(agent)["store_pages"]) == sum(asked)
     finally:
         flood.release()
-    wait_until(lambda: sum(status(agent)["store_pages"]) == 0, 10,
+    wait_until(lambda: sum(status(agent)["store_pages"]) == 0, 20,
                "the rogues' slots to be freed")
 
 
@@ -472,7 +473,7 @@ def test_processes_holding_slots_give_their_memory_back(domains_agent):
         during = timed_merge(agent, seed=2_000_000)
     finally:
         flood.release()
-    wait_until(lambda: only_bystander_slots(agent), 10,
+    wait_until(lambda: only_bystander_slots(agent), 20,
                "the rogues' slots to be freed")
     after = wait_memory_back(agent, before)
     report("8 processes claiming slots", before, peak_rss(agent.pid), after,
