@@ -287,6 +287,12 @@ static bool set_domain_unstable_max(NuksmdConfig *cfg, const char *origin,
     return parse_quota(origin, value, &cfg->assign.quotas[QUOTA_UNSTABLE]);
 }
 
+static bool set_domain_queue_max(NuksmdConfig *cfg, const char *origin,
+                                 const char *value)
+{
+    return parse_quota(origin, value, &cfg->assign.quotas[QUOTA_QUEUE]);
+}
+
 /* A quarter of the host's memory, in MiB, within the allowed range. */
 static uint32_t default_memory_max(void)
 {
@@ -318,6 +324,7 @@ static const struct {
     { "vm-set-policy", set_vm_set_policy },
     { "domain-store-max", set_domain_store_max },
     { "domain-unstable-max", set_domain_unstable_max },
+    { "domain-queue-max", set_domain_queue_max },
 };
 
 enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
@@ -408,7 +415,7 @@ static char **load_globs(GKeyFile *kf, const char *group, const char *key)
 
 static const char *const rule_keys[] = {
     "users", "groups", "cgroups", "libvirt-names", "max-priority",
-    "store-max", "unstable-max", NULL,
+    "store-max", "unstable-max", "queue-max", NULL,
 };
 
 /*
@@ -589,6 +596,10 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
           "A merge domain's pages waiting for a partner may take at most "
           "N% of the unstable table, or N MiB of it (default 50%; "
           "[domain NAME] unstable-max sets one domain's)", "N%|N" },
+        { "domain-queue-max", 0, 0, G_OPTION_ARG_STRING, &cli[17],
+          "The replies a merge domain's VMs leave unread may take at most "
+          "N% of --memory-max, or N MiB (default 50%; [domain NAME] "
+          "queue-max sets one domain's)", "N%|N" },
         { "config", 0, 0, G_OPTION_ARG_FILENAME, &config_path,
           "Read settings from the [nuksmd] group of FILE", "FILE" },
         { "foreground", 0, 0, G_OPTION_ARG_NONE, &foreground,
@@ -625,10 +636,11 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         "log-level, state-dir, restore-grace, cold-windows,\n"
         "replace-rate, memory-max, libvirt-dir, socket-group,\n"
         "admin-group, isolation, vm-domains, vm-set-policy,\n"
-        "domain-store-max and domain-unstable-max in a [nuksmd] group,\n"
-        "and merge domains VMs are assigned to in [domain NAME] groups\n"
-        "(users, groups, cgroups, libvirt-names, max-priority,\n"
-        "store-max, unstable-max); command-line options override it.\n");
+        "domain-store-max, domain-unstable-max and domain-queue-max in\n"
+        "a [nuksmd] group, and merge domains VMs are assigned to in\n"
+        "[domain NAME] groups (users, groups, cgroups, libvirt-names,\n"
+        "max-priority, store-max, unstable-max, queue-max);\n"
+        "command-line options override it.\n");
     if (!g_option_context_parse(ctx, &argc, &argv, &err)) {
         fprintf(stderr, "nuksmd: %s (see --help)\n", err->message);
         goto out;

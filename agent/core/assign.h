@@ -65,13 +65,14 @@ typedef struct Quota {
 typedef enum QuotaKind {
     QUOTA_STORE,             /* store-max: its copies in the store */
     QUOTA_UNSTABLE,          /* unstable-max: its unstable table entries */
+    QUOTA_QUEUE,             /* queue-max: replies its VMs do not read */
     QUOTA__COUNT,
 } QuotaKind;
 
 /* Every domain's, unless its [domain NAME] says otherwise: half. */
 #define QUOTA_DEFAULT ((Quota) { .value = 50, .percent = true })
 
-/* "store-max", "unstable-max": the keys of [domain NAME]. */
+/* "store-max", "unstable-max", "queue-max": keys of [domain NAME]. */
 extern const char *const assign_quota_keys[QUOTA__COUNT];
 
 typedef struct DomainRule {

@@ -78,6 +78,17 @@ size_t quotas_unstable_max(NuksmAgent *agent, uint16_t domain)
            ((size_t)q.value << 20) / sizeof(UnstableEntry);
 }
 
+uint64_t quotas_queue_max(NuksmAgent *agent, uint16_t domain)
+{
+    Quota q = domains_quota(&agent->domains, domain, QUOTA_QUEUE);
+
+    if (unbounded(q)) {
+        return UINT64_MAX;
+    }
+    return q.percent ? agent->conditions.memory_max / 100 * q.value :
+                       (uint64_t)q.value << 20;
+}
+
 /* Tell @domain's VMs what holds now. */
 static void tell_vms(NuksmAgent *agent, uint16_t domain)
 {

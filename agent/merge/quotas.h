@@ -16,6 +16,11 @@
  *   of its own (core/unstable.h), which delays its own merges and no
  *   other domain's.  Nothing stops, so nothing is limited.
  *
+ * - Queues: the replies its VMs leave unread, at most its queue-max
+ *   (default 50%): MiB, or a percentage of --memory-max.  The VM whose
+ *   reply would pass it is disconnected as one that does not read, as
+ *   at the bound on one process's queues.
+ *
  * A domain at its store quota is limited, which its VMs alone are told
  * (CONDITION with NUKSM_COND_DOMAIN_QUOTA: query-nuksm's limit
  * domain-quota), logged once when it starts and once when it ends.  It
@@ -44,6 +49,9 @@ bool quotas_store_has_room(NuksmAgent *agent, uint16_t domain);
 
 /* The entries @domain may hold in the unstable table. */
 size_t quotas_unstable_max(NuksmAgent *agent, uint16_t domain);
+
+/* The bytes of replies @domain's VMs may leave unread (transport.c). */
+uint64_t quotas_queue_max(NuksmAgent *agent, uint16_t domain);
 
 /*
  * A copy of @domain was freed: end its limit if it fell below

@@ -356,7 +356,7 @@ static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque)
                     "refusing connection from pid %ld uid %u: %s",
                     (long)cred.pid, (unsigned)cred.uid, problem);
         transport_refuse(cfd, problem);
-        transport_close(cfd);
+        transport_close_refused(cfd);
         return G_SOURCE_CONTINUE;
     }
 

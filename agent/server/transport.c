@@ -6,6 +6,7 @@
  */
 
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <glib-unix.h>
 
 #include "log.h"
+#include "quotas.h"
 #include "transport.h"
 
 /*
@@ -29,8 +31,9 @@ typedef struct TxqEntry {
 } TxqEntry;
 
 /*
- * Bytes queued for a client whose socket is full, beyond which it counts
- * as not reading its messages: room for a burst of MERGE batches.  Each
+ * Bytes queued for the connections of one process whose sockets are
+ * full, beyond which the one that would pass it counts as not reading
+ * its messages: room for a burst of MERGE batches.  Each
  * datagram is counted with what queueing it costs besides its bytes (its
  * entry's header, malloc()'s own 8 bytes and its rounding up to 16), so
  * that many small messages hold no more than the limit says.
@@ -41,15 +44,25 @@ typedef struct TxqEntry {
 static void *tx_buf;             /* NUKSM_MSG_MAX bytes */
 static TransportDeadFn *dead_fn;
 
+/*
+ * Bytes queued for the VMs of each merge domain, by domain id: at most
+ * its queue-max (quotas.h).  By id, not in the domain, since a VM that
+ * left its domain may still hold queued bytes until it is freed.
+ */
+static uint64_t *queued_by_domain;
+
 void transport_init(TransportDeadFn *on_dead)
 {
     tx_buf = g_malloc(NUKSM_MSG_MAX);
     dead_fn = on_dead;
+    /* 512 KiB of address space; only the ids ever used are touched. */
+    queued_by_domain = g_new0(uint64_t, UINT16_MAX + 1);
 }
 
 void transport_destroy(void)
 {
     g_clear_pointer(&tx_buf, g_free);
+    g_clear_pointer(&queued_by_domain, g_free);
 }
 
 /*
@@ -88,13 +101,71 @@ static int send_datagram(int fd, const void *buf, size_t size, int pass_fd)
 static gboolean on_client_writable(int fd, GIOCondition cond,
                                    gpointer opaque);
 
-/* Queue a datagram that the socket cannot take now. */
+/* Do @client's queued bytes count for its merge domain? */
+static bool counts_for_domain(const NuksmClient *client)
+{
+    return client->hello_done && client->role == NUKSM_ROLE_VM;
+}
+
+/* What a datagram of @size bytes costs in a queue. */
+static size_t queued_cost(size_t size)
+{
+    return size + TXQ_ENTRY_OVERHEAD;
+}
+
+/*
+ * Why @cost more bytes may not be queued for @client, or NULL: its
+ * process's connections hold CLIENT_TXQ_MAX, or a VM's merge domain its
+ * queue-max, which one process, or a domain's many, cannot pass by
+ * opening more connections.
+ */
+static char *queue_full(const NuksmClient *client, size_t cost)
+{
+    const NuksmClient *c = client;
+    uint64_t process = 0, quota;
+
+    do {
+        process += c->txq_bytes;
+        c = c->pid_next;
+    } while (c != client);
+    if (process + cost > CLIENT_TXQ_MAX) {
+        return g_strdup_printf("it does not read its messages (%zu KiB "
+                               "queued, %" PRIu64 " KiB over its process's "
+                               "connections)", client->txq_bytes >> 10,
+                               process >> 10);
+    }
+    if (!client->joined) {
+        return NULL;
+    }
+    quota = quotas_queue_max(client->agent, client->domain_id);
+    if (queued_by_domain[client->domain_id] + cost > quota) {
+        return g_strdup_printf("its merge domain's VMs do not read their "
+                               "messages (they hold its quota of %" PRIu64
+                               " MiB, queue-max)", quota >> 20);
+    }
+    return NULL;
+}
+
+/* Account a change of @delta bytes in @client's queue. */
+static void queue_account(NuksmClient *client, int64_t delta)
+{
+    client->txq_bytes += delta;
+    if (counts_for_domain(client)) {
+        queued_by_domain[client->domain_id] += delta;
+    }
+}
+
+/*
+ * Queue a datagram that the socket cannot take now; false, with why not
+ * in *@why, if it may not be.
+ */
 static bool queue_datagram(NuksmClient *client, const void *buf,
-                           size_t size)
+                           size_t size, char **why)
 {
     TxqEntry *entry;
 
-    if (client->txq_bytes + size + TXQ_ENTRY_OVERHEAD > CLIENT_TXQ_MAX) {
+    *why = queue_full(client, queued_cost(size));
+    if (*why) {
         return false;
     }
     entry = g_malloc(sizeof(*entry) + size);
@@ -107,7 +178,7 @@ static bool queue_datagram(NuksmClient *client, const void *buf,
         client->txq_head = entry;
     }
     client->txq_tail = entry;
-    client->txq_bytes += size + TXQ_ENTRY_OVERHEAD;
+    queue_account(client, queued_cost(size));
     if (!client->out_watch) {
         log_debug("%s: socket full, queueing messages", client->label);
         client->out_watch = g_unix_fd_add(client->fd, G_IO_OUT,
@@ -120,6 +191,7 @@ bool transport_send_fd(NuksmClient *client, NuksmMsgType type, uint32_t seq,
                        const void *payload, uint32_t len, int pass_fd)
 {
     size_t size = nuksm_msg_pack(tx_buf, type, seq, payload, len);
+    g_autofree char *why = NULL;
     int err = EAGAIN;
 
     if (client->dead) {
@@ -130,14 +202,14 @@ bool transport_send_fd(NuksmClient *client, NuksmMsgType type, uint32_t seq,
         err = send_datagram(client->fd, tx_buf, size, pass_fd);
     }
     if (err == EAGAIN && pass_fd < 0 &&
-        queue_datagram(client, tx_buf, size)) {
+        queue_datagram(client, tx_buf, size, &why)) {
         err = 0;
     }
     if (err) {
         log_warning("%s: cannot send %s: %s, disconnecting", client->label,
                     nuksm_msg_type_name(type),
-                    err == EAGAIN ? "it does not read its messages"
-                                  : g_strerror(err));
+                    why ? why : err == EAGAIN ? "it does not read its messages"
+                                              : g_strerror(err));
         client->dead = true;
         return false;
     }
@@ -202,7 +274,7 @@ static void pop_datagram(NuksmClient *client)
     if (!client->txq_head) {
         client->txq_tail = NULL;
     }
-    client->txq_bytes -= entry->size + TXQ_ENTRY_OVERHEAD;
+    queue_account(client, -(int64_t)queued_cost(entry->size));
     g_free(entry);
 }
 
@@ -266,6 +338,37 @@ void transport_close(int fd)
         }
     }
     close(fd);
+}
+
+/*
+ * A connection refused as it came stays open for reading this long, so
+ * that a peer that sends HELLO as it connects finds its socket open and
+ * reads the ERROR: a send to a closed socket fails (EPIPE) before the
+ * peer reads anything.  At most LINGER_MAX at once; past that they are
+ * closed at once.
+ */
+#define LINGER_MS 1000
+#define LINGER_MAX 64
+
+static unsigned lingering;
+
+static gboolean end_linger(gpointer opaque)
+{
+    transport_close(GPOINTER_TO_INT(opaque));
+    lingering--;
+    return G_SOURCE_REMOVE;
+}
+
+void transport_close_refused(int fd)
+{
+    if (lingering >= LINGER_MAX) {
+        transport_close(fd);
+        return;
+    }
+    /* The peer reads the ERROR, then end of file. */
+    shutdown(fd, SHUT_WR);
+    lingering++;
+    g_timeout_add(LINGER_MS, end_linger, GINT_TO_POINTER(fd));
 }
 
 void transport_refuse(int fd, const char *text)

@@ -75,4 +75,10 @@ void transport_refuse(int fd, const char *text);
  */
 void transport_close(int fd);
 
+/*
+ * Close @fd, a connection refused as it came (transport_refuse()), once
+ * its peer had a moment to send what it sends as it connects.
+ */
+void transport_close_refused(int fd);
+
 #endif /* NUKSMD_TRANSPORT_H */

@@ -8,6 +8,7 @@ it back, the agent's memory, and that the others are not disturbed.
 
 import os
 import random
+import re
 import select
 import subprocess
 import time
@@ -738,3 +739,31 @@ def test_memory_budget_holds_back_candidates(start_agent):
     assert "agent memory budget used no more" in agent.log_text()
     turned_away[0].close()
     watcher.close()
+
+
+def test_a_process_not_reading_holds_one_queue(agent):
+    """One process's connections that do not read hold 8 MiB of replies
+    together, not 8 MiB each: the one that passes it is disconnected with
+    a share of it."""
+    hogs = []
+    for _ in range(4):
+        hog = RawClient(agent.sock, timeout=0.5)
+        hog.request(harness.MSG_HELLO, 1, harness.hello())
+        hogs.append(hog)
+    request = pack(MSG_GET_POLICY, 2)
+    live = list(hogs)
+    while live:
+        for hog in list(live):
+            try:
+                hog.send(request)
+            except (BrokenPipeError, ConnectionResetError, TimeoutError):
+                live.remove(hog)
+    wait_until(lambda: "over its process's connections" in agent.log_text(),
+               10, "a hog to be disconnected")
+    line = next(l for l in agent.log_text().splitlines()
+                if "over its process's connections" in l)
+    own, process = (int(w) for w in re.findall(r"(\d+) KiB", line))
+    assert process > 7 * 1024 and own < process * 3 // 4, line
+    for hog in hogs:
+        hog.close()
+    assert merge_pages(agent, 10, seed=77_000) == 10

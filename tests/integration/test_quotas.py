@@ -176,3 +176,40 @@ def test_a_domain_flooding_the_unstable_table_evicts_only_its_own(
     assert len(requests) == len(honest)
     for client in (first, second, greedy):
         client.close()
+
+
+def flood_without_reading(clients, requests=200_000):
+    """Each of @clients sends GET_POLICY in turn and reads no reply, until
+    the agent hangs up on all of them or @requests were sent each."""
+    request = harness.pack(harness.MSG_GET_POLICY, 2)
+    live = list(clients)
+    for _ in range(requests):
+        for client in list(live):
+            try:
+                client.send(request)
+            except (BrokenPipeError, ConnectionResetError, TimeoutError):
+                live.remove(client)
+        if not live:
+            return
+
+
+def test_a_domains_vms_not_reading_hold_at_most_its_queue_quota(
+        start_agent, workdir):
+    """Two VMs of domain greedy (queue-max=1) that never read their
+    replies are disconnected once they hold 1 MiB of them together, while
+    a VM of another domain is answered throughout."""
+    config = workdir / "queues.conf"
+    config.write_text("[nuksmd]\nvm-domains=allow\n\n"
+                      "[domain greedy]\nqueue-max=1\n")
+    agent = start_agent("--config", config)
+    honest = VmClient(agent.sock, "honest")
+    hogs = [VmClient(agent.sock, "greedy", timeout=0.5) for _ in range(2)]
+    flood_without_reading(hogs)
+    wait_until(lambda: agent.log_text().count(
+        "merge domain's VMs do not read their messages") >= 1, 10,
+        "a greedy VM to be disconnected at its domain's quota")
+    assert "quota of 1 MiB, queue-max" in agent.log_text()
+    honest.info()
+    assert honest.condition.bits == 0
+    for client in (honest, *hogs):
+        client.close()

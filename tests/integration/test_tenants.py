@@ -237,7 +237,8 @@ def test_rules_assign_domains_and_cap_priorities(start_agent, workdir):
      "[domain x] users: no user 'no-such-user-here'"),
     ("[domain x]\ncolour=red\n",
      "unknown key 'colour' in [domain x] (allowed: users, groups, "
-     "cgroups, libvirt-names, max-priority, store-max, unstable-max)"),
+     "cgroups, libvirt-names, max-priority, store-max, unstable-max, "
+     "queue-max)"),
     ("[domain x]\nmax-priority=0\n", "invalid priority '0' (allowed: "
      "1..1000)"),
     ("[domain x]\nstore-max=150%\n", "[domain x] store-max: invalid quota "
