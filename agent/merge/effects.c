@@ -36,9 +36,10 @@
  * millisecond.  Looking once a second while memory is freed costs at
  * worst 12% of a core, on that fragmented 1 GiB heap (where the memory
  * budget's mallinfo2() on every batch of candidates costs more); a trim
- * comes only once 16 MiB more can be given back.
+ * comes only once 4 MiB more can be given back, which is all an idle
+ * agent may keep of its freed heap.
  */
-#define TRIM_SLACK_BYTES (16 << 20)
+#define TRIM_SLACK_BYTES (4 << 20)
 #define TRIM_CHECK_MS 1000
 
 static struct {
