@@ -111,6 +111,7 @@ typedef struct AgentConditions {
     uint32_t held;                          /* NuksmCondition bits */
     char *reasons[NUKSM_COND_COUNT];        /* per bit, while held */
     guint probe_timer;       /* looks whether they still hold */
+    guint quota_timer;       /* looks at domains at a quota (quotas.c) */
     uint64_t memory_max;     /* heap budget, bytes (--memory-max) */
 } AgentConditions;
 

@@ -20,6 +20,7 @@
 #include "merge.h"
 #include "outbox.h"
 #include "nuksm-config.h"
+#include "quotas.h"
 #include "recovery.h"
 #include "server.h"
 #include "topology.h"
@@ -101,6 +102,7 @@ static void close_engine(NuksmAgent *agent)
     g_clear_pointer(&agent->placement.hot_owners, g_hash_table_destroy);
     ledger_destroy(agent);
     conditions_destroy(agent);
+    quotas_destroy(agent);
     domains_destroy(&agent->domains);
     unstable_destroy(&agent->unstable);
     index_destroy(&agent->index);

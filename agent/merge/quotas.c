@@ -101,6 +101,44 @@ static void tell_vms(NuksmAgent *agent, uint16_t domain)
     }
 }
 
+/* End @domain's limit if it holds less than QUOTA_RESUME_PERCENT. */
+static bool end_if_below(NuksmAgent *agent, uint16_t domain)
+{
+    /* A limited domain's quota is bounded: no overflow. */
+    if (store_pages(agent, domain) * 100 >=
+        store_quota(agent, domain) * QUOTA_RESUME_PERCENT) {
+        return false;
+    }
+    domains_set_limit(&agent->domains, domain, NULL);
+    log_info("merge domain '%s' below its store quota: its merging resumes",
+             domains_name(&agent->domains, domain));
+    tell_vms(agent, domain);
+    return true;
+}
+
+/*
+ * While a domain is limited, look every CONDITIONS_PROBE_SECONDS whether
+ * it still is: its quota may have grown with the store's tmpfs, and
+ * nothing else would look, since its VMs offer nothing new until told.
+ */
+static gboolean on_quota_probe(gpointer opaque)
+{
+    NuksmAgent *agent = opaque;
+    bool limited = false;
+
+    for (guint id = 0; id < agent->domains.by_id->len; id++) {
+        if (g_ptr_array_index(agent->domains.by_id, id) &&
+            domains_limit(&agent->domains, id)) {
+            limited |= !end_if_below(agent, id);
+        }
+    }
+    if (!limited) {
+        agent->conditions.quota_timer = 0;
+        return G_SOURCE_REMOVE;
+    }
+    return G_SOURCE_CONTINUE;
+}
+
 bool quotas_store_has_room(NuksmAgent *agent, uint16_t domain)
 {
     const char *name = domains_name(&agent->domains, domain);
@@ -121,19 +159,25 @@ bool quotas_store_has_room(NuksmAgent *agent, uint16_t domain)
                 "%u%% of it", domains_limit(&agent->domains, domain),
                 QUOTA_RESUME_PERCENT);
     tell_vms(agent, domain);
+    if (!agent->conditions.quota_timer) {
+        agent->conditions.quota_timer =
+            g_timeout_add_seconds(CONDITIONS_PROBE_SECONDS, on_quota_probe,
+                                  agent);
+    }
     return false;
 }
 
 void quotas_store_released(NuksmAgent *agent, uint16_t domain)
 {
-    /* A limited domain's quota is bounded: no overflow. */
-    if (!domains_limit(&agent->domains, domain) ||
-        store_pages(agent, domain) * 100 >=
-        store_quota(agent, domain) * QUOTA_RESUME_PERCENT) {
-        return;
+    if (domains_limit(&agent->domains, domain)) {
+        end_if_below(agent, domain);
     }
-    domains_set_limit(&agent->domains, domain, NULL);
-    log_info("merge domain '%s' below its store quota: its merging resumes",
-             domains_name(&agent->domains, domain));
-    tell_vms(agent, domain);
+}
+
+void quotas_destroy(NuksmAgent *agent)
+{
+    if (agent->conditions.quota_timer) {
+        g_source_remove(agent->conditions.quota_timer);
+        agent->conditions.quota_timer = 0;
+    }
 }

@@ -25,7 +25,9 @@
  * (CONDITION with NUKSM_COND_DOMAIN_QUOTA: query-nuksm's limit
  * domain-quota), logged once when it starts and once when it ends.  It
  * ends once the domain holds less than QUOTA_RESUME_PERCENT of the
- * quota; its VMs then offer again what it turned away.  The store-full
+ * quota, which nuksmd checks as its copies are freed and, while it is
+ * limited, every CONDITIONS_PROBE_SECONDS (a percentage grows with the
+ * store's tmpfs); its VMs then offer again what it turned away.  The store-full
  * condition (conditions.h) holds for every domain alike and is checked
  * first.
  *
@@ -58,5 +60,8 @@ uint64_t quotas_queue_max(NuksmAgent *agent, uint16_t domain);
  * QUOTA_RESUME_PERCENT of its quota.
  */
 void quotas_store_released(NuksmAgent *agent, uint16_t domain);
+
+/* Stop looking at the domains at a quota. */
+void quotas_destroy(NuksmAgent *agent);
 
 #endif /* NUKSMD_QUOTAS_H */

@@ -254,9 +254,8 @@ static char *make_room(NuksmAgent *agent, const struct ucred *cred)
     if (clients_count_handshakes(&agent->clients, cred->uid) >=
         CLIENT_HANDSHAKES_PER_UID) {
         g_autofree char *why =
-            g_strdup_printf("uid %u holds %u connections awaiting their "
-                            "HELLO (limit %u)", (unsigned)cred->uid,
-                            CLIENT_HANDSHAKES_PER_UID,
+            g_strdup_printf("uid %u holds the %u connections awaiting "
+                            "their HELLO it may", (unsigned)cred->uid,
                             CLIENT_HANDSHAKES_PER_UID);
 
         drop_for_room(clients_handshake_to_drop(&agent->clients, false,

@@ -384,6 +384,7 @@ static void fire_timers(void)
         agent.relocator.pass_timer, agent.relocator.tick_timer,
         agent.placement.home_timer, agent.orphans.timer,
         agent.ledger.upload_timer, agent.conditions.probe_timer,
+        agent.conditions.quota_timer,
     };
 
     if (trace) {

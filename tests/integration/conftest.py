@@ -5,6 +5,7 @@ import contextlib
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -261,3 +262,18 @@ def tcg_guest(start_vm, workdir):
         vm.wait_serial(harness.GUEST_READY, timeout=90)
         return vm
     return start
+
+
+@pytest.fixture
+def small_tmpfs(workdir):
+    """A 1 MiB tmpfs, unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    path = workdir / "small"
+    path.mkdir(mode=0o700)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700",
+                    "nuksm-test", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)

@@ -539,21 +539,6 @@ def test_silent_connections_time_out(agent):
     assert status(agent)["vms"] == 0
 
 
-@pytest.fixture
-def small_tmpfs(workdir):
-    """A 1 MiB tmpfs, unmounted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    path = workdir / "small"
-    path.mkdir(mode=0o700)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700",
-                    "nuksm-test", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
-
-
 def merged_non_zero(vm):
     info = vm.nuksm()
     return info["merged-pages"] - info["zero-pages"]

@@ -8,6 +8,7 @@ resumes by itself once the domain holds less than 90% of its quota.
 """
 
 import random
+import subprocess
 
 import xxhash
 
@@ -212,4 +213,27 @@ def test_a_domains_vms_not_reading_hold_at_most_its_queue_quota(
     honest.info()
     assert honest.condition.bits == 0
     for client in (honest, *hogs):
+        client.close()
+
+
+def test_a_quota_that_grows_with_the_store_ends_the_limit(start_agent,
+                                                          small_tmpfs):
+    """A domain at its store-max of 50% of a 1 MiB tmpfs: once the tmpfs
+    is grown, its VMs are told that merging resumes, with no copy freed
+    and nothing new offered."""
+    agent = start_agent(args=["--socket", small_tmpfs.parent / "nuksmd.sock",
+                              "--state-dir", small_tmpfs / "state"],
+                        state_dir=False)
+    a, b = VmClient(agent.sock), VmClient(agent.sock)
+    merged_b, merged_a = pair_up(a, b, QUOTA_PAGES, seed=3000)
+    assert 0 < len(merged_a) <= QUOTA_PAGES // 2
+    for client in (a, b):
+        assert client.condition.bits == COND_DOMAIN_QUOTA
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_tmpfs)],
+                   check=True)
+    for client in (a, b):
+        wait_until(lambda: told_nothing(client), 15,
+                   "the domain's limit to end as its quota grew")
+    assert "below its store quota" in agent.log_text()
+    for client in (a, b):
         client.close()
