@@ -26,6 +26,7 @@ import time
 import traceback
 from pathlib import Path
 
+import xxhash
 from qemu.qmp import ConnectError, ExecInterruptedError
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
@@ -509,6 +510,21 @@ def ctl_json(sock, *args):
     return json.loads(ctl_ok(sock, "--json", *args))
 
 
+def status(agent):
+    """nuksmctl status of @agent, as JSON."""
+    return ctl_json(agent.sock, "status")
+
+
+def page_content(seed):
+    """A page of content of its own for each @seed."""
+    return seed.to_bytes(8, "little") * (NUKSM_PAGE_SIZE // 8)
+
+
+def digest(data):
+    """The XXH3 digest QEMU sends of @data."""
+    return xxhash.xxh3_64_intdigest(data)
+
+
 # ---------------------------------------------------------------- cgroups
 
 def cgroup_dir(controller):
@@ -710,6 +726,16 @@ class Vm:
     def wait_state(self, state, obj_id="dedup0"):
         return self.wait_nuksm(lambda i: i["state"] == state,
                                f"nuksm state {state}", obj_id=obj_id)
+
+    def wait_limited(self, limit, reason):
+        """query-nuksm once merging is limited by @limit, for a reason
+        that says @reason, which NUKSM_MERGING_LIMITED said too."""
+        info = self.wait_state("limited")
+        assert info["limit"] == limit
+        assert reason in info["limit-reason"]
+        event = self.wait_event("NUKSM_MERGING_LIMITED")
+        assert event["data"]["limit"] == limit
+        return info
 
     def wait_event(self, name, timeout=15.0):
         """The next event called @name; other events are dropped."""

@@ -15,12 +15,11 @@ import time
 import traceback
 
 import pytest
-import xxhash
 
 import harness
 from harness import (COND_AGENT_MEMORY, COND_STORE_FULL, MSG_GET_POLICY,
-                     MSG_MERGE, MSG_UPLOAD_REQ, RawClient, VmClient, pack,
-                     rss, wait_until)
+                     MSG_MERGE, MSG_UPLOAD_REQ, RawClient, VmClient, digest,
+                     pack, rss, status, wait_until)
 
 PAGE = harness.NUKSM_PAGE_SIZE
 MIB = 1 << 20
@@ -33,16 +32,7 @@ CLIENT_VMS_PER_PID = 16
 NOBODY = 65534
 
 
-def page(seed):
-    return seed.to_bytes(8, "little") * (PAGE // 8)
-
-
-def digest(data):
-    return xxhash.xxh3_64_intdigest(data)
-
-
-def status(agent):
-    return harness.ctl_json(agent.sock, "status")
+page = harness.page_content
 
 
 def merge_offered(a, b, data):
@@ -575,11 +565,7 @@ def test_store_full_is_one_visible_condition(start_agent, small_tmpfs,
     assert watcher.condition.bits == COND_STORE_FULL
     assert agent.log_text().count("store full:") == 1
     for vm in vms:
-        info = vm.wait_state("limited")
-        assert info["limit"] == "store-full"
-        assert "cannot write to the store" in info["limit-reason"]
-        event = vm.wait_event("NUKSM_MERGING_LIMITED")
-        assert event["data"]["limit"] == "store-full"
+        info = vm.wait_limited("store-full", "cannot write to the store")
     # nuksmctl vms says it of every VM, as query-nuksm does.
     entries = {e["pid"]: e
                for e in harness.ctl_json(agent.sock, "vms")["vms"]}

@@ -10,11 +10,9 @@ resumes by itself once the domain holds less than 90% of its quota.
 import random
 import subprocess
 
-import xxhash
-
 import harness
 from harness import (COND_DOMAIN_QUOTA, MSG_MERGE, MSG_UPLOAD_REQ, Qtest,
-                     VmClient, wait_until, write_big)
+                     VmClient, digest, status, wait_until, write_big)
 
 PAGE = harness.NUKSM_PAGE_SIZE
 MIB = 1 << 20
@@ -22,16 +20,7 @@ QUOTA_PAGES = MIB // PAGE          # store-max=1 (MiB) of domain greedy
 RESUME_PERCENT = 90                # mirrors agent/merge/quotas.h
 
 
-def content(seed):
-    return seed.to_bytes(8, "little") * (PAGE // 8)
-
-
-def digest(data):
-    return xxhash.xxh3_64_intdigest(data)
-
-
-def status(agent):
-    return harness.ctl_json(agent.sock, "status")
+content = harness.page_content
 
 
 def start_quota_agent(start_agent, workdir, *extra):
@@ -125,11 +114,7 @@ def test_a_real_vm_shows_its_domains_quota(start_agent, workdir, qtest_vm):
             write_big(q, at, data)
             q.close()
     for vm in greedy:
-        info = vm.wait_state("limited")
-        assert info["limit"] == "domain-quota"
-        assert "store quota" in info["limit-reason"]
-        event = vm.wait_event("NUKSM_MERGING_LIMITED")
-        assert event["data"]["limit"] == "domain-quota"
+        vm.wait_limited("domain-quota", "store quota")
     for vm in honest:
         vm.wait_nuksm(lambda i: i["merged-pages"] - i["zero-pages"] >=
                       size // PAGE, "honest's pages to merge", timeout=60)
