@@ -37,22 +37,28 @@ static uint64_t store_capacity(NuksmAgent *agent)
     return MIN(pages, slots);
 }
 
-/* 100%: all there is, which only the store's own bounds bound. */
-static bool unbounded(Quota q)
+/*
+ * Domain @domain's quota of @kind, in units of @unit bytes: its
+ * percentage of @whole units, or its MiB; UINT64_MAX for 100%, which is
+ * all there is and leaves only the resource's own bounds.
+ */
+static uint64_t quota_units(NuksmAgent *agent, uint16_t domain,
+                            QuotaKind kind, uint64_t whole, size_t unit)
 {
-    return q.percent && q.value == 100;
+    Quota q = domains_quota(&agent->domains, domain, kind);
+
+    if (q.percent && q.value == 100) {
+        return UINT64_MAX;
+    }
+    return q.percent ? whole * q.value / 100
+                     : ((uint64_t)q.value << 20) / unit;
 }
 
 /* Domain @domain's store quota, in pages. */
 static uint64_t store_quota(NuksmAgent *agent, uint16_t domain)
 {
-    Quota q = domains_quota(&agent->domains, domain, QUOTA_STORE);
-
-    if (unbounded(q)) {
-        return UINT64_MAX;
-    }
-    return q.percent ? store_capacity(agent) * q.value / 100 :
-                       ((uint64_t)q.value << 20) / NUKSM_PAGE_SIZE;
+    return quota_units(agent, domain, QUOTA_STORE, store_capacity(agent),
+                       NUKSM_PAGE_SIZE);
 }
 
 static uint64_t store_pages(NuksmAgent *agent, uint16_t domain)
@@ -68,25 +74,15 @@ static uint64_t store_pages(NuksmAgent *agent, uint16_t domain)
 
 size_t quotas_unstable_max(NuksmAgent *agent, uint16_t domain)
 {
-    Quota q = domains_quota(&agent->domains, domain, QUOTA_UNSTABLE);
-
-    if (unbounded(q)) {
-        return SIZE_MAX;
-    }
-    return q.percent ?
-           unstable_max_entries(&agent->unstable) * q.value / 100 :
-           ((size_t)q.value << 20) / sizeof(UnstableEntry);
+    return quota_units(agent, domain, QUOTA_UNSTABLE,
+                       unstable_max_entries(&agent->unstable),
+                       sizeof(UnstableEntry));
 }
 
 uint64_t quotas_queue_max(NuksmAgent *agent, uint16_t domain)
 {
-    Quota q = domains_quota(&agent->domains, domain, QUOTA_QUEUE);
-
-    if (unbounded(q)) {
-        return UINT64_MAX;
-    }
-    return q.percent ? agent->conditions.memory_max / 100 * q.value :
-                       (uint64_t)q.value << 20;
+    return quota_units(agent, domain, QUOTA_QUEUE,
+                       agent->conditions.memory_max, 1);
 }
 
 /* Tell @domain's VMs what holds now. */
