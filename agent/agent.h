@@ -104,6 +104,8 @@ typedef struct AgentServer {
     ino_t ino;               /* never unlink somebody else's */
     void *rx_buf;            /* NUKSM_MSG_MAX bytes */
     uint64_t cpu_mark;       /* thread CPU when messages were last handled */
+    guint resume_timer;      /* reads the clients left unread again */
+    gint64 resume_at;        /* monotonic us it fires at */
 } AgentServer;
 
 /* What holds back new merges (conditions.c). */
@@ -114,6 +116,12 @@ typedef struct AgentConditions {
     guint quota_timer;       /* looks at domains at a quota (quotas.c) */
     uint64_t memory_max;     /* heap budget, bytes (--memory-max) */
 } AgentConditions;
+
+/* Each domain's share of nuksmd's CPU (throttle.c). */
+typedef struct AgentThrottle {
+    GArray *domains;         /* its DomainCpu, by domain id */
+    guint look_timer;        /* looks at which domains are limited */
+} AgentThrottle;
 
 /* Slots no VM references that a process may still map (recovery.c). */
 typedef struct AgentOrphans {
@@ -181,6 +189,7 @@ typedef struct NuksmAgent {
     AgentLedger ledger;
     GQueue detached;         /* parked references (detached.c) */
     AgentConditions conditions;
+    AgentThrottle throttle;
     AgentOrphans orphans;
     AgentEffects effects;
 } NuksmAgent;

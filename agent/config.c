@@ -251,10 +251,12 @@ static bool set_memory_max(NuksmdConfig *cfg, const char *origin,
 #define QUOTA_MIB_MAX (1u << 20)
 
 /*
- * A domain's quota @value, "N%" (1..100 percent of the whole) or "N"
- * (MiB), into *@quota; else a usage error naming both forms.
+ * A domain's quota @value of @kind, "N%" (1..100 percent of the whole)
+ * or "N" (MiB; not for cpu-max, a share of a core), into *@quota; else a
+ * usage error naming the allowed forms.
  */
-static bool parse_quota(const char *origin, const char *value, Quota *quota)
+static bool parse_quota(const char *origin, const char *value,
+                        QuotaKind kind, Quota *quota)
 {
     g_autofree char *number = g_strdup(value);
     size_t len = strlen(number);
@@ -264,9 +266,16 @@ static bool parse_quota(const char *origin, const char *value, Quota *quota)
     if (percent) {
         number[len - 1] = '\0';
     }
-    if (!g_ascii_string_to_unsigned(number, 10, 1,
-                                    percent ? 100 : QUOTA_MIB_MAX, &n,
-                                    NULL)) {
+    if (kind == QUOTA_CPU) {
+        if (!percent || !g_ascii_string_to_unsigned(number, 10, 1, 100, &n,
+                                                    NULL)) {
+            usage_error(origin, "invalid CPU quota '%s' (allowed: 1%%..100%% "
+                        "of a core)", value);
+            return false;
+        }
+    } else if (!g_ascii_string_to_unsigned(number, 10, 1,
+                                           percent ? 100 : QUOTA_MIB_MAX,
+                                           &n, NULL)) {
         usage_error(origin, "invalid quota '%s' (allowed: 1%%..100%% of the "
                     "host's, or 1..%u MiB)", value, QUOTA_MIB_MAX);
         return false;
@@ -278,19 +287,29 @@ static bool parse_quota(const char *origin, const char *value, Quota *quota)
 static bool set_domain_store_max(NuksmdConfig *cfg, const char *origin,
                                  const char *value)
 {
-    return parse_quota(origin, value, &cfg->assign.quotas[QUOTA_STORE]);
+    return parse_quota(origin, value, QUOTA_STORE,
+                       &cfg->assign.quotas[QUOTA_STORE]);
 }
 
 static bool set_domain_unstable_max(NuksmdConfig *cfg, const char *origin,
                                     const char *value)
 {
-    return parse_quota(origin, value, &cfg->assign.quotas[QUOTA_UNSTABLE]);
+    return parse_quota(origin, value, QUOTA_UNSTABLE,
+                       &cfg->assign.quotas[QUOTA_UNSTABLE]);
 }
 
 static bool set_domain_queue_max(NuksmdConfig *cfg, const char *origin,
                                  const char *value)
 {
-    return parse_quota(origin, value, &cfg->assign.quotas[QUOTA_QUEUE]);
+    return parse_quota(origin, value, QUOTA_QUEUE,
+                       &cfg->assign.quotas[QUOTA_QUEUE]);
+}
+
+static bool set_domain_cpu_max(NuksmdConfig *cfg, const char *origin,
+                               const char *value)
+{
+    return parse_quota(origin, value, QUOTA_CPU,
+                       &cfg->assign.quotas[QUOTA_CPU]);
 }
 
 /* A quarter of the host's memory, in MiB, within the allowed range. */
@@ -325,6 +344,7 @@ static const struct {
     { "domain-store-max", set_domain_store_max },
     { "domain-unstable-max", set_domain_unstable_max },
     { "domain-queue-max", set_domain_queue_max },
+    { "domain-cpu-max", set_domain_cpu_max },
 };
 
 enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
@@ -415,7 +435,7 @@ static char **load_globs(GKeyFile *kf, const char *group, const char *key)
 
 static const char *const rule_keys[] = {
     "users", "groups", "cgroups", "libvirt-names", "max-priority",
-    "store-max", "unstable-max", "queue-max", NULL,
+    "store-max", "unstable-max", "queue-max", "cpu-max", NULL,
 };
 
 /*
@@ -458,7 +478,7 @@ static bool load_rule(NuksmdConfig *cfg, GKeyFile *kf, const char *path,
         g_autofree char *origin = g_strdup_printf("%s: [%s] %s", path, group,
                                                   key);
 
-        if (value && !parse_quota(origin, value, &rule->quotas[k])) {
+        if (value && !parse_quota(origin, value, k, &rule->quotas[k])) {
             return false;
         }
     }
@@ -600,6 +620,10 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
           "The replies a merge domain's VMs leave unread may take at most "
           "N% of --memory-max, or N MiB (default 50%; [domain NAME] "
           "queue-max sets one domain's)", "N%|N" },
+        { "domain-cpu-max", 0, 0, G_OPTION_ARG_STRING, &cli[18],
+          "While VMs of another merge domain wait, a domain's VMs may take "
+          "at most N% of a core of nuksmd (default 50%; [domain NAME] "
+          "cpu-max sets one domain's)", "N%" },
         { "config", 0, 0, G_OPTION_ARG_FILENAME, &config_path,
           "Read settings from the [nuksmd] group of FILE", "FILE" },
         { "foreground", 0, 0, G_OPTION_ARG_NONE, &foreground,
@@ -636,10 +660,11 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         "log-level, state-dir, restore-grace, cold-windows,\n"
         "replace-rate, memory-max, libvirt-dir, socket-group,\n"
         "admin-group, isolation, vm-domains, vm-set-policy,\n"
-        "domain-store-max, domain-unstable-max and domain-queue-max in\n"
-        "a [nuksmd] group, and merge domains VMs are assigned to in\n"
-        "[domain NAME] groups (users, groups, cgroups, libvirt-names,\n"
-        "max-priority, store-max, unstable-max, queue-max);\n"
+        "domain-store-max, domain-unstable-max, domain-queue-max and\n"
+        "domain-cpu-max in a [nuksmd] group, and merge domains VMs are\n"
+        "assigned to in [domain NAME] groups (users, groups, cgroups,\n"
+        "libvirt-names, max-priority, store-max, unstable-max,\n"
+        "queue-max, cpu-max);\n"
         "command-line options override it.\n");
     if (!g_option_context_parse(ctx, &argc, &argv, &err)) {
         fprintf(stderr, "nuksmd: %s (see --help)\n", err->message);

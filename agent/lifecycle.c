@@ -22,6 +22,7 @@
 #include "nuksm-config.h"
 #include "quotas.h"
 #include "recovery.h"
+#include "throttle.h"
 #include "server.h"
 #include "topology.h"
 
@@ -103,6 +104,7 @@ static void close_engine(NuksmAgent *agent)
     ledger_destroy(agent);
     conditions_destroy(agent);
     quotas_destroy(agent);
+    throttle_destroy(agent);
     domains_destroy(&agent->domains);
     unstable_destroy(&agent->unstable);
     index_destroy(&agent->index);

@@ -488,7 +488,9 @@ static void cmd_vms(Ctl *ctl, bool json)
         } else {
             g_string_append(out, "null");
         }
-        g_string_append_c(out, '}');
+        g_string_append_printf(out, ", \"agent_cpu_seconds\": %.6f"
+                               ", \"throttled_seconds\": %.6f}",
+                               e->agent_cpu_ns / 1e9, e->throttled_ns / 1e9);
     }
     g_string_append(out, "]}");
     print_json(out);

@@ -234,7 +234,9 @@ static void emit_structs(void)
            MEMBER(NuksmVmEntry, home, "64s"),
            MEMBER(NuksmVmEntry, limit_reason, "128s"),
            MEMBER(NuksmVmEntry, libvirt_name, "64s"),
-           MEMBER(NuksmVmEntry, libvirt_uuid, "40s"));
+           MEMBER(NuksmVmEntry, libvirt_uuid, "40s"),
+           MEMBER(NuksmVmEntry, agent_cpu_ns, "Q"),
+           MEMBER(NuksmVmEntry, throttled_ns, "Q"));
     STRUCT("VM_LIMIT", NuksmMsgVmLimit,
            MEMBER(NuksmMsgVmLimit, limit, "I"),
            MEMBER(NuksmMsgVmLimit, reserved, "I"),

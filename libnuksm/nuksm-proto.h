@@ -65,7 +65,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 10u
+#define NUKSM_PROTO_VERSION 11u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -364,6 +364,9 @@ typedef struct NuksmVmEntry {
     /* The libvirt domain registered for its pid (agent/libvirt.h), or "" */
     char libvirt_name[NUKSM_NAME_LEN];
     char libvirt_uuid[NUKSM_UUID_LEN];
+    uint64_t agent_cpu_ns;   /* nuksmd's CPU its messages took */
+    uint64_t throttled_ns;   /* how long its domain's CPU quota left them */
+                             /* unread (agent/merge/throttle.h) */
 } NuksmVmEntry;
 
 /* VMS: a NuksmMsgVms followed by count NuksmVmEntry records */

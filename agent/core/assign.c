@@ -190,6 +190,7 @@ const char *const assign_quota_keys[QUOTA__COUNT] = {
     [QUOTA_STORE] = "store-max",
     [QUOTA_UNSTABLE] = "unstable-max",
     [QUOTA_QUEUE] = "queue-max",
+    [QUOTA_CPU] = "cpu-max",
 };
 
 Quota assign_quota(const AssignConfig *cfg, const char *name,

@@ -51,10 +51,9 @@ typedef enum AssignRequests {
     VM_DOMAINS_ALLOW,        /* honoured where nothing is assigned */
 } AssignRequests;
 
-/* One [domain NAME] group of nuksmd.conf. */
 /*
  * A domain's share of a host resource: @value MiB or, if @percent,
- * @value percent of the whole.
+ * @value percent of the whole (cpu-max: always a percentage of a core).
  */
 typedef struct Quota {
     uint32_t value;
@@ -66,15 +65,17 @@ typedef enum QuotaKind {
     QUOTA_STORE,             /* store-max: its copies in the store */
     QUOTA_UNSTABLE,          /* unstable-max: its unstable table entries */
     QUOTA_QUEUE,             /* queue-max: replies its VMs do not read */
+    QUOTA_CPU,               /* cpu-max: nuksmd's CPU for its messages */
     QUOTA__COUNT,
 } QuotaKind;
 
 /* Every domain's, unless its [domain NAME] says otherwise: half. */
 #define QUOTA_DEFAULT ((Quota) { .value = 50, .percent = true })
 
-/* "store-max", "unstable-max", "queue-max": keys of [domain NAME]. */
+/* "store-max", ..., "cpu-max": keys of [domain NAME]. */
 extern const char *const assign_quota_keys[QUOTA__COUNT];
 
+/* One [domain NAME] group of nuksmd.conf. */
 typedef struct DomainRule {
     char *domain;            /* NAME, nuksm_domain_name_valid() */
     GArray *uids;            /* uid_t: users= */

@@ -56,7 +56,8 @@ void conditions_describe(const NuksmAgent *agent, char *field, size_t len)
 uint32_t conditions_of_vm(const NuksmAgent *agent,
                           const NuksmClient *client, char *field, size_t len)
 {
-    const char *quota = domains_limit(&agent->domains, client->domain_id);
+    g_autofree char *quota = domains_limits_text(&agent->domains,
+                                                 client->domain_id);
     g_autofree char *both = NULL;
 
     conditions_describe(agent, field, len);
@@ -75,6 +76,17 @@ void conditions_send(NuksmAgent *agent, NuksmClient *client)
     msg.conditions = conditions_of_vm(agent, client, msg.reason,
                                       sizeof(msg.reason));
     transport_send(client, NUKSM_MSG_CONDITION, 0, &msg, sizeof(msg));
+}
+
+void conditions_send_domain(NuksmAgent *agent, uint16_t domain)
+{
+    for (GList *l = agent->clients.list.head; l; l = l->next) {
+        NuksmClient *client = l->data;
+
+        if (clients_is_vm(client) && client->domain_id == domain) {
+            conditions_send(agent, client);
+        }
+    }
 }
 
 static void broadcast(NuksmAgent *agent)

@@ -68,14 +68,17 @@ void conditions_describe(const NuksmAgent *agent, char *field, size_t len);
 
 /*
  * What holds back @client's merging (a VM's): the agent's conditions,
- * and NUKSM_COND_DOMAIN_QUOTA if its domain is at a quota (quotas.h);
- * their reasons into the string field @field.
+ * and NUKSM_COND_DOMAIN_QUOTA if its domain is at a quota (quotas.h,
+ * throttle.h); their reasons into the string field @field.
  */
 uint32_t conditions_of_vm(const NuksmAgent *agent,
                           const NuksmClient *client, char *field, size_t len);
 
 /* Tell @client (a VM) what holds now: conditions_of_vm(). */
 void conditions_send(NuksmAgent *agent, NuksmClient *client);
+
+/* Tell every VM of domain @domain what holds now. */
+void conditions_send_domain(NuksmAgent *agent, uint16_t domain);
 
 void conditions_destroy(NuksmAgent *agent);
 

@@ -18,14 +18,16 @@ typedef struct Domain {
     uint16_t id;
     unsigned users;
     DomainStats stats;
-    char *limit;             /* why it is at a quota (quotas.h), or NULL */
+    char *limits[QUOTA__COUNT];  /* why it is at each quota, or NULL */
 } Domain;
 
 static void domain_free(gpointer p)
 {
     Domain *dom = p;
 
-    g_free(dom->limit);
+    for (unsigned k = 0; k < QUOTA__COUNT; k++) {
+        g_free(dom->limits[k]);
+    }
     g_free(dom);
 }
 
@@ -188,15 +190,34 @@ Quota domains_quota(const Domains *d, uint16_t id, QuotaKind kind)
     return domain_of(d, id)->quotas[kind];
 }
 
-const char *domains_limit(const Domains *d, uint16_t id)
+const char *domains_limit(const Domains *d, uint16_t id, QuotaKind kind)
 {
-    return domain_of(d, id)->limit;
+    return domain_of(d, id)->limits[kind];
 }
 
-void domains_set_limit(Domains *d, uint16_t id, char *reason)
+void domains_set_limit(Domains *d, uint16_t id, QuotaKind kind,
+                       char *reason)
 {
     Domain *dom = domain_of(d, id);
 
-    g_free(dom->limit);
-    dom->limit = reason;
+    g_free(dom->limits[kind]);
+    dom->limits[kind] = reason;
+}
+
+char *domains_limits_text(const Domains *d, uint16_t id)
+{
+    const Domain *dom = domain_of(d, id);
+    GString *text = NULL;
+
+    for (unsigned k = 0; k < QUOTA__COUNT; k++) {
+        if (!dom->limits[k]) {
+            continue;
+        }
+        if (text) {
+            g_string_append_printf(text, "; %s", dom->limits[k]);
+        } else {
+            text = g_string_new(dom->limits[k]);
+        }
+    }
+    return text ? g_string_free(text, FALSE) : NULL;
 }

@@ -90,10 +90,17 @@ const char *domains_name(const Domains *d, uint16_t id);
  */
 Quota domains_quota(const Domains *d, uint16_t id, QuotaKind kind);
 
-/* Why @id is at one of its quotas (merge/quotas.h), or NULL. */
-const char *domains_limit(const Domains *d, uint16_t id);
+/*
+ * Why @id is at its quota of @kind (merge/quotas.h, merge/throttle.h),
+ * or NULL.
+ */
+const char *domains_limit(const Domains *d, uint16_t id, QuotaKind kind);
 
-/* @id is at a quota for @reason (taken), or no longer if NULL. */
-void domains_set_limit(Domains *d, uint16_t id, char *reason);
+/* @id is at its quota of @kind for @reason (taken), or no longer if NULL. */
+void domains_set_limit(Domains *d, uint16_t id, QuotaKind kind,
+                       char *reason);
+
+/* Why @id is at any of its quotas, "; " between them, or NULL: g_free(). */
+char *domains_limits_text(const Domains *d, uint16_t id);
 
 #endif /* NUKSMD_DOMAINS_H */

@@ -85,18 +85,6 @@ uint64_t quotas_queue_max(NuksmAgent *agent, uint16_t domain)
                        agent->conditions.memory_max, 1);
 }
 
-/* Tell @domain's VMs what holds now. */
-static void tell_vms(NuksmAgent *agent, uint16_t domain)
-{
-    for (GList *l = agent->clients.list.head; l; l = l->next) {
-        NuksmClient *client = l->data;
-
-        if (clients_is_vm(client) && client->domain_id == domain) {
-            conditions_send(agent, client);
-        }
-    }
-}
-
 /* End @domain's limit if it holds less than QUOTA_RESUME_PERCENT. */
 static bool end_if_below(NuksmAgent *agent, uint16_t domain)
 {
@@ -105,10 +93,10 @@ static bool end_if_below(NuksmAgent *agent, uint16_t domain)
         store_quota(agent, domain) * QUOTA_RESUME_PERCENT) {
         return false;
     }
-    domains_set_limit(&agent->domains, domain, NULL);
+    domains_set_limit(&agent->domains, domain, QUOTA_STORE, NULL);
     log_info("merge domain '%s' below its store quota: its merging resumes",
              domains_name(&agent->domains, domain));
-    tell_vms(agent, domain);
+    conditions_send_domain(agent, domain);
     return true;
 }
 
@@ -124,7 +112,7 @@ static gboolean on_quota_probe(gpointer opaque)
 
     for (guint id = 0; id < agent->domains.by_id->len; id++) {
         if (g_ptr_array_index(agent->domains.by_id, id) &&
-            domains_limit(&agent->domains, id)) {
+            domains_limit(&agent->domains, id, QUOTA_STORE)) {
             limited |= !end_if_below(agent, id);
         }
     }
@@ -140,7 +128,7 @@ bool quotas_store_has_room(NuksmAgent *agent, uint16_t domain)
     const char *name = domains_name(&agent->domains, domain);
     uint64_t quota, pages;
 
-    if (domains_limit(&agent->domains, domain)) {
+    if (domains_limit(&agent->domains, domain, QUOTA_STORE)) {
         return false;
     }
     quota = store_quota(agent, domain);
@@ -148,13 +136,14 @@ bool quotas_store_has_room(NuksmAgent *agent, uint16_t domain)
     if (pages < quota) {
         return true;
     }
-    domains_set_limit(&agent->domains, domain, g_strdup_printf(
+    domains_set_limit(&agent->domains, domain, QUOTA_STORE, g_strdup_printf(
         "merge domain '%s' holds its store quota: %" PRIu64 " MiB of "
         "copies (store-max)", name, quota * NUKSM_PAGE_SIZE >> 20));
     log_warning("%s; its VMs make no new copy until it holds less than "
-                "%u%% of it", domains_limit(&agent->domains, domain),
+                "%u%% of it",
+                domains_limit(&agent->domains, domain, QUOTA_STORE),
                 QUOTA_RESUME_PERCENT);
-    tell_vms(agent, domain);
+    conditions_send_domain(agent, domain);
     if (!agent->conditions.quota_timer) {
         agent->conditions.quota_timer =
             g_timeout_add_seconds(CONDITIONS_PROBE_SECONDS, on_quota_probe,
@@ -165,7 +154,7 @@ bool quotas_store_has_room(NuksmAgent *agent, uint16_t domain)
 
 void quotas_store_released(NuksmAgent *agent, uint16_t domain)
 {
-    if (domains_limit(&agent->domains, domain)) {
+    if (domains_limit(&agent->domains, domain, QUOTA_STORE)) {
         end_if_below(agent, domain);
     }
 }

@@ -104,6 +104,11 @@ typedef struct NuksmClient {
     GArray *to_move;         /* NuksmMove of the next MOVE */
     GArray *to_retry;        /* NuksmSlotRef of the next RETRY (page only) */
     uint64_t charge_ns;      /* CPU its messages cost, not yet CHARGEd */
+    uint64_t cpu_ns;         /* CPU its messages cost, all told */
+    uint64_t throttled_ns;   /* time its domain's CPU quota left it */
+                             /* unread (merge/throttle.h) */
+    gint64 paused_at;        /* monotonic us it was left unread at, */
+    gint64 paused_until;     /* and until when; 0 while it is read */
     SlotLines lines;         /* where its new slots go (lines.h) */
     bool in_outbox;
 

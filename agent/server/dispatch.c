@@ -335,6 +335,7 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         const LibvirtDomain *dom =
             g_hash_table_lookup(libvirt, GINT_TO_POINTER(vm->pid));
         NuksmVmEntry *e = &entries[i];
+        g_autofree char *quota = NULL;
 
         e->client_id = vm->id;
         e->pid = vm->pid;
@@ -348,6 +349,11 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         memcpy(e->vm_name, vm->vm_name, sizeof(e->vm_name));
         memcpy(e->object_id, vm->object_id, sizeof(e->object_id));
         e->merged_pages = vm->merged_pages;
+        e->agent_cpu_ns = vm->cpu_ns;
+        e->throttled_ns = vm->throttled_ns;
+        if (vm->paused_at) {
+            e->throttled_ns += (g_get_monotonic_time() - vm->paused_at) * 1000;
+        }
         ledger_locality(vm, &e->merged_local, &e->merged_remote);
         if (vm->topology) {
             e->nr_gnodes = vm->topology->nr_gnodes;
@@ -355,11 +361,12 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         }
         e->limit = vm->limit.limit;
         memcpy(e->limit_reason, vm->limit.reason, sizeof(e->limit_reason));
-        if (!e->limit && domains_limit(&agent->domains, vm->domain_id)) {
+        quota = e->limit ? NULL : domains_limits_text(&agent->domains,
+                                                      vm->domain_id);
+        if (quota) {
             e->limit = NUKSM_VM_LIMIT_DOMAIN_QUOTA;
             nuksm_strfield_set(e->limit_reason, sizeof(e->limit_reason),
-                               domains_limit(&agent->domains,
-                                             vm->domain_id));
+                               quota);
         }
         if (dom) {
             memcpy(e->libvirt_name, dom->name, sizeof(e->libvirt_name));

@@ -22,6 +22,7 @@
 #include "effects.h"
 #include "log.h"
 #include "server.h"
+#include "throttle.h"
 #include "transport.h"
 
 /* Seconds to stop accepting after running out of file descriptors. */
@@ -140,6 +141,73 @@ static bool is_request(const void *buf, size_t size)
     return hdr.seq != 0;
 }
 
+static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque);
+
+/*
+ * Read again the clients left unread whose time is up, and come back
+ * for the next.
+ */
+static gboolean on_resume(gpointer opaque)
+{
+    NuksmAgent *agent = opaque;
+    gint64 now = g_get_monotonic_time();
+    gint64 next = G_MAXINT64;
+
+    for (GList *l = agent->clients.list.head; l; l = l->next) {
+        NuksmClient *client = l->data;
+
+        if (!client->paused_until) {
+            continue;
+        }
+        if (client->paused_until > now) {
+            next = MIN(next, client->paused_until);
+            continue;
+        }
+        client->throttled_ns += (now - client->paused_at) * 1000;
+        client->paused_at = client->paused_until = 0;
+        client->watch = g_unix_fd_add(client->fd, G_IO_IN, on_client_ready,
+                                      client);
+    }
+    agent->server.resume_timer = 0;
+    if (next != G_MAXINT64) {
+        agent->server.resume_at = next;
+        agent->server.resume_timer =
+            g_timeout_add(MAX((next - now + 999) / 1000, 1), on_resume, agent);
+    }
+    return G_SOURCE_REMOVE;
+}
+
+/*
+ * Leave the VMs of merge domain @domain unread until @until (monotonic
+ * us): its CPU quota says so (merge/throttle.h).
+ */
+static void pause_domain(NuksmAgent *agent, uint16_t domain, gint64 until)
+{
+    gint64 now = g_get_monotonic_time();
+
+    for (GList *l = agent->clients.list.head; l; l = l->next) {
+        NuksmClient *client = l->data;
+
+        if (!clients_is_vm(client) || !client->joined ||
+            client->domain_id != domain || !client->watch) {
+            continue;
+        }
+        g_source_remove(client->watch);
+        client->watch = 0;
+        client->paused_at = now;
+        client->paused_until = until;
+    }
+    if (agent->server.resume_timer && agent->server.resume_at <= until) {
+        return;
+    }
+    if (agent->server.resume_timer) {
+        g_source_remove(agent->server.resume_timer);
+    }
+    agent->server.resume_at = until;
+    agent->server.resume_timer =
+        g_timeout_add(MAX((until - now + 999) / 1000, 1), on_resume, agent);
+}
+
 /*
  * Receive and handle up to RECV_BATCH datagrams of @client, so that a
  * busy VM's messages cost one wakeup of the main loop per batch, not per
@@ -148,7 +216,8 @@ static bool is_request(const void *buf, size_t size)
  * connection, then to this one, finds the agent reading them in that
  * order, as without batches.  A VM is charged for each merge message as
  * it is handled, receiving it included, and for the main loop's work
- * since the previous turn with the first.
+ * since the previous turn with the first; its domain for every message,
+ * which may leave its VMs unread for a while (merge/throttle.h).
  */
 static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
 {
@@ -156,6 +225,7 @@ static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
     NuksmAgent *agent = client->agent;
     uint64_t mark = thread_cpu_ns();
     uint64_t loop_ns = MIN(mark - agent->server.cpu_mark, LOOP_CHARGE_MAX_NS);
+    gint64 unread_until = 0;
 
     for (unsigned i = 0; i < RECV_BATCH && !client->dead; i++) {
         /*
@@ -165,7 +235,7 @@ static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
         ssize_t n = recv(fd, agent->server.rx_buf, NUKSM_MSG_MAX,
                          MSG_TRUNC | MSG_DONTWAIT);
         bool merge_message;
-        uint64_t now;
+        uint64_t now, cost;
 
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR) {
@@ -186,16 +256,24 @@ static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
         /* All a message produced is done before the next is read. */
         effects_flush(agent);
         now = thread_cpu_ns();
-        if (merge_message) {
-            dispatch_charge(client, loop_ns + now - mark);
-            loop_ns = 0;
-        }
+        cost = now - mark;
         mark = now;
-        if (is_request(agent->server.rx_buf, n)) {
+        if (merge_message) {
+            cost += loop_ns;
+            loop_ns = 0;
+            dispatch_charge(client, cost);
+        }
+        if (clients_is_vm(client) && client->joined) {
+            unread_until = throttle_charge(agent, client, cost);
+        }
+        if (unread_until || is_request(agent->server.rx_buf, n)) {
             break;
         }
     }
     agent->server.cpu_mark = thread_cpu_ns();
+    if (unread_until) {
+        pause_domain(agent, client->domain_id, unread_until);
+    }
 
     /*
      * This may destroy the source being dispatched, which GLib allows;
@@ -517,6 +595,10 @@ void server_stop(NuksmAgent *agent)
     if (agent->server.accept_retry) {
         g_source_remove(agent->server.accept_retry);
         agent->server.accept_retry = 0;
+    }
+    if (agent->server.resume_timer) {
+        g_source_remove(agent->server.resume_timer);
+        agent->server.resume_timer = 0;
     }
     close(agent->server.listen_fd);
     agent->server.listen_fd = -1;

@@ -109,6 +109,9 @@ def test_vms_lists_connected_vms(agent, qtest_vm):
     listing = ctl_json(agent.sock, "vms")
     assert listing["total"] == 2
     by_pid = {vm["pid"]: vm for vm in listing["vms"]}
+    # Each VM's HELLO took the agent's CPU; nothing left it unread.
+    assert by_pid[blue.pid].pop("agent_cpu_seconds") > 0
+    assert by_pid[blue.pid].pop("throttled_seconds") == 0
     assert by_pid[blue.pid] == {
         "id": int(rows[blue.pid]["ID"]), "pid": blue.pid,
         "uid": os.getuid(),

@@ -740,3 +740,128 @@ def test_a_process_not_reading_holds_one_queue(agent):
     for hog in hogs:
         hog.close()
     assert merge_pages(agent, 10, seed=77_000) == 10
+
+
+# A domain's share of the agent's CPU (agent/merge/throttle.h).
+
+HOG_CPU_PERCENT = 20
+# Mirrors THROTTLE_LIMITED_PERCENT in agent/merge/throttle.h.
+LIMITED_PERCENT = 25
+
+
+def flood_candidates(sock, ready, released):
+    """A VM of domain hog sends, until released(), the same batches of
+    candidates again and again, with nothing to merge: each costs the
+    agent lookups in its tables, and this process little.  It reads what
+    the agent sends back, as a QEMU does, so that only its CPU counts."""
+    hog = VmClient(sock, "hog")
+    rng = random.Random(hog.client_id)
+    batches = [pack(harness.MSG_CANDIDATES, 0, harness.pack_candidates(
+        (b * harness.CANDIDATES_MAX + i, rng.getrandbits(64))
+        for i in range(harness.CANDIDATES_MAX))) for b in range(8)]
+    ready()
+    while not released():
+        for batch in batches:
+            hog.send(batch)     # blocks while the agent leaves it unread
+        while select.select([hog.sock], [], [], 0)[0]:
+            hog.recv()
+    return hog
+
+
+def domain_cpu(agent, domain):
+    """(agent CPU s, s left unread) of @domain's VMs, as nuksmctl shows."""
+    vms = [vm for vm in harness.ctl_json(agent.sock, "vms")["vms"]
+           if vm["domain"] == domain]
+    return (sum(vm["agent_cpu_seconds"] for vm in vms),
+            sum(vm["throttled_seconds"] for vm in vms))
+
+
+class Merger:
+    """Two VMs of domain honest that merge 200 new pages at a time, then
+    write to them (UNMERGED): as much merging as they are let do, while
+    the store holds none of it for long."""
+
+    def __init__(self, agent):
+        self.a = VmClient(agent.sock, "honest")
+        self.b = VmClient(agent.sock, "honest")
+        self.seed = 1_000_000
+
+    def merge(self):
+        """One round: the pages it merged."""
+        data = [page(self.seed + i) for i in range(200)]
+        self.seed += len(data)
+        self.a.candidates((i, digest(d)) for i, d in enumerate(data))
+        self.a.info()
+        self.b.candidates((i, digest(d)) for i, d in enumerate(data))
+        requests = self.b.take(MSG_UPLOAD_REQ)
+        self.b.upload(requests, [data[r.page] for r in requests])
+        merged = 0
+        for client in (self.b, self.a):
+            refs = client.take(MSG_MERGE)
+            client.merged(refs)
+            client.unmerged(refs)
+            client.info()
+            merged += len(refs)
+        assert merged == 2 * len(data)
+        return len(data)
+
+    def merge_for(self, seconds):
+        """Rounds for @seconds: the pages merged per second."""
+        merged, start = 0, time.monotonic()
+        while time.monotonic() - start < seconds:
+            merged += self.merge()
+        return merged / (time.monotonic() - start)
+
+
+def test_a_domain_takes_its_cpu_share_while_others_wait(start_agent,
+                                                        workdir):
+    """Four processes of domain hog flood the agent with candidates,
+    against one domain honest that merges: hog gets its cpu-max of the
+    agent's thread (20%) while honest is served, and is told so
+    (domain-quota), honest is not; once the flood ends, so does hog's
+    limit.  Alone, hog took what it needed."""
+    config = workdir / "cpu.conf"
+    config.write_text("[nuksmd]\nvm-domains=allow\n\n"
+                      f"[domain hog]\ncpu-max={HOG_CPU_PERCENT}%\n")
+    agent = start_agent("--config", config)
+    honest = Merger(agent)
+    quiet = honest.merge_for(2)
+    observer = VmClient(agent.sock, "hog")
+    flood = Forked(4, lambda i, ready, released:
+                   flood_candidates(agent.sock, ready, released))
+    try:
+        flood.wait_ready()
+        # Alone, once honest's last merge is past, hog is never left
+        # unread.
+        time.sleep(0.5)
+        cpu0, unread0 = domain_cpu(agent, "hog")
+        alone0 = time.monotonic()
+        time.sleep(1)
+        cpu1, unread1 = domain_cpu(agent, "hog")
+        alone = (cpu1 - cpu0) / (time.monotonic() - alone0)
+        assert unread1 == unread0
+        assert alone > 2 * HOG_CPU_PERCENT / 100
+        # With honest merging, hog takes its share.
+        start = time.monotonic()
+        during = honest.merge_for(4)
+        cpu2, unread2 = domain_cpu(agent, "hog")
+        share = (cpu2 - cpu1) / (time.monotonic() - start)
+        assert unread2 > 0
+        assert share < (HOG_CPU_PERCENT + 10) / 100, \
+            f"domain hog took {share:.0%} of a core, past its cpu-max"
+        # Told while honest merges on (alone, hog's limit ends).
+        wait_until(lambda: honest.merge() and observer.sync() and
+                   observer.condition.bits == harness.COND_DOMAIN_QUOTA,
+                   10, "hog told of its CPU quota")
+        assert "share of nuksmd's CPU" in observer.condition.reason
+        assert "'hog'" in observer.condition.reason
+        assert honest.a.condition.bits == honest.b.condition.bits == 0
+    finally:
+        flood.release()
+    wait_until(lambda: observer.sync() and observer.condition.bits == 0,
+               5, "hog's CPU limit ended")
+    assert agent.log_text().count("takes its share of nuksmd's CPU") == 1
+    assert "'hog' within its share of nuksmd's CPU" in agent.log_text()
+    print(f"\ndomain hog took {alone:.0%} of a core alone, {share:.0%} "
+          f"while honest merged; honest merged {quiet:.0f} pages/s before, "
+          f"{during:.0f} during the flood")

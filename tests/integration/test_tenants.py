@@ -238,13 +238,17 @@ def test_rules_assign_domains_and_cap_priorities(start_agent, workdir):
     ("[domain x]\ncolour=red\n",
      "unknown key 'colour' in [domain x] (allowed: users, groups, "
      "cgroups, libvirt-names, max-priority, store-max, unstable-max, "
-     "queue-max)"),
+     "queue-max, cpu-max)"),
     ("[domain x]\nmax-priority=0\n", "invalid priority '0' (allowed: "
      "1..1000)"),
     ("[domain x]\nstore-max=150%\n", "[domain x] store-max: invalid quota "
      "'150%' (allowed: 1%..100% of the host's, or 1..1048576 MiB)"),
     ("[domain x]\nunstable-max=lots\n", "[domain x] unstable-max: invalid "
      "quota 'lots' (allowed: 1%..100% of the host's, or 1..1048576 MiB)"),
+    ("[domain x]\ncpu-max=4096\n", "[domain x] cpu-max: invalid CPU quota "
+     "'4096' (allowed: 1%..100% of a core)"),
+    ("[nuksmd]\ndomain-cpu-max=0%\n", "domain-cpu-max: invalid CPU quota "
+     "'0%' (allowed: 1%..100% of a core)"),
     ("[tenants]\n", "unknown group [tenants] (allowed: [nuksmd], "
      "[domain NAME])"),
 ])
