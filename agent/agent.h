@@ -117,10 +117,18 @@ typedef struct AgentConditions {
     uint64_t memory_max;     /* heap budget, bytes (--memory-max) */
 } AgentConditions;
 
-/* Each domain's share of nuksmd's CPU (throttle.c). */
+/* CPU a share of a core allows: its balance (throttle.c). */
+typedef struct CpuBucket {
+    int64_t balance_ns;      /* CPU it may take yet; below 0: its debt */
+    gint64 filled_at;        /* monotonic us the balance was last filled */
+} CpuBucket;
+
+/* Each domain's share of nuksmd's CPU, and the agent's (throttle.c). */
 typedef struct AgentThrottle {
     GArray *domains;         /* its DomainCpu, by domain id */
     guint look_timer;        /* looks at which domains are limited */
+    uint32_t max_cpu;        /* --max-cpu, percent of a core */
+    CpuBucket host;          /* the agent's, at max_cpu */
 } AgentThrottle;
 
 /* Slots no VM references that a process may still map (recovery.c). */

@@ -305,6 +305,18 @@ static bool set_domain_queue_max(NuksmdConfig *cfg, const char *origin,
                        &cfg->assign.quotas[QUOTA_QUEUE]);
 }
 
+static bool set_max_cpu(NuksmdConfig *cfg, const char *origin,
+                        const char *value)
+{
+    Quota q;
+
+    if (!parse_quota(origin, value, QUOTA_CPU, &q)) {
+        return false;
+    }
+    cfg->max_cpu = q.value;
+    return true;
+}
+
 static bool set_domain_cpu_max(NuksmdConfig *cfg, const char *origin,
                                const char *value)
 {
@@ -345,6 +357,7 @@ static const struct {
     { "domain-unstable-max", set_domain_unstable_max },
     { "domain-queue-max", set_domain_queue_max },
     { "domain-cpu-max", set_domain_cpu_max },
+    { "max-cpu", set_max_cpu },
 };
 
 enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
@@ -591,6 +604,9 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         { "memory-max", 0, 0, G_OPTION_ARG_STRING, &cli[8],
           "Hold back new merges while nuksmd's tables use more than MIB "
           "(16..1048576, default a quarter of the host's memory)", "MIB" },
+        { "max-cpu", 0, 0, G_OPTION_ARG_STRING, &cli[19],
+          "Take at most N% of a core for the VMs' messages, reading them "
+          "more slowly past it (default 100%: no cap)", "N%" },
         { "libvirt-dir", 0, 0, G_OPTION_ARG_FILENAME, &cli[9],
           "Read libvirt's domain registrations (its nuksm hook) from DIR "
           "(default " NUKSM_DEFAULT_LIBVIRT_DIR ")", "DIR" },
@@ -646,6 +662,7 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         .cold_windows = 3,
         .replace_rate = 1000,
         .memory_max_mib = default_memory_max(),
+        .max_cpu = 100,
         .libvirt_dir = g_strdup(NUKSM_DEFAULT_LIBVIRT_DIR),
         .socket_gid = (gid_t)-1,
         .admin_gid = (gid_t)-1,
@@ -658,7 +675,7 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         "Policies: global, ksm-order, local, fair, priority, adaptive.\n"
         "The --config FILE takes the keys socket, policy, fake-numa,\n"
         "log-level, state-dir, restore-grace, cold-windows,\n"
-        "replace-rate, memory-max, libvirt-dir, socket-group,\n"
+        "replace-rate, memory-max, max-cpu, libvirt-dir, socket-group,\n"
         "admin-group, isolation, vm-domains, vm-set-policy,\n"
         "domain-store-max, domain-unstable-max, domain-queue-max and\n"
         "domain-cpu-max in a [nuksmd] group, and merge domains VMs are\n"

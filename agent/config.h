@@ -26,6 +26,8 @@ typedef struct NuksmdConfig {
     uint32_t cold_windows;     /* hotness windows before a page is cold */
     uint32_t replace_rate;     /* merged pages moved per second, at most */
     uint32_t memory_max_mib;   /* heap budget of nuksmd's tables */
+    uint32_t max_cpu;          /* percent of a core its VMs' messages */
+                               /* may take: 100 is no cap */
     char *libvirt_dir;         /* libvirt hook's registrations */
     gid_t socket_gid;          /* group of the socket, or -1: ours */
     gid_t admin_gid;           /* its members administer, or -1: none */

@@ -128,6 +128,7 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
         .placement.policy = cfg->policy,
         .placement.cold_windows = cfg->cold_windows,
         .conditions.memory_max = (uint64_t)cfg->memory_max_mib << 20,
+        .throttle.max_cpu = cfg->max_cpu,
     };
     topology_init(&agent->topology, cfg->fake_numa);
     agent->nr_nodes = agent->topology.nr_nodes;

@@ -14,8 +14,7 @@
 
 /* One domain's share of nuksmd's CPU, by domain id. */
 typedef struct DomainCpu {
-    int64_t balance_ns;      /* CPU it may take yet; below 0: its debt */
-    gint64 filled_at;        /* monotonic us the balance was last filled */
+    CpuBucket bucket;
     gint64 served_at;        /* its VMs' last message handled */
     gint64 unread_us;        /* its sockets left unread since the last look */
 } DomainCpu;
@@ -94,36 +93,79 @@ static gboolean on_look(gpointer opaque)
     return G_SOURCE_CONTINUE;
 }
 
-gint64 throttle_charge(NuksmAgent *agent, NuksmClient *client, uint64_t ns)
+/*
+ * Fill @b at @percent of a core up to what THROTTLE_PERIOD_US gives,
+ * since it was last filled, and drain @ns from it.
+ */
+static void drain(CpuBucket *b, uint32_t percent, uint64_t ns, gint64 now)
+{
+    int64_t full = (int64_t)THROTTLE_PERIOD_US * 1000 * percent / 100;
+
+    b->balance_ns = MIN(b->balance_ns +
+                        (now - b->filled_at) * 1000 * percent / 100, full);
+    b->filled_at = now;
+    b->balance_ns = MAX(b->balance_ns - (int64_t)ns, -full);
+}
+
+/* How long, in us, @b at @percent takes to pay its debt: 0 if none. */
+static gint64 debt_us(const CpuBucket *b, uint32_t percent)
+{
+    return b->balance_ns < 0 ? -b->balance_ns * 100 / percent / 1000 : 0;
+}
+
+/* The domain's verdict: its share while others are served. */
+static gint64 charge_domain(NuksmAgent *agent, uint16_t domain, uint64_t ns,
+                            gint64 now)
 {
     AgentThrottle *t = &agent->throttle;
-    DomainCpu *cpu = domain_cpu(t, client->domain_id);
-    Quota q = domains_quota(&agent->domains, client->domain_id, QUOTA_CPU);
-    gint64 now = g_get_monotonic_time();
-    int64_t full = (int64_t)THROTTLE_PERIOD_US * 1000 * q.value / 100;
+    DomainCpu *cpu = domain_cpu(t, domain);
+    uint32_t percent = domains_quota(&agent->domains, domain, QUOTA_CPU).value;
     gint64 unread_us;
 
-    client->cpu_ns += ns;
-    cpu->balance_ns = MIN(cpu->balance_ns +
-                          (now - cpu->filled_at) * 1000 * q.value / 100,
-                          full);
-    cpu->filled_at = now;
-    cpu->balance_ns -= ns;
     cpu->served_at = now;
-    if (q.value == 100 || cpu->balance_ns >= 0) {
+    if (percent == 100) {
         return 0;
     }
-    if (!others_served(t, client->domain_id, now - THROTTLE_PERIOD_US)) {
-        cpu->balance_ns = 0;     /* alone: no debt */
-        return 0;
+    drain(&cpu->bucket, percent, ns, now);
+    if (!others_served(t, domain, now - THROTTLE_PERIOD_US)) {
+        cpu->bucket.balance_ns = MAX(cpu->bucket.balance_ns, 0);
+        return 0;            /* alone: no debt */
     }
-    cpu->balance_ns = MAX(cpu->balance_ns, -full);
-    unread_us = -cpu->balance_ns * 100 / q.value / 1000;
-    cpu->unread_us += unread_us;
-    if (!t->look_timer) {
-        t->look_timer = g_timeout_add_seconds(LOOK_SECONDS, on_look, agent);
+    unread_us = debt_us(&cpu->bucket, percent);
+    if (unread_us) {
+        cpu->unread_us += unread_us;
+        if (!t->look_timer) {
+            t->look_timer = g_timeout_add_seconds(LOOK_SECONDS, on_look,
+                                                  agent);
+        }
     }
-    return now + unread_us;
+    return unread_us;
+}
+
+ThrottleVerdict throttle_charge(NuksmAgent *agent, NuksmClient *client,
+                                uint64_t ns)
+{
+    AgentThrottle *t = &agent->throttle;
+    gint64 now = g_get_monotonic_time();
+    gint64 domain_us = charge_domain(agent, client->domain_id, ns, now);
+    gint64 host_us = 0;
+
+    client->cpu_ns += ns;
+    if (t->max_cpu < 100) {
+        static LogLimit at_cap;
+
+        drain(&t->host, t->max_cpu, ns, now);
+        host_us = debt_us(&t->host, t->max_cpu);
+        if (host_us) {
+            log_limited(&at_cap, LOG_LIMIT_SECONDS, NUKSMD_LOG_INFO,
+                        "nuksmd at its --max-cpu, %u%% of a core: the VMs' "
+                        "messages are read more slowly", t->max_cpu);
+        }
+    }
+    if (host_us && host_us >= domain_us) {
+        return (ThrottleVerdict) { .until = now + host_us, .every_vm = true };
+    }
+    return (ThrottleVerdict) { .until = domain_us ? now + domain_us : 0 };
 }
 
 void throttle_destroy(NuksmAgent *agent)

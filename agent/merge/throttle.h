@@ -13,6 +13,11 @@
  * refused.  Alone, a domain takes what it needs and runs up no debt: the
  * quota never leaves the agent idle while somebody waits.
  *
+ * The agent as a whole takes at most --max-cpu of a core for its VMs'
+ * messages (default 100%: no cap), a balance alike: past it, every VM's
+ * socket is left unread until the balance is back at zero, whether or
+ * not other domains wait.
+ *
  * A domain whose sockets were left unread more than
  * THROTTLE_LIMITED_PERCENT of a second is limited, which its VMs alone
  * are told (CONDITION with NUKSM_COND_DOMAIN_QUOTA: query-nuksm's limit
@@ -34,12 +39,18 @@
 /* Left unread more than this part of a second, in percent: limited. */
 #define THROTTLE_LIMITED_PERCENT 25
 
+/* Which VMs are to be left unread, and until when. */
+typedef struct ThrottleVerdict {
+    gint64 until;            /* monotonic us; 0: none */
+    bool every_vm;           /* every VM (--max-cpu), else its domain's */
+} ThrottleVerdict;
+
 /*
- * Charge @ns of nuksmd's CPU to @client, a VM that joined, and to its
- * domain; returns until when (monotonic us) its domain's VMs are to be
- * left unread, or 0.
+ * Charge @ns of nuksmd's CPU to @client, a VM that joined, to its domain
+ * and to the agent.
  */
-gint64 throttle_charge(NuksmAgent *agent, NuksmClient *client, uint64_t ns);
+ThrottleVerdict throttle_charge(NuksmAgent *agent, NuksmClient *client,
+                                uint64_t ns);
 
 /* Stop looking at the limited domains. */
 void throttle_destroy(NuksmAgent *agent);

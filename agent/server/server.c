@@ -178,18 +178,19 @@ static gboolean on_resume(gpointer opaque)
 }
 
 /*
- * Leave the VMs of merge domain @domain unread until @until (monotonic
- * us): its CPU quota says so (merge/throttle.h).
+ * Leave the VMs of merge domain @domain, or every VM, unread as
+ * @verdict says (merge/throttle.h).
  */
-static void pause_domain(NuksmAgent *agent, uint16_t domain, gint64 until)
+static void pause_vms(NuksmAgent *agent, ThrottleVerdict verdict,
+                      uint16_t domain)
 {
-    gint64 now = g_get_monotonic_time();
+    gint64 now = g_get_monotonic_time(), until = verdict.until;
 
     for (GList *l = agent->clients.list.head; l; l = l->next) {
         NuksmClient *client = l->data;
 
-        if (!clients_is_vm(client) || !client->joined ||
-            client->domain_id != domain || !client->watch) {
+        if (!clients_is_vm(client) || !client->joined || !client->watch ||
+            (!verdict.every_vm && client->domain_id != domain)) {
             continue;
         }
         g_source_remove(client->watch);
@@ -225,7 +226,7 @@ static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
     NuksmAgent *agent = client->agent;
     uint64_t mark = thread_cpu_ns();
     uint64_t loop_ns = MIN(mark - agent->server.cpu_mark, LOOP_CHARGE_MAX_NS);
-    gint64 unread_until = 0;
+    ThrottleVerdict unread = { 0 };
 
     for (unsigned i = 0; i < RECV_BATCH && !client->dead; i++) {
         /*
@@ -264,15 +265,15 @@ static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
             dispatch_charge(client, cost);
         }
         if (clients_is_vm(client) && client->joined) {
-            unread_until = throttle_charge(agent, client, cost);
+            unread = throttle_charge(agent, client, cost);
         }
-        if (unread_until || is_request(agent->server.rx_buf, n)) {
+        if (unread.until || is_request(agent->server.rx_buf, n)) {
             break;
         }
     }
     agent->server.cpu_mark = thread_cpu_ns();
-    if (unread_until) {
-        pause_domain(agent, client->domain_id, unread_until);
+    if (unread.until) {
+        pause_vms(agent, unread, client->domain_id);
     }
 
     /*

@@ -864,3 +864,30 @@ def test_a_domain_takes_its_cpu_share_while_others_wait(start_agent,
     print(f"\ndomain hog took {alone:.0%} of a core alone, {share:.0%} "
           f"while honest merged; honest merged {quiet:.0f} pages/s before, "
           f"{during:.0f} during the flood")
+
+
+def test_the_agent_takes_at_most_its_max_cpu(start_agent):
+    """With --max-cpu=20%, two processes flooding the agent with
+    candidates (alone, they take its whole core: the test above) get a
+    fifth of a core, and a VM that asks meanwhile is answered."""
+    agent = start_agent("--max-cpu=20%", "--vm-domains=allow")
+    flood = Forked(2, lambda i, ready, released:
+                   flood_candidates(agent.sock, ready, released))
+    try:
+        flood.wait_ready()
+        time.sleep(0.5)
+        cpu0, unread0 = harness.process_cpu_ns(agent.pid), \
+            domain_cpu(agent, "hog")[1]
+        start = time.monotonic()
+        time.sleep(2)
+        share = (harness.process_cpu_ns(agent.pid) - cpu0) / 1e9 / \
+            (time.monotonic() - start)
+        assert domain_cpu(agent, "hog")[1] > unread0
+        assert share < 0.30, f"nuksmd took {share:.0%} of a core"
+        other = VmClient(agent.sock, "other")
+        assert other.info()
+        other.close()
+    finally:
+        flood.release()
+    assert "at its --max-cpu, 20% of a core" in agent.log_text()
+    print(f"\nnuksmd took {share:.0%} of a core at --max-cpu=20%")
