@@ -12,6 +12,7 @@ import time
 
 import harness
 import procstat
+import stages
 from harness import Qtest, Vm
 from workloads import MIB, PAGE, Rewriter, fill, pipeline
 
@@ -34,7 +35,7 @@ def cpu_total(parts):
 
 class Run:
     def __init__(self, workload, budget, side, workdir, idle, cow_chunks,
-                 perf_data=None):
+                 perf_data=None, profile=False):
         self.wl = workload
         self.budget = budget
         self.side = side
@@ -44,7 +45,11 @@ class Run:
         if workload.steady_s:
             self.settle_s = self.idle_s = workload.steady_s
         self.cow_chunks = cow_chunks
+        # perf record -a -g into @perf_data: over the whole run, or, to
+        # @profile it (stages.py), while it merges.
         self.perf_data = perf_data
+        self.profile = profile
+        self.perf = None
         self.tag = f"[{workload.name}/{budget} {side.name}]"
         self.vms = []
         self.qtests = []
@@ -193,6 +198,12 @@ class Run:
                     break
                 time.sleep(self.wl.sample_s)
             merge_end, merge_cpu = self.timeline[-1][0], self.timeline[-1][2]
+            if self.profile:
+                self.stop_perf()
+                profiled = {"cpu_s": merge_cpu / 1e9,
+                            "merged_pages": self.timeline[-1][1],
+                            "tids": self.side.counted_tids(self.vms,
+                                                           self.main_loop)}
             if self.budget == "idle":
                 self.side.to_defaults(self.vms)
             # Steady state: whatever there was to merge is merged.  Both
@@ -232,6 +243,11 @@ class Run:
             result["idle_cpu_parts_share"] = {
                 k: (v - parts_start[k]) / 1e9 / max(end - idle_start[0], 1e-3)
                 for k, v in self.cpu().items() if k in parts_start}
+        if self.profile:
+            shares, count = stages.breakdown(self.perf_data,
+                                             profiled.pop("tids"))
+            result["stages"] = {"shares": shares, "samples": count,
+                                **profiled}
         if rewriter:
             result["rewrites"] = rewriter.written
         if self.disks:
@@ -239,6 +255,12 @@ class Run:
             result["reads_done_s"] = self.reads_done
         result["over_time"] = self.wl.over_time
         return result
+
+    def stop_perf(self):
+        if self.perf:
+            self.perf.send_signal(signal.SIGINT)
+            self.perf.wait()
+            self.perf = None
 
     def cow_latency(self):
         """Extra time a guest write takes on a merged page (the
@@ -280,15 +302,16 @@ class Run:
                                       vms=wl.vms)
             log(f"{self.tag} enabling, budget {params}")
             memory_before = self.side.memory(self.vms)
+            mappings_before = procstat.mappings(vm.pid for vm in self.vms)
             physical_before = procstat.physical()
-            perf = self.perf_data and subprocess.Popen(
-                ["perf", "record", "-a", "-g", "-F", "999", "-q",
-                 "-o", str(self.perf_data)])
+            if self.perf_data:
+                self.perf = subprocess.Popen(
+                    ["perf", "record", "-a", "-g", "-F", "999", "-q",
+                     "-o", str(self.perf_data)])
             result = self.measure()
             physical_after = procstat.physical()
-            if perf:
-                perf.send_signal(signal.SIGINT)
-                perf.wait()
+            mappings_after = procstat.mappings(vm.pid for vm in self.vms)
+            self.stop_perf()
             result.update(
                 workload=wl.name, budget=self.budget, side=self.side.name,
                 params=params, guest_pages=wl.guest_pages,
@@ -298,6 +321,8 @@ class Run:
                 memory_after=self.side.memory(self.vms),
                 physical_before=physical_before,
                 physical_after=physical_after,
+                mappings_before=mappings_before,
+                mappings_after=mappings_after,
                 metadata=self.side.metadata(self.vms),
                 cpu_parts_s={k: (v - self.parts0[k]) / 1e9
                              for k, v in self.cpu().items()},
@@ -313,6 +338,7 @@ class Run:
                 f"{result['merge_cpu_s']:.2f} CPU-s")
             return result
         finally:
+            self.stop_perf()
             for q in self.qtests:
                 q.close()
             for vm in self.vms:

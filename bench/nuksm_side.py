@@ -117,6 +117,16 @@ class NuksmSide:
                                                          for vm in vms)
         return parts
 
+    def counted_tids(self, vms, main_loop=True):
+        """The threads whose CPU cpu() counts, as they are now."""
+        tids = set(procstat.threads(self.agent.pid))
+        for vm in vms:
+            tids |= set(self.scan_tids[vm.pid])
+            tids |= set(procstat.threads_named(vm.pid, "nuksm-writes"))
+            if main_loop:
+                tids.add(vm.pid)
+        return tids
+
     def store_bytes(self):
         return sum(p.stat().st_blocks * 512
                    for p in self.state_dir.glob("store-*"))

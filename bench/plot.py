@@ -12,13 +12,14 @@ from workloads import MIB, PAGE  # noqa: E402
 
 COLOURS = {"ksm": "tab:blue", "nuksm": "tab:orange",
            "nuksm-nohints": "tab:green", "nuksm-fullhash": "tab:red",
-           "nuksm-distill": "tab:purple"}
+           "nuksm-distill": "tab:purple", "nuksm-profiled": "tab:gray"}
 STYLES = {"full": "-", "default": "--", "paced": "-.", "idle": "-"}
 # A run's label: its side, then its budget as that side spends it.
 SIDE_LABELS = {"ksm": "KSM", "nuksm": "nuksm",
                "nuksm-nohints": "nuksm without I/O hints",
                "nuksm-fullhash": "nuksm hashing whole pages",
-               "nuksm-distill": "nuksm distilling regions"}
+               "nuksm-distill": "nuksm distilling regions",
+               "nuksm-profiled": "nuksm under perf (cost model)"}
 KSM_BUDGET_LABELS = {"full": "full throttle", "default": "default budget",
                      "paced": "1000 pages every 20 ms",
                      "idle": "full throttle, then its defaults"}

@@ -98,6 +98,15 @@ def anon_outside(pid, ranges):
 PHYSICAL = ("AnonPages", "Shmem", "SUnreclaim", "PageTables")
 
 
+def mappings(pids):
+    """The mappings (VMAs) processes @pids hold together."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            total += sum(1 for _ in f)
+    return total
+
+
 def meminfo():
     """/proc/meminfo, in bytes."""
     fields = {}

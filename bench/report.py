@@ -5,6 +5,7 @@ of docs/benchmarks.rst that the run replaces (between its markers)."""
 import os
 import re
 
+import stages
 from workloads import MIB, PAGE
 
 COLUMNS = ["workload", "budget", "side", "time to 99% (s)", "CPU-s to 99%",
@@ -69,6 +70,68 @@ def over_time_rows(pairs):
     return rows
 
 
+COST_COLUMNS = ["stage", "µs per merged page", "share", "floor µs",
+                "× floor"]
+
+
+def cost_model_rows(pairs, floors):
+    """The cost model of each profiled run: (title, rows); none without
+    the floors."""
+    tables = []
+    if not floors:
+        return tables
+    for pair in pairs:
+        ksm = pair[0]
+        for run in pair:
+            if "stages" not in run:
+                continue
+            model = stages.cost_model(run, floors)
+            total = sum(us for _, us, _ in model)
+            floor = sum(f for _, _, f in model)
+            rows = [[s, f"{us:.2f}", f"{100 * us / total:.0f}%",
+                     fmt(f or None, ".3f"), fmt(f and us / f, ".0f")]
+                    for s, us, f in model]
+            rows.append(["**all**", f"**{total:.2f}**", "100%",
+                         f"{floor:.3f}", f"{total / floor:.0f}"])
+            ksm_us = 1e6 / ksm["merged_per_cpu_s"] \
+                if ksm["merged_per_cpu_s"] else None
+            rows.append(["KSM, all of it", fmt(ksm_us, ".2f"), "", "", ""])
+            title = (f"``{run['workload']}`` at full throttle, "
+                     f"{run['stages']['samples']:,} samples, "
+                     f"{run['stages']['merged_pages']:,} pages merged in "
+                     f"{run['stages']['cpu_s']:.2f} CPU-s")
+            tables.append((title, rows))
+    return tables
+
+
+MAPPING_COLUMNS = ["workload", "side", "mappings added",
+                   "per page saved", "unreclaimable slab added (MiB)",
+                   "net saved MiB (physical)", "vs KSM's"]
+
+
+def mapping_rows(pairs):
+    """What the kernel's mappings cost on the workloads whose duplicates
+    lie out of line (scattered, shuffled)."""
+    rows = []
+    for pair in pairs:
+        ksm = pair[0]
+        if not ksm["workload"].startswith(("scattered", "shuffled")) or \
+                "mappings_before" not in ksm:
+            continue
+        for run in pair:
+            added = run["mappings_after"] - run["mappings_before"]
+            saved = run.get("steady_saving", run["final_saving"])
+            slab = (run["physical_after"]["SUnreclaim"] -
+                    run["physical_before"]["SUnreclaim"]) / MIB
+            vs = run["net_saving_mib"] / ksm["net_saving_mib"] \
+                if ksm["net_saving_mib"] else None
+            rows.append([run["workload"], run["side"], f"{added:,}",
+                         fmt(saved and added / saved, ".2f"), f"{slab:.1f}",
+                         f"{run['net_saving_mib']:.1f}", fmt(vs, ".2f", "")
+                         + ("×" if vs else "")])
+    return rows
+
+
 def goal_value(g):
     if g["value"] is None:
         return "not reached"
@@ -109,6 +172,15 @@ def rst_block(meta, pairs, goals, images, docs_dir):
                 "the guests' I/O or the benchmark's rewrites: the last "
                 "column counts every QEMU thread, on every side):", ""]
         out += list_table(OVER_TIME_COLUMNS, over_time)
+    for title, rows in cost_model_rows(pairs, meta.get("floors")):
+        out += ["", f"Cost model, {title} (``bench/stages.py``; floors "
+                "from ``bench/floors.c`` on this machine):", ""]
+        out += list_table(COST_COLUMNS, rows)
+    mappings = mapping_rows(pairs)
+    if mappings:
+        out += ["", "Mappings of the duplicates that lie out of line, and "
+                "what they cost the kernel:", ""]
+        out += list_table(MAPPING_COLUMNS, mappings)
     out += ["", "Goals:", ""]
     out += list_table(["goal", "target", "measured", "met"],
                       [[g["goal"], g["target"], goal_value(g),
@@ -135,7 +207,7 @@ def update_docs(doc, mode, block):
                                text))
 
 
-def console(pairs, goals):
+def console(pairs, goals, floors):
     runs = [r for pair in pairs for r in pair]
     rows = [COLUMNS] + [row(r) for r in runs]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
@@ -149,6 +221,14 @@ def console(pairs, goals):
         lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths))
                   for r in rows]
     lines.append("")
+    for title, rows in cost_model_rows(pairs, floors):
+        lines.append(f"cost model, {title}:")
+        lines += ["  " + "  ".join(c.ljust(12) for c in r)
+                  for r in [COST_COLUMNS] + rows]
+        lines.append("")
+    for r in mapping_rows(pairs):
+        lines.append("mappings: " + ", ".join(
+            f"{c}: {v}" for c, v in zip(MAPPING_COLUMNS, r)))
     for g in goals:
         lines.append(f"{'met   ' if g['met'] else 'MISSED'} {g['goal']}: "
                      f"{goal_value(g)} (goal {g['target']})")

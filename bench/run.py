@@ -57,12 +57,24 @@ def machine(command, started):
             "command": command, "started": started}
 
 
+# The nuksm side of a workload's profiled run (stages.py).
+PROFILED = "nuksm-profiled"
+FLOORS = harness.BUILD / "meson/bench-floors"
+
+
+def floors():
+    """The physical floors of the merge path here (bench/floors.c), ns
+    per operation."""
+    return json.loads(subprocess.run([str(FLOORS)], capture_output=True,
+                                     text=True, check=True).stdout)
+
+
 def check_prerequisites(workloads):
     if os.geteuid() != 0:
         sys.exit("bench: must run as root (kernel KSM's settings)")
     if not ksm.available():
         sys.exit("bench: /sys/kernel/mm/ksm/run is not writable: no KSM")
-    needed = [harness.QEMU, harness.NUKSMD]
+    needed = [harness.QEMU, harness.NUKSMD, FLOORS]
     if any(w.tcg for w in workloads):
         needed += [harness.GUEST / "vmlinuz",
                    harness.GUEST / "initramfs.cpio.gz"]
@@ -114,6 +126,8 @@ def main():
     if args.workload or args.out:
         command = "bench/run.py " + " ".join(sys.argv[1:])
     meta = machine(command, datetime.datetime.now().isoformat())
+    meta["floors"] = floors()
+    log(f"floors, ns per operation: {meta['floors']}")
     control = ksm.Ksm()
     meta["ksm_settings_at_start"] = control.saved
     host = sysctl.InstalledSysctl()
@@ -137,6 +151,11 @@ def main():
                         out / f"perf-{wl.name}-{budget}-{variant[0]}.data"
                         ).run(ksm_share=ksm_run["merge_cpu_share"])
                     for variant in [("nuksm",), *wl.variants]]
+                if wl.profile and budget == "full":
+                    nuksm_runs.append(Run(
+                        wl, budget, NuksmSide(PROFILED), workdir, idle,
+                        cow_chunks, out / f"perf-{wl.name}-{PROFILED}.data",
+                        profile=True).run())
                 pairs.append([ksm_run, *nuksm_runs])
     finally:
         control.restore()
@@ -161,7 +180,7 @@ def publish(meta, pairs, titles, out, mode, docs):
         report.update_docs(ROOT / "docs/benchmarks.rst", mode,
                            report.rst_block(meta, pairs, goals, images,
                                             ROOT / "docs"))
-    print(report.console(pairs, goals), flush=True)
+    print(report.console(pairs, goals, meta.get("floors")), flush=True)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ it in guests whose memory is mostly taken by unique pages
 keeps changing, as in XLH's kernel builds and web servers.
 """
 
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -39,8 +40,10 @@ class Workload:
     title: str
     vms: int
     mem_mib: int
-    # qtest: [(kind, MiB)] from LOW_HOLE on, kind "shared", "unique" or
-    # "scattered" (every other page shared, the others unique)
+    # qtest: [(kind, MiB)] from LOW_HOLE on, kind "shared", "unique",
+    # "scattered" (every other page shared, the others unique) or
+    # "shuffled" (the same, each VM holding its shared pages in an order
+    # of its own, as page cache holds the same files)
     layout: tuple = ()
     # tcg: MiB of identical page cache each guest fills
     fill_mib: int = 0
@@ -75,6 +78,9 @@ class Workload:
     # Report the saving over time (integrated, time to 90%) against
     # KSM's: XLH's and UKSM's figures.
     over_time: bool = False
+    # One more nuksm run at full throttle, profiled (perf record) while
+    # it merges: the cost model's stages (bench/stages.py).
+    profile: bool = False
 
     @property
     def tcg(self):
@@ -122,7 +128,7 @@ class Workload:
             return None
         shared = sum(size if kind == "shared" else size // 2
                      for kind, _, size in self.regions()
-                     if kind in ("shared", "scattered"))
+                     if kind in ("shared", "scattered", "shuffled"))
         return (self.vms - 1) * shared // PAGE
 
 
@@ -144,18 +150,32 @@ def pipeline(qtest, lines):
         raise RuntimeError(f"qtest: {errors[0]}")
 
 
-def tag(kind, vm_index, page):
+def shuffle_order(vm_index, pages):
+    """The order VM @vm_index holds a shuffled region's @pages // 2
+    shared pages in: its own, the same in every run."""
+    order = list(range(pages // 2))
+    random.Random(vm_index).shuffle(order)
+    return order
+
+
+def tag(kind, vm_index, page, order=None):
+    """The tag of page @page of a region of @kind in VM @vm_index; for a
+    shuffled region, @order is shuffle_order()'s."""
     if kind == "shared" or (kind == "scattered" and page % 2 == 0):
         return SHARED_TAG | page
+    if kind == "shuffled" and page % 2 == 0:
+        return SHARED_TAG | order[page // 2] * 2
     return UNIQUE_TAG | vm_index << 32 | page
 
 
 def fill(workload, qtest, vm_index):
     for kind, offset, size in workload.regions():
+        order = shuffle_order(vm_index, size // PAGE) \
+            if kind == "shuffled" else None
         for addr, first, length in workload.segments(offset, size):
             qtest.memset(addr, length, BACKGROUND)
             pipeline(qtest, [f"writeq {addr + p * PAGE:#x} "
-                             f"{tag(kind, vm_index, first + p):#x}"
+                             f"{tag(kind, vm_index, first + p, order):#x}"
                              for p in range(length // PAGE)])
 
 
@@ -250,7 +270,7 @@ def suite(quick):
             Workload("static", "static: 2 VMs x 64 MiB, half identical",
                      2, 64, (("unique", 31), ("shared", 32)),
                      budgets=("full", "default"), timeout=60,
-                     variants=(FULL_HASH,)),
+                     variants=(FULL_HASH,), profile=True),
             Workload("many", "many VMs: 4 x 64 MiB sharing a 48 MiB image",
                      4, 64, (("shared", 48), ("unique", 15))),
             Workload("sparse", "sparse: 2 VMs x 128 MiB, no duplicates",
@@ -261,12 +281,13 @@ def suite(quick):
             Workload("scattered", "scattered: 2 VMs x 128 MiB, every other "
                      "page identical", 2, 128, (("scattered", 127),),
                      timeout=60),
+            shuffled_workload(2, 128),
         ]
     return [
         Workload("static", "static: 2 VMs x 1 GiB, half identical",
                  2, 1024, (("unique", 511), ("shared", 512)),
                  budgets=("full", "default"), timeout=480,
-                 variants=(FULL_HASH,)),
+                 variants=(FULL_HASH,), profile=True),
         Workload("many", "many VMs: 8 x 256 MiB sharing a 192 MiB image",
                  8, 256, (("shared", 192), ("unique", 63))),
         Workload("sparse", "sparse: 2 VMs x 1 GiB, no duplicates",
@@ -278,6 +299,7 @@ def suite(quick):
                  rewrite_rate=2000, variants=(FULL_HASH,)),
         Workload("scattered", "scattered: 2 VMs x 1 GiB, every other page "
                  "identical", 2, 1024, (("scattered", 1023),), timeout=240),
+        *(shuffled_workload(vms, 2048 // vms) for vms in SHUFFLED_SERIES_VMS),
         Workload("real", "real guests: 2 TCG guests x 256 MiB, 64 MiB of "
                  "identical page cache", 2, 256, fill_mib=64, timeout=150),
         xlh_workload("xlh", "XLH's experiment: 2 TCG guests x 512 MiB "
@@ -301,6 +323,22 @@ def suite(quick):
         *(scale_workload(vms) for vms in SCALE_SERIES_VMS),
         *(idle_workload(gib) for gib in IDLE_SERIES_GIB),
     ]
+
+
+# VMs of the shuffled series, 2 GiB of guest RAM in all.
+SHUFFLED_SERIES_VMS = (2, 4, 8)
+
+
+def shuffled_workload(vms, mib):
+    """@vms VMs x @mib MiB, every other page a duplicate, each VM holding
+    the duplicates in an order of its own: page cache of the same files
+    read by long-running guests.  "shuffled" with 2 VMs, else
+    "shuffled-N"; the 2-VM one is profiled for the cost model."""
+    name = "shuffled" if vms == 2 else f"shuffled-{vms}"
+    return Workload(name, f"shuffled: {vms} VMs x {mib} MiB, every other "
+                    "page identical, in each VM's own order", vms, mib,
+                    (("shuffled", mib - 1),), timeout=240,
+                    profile=vms == 2)
 
 
 # VMs of 1 GiB of the scale series; 2 of them are the static workload's.

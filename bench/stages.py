@@ -1,0 +1,164 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The cost model: where nuksm's CPU goes, stage by stage, from a perf
+profile of a run, beside each stage's physical floor (bench/floors.c).
+
+A sample of one of the threads whose CPU is nuksm's (bench/measure.py)
+goes to the first stage whose rule matches a frame of its call chain,
+innermost first: the stage of the code that was running, or of the
+system call it was in.  A stage's CPU is its share of the samples times
+the CPU those threads spent while merging (schedstat's, not perf's).
+
+Stages, per merged page (one guest page no longer backed by memory of
+its own):
+
+    hash      XXH3 of guest pages (the scan's stability test, the agent's
+              check of an upload)
+    lookup    the agent's stable index, unstable table and placement
+    upload    a page's content on its way into the store
+    compare   memcmp of a guest page with its slot
+    remap     mapping slots over guest pages, write protection, the
+              faults and TLB flushes they cost
+    scan      walking guest memory: the page map, dirty log, page flags
+    messages  the socket: sending, receiving, (de)coding messages
+    wake-ups  polling and waking: main loops, timers, futexes
+    rest      everything else
+"""
+
+import re
+import subprocess
+from collections import Counter
+
+STAGES = ("hash", "lookup", "upload", "compare", "remap", "scan",
+          "messages", "wake-ups", "rest")
+
+# System calls, by the kernel's entry point (__x64_sys_NAME, or
+# __do_sys_NAME): their stage.
+SYSCALLS = {
+    "mremap": "remap", "mmap": "remap", "munmap": "remap",
+    "mprotect": "remap", "madvise": "remap", "ioctl": "remap",
+    "pwrite64": "upload", "fallocate": "upload",
+    "pread64": "scan", "preadv": "scan",
+    "sendmsg": "messages", "recvmsg": "messages", "sendto": "messages",
+    "recvfrom": "messages", "sendmmsg": "messages", "recvmmsg": "messages",
+    "ppoll": "wake-ups", "poll": "wake-ups", "epoll_wait": "wake-ups",
+    "epoll_pwait": "wake-ups", "futex": "wake-ups", "nanosleep": "wake-ups",
+    "clock_nanosleep": "wake-ups", "read": "wake-ups",
+    "write": "wake-ups", "timerfd_settime": "wake-ups",
+}
+SYSCALL = re.compile(r"^(?:__x64_sys|__do_sys|__se_sys|__ia32_sys)_(\w+)")
+
+# Symbols of user space and the kernel's work outside system calls: their
+# stage, by the first rule (a regular expression) that matches.
+RULES = (
+    ("hash", r"XXH3|XXH64|XXH_|nuksm_page_digest|nuksm_digest|"
+             r"nuksm_sample|libxxhash"),
+    ("compare", r"memcmp"),
+    ("upload", r"upload|copies_write|store_write"),
+    ("lookup", r"keymap_|unstable_|index_|policy_|^place|join_copy|"
+               r"pair_unstable|handle_candidate"),
+    ("remap", r"nuksm_remap|nuksm_commit|uffd|userfaultfd|mwriteprotect|"
+              r"change_protection|flush_tlb|do_fault|filemap_map_pages|"
+              r"shmem_fault|handle_mm_fault|do_wp_page|zap_pte|"
+              r"unmap_page_range|mmap|mremap|munmap|mprotect|madvise|vma_|"
+              r"^__GI___ioctl"),
+    ("upload", r"^__libc_pwrite"),
+    ("scan", r"pagemap|nuksm_scan|nuksm_pages|nuksm_regions|dirty|"
+             r"walk_page_range|^__libc_pread"),
+    ("messages", r"unix_|sock_|skb|nuksm_agent_|nuksm_outbox|transport_|"
+                 r"dispatch_|outbox_|nuksm_msg_|^recv|^send|"
+                 r"^__libc_(send|recv)"),
+    ("wake-ups", r"poll|g_main_|aio_|qemu_mutex|futex|schedule|"
+                 r"eventfd|timer|^__GI___libc_(write|read)|clock_gettime"),
+)
+RULES = tuple((stage, re.compile(pattern)) for stage, pattern in RULES)
+
+
+def stage_of(frames):
+    """The stage of a sample whose call chain, innermost first, has the
+    frames @frames."""
+    for sym in frames:
+        m = SYSCALL.match(sym)
+        if m:
+            return SYSCALLS.get(m.group(1), "rest")
+        for stage, rule in RULES:
+            if rule.search(sym):
+                return stage
+    return "rest"
+
+
+def samples(perf_data, tids):
+    """(weight, [frame, innermost first]) of each sample of threads @tids
+    in @perf_data: a frame is its symbol, and its file in parentheses (a
+    library without symbols, libxxhash's, is known by its file)."""
+    out = subprocess.run(
+        ["perf", "script", "-i", str(perf_data), "-F",
+         "tid,period,ip,sym,dso", "--no-demangle"],
+        capture_output=True, text=True, check=True).stdout
+    weight, frames = None, []
+    for line in out.splitlines():
+        if not line.strip():
+            continue
+        if not line.startswith("\t"):       # "TID PERIOD", then frames
+            if weight is not None:
+                yield weight, frames
+            tid, period = line.split()[:2]
+            weight = int(period) if int(tid) in tids else None
+            frames = []
+        elif weight is not None:
+            parts = line.split(None, 1)
+            frames.append(parts[1] if len(parts) > 1 else "")
+    if weight is not None:
+        yield weight, frames
+
+
+def breakdown(perf_data, tids):
+    """{stage: share of the samples of threads @tids}, and the number of
+    samples."""
+    weights, count = Counter(), 0
+    for weight, frames in samples(perf_data, tids):
+        weights[stage_of(frames)] += weight
+        count += 1
+    total = sum(weights.values()) or 1
+    return {s: weights[s] / total for s in STAGES}, count
+
+
+# What a merged page needs at the least of each floor (bench/floors.c),
+# with two VMs: each VM's page hashed once and looked up once, one copy
+# written into the store, each page compared with it and mapped over in a
+# run, and three message entries for each page (candidate, merge,
+# merged).  Nothing needs a wake-up per page, nor anything else.  Where
+# the VMs hold their duplicates in orders of their own (shuffled), no
+# slot order makes runs of both: one VM's pages can lie in line, the
+# other's each cost a mapping of its own (SHUFFLED_REMAP).
+FLOORS = {
+    "hash": (("hash", 2),),
+    "lookup": (("lookup", 2),),
+    "upload": (("copy", 1),),
+    "compare": (("compare", 2),),
+    "remap": (("remap_run", 2),),
+    "scan": (),
+    "messages": (("message", 6),),
+    "wake-ups": (),
+    "rest": (),
+}
+
+
+SHUFFLED_REMAP = (("remap_run", 1), ("remap_page", 1))
+
+
+def floor_us(stage, floors, shuffled=False):
+    """The physical floor of @stage per merged page, in us, from the
+    floors measured (ns per operation)."""
+    needs = SHUFFLED_REMAP if shuffled and stage == "remap" \
+        else FLOORS[stage]
+    return sum(floors[name] * times for name, times in needs) / 1e3
+
+
+def cost_model(run, floors):
+    """[(stage, us per merged page, floor us)] of a profiled run."""
+    shares = run["stages"]["shares"]
+    merged = run["stages"]["merged_pages"]
+    cpu_us = run["stages"]["cpu_s"] * 1e6
+    shuffled = run["workload"].startswith("shuffled")
+    return [(s, shares[s] * cpu_us / merged, floor_us(s, floors, shuffled))
+            for s in STAGES]
