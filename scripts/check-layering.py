@@ -8,17 +8,24 @@
    links it, and its unit tests, with GLib and libnuksm only.
 2. Nothing of the agent, nuksmctl or libnuksm includes a QEMU header:
    the protocol header is the whole contract between the two sides.
-3. No two modules of the agent call each other both ways: a module (a
-   .c file and its .h) calls what another's header declares only if that
-   one calls nothing of its own, so that the agent reads from the top
-   (main, lifecycle, server) down to the core.  Callbacks that a lower
-   module is handed (a function pointer) are not calls.
+3. No two modules of the agent call each other both ways, nor two of the
+   QEMU object (hw/mem/nuksm/, a graph of its own): a module (a .c file
+   and its .h) calls what another's header declares only if that one
+   calls nothing of its own, so that the agent reads from the top (main,
+   lifecycle, server) down to the core, and the QEMU object from the top
+   (the QOM object, QMP) through the pipeline (scan, the agent's
+   connection, commit) down to its helpers.  Callbacks that a lower
+   module is handed (a function pointer) are not calls.  For the rule to
+   see every call, a module's functions are declared in its own header:
+   a .c file that defines what another module's header declares breaks
+   it too.
 
     check-layering.py SOURCE_ROOT
     check-layering.py --graph SOURCE_ROOT
 
 Prints every include or call that breaks a rule and exits 1, else exits
-0.  With --graph, prints which agent module calls which instead.
+0.  With --graph, prints which module calls which instead, the agent's
+graph and then the QEMU object's.
 """
 
 import re
@@ -37,6 +44,8 @@ QEMU_DIRS = {"qemu", "hw", "exec", "qapi", "system", "sysemu", "migration",
              "block", "qom", "monitor", "chardev", "crypto", "io", "net",
              "ui", "accel", "tcg", "trace", "standard-headers", "fpu"}
 OUTSIDE_QEMU = ["agent", "ctl", "libnuksm"]
+# Where no two modules may call each other both ways: each its own graph.
+LAYERED = ["agent", "hw/mem/nuksm"]
 
 # A function a header declares or defines inline: "type name(" at the
 # start of a line, not a typedef or a macro.
@@ -80,15 +89,27 @@ def qemu_violations(root):
                            f"{top}/ must not include QEMU headers")
 
 
-def module_calls(root):
+def module_files(root, top, suffix):
+    """The .c or .h files of the modules under @top: agent/ with its
+    folders, hw/mem/nuksm/ without libnuksm/ (a link to the shared core)."""
+    pattern = "*" + suffix
+    files = (root / top).rglob(pattern) if top == "agent" else \
+        (root / top).glob(pattern)
+    return sorted(files)
+
+
+def declared(path):
+    return DECLARED.findall(COMMENT_OR_STRING.sub("", path.read_text()))
+
+
+def module_calls(root, top):
     """{module: {modules whose declared functions it calls}}"""
     owner = {}
-    for header in sorted((root / "agent").rglob("*.h")):
-        text = COMMENT_OR_STRING.sub("", header.read_text())
-        for name in DECLARED.findall(text):
+    for header in module_files(root, top, ".h"):
+        for name in declared(header):
             owner.setdefault(name, header.stem)
     calls = {}
-    for source in sorted((root / "agent").rglob("*.c")):
+    for source in module_files(root, top, ".c"):
         text = COMMENT_OR_STRING.sub("", source.read_text())
         own = set(DECLARED.findall(text))
         calls[source.stem] = {owner[name] for name in CALL.findall(text)
@@ -97,12 +118,25 @@ def module_calls(root):
     return calls
 
 
-def two_way_violations(root):
-    calls = module_calls(root)
+def misplaced_declarations(root, top):
+    sources = module_files(root, top, ".c")
+    for header in module_files(root, top, ".h"):
+        names = set(declared(header))
+        for source in sources:
+            if source.stem == header.stem:
+                continue
+            for name in sorted(names.intersection(declared(source))):
+                yield (f"{source.relative_to(root)}: defines {name}(), "
+                       f"which {header.name} declares: a module's functions "
+                       "are declared in its own header")
+
+
+def two_way_violations(root, top):
+    calls = module_calls(root, top)
     for a in sorted(calls):
         for b in sorted(calls[a]):
             if a < b and a in calls.get(b, ()):
-                yield (f"agent: {a} and {b} call each other: one of them "
+                yield (f"{top}: {a} and {b} call each other: one of them "
                        "must stop calling up (move the shared part down, or "
                        "hand it a callback)")
 
@@ -117,11 +151,17 @@ def main():
         return 2
     root = Path(args[0])
     if graph:
-        for module, callees in sorted(module_calls(root).items()):
-            print(f"{module:11} -> {' '.join(sorted(callees))}")
+        for top in LAYERED:
+            calls = module_calls(root, top)
+            width = max(map(len, calls), default=0)
+            print(f"{top}/:")
+            for module, callees in sorted(calls.items()):
+                print(f"  {module:{width}} -> {' '.join(sorted(callees))}")
         return 0
-    problems = [*core_violations(root), *qemu_violations(root),
-                *two_way_violations(root)]
+    problems = [*core_violations(root), *qemu_violations(root)]
+    for top in LAYERED:
+        problems += [*misplaced_declarations(root, top),
+                     *two_way_violations(root, top)]
     for problem in problems:
         print(problem)
     return 1 if problems else 0

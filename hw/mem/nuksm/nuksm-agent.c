@@ -1,13 +1,15 @@
 /*
  * nuksm: connection to the host agent (nuksmd).
  *
- * Everything here runs in the main loop under the BQL, except posting
- * messages (nuksm_agent_post(), nuksm_agent_post_batches(),
- * nuksm_agent_backlog()), which the scanner thread and RAM discard do
- * too.  The socket is non-blocking: connecting to a unix
- * socket either succeeds or fails at once, and a message the socket
- * cannot take yet waits in the connection's queue until it is writable,
- * so neither a vCPU nor the main loop ever waits for the agent.
+ * Everything here runs in the main loop under the BQL.  The socket is
+ * non-blocking: connecting to a unix socket either succeeds or fails at
+ * once, and a message the socket cannot take yet waits in the outbox
+ * (nuksm-outbox.c) until it is writable, so neither a vCPU nor the main
+ * loop ever waits for the agent.  What the agent sends goes to the unit
+ * that acts on it: merge requests to the commit unit, HOME to
+ * nuksm-numa.c, CHARGE to the scanner's control; the connection's own
+ * changes to nuksm-state.c, which runs the scanner to match them and
+ * reports limits.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -22,9 +24,12 @@
 #include "qemu/main-loop.h"
 #include "qemu/sockets.h"
 #include "system/system.h"
-#include "nuksm.h"
+#include "nuksm-agent.h"
 #include "nuksm-commit.h"
-#include "nuksm-scan.h"
+#include "nuksm-control.h"
+#include "nuksm-numa.h"
+#include "nuksm-outbox.h"
+#include "nuksm-state.h"
 #include "trace.h"
 
 #define NUKSM_BACKOFF_MIN_MS   100
@@ -92,7 +97,7 @@ static void nuksm_agent_disconnect(Nuksm *s, const char *reason)
     if (c->fd < 0) {
         return;
     }
-    trace_nuksm_agent_disconnect(nuksm_id(s), reason);
+    trace_nuksm_agent_disconnect(s->id, reason);
     qemu_set_fd_handler(c->fd, NULL, NULL, NULL);
     close(c->fd);
     c->fd = -1;
@@ -102,20 +107,16 @@ static void nuksm_agent_disconnect(Nuksm *s, const char *reason)
     g_clear_pointer(&c->condition_reason, g_free);
     nuksm_agent_clear_assignment(c);
     nuksm_agent_set_error(s, reason);
-    qemu_mutex_lock(&c->tx_lock);
-    g_queue_clear_full(&c->tx, g_free);
-    qemu_mutex_unlock(&c->tx_lock);
+    nuksm_outbox_clear(&s->outbox);
 
     QLIST_FOREACH_SAFE(req, &c->requests, next, tmp) {
         Error *err = NULL;
-        error_setg(&err, "nuksm '%s': lost the agent: %s", nuksm_id(s),
-                   reason);
+        error_setg(&err, "nuksm '%s': lost the agent: %s", s->id, reason);
         nuksm_request_finish(req, err);
     }
 
     if (was_ready) {
-        qapi_event_send_nuksm_agent_disconnected(nuksm_id(s), s->agent_path,
-                                                 reason);
+        qapi_event_send_nuksm_agent_disconnected(s->id, s->agent_path, reason);
     }
     nuksm_update_activity(s);
     nuksm_agent_schedule_retry(s);
@@ -134,117 +135,28 @@ static bool nuksm_agent_send(Nuksm *s, NuksmMsgType type, uint32_t seq,
     } while (n < 0 && errno == EINTR);
     if (n != size) {
         error_setg_errno(errp, n < 0 ? errno : EMSGSIZE,
-                         "nuksm '%s': cannot send to the agent",
-                         nuksm_id(s));
+                         "nuksm '%s': cannot send to the agent", s->id);
         return false;
     }
     return true;
 }
 
-/* A message posted for the socket; dropped if its connection is gone. */
-typedef struct NuksmTx {
-    uint32_t epoch;
-    uint32_t size;
-    uint8_t data[];
-} NuksmTx;
-
-static void nuksm_agent_queue(Nuksm *s, uint32_t epoch, NuksmMsgType type,
-                              uint32_t seq, const void *payload, uint32_t len)
-{
-    NuksmAgentConn *c = &s->conn;
-    NuksmTx *tx = g_malloc(sizeof(*tx) + sizeof(NuksmMsgHeader) + len);
-
-    tx->epoch = epoch;
-    tx->size = nuksm_msg_pack(tx->data, type, seq, payload, len);
-    qemu_mutex_lock(&c->tx_lock);
-    g_queue_push_tail(&c->tx, tx);
-    qemu_mutex_unlock(&c->tx_lock);
-    qemu_bh_schedule(c->tx_bh);
-}
-
-/*
- * Queue a message for the agent, from any thread.  @epoch is the
- * connection it belongs to: after a reconnection it is dropped.
- */
-void nuksm_agent_post(Nuksm *s, uint32_t epoch, NuksmMsgType type,
-                      const void *payload, uint32_t len)
-{
-    nuksm_agent_queue(s, epoch, type, 0, payload, len);
-}
-
-/*
- * Post @n entries of @size bytes from @entries, from any thread, as
- * batch messages of at most @max entries each.
- */
-void nuksm_agent_post_batches(Nuksm *s, uint32_t epoch, NuksmMsgType type,
-                              const void *entries, size_t size, size_t n,
-                              size_t max)
-{
-    const uint8_t *e = entries;
-
-    while (n) {
-        size_t count = MIN(n, max);
-        uint32_t len = sizeof(NuksmMsgBatch) + count * size;
-        g_autofree uint8_t *buf = g_malloc(len);
-        NuksmMsgBatch *b = (NuksmMsgBatch *)buf;
-
-        b->count = count;
-        b->reserved = 0;
-        memcpy(b + 1, e, count * size);
-        nuksm_agent_post(s, epoch, type, buf, len);
-        e += count * size;
-        n -= count;
-    }
-}
-
-size_t nuksm_agent_backlog(Nuksm *s)
-{
-    size_t n;
-
-    qemu_mutex_lock(&s->conn.tx_lock);
-    n = g_queue_get_length(&s->conn.tx);
-    qemu_mutex_unlock(&s->conn.tx_lock);
-    return n;
-}
-
 static void nuksm_agent_read(void *opaque);
 
-/* Send queued messages until the socket is full (main loop). */
+/* Send what the outbox holds until the socket is full (main loop). */
 static void nuksm_agent_flush(void *opaque)
 {
     Nuksm *s = opaque;
     NuksmAgentConn *c = &s->conn;
-    const char *failed = NULL;  /* why the connection is lost */
-    NuksmTx *tx;
+    bool pending;
+    const char *failed = nuksm_outbox_send(&s->outbox, c->fd, c->ready,
+                                           c->epoch, &pending);
 
-    qemu_mutex_lock(&c->tx_lock);
-    while ((tx = g_queue_peek_head(&c->tx))) {
-        ssize_t n = 0;
-
-        if (c->ready && tx->epoch == c->epoch) {
-            n = send(c->fd, tx->data, tx->size, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
-                break;  /* retried when the socket is writable */
-            }
-            if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
-                failed = "agent closed the connection";
-            } else if (n != tx->size) {
-                failed = "cannot send to the agent";
-            }
-        }
-        g_free(g_queue_pop_head(&c->tx));
-        if (failed) {
-            break;
-        }
-    }
-    if (c->fd >= 0 && !failed) {
-        qemu_set_fd_handler(c->fd, nuksm_agent_read,
-                            g_queue_is_empty(&c->tx) ? NULL :
-                            nuksm_agent_flush, s);
-    }
-    qemu_mutex_unlock(&c->tx_lock);
     if (failed) {
         nuksm_agent_disconnect(s, failed);
+    } else if (c->fd >= 0) {
+        qemu_set_fd_handler(c->fd, nuksm_agent_read,
+                            pending ? nuksm_agent_flush : NULL, s);
     }
 }
 
@@ -263,7 +175,7 @@ static void nuksm_agent_handle_assignment(Nuksm *s,
     c->merge_domain = g_strdup(a->domain);
     c->domain_source = a->domain_source;
     c->priority_limit = a->priority_limit;
-    trace_nuksm_agent_assigned(nuksm_id(s), a->domain,
+    trace_nuksm_agent_assigned(s->id, a->domain,
                                NuksmDomainSource_str(c->domain_source),
                                s->domain, a->priority, a->priority_limit);
     /*
@@ -275,7 +187,7 @@ static void nuksm_agent_handle_assignment(Nuksm *s,
         !g_str_equal(s->domain, a->domain)) {
         warn_report("nuksm '%s': the agent put this VM in merge domain "
                     "'%s' (%s), not in '%s' as property 'domain' asks",
-                    nuksm_id(s), a->domain,
+                    s->id, a->domain,
                     NuksmDomainSource_str(c->domain_source), s->domain);
     }
 }
@@ -293,7 +205,7 @@ static void nuksm_agent_handle_hello_ack(Nuksm *s, const NuksmMsgHelloAck *a,
         g_autofree char *reason = g_strdup_printf(
             "protocol version mismatch: QEMU speaks %u, nuksmd speaks %u",
             NUKSM_PROTO_VERSION, a->version);
-        error_report("nuksm '%s': %s", nuksm_id(s), reason);
+        error_report("nuksm '%s': %s", s->id, reason);
         c->backoff_ms = NUKSM_BACKOFF_MAX_MS;
         nuksm_agent_disconnect(s, reason);
         return;
@@ -304,10 +216,10 @@ static void nuksm_agent_handle_hello_ack(Nuksm *s, const NuksmMsgHelloAck *a,
     c->policy = a->policy;
     c->backoff_ms = NUKSM_BACKOFF_MIN_MS;
     g_clear_pointer(&c->last_error, g_free);
-    trace_nuksm_agent_connected(nuksm_id(s), a->client_id, a->nr_nodes,
+    trace_nuksm_agent_connected(s->id, a->client_id, a->nr_nodes,
                                 a->agent_version);
     nuksm_agent_handle_assignment(s, a);
-    qapi_event_send_nuksm_agent_connected(nuksm_id(s), s->agent_path);
+    qapi_event_send_nuksm_agent_connected(s->id, s->agent_path);
     /* Before the scanner runs for this connection and tries it. */
     nuksm_commit_set_uffd_device(s->commit, uffd_dev);
     nuksm_numa_send_topology(s);
@@ -328,14 +240,14 @@ static void nuksm_agent_handle_reply(Nuksm *s, const NuksmMsgHeader *hdr,
     }
     if (!req) {
         /* The request timed out already; its late reply is harmless. */
-        trace_nuksm_agent_stale_reply(nuksm_id(s), hdr->seq);
+        trace_nuksm_agent_stale_reply(s->id, hdr->seq);
         return;
     }
 
     if (hdr->type == NUKSM_MSG_ERROR) {
         const NuksmMsgError *e = payload;
         Error *err = NULL;
-        error_setg(&err, "nuksm '%s': the agent refused: %s", nuksm_id(s),
+        error_setg(&err, "nuksm '%s': the agent refused: %s", s->id,
                    e->message);
         nuksm_request_finish(req, err);
     } else if (hdr->type != req->reply_type || hdr->len != req->reply_len) {
@@ -371,8 +283,7 @@ static void nuksm_agent_handle_condition(Nuksm *s,
     NuksmAgentConn *c = &s->conn;
 
     if (msg->conditions != c->conditions) {
-        trace_nuksm_agent_condition(nuksm_id(s), msg->conditions,
-                                    msg->reason);
+        trace_nuksm_agent_condition(s->id, msg->conditions, msg->reason);
     }
     /* What a condition that ended turned away is offered again. */
     if (c->conditions & ~msg->conditions) {
@@ -401,7 +312,7 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
         nuksm_agent_disconnect(s, reason);
         return;
     }
-    trace_nuksm_agent_recv(nuksm_id(s), hdr->type, hdr->seq, hdr->len);
+    trace_nuksm_agent_recv(s->id, hdr->type, hdr->seq, hdr->len);
     if (c->ready && (hdr->type == NUKSM_MSG_STORE ||
                      hdr->type == NUKSM_MSG_UPLOAD_REQ ||
                      hdr->type == NUKSM_MSG_MERGE ||
@@ -432,7 +343,7 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
             g_autofree char *reason =
                 g_strdup_printf("agent refused the handshake: %s",
                                 e->message);
-            error_report("nuksm '%s': %s", nuksm_id(s), reason);
+            error_report("nuksm '%s': %s", s->id, reason);
             c->backoff_ms = NUKSM_BACKOFF_MAX_MS;
             nuksm_agent_disconnect(s, reason);
         } else {
@@ -447,7 +358,7 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
     }
     if (hdr->type == NUKSM_MSG_POLICY && hdr->seq == 0) {
         const NuksmMsgPolicy *p = payload;
-        trace_nuksm_agent_policy(nuksm_id(s), NuksmPolicy_str(p->policy));
+        trace_nuksm_agent_policy(s->id, NuksmPolicy_str(p->policy));
         if (c->policy != p->policy) {
             nuksm_commit_reoffer(s->commit);
         }
@@ -462,7 +373,7 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
         return;
     }
     if (hdr->type == NUKSM_MSG_CHARGE && hdr->seq == 0) {
-        nuksm_scanner_charge(s->scanner,
+        nuksm_control_charge(s->control,
                              ((const NuksmMsgCharge *)payload)->cpu_ns);
         return;
     }
@@ -564,7 +475,7 @@ static void nuksm_agent_connect(Nuksm *s)
     int fd;
 
     assert(c->fd < 0);
-    trace_nuksm_agent_connect(nuksm_id(s), s->agent_path);
+    trace_nuksm_agent_connect(s->id, s->agent_path);
     if (strlen(s->agent_path) >= sizeof(addr.sun_path)) {
         nuksm_agent_set_error(s, "agent socket path is too long");
         return;  /* complete() rejects this; nothing to retry */
@@ -580,7 +491,7 @@ static void nuksm_agent_connect(Nuksm *s)
             close(fd);
         }
         nuksm_agent_set_error(s, reason);
-        trace_nuksm_agent_connect_failed(nuksm_id(s), reason);
+        trace_nuksm_agent_connect_failed(s->id, reason);
         nuksm_agent_schedule_retry(s);
         return;
     }
@@ -590,8 +501,7 @@ static void nuksm_agent_connect(Nuksm *s)
     nuksm_strfield_set(hello.domain, sizeof(hello.domain), s->domain);
     nuksm_strfield_set(hello.vm_name, sizeof(hello.vm_name),
                        qemu_get_vm_name());
-    nuksm_strfield_set(hello.object_id, sizeof(hello.object_id),
-                       nuksm_id(s));
+    nuksm_strfield_set(hello.object_id, sizeof(hello.object_id), s->id);
     if (!nuksm_agent_send(s, NUKSM_MSG_HELLO, c->next_seq++, &hello,
                           sizeof(hello), &err)) {
         nuksm_agent_disconnect(s, error_get_pretty(err));
@@ -629,15 +539,14 @@ void nuksm_agent_init(Nuksm *s)
     c->next_seq = 1;
     c->backoff_ms = NUKSM_BACKOFF_MIN_MS;
     QLIST_INIT(&c->requests);
-    qemu_mutex_init(&c->tx_lock);
-    g_queue_init(&c->tx);
+    nuksm_outbox_init(&s->outbox);
 }
 
 void nuksm_agent_start(Nuksm *s)
 {
     s->conn.retry_timer = timer_new_ms(QEMU_CLOCK_REALTIME,
                                        nuksm_agent_retry_cb, s);
-    s->conn.tx_bh = qemu_bh_new(nuksm_agent_flush, s);
+    nuksm_outbox_start(&s->outbox, nuksm_agent_flush, s);
     nuksm_agent_connect(s);
 }
 
@@ -656,12 +565,7 @@ void nuksm_agent_cleanup(Nuksm *s)
         timer_free(c->retry_timer);
         c->retry_timer = NULL;
     }
-    if (c->tx_bh) {
-        qemu_bh_delete(c->tx_bh);
-        c->tx_bh = NULL;
-    }
-    g_queue_clear_full(&c->tx, g_free);
-    qemu_mutex_destroy(&c->tx_lock);
+    nuksm_outbox_cleanup(&s->outbox);
     g_clear_pointer(&c->last_error, g_free);
     g_clear_pointer(&c->condition_reason, g_free);
     nuksm_agent_clear_assignment(c);
@@ -674,8 +578,8 @@ void nuksm_agent_send_priority(Nuksm *s)
     if (!s->conn.ready) {
         return;  /* the next HELLO carries it */
     }
-    nuksm_agent_queue(s, s->conn.epoch, NUKSM_MSG_SET_PRIORITY,
-                      s->conn.next_seq++, &msg, sizeof(msg));
+    nuksm_outbox_queue(&s->outbox, s->conn.epoch, NUKSM_MSG_SET_PRIORITY,
+                       s->conn.next_seq++, &msg, sizeof(msg));
 }
 
 static void nuksm_request_timeout_cb(void *opaque)
@@ -704,7 +608,7 @@ int coroutine_fn nuksm_agent_request(Nuksm *s, NuksmMsgType type,
 
     if (!c->ready) {
         error_setg(errp, "nuksm '%s' is not connected to the agent at %s%s%s",
-                   nuksm_id(s), s->agent_path,
+                   s->id, s->agent_path,
                    c->last_error ? ": " : "",
                    c->last_error ? c->last_error : "");
         return -ENOTCONN;
@@ -714,7 +618,7 @@ int coroutine_fn nuksm_agent_request(Nuksm *s, NuksmMsgType type,
         c->next_seq = 1;  /* seq 0 marks notifications */
     }
     /* Behind what the scanner queued: the socket may be full. */
-    nuksm_agent_queue(s, c->epoch, type, req.seq, payload, len);
+    nuksm_outbox_queue(&s->outbox, c->epoch, type, req.seq, payload, len);
 
     object_ref(OBJECT(s));
     req.timeout = timer_new_ms(QEMU_CLOCK_REALTIME, nuksm_request_timeout_cb,

@@ -33,8 +33,11 @@
 #include "qemu/main-loop.h"
 #include "qemu/rcu.h"
 #include "nuksm-commit.h"
+#include "nuksm-control.h"
+#include "nuksm-maps.h"
+#include "nuksm-outbox.h"
+#include "nuksm-ram.h"
 #include "nuksm-remap.h"
-#include "nuksm-scan.h"
 #include "trace.h"
 
 /*
@@ -127,8 +130,8 @@ static void nuksm_commit_post_refs(NuksmCommit *c, uint32_t epoch,
                                    NuksmMsgType type, const NuksmSlotRef *r,
                                    size_t n)
 {
-    nuksm_agent_post_batches(c->s, epoch, type, r, sizeof(*r), n,
-                             NUKSM_SLOTREFS_MAX);
+    nuksm_outbox_post_batches(&c->s->outbox, epoch, type, r, sizeof(*r), n,
+                              NUKSM_SLOTREFS_MAX);
 }
 
 /*
@@ -189,18 +192,19 @@ static void nuksm_commit_upload(NuksmCommit *c, NuksmWork *w)
     const NuksmSlotRef *want = (const NuksmSlotRef *)(req + 1);
     g_autofree uint8_t *buf = g_malloc(NUKSM_MSG_MAX);
     NuksmMsgBatch *b = (NuksmMsgBatch *)buf;
+    NuksmOutbox *ob = &c->s->outbox;
 
     b->reserved = 0;
     for (uint32_t done = 0; done < req->count;) {
         uint32_t n = MIN(req->count - done, NUKSM_UPLOAD_MAX);
 
-        while (nuksm_agent_backlog(c->s) > NUKSM_COMMIT_MAX_BACKLOG) {
+        while (nuksm_outbox_backlog(ob) > NUKSM_COMMIT_MAX_BACKLOG) {
             /*
              * The main loop drains the queue, unless it is joining this
              * thread (the object goes, QEMU quits): the agent then loses
              * the connection, and with it the wait for these pages.
              */
-            if (nuksm_scanner_quitting(c->s->scanner)) {
+            if (nuksm_control_quitting(c->s->control)) {
                 return;
             }
             g_usleep(1000);
@@ -210,9 +214,9 @@ static void nuksm_commit_upload(NuksmCommit *c, NuksmWork *w)
         }
         done += n;
         if (b->count) {
-            nuksm_agent_post(c->s, w->epoch, NUKSM_MSG_UPLOAD, buf,
-                             sizeof(*b) + b->count *
-                             (sizeof(NuksmSlotRef) + NUKSM_PAGE_SIZE));
+            nuksm_outbox_post(ob, w->epoch, NUKSM_MSG_UPLOAD, buf,
+                              sizeof(*b) + b->count *
+                              (sizeof(NuksmSlotRef) + NUKSM_PAGE_SIZE));
         }
     }
 }
@@ -543,7 +547,7 @@ static int nuksm_commit_ref_cmp(const void *a, const void *b)
  */
 static bool nuksm_commit_stale(NuksmCommit *c, NuksmWork *w)
 {
-    return nuksm_scanner_epoch(c->s->scanner) != w->epoch;
+    return nuksm_control_epoch(c->s->control) != w->epoch;
 }
 
 static void nuksm_commit_merge(NuksmCommit *c, NuksmWork *w)
@@ -707,8 +711,8 @@ static void nuksm_commit_move(NuksmCommit *c, NuksmWork *w)
         i += n;
     }
     qemu_mutex_unlock(&c->pages->lock);
-    nuksm_agent_post_batches(c->s, w->epoch, NUKSM_MSG_MOVED, m, sizeof(*m),
-                             b->count, NUKSM_MOVES_MAX);
+    nuksm_outbox_post_batches(&c->s->outbox, w->epoch, NUKSM_MSG_MOVED, m,
+                              sizeof(*m), b->count, NUKSM_MOVES_MAX);
 }
 
 typedef void NuksmCommitPageFn(NuksmCommit *c, RAMBlock *rb,
@@ -784,7 +788,7 @@ static void nuksm_commit_retry(NuksmCommit *c, NuksmWork *w)
 {
     nuksm_commit_foreach_page(c, w, nuksm_commit_retry_page);
     trace_nuksm_commit_retry(((const NuksmMsgBatch *)w->payload)->count);
-    nuksm_scanner_nudge(c->s->scanner);
+    nuksm_control_nudge(c->s->control);
 }
 
 static void nuksm_commit_handle(NuksmCommit *c, NuksmWork *w)
@@ -862,7 +866,7 @@ void nuksm_commit_queue(NuksmCommit *c, NuksmMsgType type, uint32_t epoch,
     qemu_mutex_lock(&c->lock);
     g_queue_push_tail(&c->work, w);
     qemu_mutex_unlock(&c->lock);
-    nuksm_scanner_wake(c->s->scanner);
+    nuksm_control_wake(c->s->control);
 }
 
 void nuksm_commit_reoffer(NuksmCommit *c)
@@ -870,7 +874,7 @@ void nuksm_commit_reoffer(NuksmCommit *c)
     qemu_mutex_lock(&c->pages->lock);
     nuksm_pages_clear_all(c->pages, NUKSM_PAGE_OFFERED);
     qemu_mutex_unlock(&c->pages->lock);
-    nuksm_scanner_kick(c->s->scanner);
+    nuksm_control_kick(c->s->control);
 }
 
 typedef struct NuksmRestore {
@@ -991,7 +995,7 @@ void nuksm_commit_take_uffd(NuksmCommit *c)
      * Checked under page_lock: once deactivation released userfaultfd
      * (under page_lock too), a migration may hold its own on our RAM.
      */
-    if (!nuksm_scanner_is_active(c->s->scanner) || c->uffd >= 0) {
+    if (!nuksm_control_is_active(c->s->control) || c->uffd >= 0) {
         qemu_mutex_unlock(&c->pages->lock);
         close(uffd);
         return;
@@ -1046,7 +1050,7 @@ void nuksm_commit_set_uffd_device(NuksmCommit *c, int dev_fd)
     c->uffd_dev = dev_fd;
     c->uffd_retry = true;
     qemu_mutex_unlock(&c->lock);
-    nuksm_scanner_wake(c->s->scanner);
+    nuksm_control_wake(c->s->control);
 }
 
 void nuksm_commit_get_stats(NuksmCommit *c, NuksmStats *stats)
@@ -1097,7 +1101,7 @@ bool nuksm_commit_discard(NuksmCommit *c, RAMBlock *rb, void *host,
     }
     /* The anonymous mapping gives back the mappings it replaced. */
     nuksm_maps_account(c, nuksm_maps_window(bs, first, count) - edges);
-    nuksm_commit_flush_unmerged(c, nuksm_scanner_epoch(c->s->scanner));
+    nuksm_commit_flush_unmerged(c, nuksm_control_epoch(c->s->control));
     qemu_mutex_unlock(&c->pages->lock);
     return true;
 }

@@ -17,6 +17,7 @@
 
 #include "qemu/thread.h"
 #include "nuksm.h"
+#include "nuksm-maps.h"
 #include "nuksm-pages.h"
 #include "nuksm-writes.h"
 
@@ -25,21 +26,6 @@ typedef struct NuksmStore {
     int fd;                     /* -1 if not received */
     uint64_t size;
 } NuksmStore;
-
-/*
- * The mapping budget (nuksm-maps.c): how many mappings (VMAs) the process
- * uses against vm.max_map_count.  Protected by page_lock, like every
- * change of what backs guest pages; @limited is also read atomically.
- */
-typedef struct NuksmMaps {
-    uint64_t limit;             /* vm.max_map_count, as last read */
-    uint64_t counted;           /* lines of /proc/self/maps, last count */
-    int64_t delta;              /* what our changes added since (model) */
-    int64_t counted_at;         /* get_clock() of the last count */
-    int64_t limit_read_at;      /* get_clock() of the last limit read */
-    bool limited;               /* costly merges are being refused */
-    uint64_t held;              /* pages refused while limited */
-} NuksmMaps;
 
 /* A request from the agent, queued by the main loop for the thread. */
 typedef struct NuksmWork {
@@ -57,7 +43,7 @@ struct NuksmCommit {
     /*
      * Protected by @lock: what the main loop hands over and the scanner
      * thread takes.  After changing them the main loop wakes the thread
-     * (nuksm_scanner_wake()).
+     * (nuksm_control_wake()).
      */
     QemuMutex lock;
     GQueue work;                /* NuksmWork *, from the agent */
@@ -121,17 +107,5 @@ void nuksm_commit_forget(NuksmCommit *c, NuksmBlockState *bs, uint64_t idx,
 void nuksm_commit_flush_unmerged(NuksmCommit *c, uint32_t epoch);
 bool nuksm_commit_drop_zero(NuksmCommit *c, NuksmBlockState *bs,
                             uint64_t idx, uint8_t *host);
-
-/* nuksm-maps.c (page_lock held unless said otherwise) */
-void nuksm_maps_init(NuksmCommit *c);
-void nuksm_maps_tick(NuksmCommit *c, bool force);
-int64_t nuksm_maps_cost(NuksmBlockState *bs, uint64_t idx, uint64_t n,
-                        bool anon, uint8_t node, uint64_t slot);
-int64_t nuksm_maps_window(NuksmBlockState *bs, uint64_t idx, uint64_t n);
-bool nuksm_maps_afford(NuksmCommit *c, int64_t cost, uint64_t pages);
-void nuksm_maps_account(NuksmCommit *c, int64_t delta);
-void nuksm_maps_exhausted(NuksmCommit *c);
-uint64_t nuksm_maps_in_use(NuksmCommit *c);
-uint64_t nuksm_maps_budget(uint64_t limit);
 
 #endif /* HW_MEM_NUKSM_COMMIT_H */

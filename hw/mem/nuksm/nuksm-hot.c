@@ -29,8 +29,11 @@
 #include "qapi/error.h"
 #include "exec/memory.h"
 #include "exec/ramblock.h"
+#include "nuksm-control.h"
+#include "nuksm-hot.h"
 #include "nuksm-pages.h"
-#include "nuksm-scan.h"
+#include "nuksm-ram.h"
+#include "nuksm-state.h"
 #include "trace.h"
 
 /* nuksm objects whose window is open, each counted once. */
@@ -114,7 +117,7 @@ static bool nuksm_hot_clear(Nuksm *s, RAMBlock *rb, void *opaque)
 static bool nuksm_hot_window_due(Nuksm *s)
 {
     NuksmHot *h = &s->hot;
-    unsigned rest = s->scanner && nuksm_scanner_settled(s->scanner) ?
+    unsigned rest = s->control && nuksm_control_settled(s->control) ?
                     NUKSM_HOT_SETTLED_REST : 1;
 
     if (++h->resting < rest) {
@@ -137,7 +140,7 @@ static void nuksm_hot_tick(void *opaque)
         h->logging = false;
         h->samples++;
         h->hot_pages = hot;
-        trace_nuksm_hot_sample(nuksm_id(s), h->samples, hot);
+        trace_nuksm_hot_sample(s->id, h->samples, hot);
     } else if (s->hot_window_ms && nuksm_is_running(s) &&
                nuksm_hot_window_due(s)) {
         Error *err = NULL;

@@ -39,7 +39,8 @@
 #include "qemu/units.h"
 #include "qemu/timer.h"
 #include "nuksm-commit.h"
-#include "nuksm-scan.h"
+#include "nuksm-control.h"
+#include "nuksm-maps.h"
 #include "trace.h"
 
 /* Mappings always kept for QEMU's own needs, at least. */
@@ -151,7 +152,7 @@ void nuksm_maps_init(NuksmCommit *c)
     nuksm_maps_recount(c, now);
 }
 
-/* Tell the main loop, which emits the events (nuksm.c). */
+/* Tell the main loop, which emits the events (nuksm-state.c). */
 static void nuksm_maps_notify(NuksmCommit *c)
 {
     qemu_bh_schedule(c->s->limit_bh);
@@ -177,7 +178,7 @@ static void nuksm_maps_resume(NuksmCommit *c)
     qatomic_set(&c->maps.limited, false);
     nuksm_pages_clear_all(c->pages, NUKSM_PAGE_HELD);
     nuksm_maps_notify(c);
-    nuksm_scanner_kick(c->s->scanner);
+    nuksm_control_kick(c->s->control);
 }
 
 /*

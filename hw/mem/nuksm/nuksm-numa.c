@@ -23,7 +23,10 @@
 #include "system/hostmem.h"
 #include "system/numa.h"
 #include "nuksm-commit.h"
+#include "nuksm-numa.h"
+#include "nuksm-outbox.h"
 #include "nuksm-pages.h"
+#include "nuksm-ram.h"
 #include "trace.h"
 
 /* HOME carries the protocol's NuksmHomeSource; QMP shows QAPI's. */
@@ -42,21 +45,6 @@ static uint32_t nuksm_numa_nr_gnodes(void)
            MIN(ms->numa_state->num_nodes, NUKSM_MAX_GNODES) : 1;
 }
 
-/* The guest node of @rb.  Asks QOM: main loop only (BQL). */
-uint8_t nuksm_numa_block_gnode(RAMBlock *rb)
-{
-    MachineState *ms = MACHINE(qdev_get_machine());
-    Object *owner = memory_region_owner(rb->mr);
-
-    for (uint32_t g = 0; ms->numa_state && g < nuksm_numa_nr_gnodes(); g++) {
-        if (OBJECT(ms->numa_state->nodes[g].node_memdev) == owner) {
-            return g;
-        }
-    }
-    /* Machine RAM without -numa, and DIMMs: the first guest node. */
-    return 0;
-}
-
 static bool nuksm_numa_add_range(Nuksm *s, RAMBlock *rb, void *opaque)
 {
     NuksmMsgTopology *t = opaque;
@@ -67,7 +55,7 @@ static bool nuksm_numa_add_range(Nuksm *s, RAMBlock *rb, void *opaque)
     t->ranges[t->nr_ranges++] = (NuksmPageRange) {
         .first = rb->offset / NUKSM_PAGE_SIZE,
         .count = rb->used_length / NUKSM_PAGE_SIZE,
-        .gnode = nuksm_numa_block_gnode(rb),
+        .gnode = nuksm_ram_gnode(rb),
     };
     return true;
 }
@@ -103,14 +91,15 @@ void nuksm_numa_send_topology(Nuksm *s)
         }
     }
     nuksm_ram_foreach_eligible(s, nuksm_numa_add_range, t);
-    trace_nuksm_numa_topology(nuksm_id(s), t->nr_gnodes, t->nr_vcpus);
-    nuksm_agent_post(s, s->conn.epoch, NUKSM_MSG_TOPOLOGY, t, sizeof(*t));
+    trace_nuksm_numa_topology(s->id, t->nr_gnodes, t->nr_vcpus);
+    nuksm_outbox_post(&s->outbox, s->conn.epoch, NUKSM_MSG_TOPOLOGY, t,
+                      sizeof(*t));
 }
 
 void nuksm_numa_handle_home(Nuksm *s, const NuksmMsgHome *h)
 {
     for (uint32_t g = 0; g < h->nr_gnodes; g++) {
-        trace_nuksm_numa_home(nuksm_id(s), g, h->home[g], h->source[g]);
+        trace_nuksm_numa_home(s->id, g, h->home[g], h->source[g]);
     }
     if (s->home.nr_gnodes != h->nr_gnodes ||
         memcmp(s->home.home, h->home, sizeof(h->home))) {

@@ -258,6 +258,51 @@ bool nuksm_pages_has_remapped(NuksmPages *p)
     return remapped;
 }
 
+static void nuksm_pages_regions_to_top(NuksmBlockState *bs, void *opaque)
+{
+    nuksm_regions_to_top(bs);
+}
+
+void nuksm_pages_set_distilling(NuksmPages *p, bool on)
+{
+    qemu_mutex_lock(&p->lock);
+    p->distilling = on;
+    if (!on) {
+        nuksm_pages_foreach(p, nuksm_pages_regions_to_top, NULL);
+    }
+    qemu_mutex_unlock(&p->lock);
+}
+
+static void nuksm_pages_count_block(NuksmBlockState *bs, void *opaque)
+{
+    nuksm_regions_count(bs, opaque);
+}
+
+void nuksm_pages_count_regions(NuksmPages *p, uint64_t *counts)
+{
+    memset(counts, 0, NUKSM_REGION_LEVELS * sizeof(counts[0]));
+    qemu_mutex_lock(&p->lock);
+    nuksm_pages_foreach(p, nuksm_pages_count_block, counts);
+    qemu_mutex_unlock(&p->lock);
+}
+
+void nuksm_pages_map_regions(NuksmPages *p, NuksmPagesRegionsFn *fn,
+                             void *opaque)
+{
+    GHashTableIter it;
+    const char *name;
+    NuksmBlockState *bs;
+
+    qemu_mutex_lock(&p->lock);
+    g_hash_table_iter_init(&it, p->blocks);
+    while (g_hash_table_iter_next(&it, (gpointer *)&name, (gpointer *)&bs)) {
+        g_autofree char *levels = nuksm_regions_levels(bs);
+
+        fn(name, bs->nr_pages, levels, opaque);
+    }
+    qemu_mutex_unlock(&p->lock);
+}
+
 void nuksm_pages_get_stats(NuksmPages *p, NuksmStats *stats)
 {
     qemu_mutex_lock(&p->lock);

@@ -236,6 +236,26 @@ void nuksm_pages_unzeroed(NuksmPages *p, NuksmBlockState *bs, uint64_t idx);
  */
 void nuksm_pages_discarded(NuksmPages *p, NuksmBlockState *bs, uint64_t idx);
 
+/*
+ * Takes the lock: region distilling (nuksm-regions.h) on or off for the
+ * whole table.  Off puts every region on the top level; blocks added
+ * later start on the bottom one if on.
+ */
+void nuksm_pages_set_distilling(NuksmPages *p, bool on);
+/*
+ * Takes the lock: the regions on each level, bottom first, in @counts
+ * (NUKSM_REGION_LEVELS of them).
+ */
+void nuksm_pages_count_regions(NuksmPages *p, uint64_t *counts);
+/*
+ * Takes the lock: each block's regions, as a string of their levels
+ * ('0' bottom), in @fn; for the debug view (x-query-nuksm-regions).
+ */
+typedef void NuksmPagesRegionsFn(const char *block, uint64_t nr_pages,
+                                 const char *levels, void *opaque);
+void nuksm_pages_map_regions(NuksmPages *p, NuksmPagesRegionsFn *fn,
+                             void *opaque);
+
 /* Takes the lock: does some page map a store? */
 bool nuksm_pages_has_remapped(NuksmPages *p);
 /*

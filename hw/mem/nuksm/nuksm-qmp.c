@@ -1,5 +1,6 @@
 /*
- * nuksm: QMP commands and HMP "info nuksm".
+ * nuksm: QMP commands and HMP "info nuksm": what each unit tells of the
+ * nuksm objects, and requests to the agent.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -13,13 +14,193 @@
 #include "monitor/monitor.h"
 #include "qemu/cutils.h"
 #include "nuksm.h"
-#include "nuksm-scan.h"
+#include "nuksm-agent.h"
+#include "nuksm-control.h"
+#include "nuksm-governor.h"
+#include "nuksm-hints.h"
+#include "nuksm-hot.h"
+#include "nuksm-numa.h"
+#include "nuksm-pages.h"
+#include "nuksm-ram.h"
+#include "nuksm-regions.h"
+#include "nuksm-state.h"
 
 /* What INFO's counters cover: QAPI's NuksmInfoScope, libnuksm's Id. */
 QEMU_BUILD_BUG_ON((int)NUKSM_INFO_SCOPE_HOST != NUKSM_INFO_HOST ||
                   (int)NUKSM_INFO_SCOPE_DOMAIN != NUKSM_INFO_DOMAIN ||
                   (int)NUKSM_INFO_SCOPE_NONE != NUKSM_INFO_NONE ||
                   (int)NUKSM_INFO_SCOPE__MAX != NUKSM_INFO__MAX);
+
+static Nuksm *nuksm_first_connected(Error **errp)
+{
+    g_autoptr(GPtrArray) all = nuksm_objects();
+
+    for (guint i = 0; i < all->len; i++) {
+        Nuksm *s = g_ptr_array_index(all, i);
+
+        if (s->conn.ready) {
+            return s;
+        }
+    }
+    error_setg(errp, all->len ? "no nuksm object is connected to its agent" :
+               "there is no nuksm object");
+    return NULL;
+}
+
+static NuksmRegions *nuksm_regions_info(Nuksm *s, const NuksmStats *stats)
+{
+    NuksmRegions *info = g_new0(NuksmRegions, 1);
+    uint64_t counts[NUKSM_REGION_LEVELS] = { 0 };
+    uint64List **tail = &info->levels;
+
+    info->enabled = s->distilling;
+    info->region_size = NUKSM_REGION_PAGES * NUKSM_PAGE_SIZE;
+    if (s->pages) {
+        nuksm_pages_count_regions(s->pages, counts);
+    }
+    for (unsigned level = 0; level < NUKSM_REGION_LEVELS; level++) {
+        QAPI_LIST_APPEND(tail, counts[level]);
+    }
+    info->promotions = stats->promotions;
+    info->demotions = stats->demotions;
+    return info;
+}
+
+static NuksmInfo *nuksm_get_info(Nuksm *s)
+{
+    NuksmInfo *info = g_new0(NuksmInfo, 1);
+    NuksmStats stats;
+    NuksmNodePagesList **tail;
+
+    nuksm_get_stats(s, &stats);
+    info->id = g_strdup(s->id);
+    info->state = nuksm_state(s);
+    info->agent = g_strdup(s->agent_path);
+    info->agent_error = g_strdup(s->conn.ready ? NULL : s->conn.last_error);
+    info->domain = g_strdup(s->domain);
+    info->priority = s->priority;
+    if (s->conn.ready) {
+        info->merge_domain = g_strdup(s->conn.merge_domain);
+        info->has_domain_source = true;
+        info->domain_source = s->conn.domain_source;
+        info->has_priority_limit = true;
+        info->priority_limit = s->conn.priority_limit;
+    }
+    if (s->conn.policy >= 0) {
+        info->has_policy = true;
+        info->policy = s->conn.policy;
+    }
+    if (info->state == NUKSM_STATE_LIMITED) {
+        info->has_limit = true;
+        info->limit = nuksm_limit(s, &stats);
+        info->limit_reason = nuksm_limit_reason(s, info->limit, &stats);
+    }
+    info->mappings = stats.maps_in_use;
+    info->mappings_limit = stats.maps_limit;
+    info->mappings_budget = stats.maps_budget;
+    info->eligible_pages = nuksm_ram_eligible_pages(s);
+    info->pages_scanned = stats.pages_scanned;
+    info->full_scans = stats.full_scans;
+    info->pages_volatile = stats.pages_volatile;
+    info->merged_pages = stats.merged_pages + stats.zero_pages;
+    info->zero_pages = stats.zero_pages;
+    info->cow_breaks = stats.cow_breaks;
+    tail = &info->merged_per_node;
+    for (uint32_t node = 0; node < NUKSM_MAX_NODES; node++) {
+        NuksmNodePages *np;
+
+        if (!stats.merged_per_node[node]) {
+            continue;
+        }
+        np = g_new0(NuksmNodePages, 1);
+        np->node = node;
+        np->pages = stats.merged_per_node[node];
+        QAPI_LIST_APPEND(tail, np);
+    }
+    if (s->scanner) {
+        nuksm_numa_locality(s, &info->merged_local, &info->merged_remote);
+    }
+    info->home_nodes = nuksm_numa_home_list(s);
+    info->hotness = nuksm_hot_info(s);
+    info->excluded = nuksm_ram_exclusions(s);
+    info->budget = g_new0(NuksmBudget, 1);
+    nuksm_governor_budget(s, info->budget);
+    info->hashing = g_new0(NuksmHashing, 1);
+    info->hashing->strength = stats.hashing.strength;
+    info->hashing->adaptive = stats.hashing.adaptive;
+    info->hashing->pages_sampled = stats.hashing.pages_sampled;
+    info->hashing->pages_hashed = stats.hashing.pages_hashed;
+    info->hashing->misses = stats.hashing.misses;
+    info->hashing->profit_us = stats.hashing.profit_ns / 1000;
+    info->hashing->penalty_us = stats.hashing.penalty_ns / 1000;
+    info->regions = nuksm_regions_info(s, &stats);
+    info->io_hints = g_new0(NuksmIoHints, 1);
+    info->io_hints->enabled = s->io_hints;
+    info->io_hints->pages_served = stats.hints_served;
+    info->io_hints->pages_merged = stats.hints_merged;
+    if (s->hints) {
+        NuksmHintStats hs;
+
+        nuksm_hints_get_stats(s->hints, &hs);
+        info->io_hints->pages_hinted = hs.hinted;
+        info->io_hints->pages_dropped = hs.dropped;
+    }
+    return info;
+}
+
+static NuksmInfoList *nuksm_list_info(void)
+{
+    g_autoptr(GPtrArray) all = nuksm_objects();
+    NuksmInfoList *head = NULL, **tail = &head;
+
+    for (guint i = 0; i < all->len; i++) {
+        QAPI_LIST_APPEND(tail, nuksm_get_info(g_ptr_array_index(all, i)));
+    }
+    return head;
+}
+
+static void nuksm_add_block_regions(const char *block, uint64_t nr_pages,
+                                    const char *levels, void *opaque)
+{
+    NuksmBlockRegions *br = g_new0(NuksmBlockRegions, 1);
+
+    br->block = g_strdup(block);
+    br->size = nr_pages * NUKSM_PAGE_SIZE;
+    br->levels = g_strdup(levels);
+    QAPI_LIST_PREPEND(*(NuksmBlockRegionsList **)opaque, br);
+}
+
+static NuksmRegionMapList *nuksm_list_regions(void)
+{
+    g_autoptr(GPtrArray) all = nuksm_objects();
+    NuksmRegionMapList *head = NULL, **tail = &head;
+
+    for (guint i = 0; i < all->len; i++) {
+        Nuksm *s = g_ptr_array_index(all, i);
+        NuksmRegionMap *map = g_new0(NuksmRegionMap, 1);
+
+        map->id = g_strdup(s->id);
+        if (s->pages) {
+            nuksm_pages_map_regions(s->pages, nuksm_add_block_regions,
+                                    &map->blocks);
+        }
+        QAPI_LIST_APPEND(tail, map);
+    }
+    return head;
+}
+
+static void nuksm_kick_all(void)
+{
+    g_autoptr(GPtrArray) all = nuksm_objects();
+
+    for (guint i = 0; i < all->len; i++) {
+        Nuksm *s = g_ptr_array_index(all, i);
+
+        if (s->enabled) {
+            nuksm_control_kick(s->control);
+        }
+    }
+}
 
 NuksmInfoList *qmp_query_nuksm(Error **errp)
 {
@@ -82,7 +263,7 @@ void qmp_nuksm_scan(const char *id, Error **errp)
                        "is off)", id);
             return;
         }
-        nuksm_scanner_kick(s->scanner);
+        nuksm_control_kick(s->control);
         return;
     }
     nuksm_kick_all();

@@ -20,12 +20,14 @@
 #include "exec/memory.h"
 #include "exec/ramblock.h"
 #include "exec/ramlist.h"
+#include "hw/boards.h"
 #include "hw/qdev-core.h"
 #include "qemu/rcu.h"
 #include "qemu/rcu_queue.h"
 #include "qemu/main-loop.h"
 #include "system/hostmem.h"
-#include "nuksm.h"
+#include "system/numa.h"
+#include "nuksm-ram.h"
 
 /* An eligible RAM block, as the main loop last resolved it. */
 typedef struct NuksmRamEntry {
@@ -57,6 +59,22 @@ static const char *nuksm_ram_name(RAMBlock *rb)
         return object_get_canonical_path_component(OBJECT(backend));
     }
     return rb->idstr;
+}
+
+uint8_t nuksm_ram_gnode(RAMBlock *rb)
+{
+    MachineState *ms = MACHINE(qdev_get_machine());
+    Object *owner = memory_region_owner(rb->mr);
+    uint32_t gnodes = ms->numa_state ?
+                      MIN(ms->numa_state->num_nodes, NUKSM_MAX_GNODES) : 0;
+
+    for (uint32_t g = 0; g < gnodes; g++) {
+        if (OBJECT(ms->numa_state->nodes[g].node_memdev) == owner) {
+            return g;
+        }
+    }
+    /* Machine RAM without -numa, and DIMMs: the first guest node. */
+    return 0;
 }
 
 static bool nuksm_ram_selected(Nuksm *s, RAMBlock *rb)
@@ -158,7 +176,7 @@ bool nuksm_ram_resolve_memdev(Nuksm *s, Error **errp)
                                         s->memdev);
     if (!obj || !object_dynamic_cast(obj, TYPE_MEMORY_BACKEND)) {
         error_setg(errp, "nuksm '%s': property 'memdev': no memory backend "
-                   "with id '%s'", nuksm_id(s), s->memdev);
+                   "with id '%s'", s->id, s->memdev);
         return false;
     }
     s->memdev_backend = MEMORY_BACKEND(obj);
@@ -169,7 +187,7 @@ static bool nuksm_ram_add_entry(Nuksm *s, RAMBlock *rb, void *opaque)
 {
     NuksmRamEntry e = {
         .rb = rb,
-        .gnode = nuksm_numa_block_gnode(rb),
+        .gnode = nuksm_ram_gnode(rb),
     };
 
     g_array_append_val(opaque, e);

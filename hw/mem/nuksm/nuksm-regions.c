@@ -129,58 +129,29 @@ NuksmRegionMove nuksm_region_judge(NuksmBlockState *bs, uint64_t idx)
     return nuksm_region_demote(r);
 }
 
-static void nuksm_regions_set_block(NuksmBlockState *bs, void *opaque)
+void nuksm_regions_to_top(NuksmBlockState *bs)
 {
     for (uint64_t r = 0; r < nuksm_regions_in(bs->nr_pages); r++) {
         bs->regions[r] = (NuksmRegion) { .level = NUKSM_REGION_TOP };
     }
 }
 
-void nuksm_regions_set_distilling(NuksmPages *p, bool on)
+void nuksm_regions_count(NuksmBlockState *bs,
+                         uint64_t counts[NUKSM_REGION_LEVELS])
 {
-    qemu_mutex_lock(&p->lock);
-    p->distilling = on;
-    if (!on) {
-        nuksm_pages_foreach(p, nuksm_regions_set_block, NULL);
-    }
-    qemu_mutex_unlock(&p->lock);
-}
-
-static void nuksm_regions_count_block(NuksmBlockState *bs, void *opaque)
-{
-    uint64_t *counts = opaque;
-
     for (uint64_t r = 0; r < nuksm_regions_in(bs->nr_pages); r++) {
         counts[bs->regions[r].level]++;
     }
 }
 
-void nuksm_regions_count(NuksmPages *p,
-                         uint64_t counts[NUKSM_REGION_LEVELS])
+char *nuksm_regions_levels(NuksmBlockState *bs)
 {
-    memset(counts, 0, NUKSM_REGION_LEVELS * sizeof(counts[0]));
-    qemu_mutex_lock(&p->lock);
-    nuksm_pages_foreach(p, nuksm_regions_count_block, counts);
-    qemu_mutex_unlock(&p->lock);
-}
+    uint64_t n = nuksm_regions_in(bs->nr_pages);
+    char *levels = g_malloc(n + 1);
 
-void nuksm_regions_map(NuksmPages *p, NuksmRegionsMapFn *fn, void *opaque)
-{
-    GHashTableIter it;
-    const char *name;
-    NuksmBlockState *bs;
-
-    qemu_mutex_lock(&p->lock);
-    g_hash_table_iter_init(&it, p->blocks);
-    while (g_hash_table_iter_next(&it, (gpointer *)&name, (gpointer *)&bs)) {
-        uint64_t n = nuksm_regions_in(bs->nr_pages);
-        g_autofree char *levels = g_malloc(n + 1);
-
-        for (uint64_t r = 0; r < n; r++) {
-            levels[r] = '0' + bs->regions[r].level;
-        }
-        levels[n] = '\0';
-        fn(name, bs->nr_pages, levels, opaque);
+    for (uint64_t r = 0; r < n; r++) {
+        levels[r] = '0' + bs->regions[r].level;
     }
-    qemu_mutex_unlock(&p->lock);
+    levels[n] = '\0';
+    return levels;
 }

@@ -20,7 +20,10 @@
  * neighbours would follow, and costs a mapping: docs/qmp.rst.)
  *
  * Lock rules: the regions belong to their NuksmBlockState and are
- * protected by page_lock, as it is (nuksm-pages.h).
+ * protected by page_lock, as it is (nuksm-pages.h).  The table creates
+ * them with each block, credits them with its merges and sets
+ * distilling on or off for all of them (nuksm-pages.c); the scanner
+ * counts its looks and judges them (nuksm-scan.c).
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -87,21 +90,19 @@ void nuksm_region_cow(NuksmBlockState *bs, uint64_t idx);
 NuksmRegionMove nuksm_region_judge(NuksmBlockState *bs, uint64_t idx);
 
 /*
- * Distilling on or off for the whole table: off puts every region on
- * the top level; blocks added later start on the bottom one if on.
+ * Put every region of @bs on the top level, as with distilling off
+ * (nuksm_pages_set_distilling()), its counters cleared.
  */
-void nuksm_regions_set_distilling(NuksmPages *p, bool on);
+void nuksm_regions_to_top(NuksmBlockState *bs);
 
-/* Takes the lock: the regions on each level, bottom first. */
-void nuksm_regions_count(NuksmPages *p,
+/* Add the regions of @bs on each level, bottom first, to @counts. */
+void nuksm_regions_count(NuksmBlockState *bs,
                          uint64_t counts[NUKSM_REGION_LEVELS]);
 
 /*
- * Takes the lock: each block's regions, as a string of their levels
- * ('0' bottom), in @fn; for the debug view (x-query-nuksm-regions).
+ * The regions of @bs as a string of their levels ('0' bottom), for the
+ * debug view (x-query-nuksm-regions); g_free() it.
  */
-typedef void NuksmRegionsMapFn(const char *block, uint64_t nr_pages,
-                               const char *levels, void *opaque);
-void nuksm_regions_map(NuksmPages *p, NuksmRegionsMapFn *fn, void *opaque);
+char *nuksm_regions_levels(NuksmBlockState *bs);
 
 #endif /* HW_MEM_NUKSM_REGIONS_H */

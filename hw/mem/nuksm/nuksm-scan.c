@@ -11,7 +11,10 @@
  * of a few of its lines tells, at the strength nuksm-strength.c adapts;
  * the full digest, the agent's key, is computed for pages to offer, and
  * for pages write tracking saw written, to confirm an equal sampled one.
+ * Candidates go to the agent through the outbox (nuksm-outbox.c).
  * Between chunks the thread serves the agent's requests (nuksm-commit.c).
+ * What it shares with the other threads (whether it runs, its budget,
+ * its counters) is its control, nuksm-control.c.
  *
  * Write tracking (nuksm-writes.c) spares hashing pages nothing wrote:
  * at the start of each stretch a pass write-protects the stretch's
@@ -47,8 +50,11 @@
 #include "libnuksm/nuksm-digest.h"
 #include "libnuksm/nuksm-pagemap.h"
 #include "nuksm-commit.h"
+#include "nuksm-control.h"
 #include "nuksm-hints.h"
+#include "nuksm-outbox.h"
 #include "nuksm-pages.h"
+#include "nuksm-ram.h"
 #include "nuksm-regions.h"
 #include "nuksm-scan.h"
 #include "nuksm-strength.h"
@@ -91,42 +97,11 @@
 /* Messages waiting for the socket before the scanner holds back. */
 #define NUKSM_SCAN_MAX_BACKLOG 64
 
-/* The scanner's own counters, for query-nuksm. */
-typedef struct NuksmScanCounters {
-    uint64_t pages_scanned;
-    uint64_t full_scans;
-    uint64_t pages_volatile;
-    uint64_t cow_breaks;
-    uint64_t hints_served;      /* hinted pages looked at */
-    uint64_t promotions;        /* regions moved up a level */
-    uint64_t demotions;         /* and down */
-} NuksmScanCounters;
-
 struct NuksmScanner {
     Nuksm *s;
+    NuksmControl *ctl;          /* s->control, shared with other threads */
     QemuThread thread;
     int pagemap_fd;             /* /proc/self/pagemap, or -1 */
-
-    /* Protected by @lock, shared with the main loop */
-    QemuMutex lock;
-    QemuCond cond;              /* wakes the thread (nuksm_scanner_wake()) */
-    bool active;
-    bool quit;                  /* also read atomically */
-    bool restart;               /* nuksm-scan asked for a fresh pass */
-    bool zero_pages;
-    uint32_t epoch;             /* connection the thread works for; */
-                                /* also read atomically */
-    double max_cpu;             /* percent of one core */
-    uint64_t scan_rate;
-    uint32_t rest_ms;           /* the shortest rest between passes */
-    int64_t pause_ms;           /* rest after the current pass */
-    uint32_t hash_strength;     /* hash-strength: bytes, 0 = adaptive */
-    NuksmScanCounters stats;
-    NuksmHashStats hashing;     /* the thread's sc->strength.stats */
-
-    bool nudged;                /* something to look at again; atomic */
-    bool settled;               /* the last pass found nothing; atomic */
-    uint64_t charged_ns;        /* agent CPU to count (CHARGE); atomic */
 
     /* Scanner thread only */
     uint32_t started_epoch;     /* epoch the commit unit last started on */
@@ -156,10 +131,10 @@ struct NuksmScanner {
 static void nuksm_scan_flush_candidates(NuksmScanner *sc, uint32_t epoch)
 {
     if (sc->candidates->len) {
-        nuksm_agent_post_batches(sc->s, epoch, NUKSM_MSG_CANDIDATES,
-                                 sc->candidates->data,
-                                 sizeof(NuksmCandidate), sc->candidates->len,
-                                 NUKSM_CANDIDATES_MAX);
+        nuksm_outbox_post_batches(&sc->s->outbox, epoch,
+                                  NUKSM_MSG_CANDIDATES, sc->candidates->data,
+                                  sizeof(NuksmCandidate), sc->candidates->len,
+                                  NUKSM_CANDIDATES_MAX);
         g_array_set_size(sc->candidates, 0);
     }
 }
@@ -574,9 +549,9 @@ static unsigned nuksm_scan_pages(NuksmScanner *sc, RAMBlock *rb,
     if (!nuksm_scan_read_pagemap(sc, host, count, pm)) {
         return 0;
     }
-    qemu_mutex_lock(&sc->lock);
-    zero_pages = sc->zero_pages;
-    qemu_mutex_unlock(&sc->lock);
+    qemu_mutex_lock(&sc->ctl->lock);
+    zero_pages = sc->ctl->zero_pages;
+    qemu_mutex_unlock(&sc->ctl->lock);
 
     for (unsigned i = 0; i < count; i++) {
         uint64_t idx = first + i;
@@ -763,17 +738,20 @@ static int64_t nuksm_thread_cpu_ns(void)
     return ts.tv_sec * NANOSECONDS_PER_SECOND + ts.tv_nsec;
 }
 
-/* Serve queued agent requests.  Called with @lock held; drops it. */
+/*
+ * Serve queued agent requests.  Called with the control's lock held;
+ * drops it while serving.
+ */
 static void nuksm_scan_serve(NuksmScanner *sc)
 {
     NuksmWork *w;
 
     while ((w = nuksm_commit_next(sc->s->commit))) {
-        uint32_t epoch = sc->epoch;
+        uint32_t epoch = sc->ctl->epoch;
 
-        qemu_mutex_unlock(&sc->lock);
+        qemu_mutex_unlock(&sc->ctl->lock);
         nuksm_commit_serve(sc->s->commit, w, epoch);
-        qemu_mutex_lock(&sc->lock);
+        qemu_mutex_lock(&sc->ctl->lock);
     }
 }
 
@@ -785,7 +763,7 @@ static void nuksm_scan_serve(NuksmScanner *sc)
 static int64_t nuksm_scan_budget_used_ns(NuksmScanner *sc)
 {
     return nuksm_thread_cpu_ns() - sc->cpu_mark +
-           qatomic_read(&sc->charged_ns);
+           qatomic_read(&sc->ctl->charged_ns);
 }
 
 /*
@@ -799,19 +777,20 @@ static int64_t nuksm_scan_budget_used_ns(NuksmScanner *sc)
 static bool nuksm_scan_throttle(NuksmScanner *sc, int64_t wall_ns,
                                 unsigned pages)
 {
+    NuksmControl *ctl = sc->ctl;
     int64_t cpu_start = nuksm_thread_cpu_ns();
     int64_t used_ns = cpu_start - sc->cpu_mark +
-                      qatomic_xchg(&sc->charged_ns, 0);
+                      qatomic_xchg(&ctl->charged_ns, 0);
     int64_t window_ns = MIN(get_clock() - sc->wall_mark,
                             NUKSM_SCAN_BUDGET_WINDOW_NS);
     int64_t sleep_ns, deadline;
     bool go_on;
 
-    qemu_mutex_lock(&sc->lock);
-    sleep_ns = (int64_t)(used_ns * 100.0 / sc->max_cpu) - window_ns;
-    if (sc->scan_rate) {
+    qemu_mutex_lock(&ctl->lock);
+    sleep_ns = (int64_t)(used_ns * 100.0 / ctl->max_cpu) - window_ns;
+    if (ctl->scan_rate) {
         int64_t min_ns = (int64_t)pages * NANOSECONDS_PER_SECOND /
-                         sc->scan_rate;
+                         ctl->scan_rate;
         sleep_ns = MAX(sleep_ns, min_ns - wall_ns);
     }
     deadline = get_clock() + sleep_ns;
@@ -819,17 +798,18 @@ static bool nuksm_scan_throttle(NuksmScanner *sc, int64_t wall_ns,
         int64_t left = deadline - get_clock();
 
         nuksm_scan_serve(sc);
-        go_on = sc->active && !sc->quit && !sc->restart;
+        go_on = ctl->active && !ctl->quit && !ctl->restart;
         /* Hold back while the socket cannot take what we produce. */
-        if (go_on && nuksm_agent_backlog(sc->s) > NUKSM_SCAN_MAX_BACKLOG) {
+        if (go_on &&
+            nuksm_outbox_backlog(&sc->s->outbox) > NUKSM_SCAN_MAX_BACKLOG) {
             left = MAX(left, SCALE_MS);
         }
         if (!go_on || left < SCALE_MS) {
             break;
         }
-        qemu_cond_timedwait(&sc->cond, &sc->lock, left / SCALE_MS);
+        qemu_cond_timedwait(&ctl->cond, &ctl->lock, left / SCALE_MS);
     }
-    qemu_mutex_unlock(&sc->lock);
+    qemu_mutex_unlock(&ctl->lock);
     sc->cpu_mark = cpu_start;
     sc->wall_mark = get_clock();
     return go_on;
@@ -924,13 +904,13 @@ typedef struct NuksmPassClock {
     unsigned idle_chunks;
 } NuksmPassClock;
 
-/* Take a new hash-strength, if any.  Called with @lock held. */
+/* Take a new hash-strength, if any.  Called with the control's lock. */
 static void nuksm_scan_apply_strength(NuksmScanner *sc)
 {
-    if (sc->hash_strength != sc->strength_bytes) {
-        sc->strength_bytes = sc->hash_strength;
+    if (sc->ctl->hash_strength != sc->strength_bytes) {
+        sc->strength_bytes = sc->ctl->hash_strength;
         nuksm_strength_set(&sc->strength, sc->strength_bytes);
-        sc->hashing = sc->strength.stats;
+        sc->ctl->hashing = sc->strength.stats;
     }
 }
 
@@ -943,20 +923,22 @@ static bool nuksm_scan_step_done(NuksmScanner *sc, NuksmPassClock *pc,
                                  unsigned hashed,
                                  const NuksmScanCounters *delta)
 {
+    NuksmControl *ctl = sc->ctl;
+
     pc->pages_since_sleep += hashed;
     if (hashed || delta->pages_volatile || delta->cow_breaks ||
         delta->hints_served || delta->promotions || delta->demotions) {
         nuksm_strength_adapt(&sc->strength);
-        qemu_mutex_lock(&sc->lock);
-        sc->stats.pages_scanned += hashed;
-        sc->stats.pages_volatile += delta->pages_volatile;
-        sc->stats.cow_breaks += delta->cow_breaks;
-        sc->stats.hints_served += delta->hints_served;
-        sc->stats.promotions += delta->promotions;
-        sc->stats.demotions += delta->demotions;
+        qemu_mutex_lock(&ctl->lock);
+        ctl->stats.pages_scanned += hashed;
+        ctl->stats.pages_volatile += delta->pages_volatile;
+        ctl->stats.cow_breaks += delta->cow_breaks;
+        ctl->stats.hints_served += delta->hints_served;
+        ctl->stats.promotions += delta->promotions;
+        ctl->stats.demotions += delta->demotions;
         nuksm_scan_apply_strength(sc);
-        sc->hashing = sc->strength.stats;
-        qemu_mutex_unlock(&sc->lock);
+        ctl->hashing = sc->strength.stats;
+        qemu_mutex_unlock(&ctl->lock);
     }
     /*
      * Sleep in slices of at least 1 ms, not after every chunk.  Reading
@@ -1039,10 +1021,13 @@ static bool nuksm_scan_pass(NuksmScanner *sc, uint32_t epoch)
     return nuksm_scan_drain_hints(sc, epoch);
 }
 
-/* The longest rest after the pass that just ended.  Called with @lock. */
+/*
+ * The longest rest after the pass that just ended.  Called with the
+ * control's lock.
+ */
 static int64_t nuksm_scan_pause_max_ms(NuksmScanner *sc)
 {
-    int64_t rest = sc->rest_ms;
+    int64_t rest = sc->ctl->rest_ms;
 
     if (!nuksm_commit_tracks_writes(sc->s->commit)) {
         return NUKSM_SCAN_PAUSE_MAX_RESTS * rest;
@@ -1056,40 +1041,41 @@ static int64_t nuksm_scan_pause_max_ms(NuksmScanner *sc)
 /*
  * Rest after a full pass, serving the agent, until the pause is over, a
  * write to a tracked page cuts it short, or the pass is to restart.
- * Called with @lock held.
+ * Called with the control's lock held.
  */
 static void nuksm_scan_rest(NuksmScanner *sc)
 {
+    NuksmControl *ctl = sc->ctl;
     int64_t start = get_clock();
 
     for (;;) {
         /* Read each time: a new governor changes the pause. */
-        int64_t end = start + sc->pause_ms * SCALE_MS;
+        int64_t end = start + ctl->pause_ms * SCALE_MS;
 
         nuksm_scan_apply_strength(sc);
-        if (!sc->active || sc->restart || sc->quit || get_clock() >= end) {
+        if (!ctl->active || ctl->restart || ctl->quit || get_clock() >= end) {
             break;
         }
         /* Hints do not wait for the next pass: a walk costs more. */
         if (nuksm_hints_pending(sc->s->hints)) {
-            qemu_mutex_unlock(&sc->lock);
-            qatomic_set(&sc->settled, false);
+            qemu_mutex_unlock(&ctl->lock);
+            qatomic_set(&ctl->settled, false);
             nuksm_scan_drain_hints(sc, sc->started_epoch);
             nuksm_scan_flush_candidates(sc, sc->started_epoch);
-            qemu_mutex_lock(&sc->lock);
+            qemu_mutex_lock(&ctl->lock);
             continue;
         }
-        if (qatomic_read(&sc->nudged) &&
-            get_clock() >= start + sc->rest_ms * SCALE_MS) {
-            qatomic_set(&sc->settled, false);
+        if (qatomic_read(&ctl->nudged) &&
+            get_clock() >= start + ctl->rest_ms * SCALE_MS) {
+            qatomic_set(&ctl->settled, false);
             break;
         }
         nuksm_scan_serve(sc);
         /* Limited, see within a second whether it is over. */
-        qemu_mutex_unlock(&sc->lock);
+        qemu_mutex_unlock(&ctl->lock);
         nuksm_commit_tick(sc->s->commit);
-        qemu_mutex_lock(&sc->lock);
-        qemu_cond_timedwait(&sc->cond, &sc->lock,
+        qemu_mutex_lock(&ctl->lock);
+        qemu_cond_timedwait(&ctl->cond, &ctl->lock,
                             MAX(1, MIN(end - get_clock(),
                                        NANOSECONDS_PER_SECOND) / SCALE_MS));
     }
@@ -1098,15 +1084,16 @@ static void nuksm_scan_rest(NuksmScanner *sc)
 /*
  * Wait, serving the agent, while nothing can merge for lack of a
  * userfaultfd: until a new connection brings another chance or the
- * object changes.  Called with @lock held.
+ * object changes.  Called with the control's lock held.
  */
 static void nuksm_scan_wait_for_uffd(NuksmScanner *sc)
 {
+    NuksmControl *ctl = sc->ctl;
     NuksmCommit *c = sc->s->commit;
 
-    if (sc->active && !sc->quit && !nuksm_commit_wants_uffd(c) &&
+    if (ctl->active && !ctl->quit && !nuksm_commit_wants_uffd(c) &&
         !nuksm_commit_has_work(c)) {
-        qemu_cond_wait(&sc->cond, &sc->lock);
+        qemu_cond_wait(&ctl->cond, &ctl->lock);
     }
 }
 
@@ -1126,38 +1113,39 @@ static void nuksm_scan_release_heap(void)
 static void *nuksm_scan_thread(void *opaque)
 {
     NuksmScanner *sc = opaque;
+    NuksmControl *ctl = sc->ctl;
     NuksmCommit *c = sc->s->commit;
 
     rcu_register_thread();
     nuksm_strength_calibrate(&sc->strength);
     sc->cpu_mark = nuksm_thread_cpu_ns();
     sc->wall_mark = get_clock();
-    qemu_mutex_lock(&sc->lock);
-    while (!sc->quit) {
+    qemu_mutex_lock(&ctl->lock);
+    while (!ctl->quit) {
         uint32_t epoch;
         bool settled;
 
         nuksm_scan_apply_strength(sc);
         nuksm_scan_serve(sc);
-        if (!sc->active) {
+        if (!ctl->active) {
             if (nuksm_commit_has_uffd(c)) {
-                qemu_mutex_unlock(&sc->lock);
+                qemu_mutex_unlock(&ctl->lock);
                 nuksm_commit_release_uffd(c);
-                qemu_mutex_lock(&sc->lock);
+                qemu_mutex_lock(&ctl->lock);
                 continue;
             }
-            qemu_cond_wait(&sc->cond, &sc->lock);
+            qemu_cond_wait(&ctl->cond, &ctl->lock);
             continue;
         }
-        epoch = sc->epoch;
-        sc->restart = false;
-        qemu_mutex_unlock(&sc->lock);
+        epoch = ctl->epoch;
+        ctl->restart = false;
+        qemu_mutex_unlock(&ctl->lock);
 
         if (!nuksm_commit_has_uffd(c)) {
             nuksm_commit_take_uffd(c);
         }
         if (!nuksm_commit_has_uffd(c)) {
-            qemu_mutex_lock(&sc->lock);
+            qemu_mutex_lock(&ctl->lock);
             nuksm_scan_wait_for_uffd(sc);
             continue;
         }
@@ -1172,27 +1160,27 @@ static void *nuksm_scan_thread(void *opaque)
         sc->passes++;
         sc->news = 0;
         sc->resident = 0;
-        qatomic_set(&sc->nudged, false);
+        qatomic_set(&ctl->nudged, false);
         if (nuksm_scan_pass(sc, epoch)) {
             nuksm_scan_flush_candidates(sc, epoch);
-            settled = !sc->news && !qatomic_read(&sc->nudged);
-            if (settled && !qatomic_read(&sc->settled)) {
+            settled = !sc->news && !qatomic_read(&ctl->nudged);
+            if (settled && !qatomic_read(&ctl->settled)) {
                 nuksm_scan_release_heap();
             }
-            qatomic_set(&sc->settled, settled);
-            qemu_mutex_lock(&sc->lock);
-            sc->pause_ms = sc->news ? sc->rest_ms :
-                           MIN(sc->pause_ms * 2,
-                               nuksm_scan_pause_max_ms(sc));
-            sc->stats.full_scans++;
-            trace_nuksm_scan_pass_done(sc->stats.full_scans,
-                                       sc->stats.pages_scanned);
+            qatomic_set(&ctl->settled, settled);
+            qemu_mutex_lock(&ctl->lock);
+            ctl->pause_ms = sc->news ? ctl->rest_ms :
+                            MIN(ctl->pause_ms * 2,
+                                nuksm_scan_pause_max_ms(sc));
+            ctl->stats.full_scans++;
+            trace_nuksm_scan_pass_done(ctl->stats.full_scans,
+                                       ctl->stats.pages_scanned);
             nuksm_scan_rest(sc);
         } else {
-            qemu_mutex_lock(&sc->lock);
+            qemu_mutex_lock(&ctl->lock);
         }
     }
-    qemu_mutex_unlock(&sc->lock);
+    qemu_mutex_unlock(&ctl->lock);
     nuksm_commit_release_uffd(c);
     rcu_unregister_thread();
     return NULL;
@@ -1209,10 +1197,10 @@ NuksmScanner *nuksm_scanner_new(Nuksm *s)
                      strerror(errno));
     }
     sc->s = s;
-    sc->zero_pages = true;
+    sc->ctl = s->control;
     /* Before the thread runs: the thread owns it from then on. */
     nuksm_strength_init(&sc->strength);
-    sc->hashing = sc->strength.stats;
+    sc->ctl->hashing = sc->strength.stats;
     for (unsigned level = 0; level < NUKSM_STRENGTH_LEVELS; level++) {
         sc->zero_sample[level] = nuksm_sample_digest(
             nuksm_sample_continue(zero_page, nuksm_sample_start(), 0,
@@ -1221,8 +1209,6 @@ NuksmScanner *nuksm_scanner_new(Nuksm *s)
     sc->zero_full16 = nuksm_d32_full(nuksm_page_digest(zero_page,
                                                        NUKSM_PAGE_SIZE));
     sc->candidates = g_array_new(false, false, sizeof(NuksmCandidate));
-    qemu_mutex_init(&sc->lock);
-    qemu_cond_init(&sc->cond);
     qemu_thread_create(&sc->thread, "nuksm-scan", nuksm_scan_thread, sc,
                        QEMU_THREAD_JOINABLE);
     return sc;
@@ -1230,31 +1216,19 @@ NuksmScanner *nuksm_scanner_new(Nuksm *s)
 
 void nuksm_scanner_free(NuksmScanner *sc)
 {
-    qemu_mutex_lock(&sc->lock);
-    qatomic_set(&sc->quit, true);
-    qemu_cond_broadcast(&sc->cond);
-    qemu_mutex_unlock(&sc->lock);
+    nuksm_control_quit(sc->ctl);
     qemu_thread_join(&sc->thread);
 
     if (sc->pagemap_fd >= 0) {
         close(sc->pagemap_fd);
     }
     g_array_free(sc->candidates, true);
-    qemu_cond_destroy(&sc->cond);
-    qemu_mutex_destroy(&sc->lock);
     g_free(sc);
 }
 
 void nuksm_scanner_set_active(NuksmScanner *sc, bool active, uint32_t epoch)
 {
-    qemu_mutex_lock(&sc->lock);
-    if (sc->active != active || sc->epoch != epoch) {
-        trace_nuksm_scan_active(active);
-        sc->active = active;
-        qatomic_set(&sc->epoch, epoch);
-        qemu_cond_broadcast(&sc->cond);
-    }
-    qemu_mutex_unlock(&sc->lock);
+    nuksm_control_set_active(sc->ctl, active, epoch);
     /*
      * Give userfaultfd back now, not when the thread gets to it: a
      * migration starting next registers its own on the same RAM.  The
@@ -1263,93 +1237,4 @@ void nuksm_scanner_set_active(NuksmScanner *sc, bool active, uint32_t epoch)
     if (!active) {
         nuksm_commit_release_uffd(sc->s->commit);
     }
-}
-
-void nuksm_scanner_set_budget(NuksmScanner *sc, const NuksmBudget *budget,
-                              bool zero_pages)
-{
-    qemu_mutex_lock(&sc->lock);
-    sc->max_cpu = budget->max_cpu;
-    sc->scan_rate = budget->scan_rate;
-    /* A new rest applies at once: the pause starts over from it. */
-    if (sc->rest_ms != budget->rest_ms) {
-        sc->rest_ms = budget->rest_ms;
-        sc->pause_ms = sc->rest_ms;
-    }
-    sc->zero_pages = zero_pages;
-    qemu_cond_broadcast(&sc->cond);
-    qemu_mutex_unlock(&sc->lock);
-}
-
-void nuksm_scanner_set_hash_strength(NuksmScanner *sc, uint32_t bytes)
-{
-    qemu_mutex_lock(&sc->lock);
-    sc->hash_strength = bytes;
-    qemu_cond_broadcast(&sc->cond);
-    qemu_mutex_unlock(&sc->lock);
-}
-
-void nuksm_scanner_kick(NuksmScanner *sc)
-{
-    qemu_mutex_lock(&sc->lock);
-    sc->restart = true;
-    qemu_cond_broadcast(&sc->cond);
-    qemu_mutex_unlock(&sc->lock);
-}
-
-void nuksm_scanner_wake(NuksmScanner *sc)
-{
-    qemu_mutex_lock(&sc->lock);
-    qemu_cond_broadcast(&sc->cond);
-    qemu_mutex_unlock(&sc->lock);
-}
-
-bool nuksm_scanner_is_active(NuksmScanner *sc)
-{
-    bool active;
-
-    qemu_mutex_lock(&sc->lock);
-    active = sc->active;
-    qemu_mutex_unlock(&sc->lock);
-    return active;
-}
-
-void nuksm_scanner_nudge(NuksmScanner *sc)
-{
-    qatomic_set(&sc->nudged, true);
-    qatomic_set(&sc->settled, false);
-}
-
-bool nuksm_scanner_settled(NuksmScanner *sc)
-{
-    return qatomic_read(&sc->settled);
-}
-
-void nuksm_scanner_charge(NuksmScanner *sc, uint64_t cpu_ns)
-{
-    qatomic_add(&sc->charged_ns, cpu_ns);
-}
-
-bool nuksm_scanner_quitting(NuksmScanner *sc)
-{
-    return qatomic_read(&sc->quit);
-}
-
-uint32_t nuksm_scanner_epoch(NuksmScanner *sc)
-{
-    return qatomic_read(&sc->epoch);
-}
-
-void nuksm_scanner_get_stats(NuksmScanner *sc, NuksmStats *stats)
-{
-    qemu_mutex_lock(&sc->lock);
-    stats->pages_scanned = sc->stats.pages_scanned;
-    stats->full_scans = sc->stats.full_scans;
-    stats->pages_volatile = sc->stats.pages_volatile;
-    stats->cow_breaks = sc->stats.cow_breaks;
-    stats->hints_served = sc->stats.hints_served;
-    stats->promotions = sc->stats.promotions;
-    stats->demotions = sc->stats.demotions;
-    stats->hashing = sc->hashing;
-    qemu_mutex_unlock(&sc->lock);
 }

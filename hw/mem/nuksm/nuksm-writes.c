@@ -34,9 +34,9 @@
 #include "qemu/event_notifier.h"
 #include "qemu/rcu.h"
 #include "qemu/userfaultfd.h"
+#include "nuksm-control.h"
 #include "nuksm-pages.h"
 #include "nuksm-remap.h"
-#include "nuksm-scan.h"
 #include "nuksm-writes.h"
 #include "trace.h"
 
@@ -84,7 +84,7 @@ static void nuksm_writes_release(NuksmWrites *w, uint64_t addr)
         qemu_mutex_unlock(&w->s->pages->lock);
     }
     trace_nuksm_writes_fault(page, start, len);
-    nuksm_scanner_nudge(w->s->scanner);
+    nuksm_control_nudge(w->s->control);
 }
 
 static void *nuksm_writes_thread(void *opaque)

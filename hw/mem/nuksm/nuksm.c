@@ -6,9 +6,10 @@
  *   -object nuksm,id=dedup0,agent=/run/nuksm/nuksmd.sock
  *
  * This file holds the QOM type: properties and their validation, the
- * object's state, and its reactions to machine and migration events.
- * nuksm.h maps the other units.  nuksm objects are found through QOM,
- * among the children of /objects.
+ * object's life (it creates and frees the other units), and its
+ * reactions to machine, RAM and migration events.  nuksm.h maps the
+ * other units.  nuksm objects are found through QOM, among the children
+ * of /objects.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -17,10 +18,8 @@
 #include "qemu/osdep.h"
 #include <sys/un.h>
 #include "qapi/error.h"
-#include "qapi/qapi-events-nuksm.h"
 #include "qapi/visitor.h"
 #include "qemu/cutils.h"
-#include "qemu/error-report.h"
 #include "qemu/main-loop.h"
 #include "exec/cpu-common.h"
 #include "qom/object_interfaces.h"
@@ -29,12 +28,16 @@
 #include "system/runstate.h"
 #include "system/system.h"
 #include "nuksm.h"
+#include "nuksm-agent.h"
 #include "nuksm-commit.h"
+#include "nuksm-control.h"
 #include "nuksm-governor.h"
 #include "nuksm-hints.h"
+#include "nuksm-hot.h"
 #include "nuksm-pages.h"
-#include "nuksm-regions.h"
+#include "nuksm-ram.h"
 #include "nuksm-scan.h"
+#include "nuksm-state.h"
 #include "trace.h"
 
 /* Complete nuksm objects: how many created so far, how many still live. */
@@ -85,11 +88,7 @@ static gint nuksm_compare_created(gconstpointer a, gconstpointer b)
     return sa->created < sb->created ? -1 : sa->created > sb->created;
 }
 
-/*
- * The complete nuksm objects (children of /objects), in the order they
- * were created.
- */
-static GPtrArray *nuksm_objects(void)
+GPtrArray *nuksm_objects(void)
 {
     GPtrArray *all = g_ptr_array_new();
 
@@ -97,160 +96,6 @@ static GPtrArray *nuksm_objects(void)
                          all);
     g_ptr_array_sort(all, nuksm_compare_created);
     return all;
-}
-
-const char *nuksm_id(Nuksm *s)
-{
-    return object_get_canonical_path_component(OBJECT(s));
-}
-
-/*
- * The limit that holds back merging now, the object's own first, or
- * NUKSM_LIMIT__MAX if none does.
- */
-static NuksmLimit nuksm_limit(Nuksm *s, const NuksmStats *stats)
-{
-    if (stats->uffd_error[0]) {
-        return NUKSM_LIMIT_USERFAULTFD;
-    }
-    if (stats->maps_limited) {
-        return NUKSM_LIMIT_MAP_COUNT;
-    }
-    if (s->conn.conditions & NUKSM_COND_STORE_FULL) {
-        return NUKSM_LIMIT_STORE_FULL;
-    }
-    if (s->conn.conditions & NUKSM_COND_AGENT_MEMORY) {
-        return NUKSM_LIMIT_AGENT_MEMORY;
-    }
-    if (s->conn.conditions & NUKSM_COND_DOMAIN_QUOTA) {
-        return NUKSM_LIMIT_DOMAIN_QUOTA;
-    }
-    return NUKSM_LIMIT__MAX;
-}
-
-static void nuksm_get_stats(Nuksm *s, NuksmStats *stats)
-{
-    *stats = (NuksmStats) { 0 };
-    if (s->scanner) {
-        nuksm_scanner_get_stats(s->scanner, stats);
-        nuksm_pages_get_stats(s->pages, stats);
-        nuksm_commit_get_stats(s->commit, stats);
-    }
-}
-
-NuksmState nuksm_state(Nuksm *s)
-{
-    NuksmStats stats;
-
-    if (!s->enabled) {
-        return NUKSM_STATE_DISABLED;
-    }
-    if (!s->conn.ready) {
-        return NUKSM_STATE_DISCONNECTED;
-    }
-    /* Incoming migration (postcopy) uses userfaultfd on guest RAM. */
-    if (s->migrating || runstate_check(RUN_STATE_INMIGRATE)) {
-        return NUKSM_STATE_PAUSED;
-    }
-    nuksm_get_stats(s, &stats);
-    if (nuksm_limit(s, &stats) != NUKSM_LIMIT__MAX) {
-        return NUKSM_STATE_LIMITED;
-    }
-    return NUKSM_STATE_ACTIVE;
-}
-
-/* Scanning and merging, maybe held back by a limit. */
-bool nuksm_is_running(Nuksm *s)
-{
-    NuksmState state = nuksm_state(s);
-
-    return state == NUKSM_STATE_ACTIVE || state == NUKSM_STATE_LIMITED;
-}
-
-/* Start or stop the scanner to match the object's state. */
-void nuksm_update_activity(Nuksm *s)
-{
-    if (s->scanner) {
-        nuksm_scanner_set_active(s->scanner, nuksm_is_running(s),
-                                 s->conn.epoch);
-    }
-}
-
-/* Human text for @limit-reason and NUKSM_MERGING_LIMITED. */
-static char *nuksm_limit_reason(Nuksm *s, NuksmLimit limit,
-                                const NuksmStats *stats)
-{
-    if (limit == NUKSM_LIMIT_USERFAULTFD) {
-        return g_strdup(stats->uffd_error);
-    }
-    if (limit == NUKSM_LIMIT_MAP_COUNT) {
-        return g_strdup_printf("%" PRIu64 " of %" PRIu64 " mappings in use "
-                               "(vm.max_map_count), %" PRIu64 " kept for "
-                               "QEMU", stats->maps_in_use, stats->maps_limit,
-                               stats->maps_limit - stats->maps_budget);
-    }
-    return g_strdup_printf("agent: %s", s->conn.condition_reason);
-}
-
-/*
- * Tell the agent what holds back our merging in QEMU itself, for
- * nuksmctl vms (the agent knows its own conditions).
- */
-static void nuksm_send_vm_limit(Nuksm *s, NuksmLimit limit,
-                                const NuksmStats *stats)
-{
-    NuksmMsgVmLimit msg = { .limit = NUKSM_VM_LIMIT_NONE };
-
-    if (limit == NUKSM_LIMIT_USERFAULTFD) {
-        msg.limit = NUKSM_VM_LIMIT_USERFAULTFD;
-    } else if (limit == NUKSM_LIMIT_MAP_COUNT) {
-        msg.limit = NUKSM_VM_LIMIT_MAP_COUNT;
-    }
-    if (!s->conn.ready || msg.limit == s->conn.vm_limit_sent) {
-        return;
-    }
-    if (msg.limit != NUKSM_VM_LIMIT_NONE) {
-        g_autofree char *reason = nuksm_limit_reason(s, limit, stats);
-
-        nuksm_strfield_set(msg.reason, sizeof(msg.reason), reason);
-    }
-    s->conn.vm_limit_sent = msg.limit;
-    nuksm_agent_post(s, s->conn.epoch, NUKSM_MSG_VM_LIMIT, &msg,
-                     sizeof(msg));
-}
-
-void nuksm_limit_changed(Nuksm *s)
-{
-    NuksmStats stats;
-    NuksmLimit limit;
-    g_autofree char *reason = NULL;
-
-    nuksm_get_stats(s, &stats);
-    limit = nuksm_limit(s, &stats);
-    nuksm_send_vm_limit(s, limit, &stats);
-    if (limit == s->limit_reported) {
-        return;
-    }
-    trace_nuksm_limit_event(nuksm_id(s), limit);
-    if (s->limit_reported != NUKSM_LIMIT__MAX) {
-        info_report("nuksm '%s': merging no longer limited by %s",
-                    nuksm_id(s), NuksmLimit_str(s->limit_reported));
-        qapi_event_send_nuksm_merging_resumed(nuksm_id(s),
-                                              s->limit_reported);
-    }
-    s->limit_reported = limit;
-    if (limit != NUKSM_LIMIT__MAX) {
-        reason = nuksm_limit_reason(s, limit, &stats);
-        warn_report("nuksm '%s': merging limited by %s: %s", nuksm_id(s),
-                    NuksmLimit_str(limit), reason);
-        qapi_event_send_nuksm_merging_limited(nuksm_id(s), limit, reason);
-    }
-}
-
-/* The scanner entered or left a limit of its own (main loop). */
-static void nuksm_scanner_limit_changed(void *opaque)
-{
-    nuksm_limit_changed(opaque);
 }
 
 Nuksm *nuksm_find(const char *id, Error **errp)
@@ -266,175 +111,10 @@ Nuksm *nuksm_find(const char *id, Error **errp)
     return s;
 }
 
-Nuksm *nuksm_first_connected(Error **errp)
+/* The scanner entered or left a limit of its own (main loop). */
+static void nuksm_scanner_limit_changed(void *opaque)
 {
-    g_autoptr(GPtrArray) all = nuksm_objects();
-
-    for (guint i = 0; i < all->len; i++) {
-        Nuksm *s = g_ptr_array_index(all, i);
-
-        if (s->conn.ready) {
-            return s;
-        }
-    }
-    error_setg(errp, all->len ? "no nuksm object is connected to its agent" :
-               "there is no nuksm object");
-    return NULL;
-}
-
-static NuksmRegions *nuksm_regions_info(Nuksm *s, const NuksmStats *stats)
-{
-    NuksmRegions *info = g_new0(NuksmRegions, 1);
-    uint64_t counts[NUKSM_REGION_LEVELS] = { 0 };
-    uint64List **tail = &info->levels;
-
-    info->enabled = s->distilling;
-    info->region_size = NUKSM_REGION_PAGES * NUKSM_PAGE_SIZE;
-    if (s->pages) {
-        nuksm_regions_count(s->pages, counts);
-    }
-    for (unsigned level = 0; level < NUKSM_REGION_LEVELS; level++) {
-        QAPI_LIST_APPEND(tail, counts[level]);
-    }
-    info->promotions = stats->promotions;
-    info->demotions = stats->demotions;
-    return info;
-}
-
-NuksmInfo *nuksm_get_info(Nuksm *s)
-{
-    NuksmInfo *info = g_new0(NuksmInfo, 1);
-    NuksmStats stats;
-    NuksmNodePagesList **tail;
-
-    nuksm_get_stats(s, &stats);
-    info->id = g_strdup(nuksm_id(s));
-    info->state = nuksm_state(s);
-    info->agent = g_strdup(s->agent_path);
-    info->agent_error = g_strdup(s->conn.ready ? NULL : s->conn.last_error);
-    info->domain = g_strdup(s->domain);
-    info->priority = s->priority;
-    if (s->conn.ready) {
-        info->merge_domain = g_strdup(s->conn.merge_domain);
-        info->has_domain_source = true;
-        info->domain_source = s->conn.domain_source;
-        info->has_priority_limit = true;
-        info->priority_limit = s->conn.priority_limit;
-    }
-    if (s->conn.policy >= 0) {
-        info->has_policy = true;
-        info->policy = s->conn.policy;
-    }
-    if (info->state == NUKSM_STATE_LIMITED) {
-        info->has_limit = true;
-        info->limit = nuksm_limit(s, &stats);
-        info->limit_reason = nuksm_limit_reason(s, info->limit, &stats);
-    }
-    info->mappings = stats.maps_in_use;
-    info->mappings_limit = stats.maps_limit;
-    info->mappings_budget = stats.maps_budget;
-    info->eligible_pages = nuksm_ram_eligible_pages(s);
-    info->pages_scanned = stats.pages_scanned;
-    info->full_scans = stats.full_scans;
-    info->pages_volatile = stats.pages_volatile;
-    info->merged_pages = stats.merged_pages + stats.zero_pages;
-    info->zero_pages = stats.zero_pages;
-    info->cow_breaks = stats.cow_breaks;
-    tail = &info->merged_per_node;
-    for (uint32_t node = 0; node < NUKSM_MAX_NODES; node++) {
-        NuksmNodePages *np;
-
-        if (!stats.merged_per_node[node]) {
-            continue;
-        }
-        np = g_new0(NuksmNodePages, 1);
-        np->node = node;
-        np->pages = stats.merged_per_node[node];
-        QAPI_LIST_APPEND(tail, np);
-    }
-    if (s->scanner) {
-        nuksm_numa_locality(s, &info->merged_local, &info->merged_remote);
-    }
-    info->home_nodes = nuksm_numa_home_list(s);
-    info->hotness = nuksm_hot_info(s);
-    info->excluded = nuksm_ram_exclusions(s);
-    info->budget = g_new0(NuksmBudget, 1);
-    nuksm_governor_budget(s, info->budget);
-    info->hashing = g_new0(NuksmHashing, 1);
-    info->hashing->strength = stats.hashing.strength;
-    info->hashing->adaptive = stats.hashing.adaptive;
-    info->hashing->pages_sampled = stats.hashing.pages_sampled;
-    info->hashing->pages_hashed = stats.hashing.pages_hashed;
-    info->hashing->misses = stats.hashing.misses;
-    info->hashing->profit_us = stats.hashing.profit_ns / 1000;
-    info->hashing->penalty_us = stats.hashing.penalty_ns / 1000;
-    info->regions = nuksm_regions_info(s, &stats);
-    info->io_hints = g_new0(NuksmIoHints, 1);
-    info->io_hints->enabled = s->io_hints;
-    info->io_hints->pages_served = stats.hints_served;
-    info->io_hints->pages_merged = stats.hints_merged;
-    if (s->hints) {
-        NuksmHintStats hs;
-
-        nuksm_hints_get_stats(s->hints, &hs);
-        info->io_hints->pages_hinted = hs.hinted;
-        info->io_hints->pages_dropped = hs.dropped;
-    }
-    return info;
-}
-
-NuksmInfoList *nuksm_list_info(void)
-{
-    g_autoptr(GPtrArray) all = nuksm_objects();
-    NuksmInfoList *head = NULL, **tail = &head;
-
-    for (guint i = 0; i < all->len; i++) {
-        QAPI_LIST_APPEND(tail, nuksm_get_info(g_ptr_array_index(all, i)));
-    }
-    return head;
-}
-
-static void nuksm_add_block_regions(const char *block, uint64_t nr_pages,
-                                    const char *levels, void *opaque)
-{
-    NuksmBlockRegions *br = g_new0(NuksmBlockRegions, 1);
-
-    br->block = g_strdup(block);
-    br->size = nr_pages * NUKSM_PAGE_SIZE;
-    br->levels = g_strdup(levels);
-    QAPI_LIST_PREPEND(*(NuksmBlockRegionsList **)opaque, br);
-}
-
-NuksmRegionMapList *nuksm_list_regions(void)
-{
-    g_autoptr(GPtrArray) all = nuksm_objects();
-    NuksmRegionMapList *head = NULL, **tail = &head;
-
-    for (guint i = 0; i < all->len; i++) {
-        Nuksm *s = g_ptr_array_index(all, i);
-        NuksmRegionMap *map = g_new0(NuksmRegionMap, 1);
-
-        map->id = g_strdup(nuksm_id(s));
-        if (s->pages) {
-            nuksm_regions_map(s->pages, nuksm_add_block_regions,
-                              &map->blocks);
-        }
-        QAPI_LIST_APPEND(tail, map);
-    }
-    return head;
-}
-
-void nuksm_kick_all(void)
-{
-    g_autoptr(GPtrArray) all = nuksm_objects();
-
-    for (guint i = 0; i < all->len; i++) {
-        Nuksm *s = g_ptr_array_index(all, i);
-
-        if (s->enabled) {
-            nuksm_scanner_kick(s->scanner);
-        }
-    }
+    nuksm_limit_changed(opaque);
 }
 
 /* Properties that only make sense before the object is complete. */
@@ -443,7 +123,7 @@ static bool nuksm_check_not_completed(Nuksm *s, const char *name,
 {
     if (s->completed) {
         error_setg(errp, "nuksm '%s': property '%s' cannot be changed "
-                   "after the object is created", nuksm_id(s), name);
+                   "after the object is created", s->id, name);
         return false;
     }
     return true;
@@ -590,9 +270,9 @@ static void nuksm_update_budget(Nuksm *s)
 {
     NuksmBudget budget;
 
-    if (s->scanner) {
+    if (s->control) {
         nuksm_governor_budget(s, &budget);
-        nuksm_scanner_set_budget(s->scanner, &budget, s->zero_pages);
+        nuksm_control_set_budget(s->control, &budget, s->zero_pages);
     }
 }
 
@@ -708,7 +388,7 @@ static void nuksm_set_distilling(Object *obj, bool value, Error **errp)
     s->distilling = value;
     trace_nuksm_set_property("distilling", value);
     if (s->pages) {
-        nuksm_regions_set_distilling(s->pages, value);
+        nuksm_pages_set_distilling(s->pages, value);
     }
 }
 
@@ -731,8 +411,8 @@ static void nuksm_set_hash_strength(Object *obj, Visitor *v,
     }
     s->hash_strength = value;
     trace_nuksm_set_property("hash-strength", value);
-    if (s->scanner) {
-        nuksm_scanner_set_hash_strength(s->scanner, value);
+    if (s->control) {
+        nuksm_control_set_hash_strength(s->control, value);
     }
 }
 
@@ -760,7 +440,7 @@ static int nuksm_migration_notify(NotifierWithReturn *notifier,
     Nuksm *s = container_of(notifier, Nuksm, migration_notifier);
 
     s->migrating = e->type == MIG_EVENT_PRECOPY_SETUP;
-    trace_nuksm_migration(nuksm_id(s), s->migrating);
+    trace_nuksm_migration(s->id, s->migrating);
     nuksm_update_activity(s);
     return 0;
 }
@@ -829,6 +509,7 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
 {
     Nuksm *s = NUKSM(uc);
 
+    s->id = g_strdup(object_get_canonical_path_component(OBJECT(s)));
     if (phase_check(PHASE_MACHINE_READY)) {
         if (!nuksm_ram_resolve_memdev(s, errp)) {
             return;
@@ -847,15 +528,16 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     s->ram_notifier.ram_block_removed = nuksm_ram_changed;
     ram_block_notifier_add(&s->ram_notifier);
     s->limit_bh = qemu_bh_new(nuksm_scanner_limit_changed, s);
+    s->control = nuksm_control_new();
     s->pages = g_new0(NuksmPages, 1);
     nuksm_pages_init(s->pages);
-    nuksm_regions_set_distilling(s->pages, s->distilling);
+    nuksm_pages_set_distilling(s->pages, s->distilling);
     s->commit = nuksm_commit_new(s, s->pages);
     s->hints = nuksm_hints_new();
     nuksm_hints_set_enabled(s->hints, s->io_hints);
     s->scanner = nuksm_scanner_new(s);
     nuksm_update_budget(s);
-    nuksm_scanner_set_hash_strength(s->scanner, s->hash_strength);
+    nuksm_control_set_hash_strength(s->control, s->hash_strength);
     migration_add_notifier(&s->migration_notifier, nuksm_migration_notify);
     s->vm_state = qemu_add_vm_change_state_handler(nuksm_vm_state_change, s);
     nuksm_hot_start(s);
@@ -909,6 +591,7 @@ static void nuksm_instance_finalize(Object *obj)
         nuksm_scanner_free(s->scanner);
         nuksm_hints_free(s->hints);
         nuksm_commit_free(s->commit);
+        nuksm_control_free(s->control);
         nuksm_pages_destroy(s->pages);
         g_free(s->pages);
         ram_block_notifier_remove(&s->ram_notifier);
@@ -917,6 +600,7 @@ static void nuksm_instance_finalize(Object *obj)
         qemu_bh_delete(s->limit_bh);
     }
     nuksm_agent_cleanup(s);
+    g_free(s->id);
     g_free(s->agent_path);
     g_free(s->domain);
     g_free(s->memdev);

@@ -1,37 +1,53 @@
 /*
  * nuksm: NUMA-aware memory deduplication through a shared host agent.
  *
- * The units of the QEMU side, in the order a page flows through them
- * (scan -> index and policy, in the agent -> commit):
+ * This header holds the object's state, which every unit reads; each
+ * unit declares its functions in a header of its own.  The units, from
+ * the top down: a unit calls only units below it, never one that calls
+ * it (scripts/check-layering.py); a lower unit tells a higher one
+ * through the state they share (here, or the scanner's control), a
+ * bottom half or a callback it is handed.  A page flows through the
+ * middle, scan -> (index and policy, in the agent) -> commit:
  *
- *   nuksm.c         the QOM object: properties, state, events, machine
- *                   and migration hooks                  main loop, BQL
- *   nuksm-ram.c     which RAM is eligible, resolved into plain data for
- *                   the scanner thread                   main loop, BQL
+ *   nuksm-qmp.c     QMP commands and HMP "info nuksm"    main loop, BQL
+ *   nuksm.c         the QOM object: properties, the units' life, machine,
+ *                   RAM and migration hooks              main loop, BQL
+ *   nuksm-agent.c   the connection to nuksmd: handshake, messages in,
+ *                   each to the unit that acts on it     main loop, BQL
+ *   nuksm-hot.c     write hotness from the dirty log     main loop, BQL
+ *   nuksm-state.c   the object's state, the scanner run to match it,
+ *                   the limits on merging and their events
+ *                                                        main loop, BQL
+ *   nuksm-numa.c    guest NUMA layout for the agent, home nodes,
+ *                   locality                             main loop, BQL
  *   nuksm-scan.c    walk eligible RAM, hash pages, offer stable ones
  *                   (NuksmScanner)                       scanner thread
- *   nuksm-governor.c  the presets of the scanner's budget (governors)
- *                                                        main loop, BQL
- *   nuksm-hints.c   I/O hints: guest pages disk transfers moved, for the
- *                   scanner to take first                any thread
- *   nuksm-pages.c   the per-page table: digests, flags, inactive
- *                   counters, slot references (NuksmPages) page_lock
- *   nuksm-agent.c   the connection to nuksmd: handshake, messages in,
- *                   the queue of messages out            main loop, BQL;
- *                                                        posting: tx_lock
  *   nuksm-commit.c  carry out the agent's requests: userfaultfd, stores,
  *                   request queue, UPLOAD/MERGE/MOVE, discard
  *                   (NuksmCommit)                        scanner thread
- *   nuksm-remap.c   the system calls of a commit (write-protect, compare,
- *                   remap, wake)                         under page_lock
  *   nuksm-maps.c    the mapping budget against vm.max_map_count
  *                                                        under page_lock
  *   nuksm-writes.c  lift the write protection of tracked pages a guest
  *                   writes (NuksmWrites)                 write-fault thread
- *   nuksm-numa.c    guest NUMA layout for the agent, home nodes,
- *                   locality                             main loop, BQL
- *   nuksm-hot.c     write hotness from the dirty log     main loop, BQL
- *   nuksm-qmp.c     QMP commands and HMP "info nuksm"    main loop, BQL
+ *   nuksm-remap.c   the system calls of a commit (write-protect, compare,
+ *                   remap, wake)                         under page_lock
+ *   nuksm-pages.c   the per-page table: digests, flags, inactive
+ *                   counters, slot references (NuksmPages) page_lock
+ *   nuksm-regions.c region distilling: which pages a pass looks at
+ *                                                        under page_lock
+ *   nuksm-ram.c     which RAM is eligible, with its guest nodes, resolved
+ *                   into plain data for the scanner thread
+ *                                                        main loop, BQL
+ *   nuksm-control.c what the scanner thread shares with the others: run,
+ *                   budget, wake-ups, counters (NuksmControl) any thread
+ *   nuksm-outbox.c  the queue of messages to the agent (NuksmOutbox)
+ *                                                        any thread
+ *   nuksm-strength.c  the strength of the scanner's change test
+ *                                                        scanner thread
+ *   nuksm-governor.c  the presets of the scanner's budget (governors)
+ *                                                        main loop, BQL
+ *   nuksm-hints.c   I/O hints: guest pages disk transfers moved, for the
+ *                   scanner to take first                any thread
  *
  * Three threads: the main loop (everything under the BQL), the
  * "nuksm-scan" thread, which scans and serves the commit unit's queue
@@ -52,12 +68,12 @@
  *   page_lock       NuksmPages.lock: page states, references, counters,
  *                   and the commit unit's userfaultfd, stores, pending
  *                   UNMERGED and mapping budget
- *   lock            NuksmScanner.lock: thread control (active, epoch,
- *                   budget), scan counters
+ *   lock            NuksmControl.lock: the scanner thread's control
+ *                   (active, epoch, budget), scan counters
  *   commit lock     NuksmCommit.lock: the request queue, the
  *                   /dev/userfaultfd of the agent and the userfaultfd error
- *   conn.tx_lock    the queue of messages to the agent, taken by
- *                   nuksm_agent_post() and nuksm_agent_backlog()
+ *   outbox lock     NuksmOutbox.lock: the queue of messages to the agent,
+ *                   taken by nuksm_outbox_*()
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -75,6 +91,7 @@
 #include "qapi/qapi-types-nuksm.h"
 #include "system/runstate.h"
 #include "libnuksm/nuksm-proto.h"
+#include "nuksm-outbox.h"
 
 #define TYPE_NUKSM "nuksm"
 OBJECT_DECLARE_SIMPLE_TYPE(Nuksm, NUKSM)
@@ -93,17 +110,14 @@ OBJECT_DECLARE_SIMPLE_TYPE(Nuksm, NUKSM)
 #define NUKSM_HOT_OFF_POLL_MS  1000
 
 typedef struct NuksmRequest NuksmRequest;
+typedef struct NuksmControl NuksmControl;
 typedef struct NuksmPages NuksmPages;
 typedef struct NuksmCommit NuksmCommit;
 typedef struct NuksmScanner NuksmScanner;
 typedef struct NuksmHints NuksmHints;
 typedef struct NuksmRamList NuksmRamList;
 
-/*
- * Connection to nuksmd; main loop only, under the BQL, except @tx, which
- * the scanner thread and RAM discard post to as well (nuksm_agent_post(),
- * @tx_lock).
- */
+/* Connection to nuksmd (nuksm-agent.c); main loop only, under the BQL. */
 typedef struct NuksmAgentConn {
     int fd;                     /* -1 while not connected */
     bool ready;                 /* handshake completed */
@@ -125,9 +139,6 @@ typedef struct NuksmAgentConn {
                                 /* NUKSM_VM_LIMIT__MAX before we did */
     uint32_t next_seq;
     uint32_t epoch;             /* counts completed handshakes */
-    QemuMutex tx_lock;          /* the scanner thread posts messages too */
-    GQueue tx;                  /* NuksmTx *, waiting for the socket */
-    QEMUBH *tx_bh;
     char *last_error;           /* why we are not connected */
     int64_t backoff_ms;         /* delay before the next connect attempt */
     QEMUTimer *retry_timer;
@@ -170,12 +181,15 @@ struct Nuksm {
     HostMemoryBackend *memdev_backend;
 
     bool completed;             /* user_creatable complete() ran */
+    char *id;                   /* the object's id, once complete */
     uint64_t created;           /* order of completion among nuksm objects */
     bool migrating;             /* stepped aside for migration/snapshot */
     NuksmAgentConn conn;
+    NuksmOutbox outbox;         /* messages to the agent, from any thread */
     NuksmMsgHome home;          /* from the agent; zero until it says */
     NuksmHot hot;
     /* The units of the scanner thread, once complete */
+    NuksmControl *control;      /* what it shares with the other threads */
     NuksmPages *pages;
     NuksmCommit *commit;
     NuksmScanner *scanner;
@@ -183,7 +197,8 @@ struct Nuksm {
     NuksmRamList *ram;          /* eligible RAM, RCU (nuksm-ram.c) */
     QEMUBH *ram_bh;             /* RAM blocks changed: refresh @ram */
     RAMBlockNotifier ram_notifier;
-    QEMUBH *limit_bh;           /* a limit of the scanner changed */
+    QEMUBH *limit_bh;           /* a limit of the scanner changed: */
+                                /* nuksm_limit_changed() */
     NuksmLimit limit_reported;  /* of the last NUKSM_MERGING_LIMITED, */
                                 /* NUKSM_LIMIT__MAX since RESUMED */
     Notifier machine_done;
@@ -226,77 +241,12 @@ typedef struct NuksmStats {
     char uffd_error[256];       /* why nothing can merge, "" if it can */
 } NuksmStats;
 
-/* nuksm.c */
-NuksmState nuksm_state(Nuksm *s);
-
+/* nuksm.c: main loop (BQL) */
 /*
- * The limit holding back merging may have changed (the map budget, the
- * agent's conditions, the connection): emit NUKSM_MERGING_RESUMED and
- * NUKSM_MERGING_LIMITED for the change, once.  Main loop only.
+ * The complete nuksm objects (children of /objects), in the order they
+ * were created.
  */
-void nuksm_limit_changed(Nuksm *s);
-bool nuksm_is_running(Nuksm *s);
-const char *nuksm_id(Nuksm *s);
+GPtrArray *nuksm_objects(void);
 Nuksm *nuksm_find(const char *id, Error **errp);
-Nuksm *nuksm_first_connected(Error **errp);
-NuksmInfo *nuksm_get_info(Nuksm *s);
-NuksmInfoList *nuksm_list_info(void);
-NuksmRegionMapList *nuksm_list_regions(void);
-void nuksm_kick_all(void);
-void nuksm_update_activity(Nuksm *s);
-
-/* nuksm-agent.c */
-void nuksm_agent_init(Nuksm *s);
-void nuksm_agent_start(Nuksm *s);
-void nuksm_agent_cleanup(Nuksm *s);
-void nuksm_agent_send_priority(Nuksm *s);
-void nuksm_agent_post(Nuksm *s, uint32_t epoch, NuksmMsgType type,
-                      const void *payload, uint32_t len);
-void nuksm_agent_post_batches(Nuksm *s, uint32_t epoch, NuksmMsgType type,
-                              const void *entries, size_t size, size_t n,
-                              size_t max);
-size_t nuksm_agent_backlog(Nuksm *s);
-int coroutine_fn nuksm_agent_request(Nuksm *s, NuksmMsgType type,
-                                     const void *payload, uint32_t len,
-                                     NuksmMsgType reply_type,
-                                     void *reply, uint32_t reply_len,
-                                     Error **errp);
-
-/* nuksm-ram.c: main loop (BQL), but for nuksm_ram_foreach_resolved() */
-typedef bool (*NuksmRamFn)(Nuksm *s, RAMBlock *rb, void *opaque);
-typedef bool (*NuksmRamResolvedFn)(RAMBlock *rb, uint8_t gnode,
-                                   void *opaque);
-uint64_t nuksm_ram_eligible_pages(Nuksm *s);
-NuksmExclusionList *nuksm_ram_exclusions(Nuksm *s);
-void nuksm_ram_foreach_eligible(Nuksm *s, NuksmRamFn fn, void *opaque);
-bool nuksm_ram_resolve_memdev(Nuksm *s, Error **errp);
-/* Resolve the eligible RAM again, for nuksm_ram_foreach_resolved(). */
-void nuksm_ram_refresh(Nuksm *s);
-void nuksm_ram_free(Nuksm *s);
-/*
- * Any thread: call @fn for each eligible RAM block as last resolved,
- * with its guest node, until it returns false; none while discard is
- * disabled.  Takes the RCU read lock; @rb is valid while it is held.
- */
-void nuksm_ram_foreach_resolved(Nuksm *s, NuksmRamResolvedFn fn,
-                                void *opaque);
-/*
- * Is @rb among the resolved eligible blocks (as for
- * nuksm_ram_foreach_resolved()), and of which guest NUMA node?  Any
- * thread, with the RCU read lock held.
- */
-bool nuksm_ram_resolved_gnode(Nuksm *s, RAMBlock *rb, uint8_t *gnode);
-
-/* nuksm-numa.c */
-uint8_t nuksm_numa_block_gnode(RAMBlock *rb);
-void nuksm_numa_send_topology(Nuksm *s);
-void nuksm_numa_handle_home(Nuksm *s, const NuksmMsgHome *h);
-void nuksm_numa_locality(Nuksm *s, uint64_t *local, uint64_t *remote);
-NuksmHomeNodeList *nuksm_numa_home_list(Nuksm *s);
-
-/* nuksm-hot.c */
-void nuksm_hot_start(Nuksm *s);
-void nuksm_hot_stop(Nuksm *s);
-NuksmHotness *nuksm_hot_info(Nuksm *s);
 
 #endif /* HW_MEM_NUKSM_H */
