@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """Benchmarks of nuksm side by side with kernel KSM (docs/benchmarks.rst).
 
-    bench/run.py [--quick] [--workload NAME ...] [--out DIR] [--no-docs]
-                 [--perf] [--report]
+    bench/run.py [--quick] [--workload NAME ...] [--budget NAME ...]
+                 [--out DIR] [--no-docs] [--perf] [--report]
 
 Each workload runs at each of its budgets on KSM first, then on nuksm
 (whose CPU share at KSM's default budget is the one KSM just used), on
@@ -90,6 +90,9 @@ def main():
                         help="small sizes, fewer workloads (about 8 minutes)")
     parser.add_argument("--workload", action="append", metavar="NAME",
                         help="run only this workload (repeatable)")
+    parser.add_argument("--budget", action="append", metavar="NAME",
+                        help="run only this budget of the workloads "
+                        "(full, default, paced or idle; repeatable)")
     parser.add_argument("--out", type=Path,
                         help="results directory (default bench/results/"
                         "quick or bench/results/full)")
@@ -143,6 +146,8 @@ def main():
     try:
         for wl in workloads:
             for budget in wl.budgets:
+                if args.budget and budget not in args.budget:
+                    continue
                 ksm_run = Run(wl, budget, KsmSide(control, wait_s), workdir,
                               idle, cow_chunks).run()
                 nuksm_runs = [
