@@ -107,6 +107,7 @@ typedef struct NuksmClient {
     uint64_t cpu_ns;         /* CPU its messages cost, all told */
     uint64_t throttled_ns;   /* time its domain's CPU quota left it */
                              /* unread (merge/throttle.h) */
+    gint64 served_at;        /* monotonic us it was last read */
     gint64 paused_at;        /* monotonic us it was left unread at, */
     gint64 paused_until;     /* and until when; 0 while it is read */
     SlotLines lines;         /* where its new slots go (lines.h) */

@@ -143,15 +143,28 @@ static bool is_request(const void *buf, size_t size)
 
 static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque);
 
+static gint compare_served(gconstpointer a, gconstpointer b)
+{
+    const NuksmClient *ca = *(NuksmClient *const *)a;
+    const NuksmClient *cb = *(NuksmClient *const *)b;
+
+    return (ca->served_at > cb->served_at) - (ca->served_at < cb->served_at);
+}
+
 /*
  * Read again the clients left unread whose time is up, and come back
- * for the next.
+ * for the next.  They are watched again in the order they were last
+ * read, the longest ago first, which is the order the main loop serves
+ * them in once their sockets are ready: so the first to spend what a
+ * quota gives again is never the same one, and a VM that asks one thing
+ * while others flood gets its turn.
  */
 static gboolean on_resume(gpointer opaque)
 {
     NuksmAgent *agent = opaque;
     gint64 now = g_get_monotonic_time();
     gint64 next = G_MAXINT64;
+    g_autoptr(GPtrArray) due = g_ptr_array_new();
 
     for (GList *l = agent->clients.list.head; l; l = l->next) {
         NuksmClient *client = l->data;
@@ -163,6 +176,12 @@ static gboolean on_resume(gpointer opaque)
             next = MIN(next, client->paused_until);
             continue;
         }
+        g_ptr_array_add(due, client);
+    }
+    g_ptr_array_sort(due, compare_served);
+    for (guint i = 0; i < due->len; i++) {
+        NuksmClient *client = g_ptr_array_index(due, i);
+
         client->throttled_ns += (now - client->paused_at) * 1000;
         client->paused_at = client->paused_until = 0;
         client->watch = g_unix_fd_add(client->fd, G_IO_IN, on_client_ready,
@@ -227,6 +246,8 @@ static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
     uint64_t mark = thread_cpu_ns();
     uint64_t loop_ns = MIN(mark - agent->server.cpu_mark, LOOP_CHARGE_MAX_NS);
     ThrottleVerdict unread = { 0 };
+
+    client->served_at = g_get_monotonic_time();
 
     for (unsigned i = 0; i < RECV_BATCH && !client->dead; i++) {
         /*

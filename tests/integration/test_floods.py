@@ -869,7 +869,9 @@ def test_a_domain_takes_its_cpu_share_while_others_wait(start_agent,
 def test_the_agent_takes_at_most_its_max_cpu(start_agent):
     """With --max-cpu=20%, two processes flooding the agent with
     candidates (alone, they take its whole core: the test above) get a
-    fifth of a core, and a VM that asks meanwhile is answered."""
+    fifth of a core, and a VM that asks meanwhile is answered, again and
+    again: the VMs left unread are read again in turn, not the flood
+    first each time."""
     agent = start_agent("--max-cpu=20%", "--vm-domains=allow")
     flood = Forked(2, lambda i, ready, released:
                    flood_candidates(agent.sock, ready, released))
@@ -885,7 +887,8 @@ def test_the_agent_takes_at_most_its_max_cpu(start_agent):
         assert domain_cpu(agent, "hog")[1] > unread0
         assert share < 0.30, f"nuksmd took {share:.0%} of a core"
         other = VmClient(agent.sock, "other")
-        assert other.info()
+        for _ in range(20):
+            assert other.info()
         other.close()
     finally:
         flood.release()
