@@ -113,7 +113,10 @@ static gint64 debt_us(const CpuBucket *b, uint32_t percent)
     return b->balance_ns < 0 ? -b->balance_ns * 100 / percent / 1000 : 0;
 }
 
-/* The domain's verdict: its share while others are served. */
+/*
+ * Charge @ns more of @domain's CPU: how long, in us, its VMs are now to
+ * be left unread (its share holds only while another domain is served).
+ */
 static gint64 charge_domain(NuksmAgent *agent, uint16_t domain, uint64_t ns,
                             gint64 now)
 {
