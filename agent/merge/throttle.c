@@ -130,17 +130,18 @@ static gint64 charge_domain(NuksmAgent *agent, uint16_t domain, uint64_t ns,
         return 0;
     }
     drain(&cpu->bucket, percent, ns, now);
-    if (!others_served(t, domain, now - THROTTLE_PERIOD_US)) {
-        cpu->bucket.balance_ns = MAX(cpu->bucket.balance_ns, 0);
-        return 0;            /* alone: no debt */
-    }
     unread_us = debt_us(&cpu->bucket, percent);
-    if (unread_us) {
-        cpu->unread_us += unread_us;
-        if (!t->look_timer) {
-            t->look_timer = g_timeout_add_seconds(LOOK_SECONDS, on_look,
-                                                  agent);
-        }
+    if (!unread_us) {
+        return 0;
+    }
+    /* Only in debt are the other domains looked at: a loop over them. */
+    if (!others_served(t, domain, now - THROTTLE_PERIOD_US)) {
+        cpu->bucket.balance_ns = 0;     /* alone: no debt */
+        return 0;
+    }
+    cpu->unread_us += unread_us;
+    if (!t->look_timer) {
+        t->look_timer = g_timeout_add_seconds(LOOK_SECONDS, on_look, agent);
     }
     return unread_us;
 }
