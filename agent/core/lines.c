@@ -18,11 +18,13 @@ static gpointer line_key(uint64_t page, uint32_t node)
 void lines_init(SlotLines *l)
 {
     l->lines = g_hash_table_new(NULL, NULL);
+    l->owned = g_hash_table_new(NULL, NULL);
 }
 
 void lines_destroy(SlotLines *l)
 {
     g_clear_pointer(&l->lines, g_hash_table_destroy);
+    g_clear_pointer(&l->owned, g_hash_table_destroy);
 }
 
 bool lines_slot(const SlotLines *l, uint64_t page, uint32_t node,
@@ -47,8 +49,40 @@ void lines_set(SlotLines *l, uint64_t page, uint32_t node, uint32_t slot)
 {
     int64_t start = (int64_t)slot - (int64_t)(page % LINE_PAGES);
 
+    if (!lines_owns(l, page, node)) {
+        g_hash_table_insert(l->lines, line_key(page, node),
+                            GSIZE_TO_POINTER((gsize)start));
+    }
+}
+
+bool lines_owns(const SlotLines *l, uint64_t page, uint32_t node)
+{
+    return g_hash_table_contains(l->owned, line_key(page, node));
+}
+
+void lines_own(SlotLines *l, uint64_t page, uint32_t node, uint32_t start)
+{
+    g_assert(start % LINE_PAGES == 0 && !lines_owns(l, page, node));
     g_hash_table_insert(l->lines, line_key(page, node),
                         GSIZE_TO_POINTER((gsize)start));
+    g_hash_table_add(l->owned, line_key(page, node));
+}
+
+void lines_disown(SlotLines *l,
+                  void (*release)(uint32_t node, uint32_t start,
+                                  gpointer opaque),
+                  gpointer opaque)
+{
+    GHashTableIter iter;
+    gpointer key;
+
+    g_hash_table_iter_init(&iter, l->owned);
+    while (g_hash_table_iter_next(&iter, &key, NULL)) {
+        gsize start = GPOINTER_TO_SIZE(g_hash_table_lookup(l->lines, key));
+
+        release(GPOINTER_TO_SIZE(key) % NUKSM_MAX_NODES, start, opaque);
+    }
+    g_hash_table_remove_all(l->owned);
 }
 
 unsigned lines_count(const SlotLines *l)

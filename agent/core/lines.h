@@ -13,6 +13,13 @@
  * slots of a line with holes between them, which the next line's pages
  * fill in turn (next-fit starts from the first hole).
  *
+ * Duplicates that lie in another order in each VM (shuffled page cache)
+ * cannot be in line with both sharers; they can be with one, which then
+ * maps whole windows while the others pay a mapping per page.  For that
+ * the line's stretch of slots is reserved (slots_reserve_range()): the
+ * VM owns the line, and the slots stay free for its later pages however
+ * the other VMs' pairs form.  An owned line does not move.
+ *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -30,6 +37,7 @@
 
 typedef struct SlotLines {
     GHashTable *lines;       /* (stretch, node) -> slot of its page 0 */
+    GHashTable *owned;       /* (stretch, node) of the lines it owns */
 } SlotLines;
 
 void lines_init(SlotLines *l);
@@ -42,8 +50,29 @@ void lines_destroy(SlotLines *l);
 bool lines_slot(const SlotLines *l, uint64_t page, uint32_t node,
                 uint32_t capacity, uint32_t *slot);
 
-/* Guest page @page maps @slot of @node: its stretch's line goes there. */
+/*
+ * Guest page @page maps @slot of @node: its stretch's line goes there,
+ * unless the VM owns that line.
+ */
 void lines_set(SlotLines *l, uint64_t page, uint32_t node, uint32_t slot);
+
+/* True if the VM owns the line of @page's stretch on @node. */
+bool lines_owns(const SlotLines *l, uint64_t page, uint32_t node);
+
+/*
+ * The VM owns the line of @page's stretch on @node, whose page 0 has slot
+ * @start (a multiple of LINE_PAGES, the start of a reserved range).
+ */
+void lines_own(SlotLines *l, uint64_t page, uint32_t node, uint32_t start);
+
+/*
+ * Give up every line the VM owns: @release(node, start, @opaque) ends
+ * the reservation of each.  Its lines stay, as lines it follows.
+ */
+void lines_disown(SlotLines *l,
+                  void (*release)(uint32_t node, uint32_t start,
+                                  gpointer opaque),
+                  gpointer opaque);
 
 /* Lines held (for the tests and the agent's memory figures). */
 unsigned lines_count(const SlotLines *l);

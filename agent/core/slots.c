@@ -28,6 +28,7 @@ void slots_destroy(SlotTable *t)
 {
     g_free(t->slots);
     g_free(t->used);
+    g_free(t->reserved);
     slots_init(t, t->capacity, t->initial_gen);
 }
 
@@ -41,13 +42,24 @@ bool slots_in_use(const SlotTable *t, uint32_t slot)
     return slot < t->top && test_bit(t, slot);
 }
 
-/* The first free slot in [@from, @to), or NO_SLOT. */
-static uint32_t find_free(const SlotTable *t, uint32_t from, uint32_t to)
+bool slots_reserved(const SlotTable *t, uint32_t slot)
+{
+    return slot < t->top && t->reserved[slot / 64] >> (slot % 64) & 1;
+}
+
+/*
+ * The first free slot in [@from, @to), or NO_SLOT; outside the reserved
+ * ranges unless @reserved_too.
+ */
+static uint32_t find_free(const SlotTable *t, uint32_t from, uint32_t to,
+                          bool reserved_too)
 {
     uint32_t s = from;
 
     while (s < to) {
-        uint64_t free_bits = ~t->used[s / 64] >> (s % 64);
+        uint64_t taken = t->used[s / 64] |
+                         (reserved_too ? 0 : t->reserved[s / 64]);
+        uint64_t free_bits = ~taken >> (s % 64);
 
         if (free_bits) {
             s += __builtin_ctzll(free_bits);
@@ -72,7 +84,10 @@ static void extend(SlotTable *t, uint32_t end)
 
         t->slots = g_renew(Slot, t->slots, alloc);
         t->used = g_renew(uint64_t, t->used, words);
+        t->reserved = g_renew(uint64_t, t->reserved, words);
         memset(t->used + t->alloc / 64, 0,
+               (words - t->alloc / 64) * sizeof(uint64_t));
+        memset(t->reserved + t->alloc / 64, 0,
                (words - t->alloc / 64) * sizeof(uint64_t));
         t->alloc = alloc;
     }
@@ -104,27 +119,85 @@ bool slots_alloc(SlotTable *t, uint32_t *slot)
     if (t->nr_used >= t->capacity) {
         return false;
     }
-    s = find_free(t, t->cursor, t->top);
+    s = find_free(t, t->cursor, t->top, false);
     if (s == NO_SLOT) {
         /*
          * No hole after the cursor.  Grow while at least half of the
          * slots in use are taken, so that runs stay long; else wrap
          * around and reuse the holes, so that the metadata (which grows
-         * with top) stays within twice what is in use.
+         * with top) stays within twice what is in use.  The holes of
+         * reserved ranges are the last resort.
          */
         uint32_t holes = t->top - t->nr_used;
 
         if (t->top < t->capacity && holes * 2 <= t->top) {
             s = t->top;
-            extend(t, s + 1);
         } else {
-            s = find_free(t, 0, t->top);
+            s = find_free(t, 0, t->top, false);
         }
+        if (s == NO_SLOT && t->top < t->capacity) {
+            s = t->top;
+        } else if (s == NO_SLOT) {
+            s = find_free(t, 0, t->top, true);
+        }
+        extend(t, MAX(t->top, s + 1));
     }
     take(t, s, SLOT_UPLOADING);
     t->cursor = s + 1;
     *slot = s;
     return true;
+}
+
+/* True if none of [@start, @start + @len) is in use or reserved. */
+static bool range_free(const SlotTable *t, uint32_t start, uint32_t len)
+{
+    for (uint32_t w = start / 64; w < (start + len) / 64; w++) {
+        if (t->used[w] | t->reserved[w]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The first free range of @len slots at a multiple of @len in [@from, top). */
+static uint32_t find_free_range(const SlotTable *t, uint32_t len,
+                                uint32_t from)
+{
+    for (uint32_t s = from / len * len; s + len <= t->top; s += len) {
+        if (range_free(t, s, len)) {
+            return s;
+        }
+    }
+    return NO_SLOT;
+}
+
+bool slots_reserve_range(SlotTable *t, uint32_t len, uint32_t *start)
+{
+    uint32_t above_top = (t->top + len - 1) / len * len;
+    bool room = above_top + len <= t->capacity;
+    uint32_t s = find_free_range(t, len, t->range_cursor);
+
+    g_assert(len % 64 == 0);
+    /* As slots_alloc(): grow only while at least half of top is in use. */
+    if (s == NO_SLOT && !(room && (t->top - t->nr_used) * 2 <= t->top)) {
+        s = find_free_range(t, len, 0);
+    }
+    if (s == NO_SLOT && room) {
+        s = above_top;
+        extend(t, s + len);
+    }
+    if (s == NO_SLOT) {
+        return false;
+    }
+    memset(t->reserved + s / 64, 0xff, len / 64 * sizeof(uint64_t));
+    t->range_cursor = s + len;
+    *start = s;
+    return true;
+}
+
+void slots_unreserve_range(SlotTable *t, uint32_t start, uint32_t len)
+{
+    memset(t->reserved + start / 64, 0, len / 64 * sizeof(uint64_t));
 }
 
 bool slots_alloc_at(SlotTable *t, uint32_t slot)

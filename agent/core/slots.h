@@ -5,8 +5,11 @@
  * Slots are handed out next-fit, so that consecutive guest pages get
  * consecutive slots: QEMU then maps a whole run with a single mmap(), its
  * main speed lever; or at a slot asked for, to stay in line with guest
- * pages further away (lines.h).  A slot's metadata lives in a dense
- * array that grows with the highest slot ever used.
+ * pages further away (lines.h).  An aligned range of free slots can be
+ * reserved for one line: next-fit passes over it as long as there are
+ * other free slots, so that the line's later pages find theirs free.  A
+ * slot's metadata lives in a dense array that grows with the highest
+ * slot ever used.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -66,10 +69,12 @@ typedef struct Slot {
 typedef struct SlotTable {
     Slot *slots;             /* [0, top) valid */
     uint64_t *used;          /* bitmap: slot is not SLOT_FREE */
+    uint64_t *reserved;      /* bitmap: slot is in a reserved range */
     uint32_t alloc;          /* slots[] and used[] have room for this many */
     uint32_t top;            /* slots >= top were never used */
     uint32_t capacity;       /* slots in the store file */
     uint32_t cursor;         /* next-fit position */
+    uint32_t range_cursor;   /* where the next reserved range is sought */
     uint32_t nr_used;        /* slots not SLOT_FREE */
     uint32_t initial_gen;    /* gen of a slot when first used */
     uint64_t shared;         /* slots with refs >= 1 */
@@ -90,9 +95,24 @@ bool slots_in_use(const SlotTable *t, uint32_t slot);
 
 /*
  * Allocate a free slot as SLOT_UPLOADING with no refs or pending users,
- * next-fit; false when the store is full.
+ * next-fit outside the reserved ranges, or in one when nothing else is
+ * free; false when the store is full.
  */
 bool slots_alloc(SlotTable *t, uint32_t *slot);
+
+/*
+ * Reserve @len free slots (a multiple of 64) starting at a multiple of
+ * @len, none of them in use or reserved: their start, or false if the
+ * store has no such range.  The reservation only steers slots_alloc();
+ * slots_alloc_at() takes reserved slots as any other.
+ */
+bool slots_reserve_range(SlotTable *t, uint32_t len, uint32_t *start);
+
+/* End the reservation of [@start, @start + @len) from slots_reserve_range. */
+void slots_unreserve_range(SlotTable *t, uint32_t start, uint32_t len);
+
+/* True if @slot lies in a reserved range. */
+bool slots_reserved(const SlotTable *t, uint32_t slot);
 
 /*
  * Allocate @slot itself as slots_alloc() would, if it is free and the

@@ -71,10 +71,19 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     conditions_send(agent, client);
 }
 
+/* The reserved range of slots a departed VM's line owned is free to all. */
+static void release_line(uint32_t node, uint32_t start, gpointer opaque)
+{
+    NuksmAgent *agent = opaque;
+
+    slots_unreserve_range(&agent->ledger.slots[node], start, LINE_PAGES);
+}
+
 void merge_client_leave(NuksmAgent *agent, NuksmClient *client)
 {
     if (client->joined) {
         domains_stats(&agent->domains, client->domain_id)->vms--;
+        lines_disown(&client->lines, release_line, agent);
         detached_client_leave(agent, client);
         client->joined = false;
     }
@@ -239,21 +248,93 @@ static void watch_uploads(NuksmAgent *agent)
 }
 
 /*
- * A new slot of @node for @v's page @vpage and @u's page @upage: in line
- * with @v's page if that slot is free, else with @u's, else the next
- * free one, which both pages' lines then follow (lines.h).  False when
- * the store is full.
+ * Take the slot of @node in line with @client's page @page: false if
+ * there is none, if it is taken, or if it lies in a range reserved for a
+ * line @client does not own.
+ */
+static bool take_in_line(SlotTable *t, NuksmClient *client, uint64_t page,
+                         uint32_t node, uint32_t *slot)
+{
+    return lines_slot(&client->lines, page, node, t->capacity, slot) &&
+           (lines_owns(&client->lines, page, node) ||
+            !slots_reserved(t, *slot)) &&
+           slots_alloc_at(t, *slot);
+}
+
+/*
+ * Would a line of @client starting at slot @start continue the line of
+ * the stretch before @page's, or run into the one after, on @node?
+ * QEMU's windows end at stretches, and two windows with copies of their
+ * own stay two mappings although their slots follow each other, which
+ * QEMU's count of its mappings (nuksm-maps.c) does not foresee.
+ */
+static bool line_adjoins(const NuksmClient *client, uint64_t page,
+                         uint32_t node, uint32_t capacity, uint32_t start)
+{
+    uint64_t first = page - page % LINE_PAGES;
+    uint32_t slot;
+
+    return (first && lines_slot(&client->lines, first - 1, node, capacity,
+                                &slot) && slot + 1 == start) ||
+           (lines_slot(&client->lines, first + LINE_PAGES, node, capacity,
+                       &slot) && slot == start + LINE_PAGES);
+}
+
+/*
+ * Reserve a range of @node's slots for the line of @client's page @page
+ * and take its slot there: false if @client owns that line already (its
+ * slot was taken) or the store has no free range.
+ */
+static bool take_new_line(SlotTable *t, NuksmClient *client, uint64_t page,
+                          uint32_t node, uint32_t *slot)
+{
+    /* Two starts adjoin (one per neighbour): one of three ranges will do. */
+    uint32_t tried[3], start = UINT32_MAX;
+    unsigned n = 0;
+
+    if (lines_owns(&client->lines, page, node)) {
+        return false;
+    }
+    while (n < G_N_ELEMENTS(tried) && start == UINT32_MAX &&
+           slots_reserve_range(t, LINE_PAGES, &tried[n])) {
+        if (!line_adjoins(client, page, node, t->capacity, tried[n])) {
+            start = tried[n];
+        }
+        n++;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        if (tried[i] != start) {
+            slots_unreserve_range(t, tried[i], LINE_PAGES);
+        }
+    }
+    if (start == UINT32_MAX) {
+        return false;
+    }
+    lines_own(&client->lines, page, node, start);
+    *slot = start + page % LINE_PAGES;
+    return slots_alloc_at(t, *slot);
+}
+
+/*
+ * A new slot of @node for @v's page @vpage and @u's page @upage.  Of the
+ * two VMs, the one that joined first (the lower id) keeps its pages in
+ * line: its slot in line if free, else the other's, else a new line of
+ * its own, else the next free one.  Both pages' lines then follow it
+ * unless they are owned (lines.h).  False when the store is full.
  */
 static bool place_slot(NuksmAgent *agent, uint32_t node, NuksmClient *v,
                        uint64_t vpage, NuksmClient *u, uint64_t upage,
                        uint32_t *slot)
 {
     SlotTable *t = &agent->ledger.slots[node];
+    bool v_first = v->id <= u->id;
+    NuksmClient *first = v_first ? v : u, *second = v_first ? u : v;
+    uint64_t first_page = v_first ? vpage : upage;
+    uint64_t second_page = v_first ? upage : vpage;
 
-    if (!(lines_slot(&v->lines, vpage, node, t->capacity, slot) &&
-          slots_alloc_at(t, *slot)) &&
-        !(lines_slot(&u->lines, upage, node, t->capacity, slot) &&
-          slots_alloc_at(t, *slot)) &&
+    if (!take_in_line(t, first, first_page, node, slot) &&
+        !take_in_line(t, second, second_page, node, slot) &&
+        !take_new_line(t, first, first_page, node, slot) &&
         !slots_alloc(t, slot)) {
         return false;
     }

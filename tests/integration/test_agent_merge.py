@@ -340,8 +340,7 @@ def test_consecutive_pages_get_consecutive_slots(agent, vms):
 def test_scattered_pages_get_slots_in_line(agent, vms):
     """Every other page a duplicate, alike in both VMs: each page's slot
     is in line with its neighbours' (slot - page constant, so that QEMU
-    maps the stretch as one window), and the next stretch's pages take
-    the slots between."""
+    maps the stretch as one window), in both VMs."""
     a, b = vms(), vms()
     pages = [1024 + 2 * i for i in range(40)] + \
             [1536 + 2 * i for i in range(40)]
@@ -351,11 +350,27 @@ def test_scattered_pages_get_slots_in_line(agent, vms):
         offsets = [r.slot - page for r, page in zip(merges[vm], pages)]
         assert len(set(offsets[:40])) == 1, offsets
         assert len(set(offsets[40:])) == 1, offsets
-    slots = sorted(r.slot for r in merges[b])
-    assert slots == list(range(slots[0], slots[0] + len(pages))), \
-        "the second stretch did not fill the first one's holes"
     for r, page in zip(merges[a], data):
         assert a.read_slot(r.node, r.slot) == page
+
+
+def test_shuffled_pages_get_slots_in_line_with_the_first_vm(agent, vms):
+    """Duplicates in an order of each VM's own: the slots follow the
+    pages of the VM that joined first, whichever VM offers its copy
+    first, however the other VM's pairs form; the other VM maps its
+    pages out of line."""
+    first, second = vms(), vms()
+    for region, (uploader, other) in enumerate(((second, first),
+                                                (first, second))):
+        pages = [4096 * (region + 1) + 2 * i for i in range(200)]
+        data = [content(1000 * (region + 1) + i) for i in range(200)]
+        shuffled = random.Random(region).sample(pages, len(pages))
+        merges = merge(uploader, [other],
+                       {first: pages, second: shuffled}, data)
+        offsets = {r.slot - r.page for r in merges[first]}
+        assert len(offsets) == 1, \
+            f"the first VM's pages are out of line: {sorted(offsets)}"
+        assert len({r.slot - r.page for r in merges[second]}) > 1
 
 
 def test_duplicates_within_one_vm(agent, vms):

@@ -1,6 +1,6 @@
 /*
  * Unit tests of nuksmd's slot allocator: consecutive allocation, reuse
- * with a new generation, reference counts.
+ * with a new generation, reserved ranges, reference counts.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -102,6 +102,46 @@ static void test_wrap(void)
     slots_destroy(&t);
 }
 
+/*
+ * A reserved range is aligned, free, and passed over by next-fit until
+ * nothing else is free; its slots are taken when asked for by number.
+ */
+static void test_reserved_ranges(void)
+{
+    const uint32_t len = 512;
+    SlotTable t;
+    uint32_t start, other, slot;
+
+    slots_init(&t, 4 * len, GEN);
+    g_assert_cmpuint(alloc_one(&t), ==, 0);
+    g_assert_true(slots_reserve_range(&t, len, &start));
+    g_assert_cmpuint(start, ==, len);  /* slot 0 is in use */
+    g_assert_true(slots_reserved(&t, start) &&
+                  slots_reserved(&t, start + len - 1));
+    g_assert_false(slots_reserved(&t, start - 1));
+    /* Next-fit: the holes below the range, then above it. */
+    for (slot = 1; slot < len; slot++) {
+        g_assert_cmpuint(alloc_one(&t), ==, slot);
+    }
+    g_assert_cmpuint(alloc_one(&t), ==, 2 * len);
+    /* Its slots by number, as a line takes them. */
+    g_assert_true(slots_alloc_at(&t, start + 7));
+    g_assert_false(slots_alloc_at(&t, start + 7));
+    /* The next range skips the one that is partly in use. */
+    g_assert_true(slots_reserve_range(&t, len, &other));
+    g_assert_cmpuint(other, ==, 3 * len);
+    /* Only reserved slots are left: next-fit takes them. */
+    for (slot = 2 * len + 1; slot < 3 * len; slot++) {
+        g_assert_cmpuint(alloc_one(&t), ==, slot);
+    }
+    g_assert_true(slots_reserved(&t, alloc_one(&t)));
+    /* No free range is left; ending a reservation frees it to next-fit. */
+    g_assert_false(slots_reserve_range(&t, len, &slot));
+    slots_unreserve_range(&t, other, len);
+    g_assert_false(slots_reserved(&t, other));
+    slots_destroy(&t);
+}
+
 static void test_refcounts(void)
 {
     SlotTable t;
@@ -177,6 +217,7 @@ int main(int argc, char **argv)
     g_test_add_func("/slots/consecutive", test_consecutive);
     g_test_add_func("/slots/reuse", test_reuse);
     g_test_add_func("/slots/wrap", test_wrap);
+    g_test_add_func("/slots/reserved-ranges", test_reserved_ranges);
     g_test_add_func("/slots/refcounts", test_refcounts);
     g_test_add_func("/slots/orphans", test_orphans);
     return g_test_run();

@@ -377,6 +377,57 @@ static NuksmGap nuksm_commit_gap(NuksmGap gaps, RAMBlock *rb,
 }
 
 /*
+ * A lone entry at page @idx of @bs (in @rb), to map at @base on @node,
+ * whose neighbour going @step (+1 or -1) lies in a mapping of the store:
+ * how many pages from the neighbour on lie in that mapping up to where
+ * it ends, all of them pages a window may copy within [@lo, @hi); 0 if
+ * there are none, or others come first.  A window of this batch ends at
+ * @lo if @edge_lo, another begins at @hi if @edge_hi, neither in line
+ * with this one: that mapping ends there too.  A window over those pages ends where that mapping did, so
+ * the entry splits it once, not twice.
+ */
+static uint64_t nuksm_commit_reach(RAMBlock *rb, NuksmBlockState *bs,
+                                   uint64_t idx, int step, uint64_t lo,
+                                   uint64_t hi, bool edge_lo, bool edge_hi,
+                                   uint8_t node, int64_t base)
+{
+    int64_t i = (int64_t)idx + step;
+    int64_t around;
+    uint8_t around_node, n;
+    uint64_t slot;
+
+    if (i < 0 || i >= (int64_t)bs->nr_pages ||
+        !nuksm_page_store_pos(bs, i, &around_node, &slot)) {
+        return 0;
+    }
+    around = (int64_t)slot - i;
+    for (;; i += step) {
+        uint64_t reached = (i - (int64_t)idx) * step - 1;
+
+        if (i < 0 || i >= (int64_t)bs->nr_pages ||
+            !nuksm_page_store_pos(bs, i, &n, &slot) || n != around_node ||
+            (int64_t)slot - i != around) {
+            /*
+             * Not up to a mapping in line with the window: the kernel
+             * would not join them (each has copies, so an anon_vma of
+             * its own), though slot - page is the same.
+             */
+            return i >= 0 && i < (int64_t)bs->nr_pages &&
+                   nuksm_commit_in_place(bs, i, node, base) ? 0 : reached;
+        }
+        if (i < (int64_t)lo) {
+            return edge_lo ? reached : 0;
+        }
+        if (i >= (int64_t)hi) {
+            return edge_hi ? reached : 0;
+        }
+        if (!nuksm_commit_fillable(rb, bs, i, node, base)) {
+            return 0;
+        }
+    }
+}
+
+/*
  * The window entries @r[@i..@count) open on @bs at @idx (@r sorted by
  * page; the window may not reach below page @floor of @bs, where the
  * previous one ended).
@@ -405,6 +456,7 @@ static NuksmWindow nuksm_commit_window(NuksmCommit *c, RAMBlock *rb,
     uint64_t lo = MAX(MAX(start, first) - first, floor);
     uint64_t hi = MIN(start + NUKSM_COMMIT_MAX_RUN - first, bs->nr_pages);
     NuksmGap gaps = NUKSM_GAP_NONE;
+    bool next_entry;
     size_t j;
     NuksmSlotRef at;
 
@@ -435,7 +487,9 @@ static NuksmWindow nuksm_commit_window(NuksmCommit *c, RAMBlock *rb,
     }
     w.copies = gaps == NUKSM_GAP_COPY;
     /* Never over the next entry: it may open a window of its own. */
-    if (j < count && r[j].page > r[j - 1].page && r[j].page - first < hi) {
+    next_entry = j < count && r[j].page > r[j - 1].page &&
+                 r[j].page - first < hi;
+    if (next_entry) {
         hi = r[j].page - first;
     }
     if (w.copies ||
@@ -455,6 +509,43 @@ static NuksmWindow nuksm_commit_window(NuksmCommit *c, RAMBlock *rb,
             w.span++;
         }
         w.copies |= w.span > span;
+    }
+    /*
+     * A lone entry inside another window (shuffled duplicates, out of
+     * line): were it a mapping of its own it would split that window in
+     * three, two mappings more.  It takes the pages to the nearer end of
+     * that window instead, copied: one mapping more.
+     */
+    if (w.n == 1 && w.span == 1) {
+        /* Within the stretch: its entries, in line or not, would have
+         * joined this one's window if they were in line with it. */
+        bool after_window = floor && lo == floor &&
+                            lo > MAX(start, first) - first;
+        uint64_t down = nuksm_commit_reach(rb, bs, w.idx, -1, lo, hi,
+                                           after_window, next_entry, w.node,
+                                           base);
+        uint64_t up = nuksm_commit_reach(rb, bs, w.idx, 1, lo, hi,
+                                         after_window, next_entry, w.node,
+                                         base);
+        NuksmSlotRef from = { .node = w.node };
+
+        from.slot = base + (int64_t)w.idx - (int64_t)down;
+        if (base + (int64_t)w.idx < (int64_t)down ||
+            !nuksm_commit_slot_valid(c, &from, down + 1)) {
+            down = 0;
+        }
+        from.slot = base + (int64_t)w.idx;
+        if (!nuksm_commit_slot_valid(c, &from, up + 1)) {
+            up = 0;
+        }
+        if (down && (!up || down <= up)) {
+            w.idx -= down;
+            w.span += down;
+            w.copies = true;
+        } else if (up) {
+            w.span += up;
+            w.copies = true;
+        }
     }
     w.slot = base + (int64_t)w.idx;
 
