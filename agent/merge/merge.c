@@ -318,9 +318,10 @@ static bool take_new_line(SlotTable *t, NuksmClient *client, uint64_t page,
 /*
  * A new slot of @node for @v's page @vpage and @u's page @upage.  Of the
  * two VMs, the one that joined first (the lower id) keeps its pages in
- * line: its slot in line if free, else the other's, else a new line of
- * its own, else the next free one.  Both pages' lines then follow it
- * unless they are owned (lines.h).  False when the store is full.
+ * line: its slot in line if free, else the first slot of a new line of
+ * its own; only when neither can be had the other's slot in line, else
+ * the next free one.  Both pages' lines then follow it unless they are
+ * owned (lines.h).  False when the store is full.
  */
 static bool place_slot(NuksmAgent *agent, uint32_t node, NuksmClient *v,
                        uint64_t vpage, NuksmClient *u, uint64_t upage,
@@ -333,8 +334,8 @@ static bool place_slot(NuksmAgent *agent, uint32_t node, NuksmClient *v,
     uint64_t second_page = v_first ? upage : vpage;
 
     if (!take_in_line(t, first, first_page, node, slot) &&
-        !take_in_line(t, second, second_page, node, slot) &&
         !take_new_line(t, first, first_page, node, slot) &&
+        !take_in_line(t, second, second_page, node, slot) &&
         !slots_alloc(t, slot)) {
         return false;
     }

@@ -34,6 +34,8 @@ from harness import (ERR_BAD_MESSAGE, MSG_CANDIDATES, MSG_GET_INFO,
                      run_nuksmd, store_path, store_paths, wait_until)
 
 STORE_SLOTS = 1 << 24
+# Guest pages per slot line (agent/core/lines.h).
+LINE_PAGES = 512
 STORE_SIZE = STORE_SLOTS * NUKSM_PAGE_SIZE
 
 
@@ -355,22 +357,50 @@ def test_scattered_pages_get_slots_in_line(agent, vms):
 
 
 def test_shuffled_pages_get_slots_in_line_with_the_first_vm(agent, vms):
-    """Duplicates in an order of each VM's own: the slots follow the
-    pages of the VM that joined first, whichever VM offers its copy
-    first, however the other VM's pairs form; the other VM maps its
-    pages out of line."""
+    """Duplicates in an order of each VM's own, offered by both VMs in
+    turn as their scans go: the slots of each 2 MiB stretch (a line)
+    follow the pages of the VM that joined first, whichever VM offered
+    a content first; the other VM maps its pages out of line."""
     first, second = vms(), vms()
-    for region, (uploader, other) in enumerate(((second, first),
-                                                (first, second))):
-        pages = [4096 * (region + 1) + 2 * i for i in range(200)]
-        data = [content(1000 * (region + 1) + i) for i in range(200)]
-        shuffled = random.Random(region).sample(pages, len(pages))
-        merges = merge(uploader, [other],
-                       {first: pages, second: shuffled}, data)
-        offsets = {r.slot - r.page for r in merges[first]}
-        assert len(offsets) == 1, \
-            f"the first VM's pages are out of line: {sorted(offsets)}"
-        assert len({r.slot - r.page for r in merges[second]}) > 1
+    # Every other page of 64 stretches, the same contents in both VMs.
+    pages = [8192 + 2 * i for i in range(16384)]
+    data = {page: content(10_000 + i) for i, page in enumerate(pages)}
+    held = {first: data,
+            second: dict(zip(random.Random(3).sample(pages, len(pages)),
+                             data.values()))}
+    chunk = 256
+    merges = {first: [], second: []}
+
+    def read(vm):
+        """The UPLOAD_REQs sent to @vm so far; its MERGEs are kept."""
+        messages, _ = vm.sync()
+        assert {m.type for m in messages} <= {MSG_UPLOAD_REQ, MSG_MERGE}
+        merges[vm] += [r for m in messages if m.type == MSG_MERGE
+                       for r in m.slot_refs()]
+        return [r for m in messages if m.type == MSG_UPLOAD_REQ
+                for r in m.slot_refs()]
+
+    for k in range(0, len(pages), chunk):
+        for vm in ((first, second) if k // chunk % 2 else (second, first)):
+            vm.candidates((p, digest(held[vm][p])) for p in pages[k:k + chunk])
+            requests = read(vm)
+            vm.upload(requests, [held[vm][r.page] for r in requests])
+    # Each sync shows that the agent handled the client's uploads, and so
+    # sent the MERGEs they made.
+    for vm in (first, second, first):
+        assert not read(vm)
+    for vm in (first, second):
+        assert sorted(r.page for r in merges[vm]) == pages
+        vm.merged(merges[vm])
+        vm.info()
+    offsets = {}
+    for r in merges[first]:
+        offsets.setdefault(r.page // LINE_PAGES, set()).add(r.slot - r.page)
+    assert all(len(o) == 1 for o in offsets.values()), \
+        f"the first VM's pages are out of line: {offsets}"
+    assert len({r.slot - r.page for r in merges[second]}) > len(offsets)
+    for r in merges[second]:
+        assert second.read_slot(r.node, r.slot) == held[second][r.page]
 
 
 def test_duplicates_within_one_vm(agent, vms):
