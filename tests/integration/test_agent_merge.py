@@ -326,9 +326,10 @@ def test_slot_reused_with_new_generation(agent, vms):
 
 
 def test_consecutive_pages_get_consecutive_slots(agent, vms):
+    """Within a 2 MiB stretch (a line: agent/core/lines.h)."""
     a, b = vms(), vms()
     data = [content(100 + i) for i in range(40)]
-    merges = merge(b, [a], {a: range(1000, 1040), b: range(5000, 5040)},
+    merges = merge(b, [a], {a: range(1030, 1070), b: range(5000, 5040)},
                    data)
     slots = [r.slot for r in merges[b]]
     assert slots == list(range(slots[0], slots[0] + 40))
