@@ -53,7 +53,10 @@
  * A count of the mappings costs about 1.25 us per mapping (/proc/self/maps
  * is text), so count at most every 500 us per mapping: at most 0.25% of
  * a core.  That is every second up to 2000 mappings and every 30 s at
- * 60000; at least every 30 s.
+ * 60000; at least every 30 s, while merging changes mappings or is
+ * limited.  Once it rests, nothing is counted: what QEMU itself maps
+ * meanwhile the headroom covers until the next change is counted, so an
+ * idle VM's cost does not grow with its mappings.
  */
 #define NUKSM_MAPS_COUNT_NS_PER_MAP 500000
 #define NUKSM_MAPS_COUNT_MIN_NS NANOSECONDS_PER_SECOND
@@ -140,6 +143,7 @@ static void nuksm_maps_recount(NuksmCommit *c, int64_t now)
     trace_nuksm_maps_count(count, nuksm_maps_in_use(c), c->maps.limit);
     c->maps.counted = count;
     c->maps.delta = 0;
+    c->maps.changed = false;
     c->maps.counted_at = now;
 }
 
@@ -184,7 +188,8 @@ static void nuksm_maps_resume(NuksmCommit *c)
 /*
  * Read the limit and count the mappings again when due (@force: count
  * now), and resume merging when the mappings fell clearly below the
- * budget.  Cheap when nothing is due: call it often.
+ * budget.  Cheap when nothing is due: call it often.  A new limit is
+ * counted against at once.
  */
 void nuksm_maps_tick(NuksmCommit *c, bool force)
 {
@@ -205,7 +210,8 @@ void nuksm_maps_tick(NuksmCommit *c, bool force)
         }
         c->maps.limit_read_at = now;
     }
-    if (force || now - c->maps.counted_at >= period) {
+    if (force || (now - c->maps.counted_at >= period &&
+                  (c->maps.changed || c->maps.limited))) {
         nuksm_maps_recount(c, now);
     }
     budget = nuksm_maps_budget(c->maps.limit);
@@ -240,6 +246,7 @@ bool nuksm_maps_afford(NuksmCommit *c, int64_t cost, uint64_t pages)
 void nuksm_maps_account(NuksmCommit *c, int64_t delta)
 {
     c->maps.delta += delta;
+    c->maps.changed = true;
 }
 
 /* mmap() failed with ENOMEM: the limit is reached, whatever we thought. */

@@ -20,6 +20,7 @@ typedef struct NuksmMaps {
     uint64_t limit;             /* vm.max_map_count, as last read */
     uint64_t counted;           /* lines of /proc/self/maps, last count */
     int64_t delta;              /* what our changes added since (model) */
+    bool changed;               /* we changed mappings since the count */
     int64_t counted_at;         /* get_clock() of the last count */
     int64_t limit_read_at;      /* get_clock() of the last limit read */
     bool limited;               /* costly merges are being refused */
