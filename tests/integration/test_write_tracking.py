@@ -5,7 +5,8 @@ The scanner write-protects the pages it found stable; a write faults to
 QEMU's "nuksm-writes" thread, which lifts the protection of the page's
 2 MiB stretch.  These tests look at what a user sees: an idle VM's passes
 hash next to nothing, every write is still noticed (a page written into a
-duplicate merges), writes are never held, and huge pages stay huge.
+duplicate merges), writes are never held, and huge pages stay huge;
+private copies in windows (between merged pages) are tracked too.
 """
 
 import random
@@ -104,4 +105,48 @@ def test_every_written_stretch_is_noticed(agent, qtest_vm):
                  content[p * PAGE:(p + 1) * PAGE])
     vm.wait_nuksm(lambda i: i["merged-pages"] >= 2 * PAGES // 512,
                   "the written copies to merge", timeout=60)
+    q.close()
+
+
+def test_copies_in_windows_are_tracked(agent, qtest_vm):
+    """Two regions whose every other page is a duplicate of the other's:
+    once they merge, the pages between lie in windows as private copies
+    (nuksm-remap.c), as many as the merged pages.  Idle passes spare them
+    as they spare anonymous pages, and a write to one is still noticed:
+    a copy written with the content of another merges with it."""
+    vm = qtest_vm("vm0", extra=["-m", "512M"], agent=agent.sock,
+                  max_cpu=100)
+    vm.wait_state("active")
+    q = Qtest(vm.qtest_path)
+    rng = random.Random(3)
+    shared = [rng.randbytes(PAGE) for _ in range(PAGES // 2)]
+    regions = []
+    for r in range(2):
+        content = bytearray(REGION)
+        for i in range(PAGES // 2):
+            content[2 * i * PAGE:(2 * i + 1) * PAGE] = shared[i]
+            content[(2 * i + 1) * PAGE:(2 * i + 2) * PAGE] = \
+                rng.randbytes(PAGE)
+        write_big(q, REGION_AT + r * REGION, bytes(content))
+        regions.append(content)
+    vm.wait_nuksm(lambda i: i["merged-pages"] >= PAGES,
+                  "the duplicates to merge", timeout=120)
+
+    next_passes(vm, 3)
+    hashed = next_passes(vm, 4)
+    assert hashed < PAGES // 8, \
+        f"4 idle passes hashed {hashed} pages; {PAGES} lie between merged ones"
+
+    # Page 1 of the first region, a copy in a window, becomes a copy of
+    # page 3.
+    content = regions[0]
+    content[PAGE:2 * PAGE] = content[3 * PAGE:4 * PAGE]
+    b64write(q, REGION_AT + PAGE, bytes(content[3 * PAGE:4 * PAGE]))
+    vm.wait_nuksm(lambda i: i["merged-pages"] >= PAGES + 2,
+                  "the written copy to merge", timeout=60)
+    for r, content in enumerate(regions):
+        for p in range(PAGES):
+            assert b64read(q, REGION_AT + r * REGION + p * PAGE, PAGE) == \
+                bytes(content[p * PAGE:(p + 1) * PAGE]), \
+                f"page {p} of region {r} differs"
     q.close()

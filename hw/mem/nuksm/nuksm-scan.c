@@ -396,8 +396,11 @@ static void nuksm_scan_offer(NuksmScanner *sc, uint32_t epoch,
 
 /*
  * May write tracking protect page @idx of @bs, of pagemap entry @pm?
- * Resident, anonymous (not mapping a store file: merged, or a copy in a
- * window), not dropped as zero, and stable since the previous pass.
+ * Resident, a page of its own (anonymous, or a private copy in a window:
+ * not merged, whose writes are copy-on-write breaks the pagemap shows),
+ * not dropped as zero, and stable since the previous pass.  The copies
+ * in windows are as many as the merged pages they lie between; hashed
+ * every pass, they would cost an idle VM as much as its merges.
  */
 static bool nuksm_scan_trackable(NuksmBlockState *bs, uint64_t idx,
                                  uint64_t pm)
@@ -405,7 +408,7 @@ static bool nuksm_scan_trackable(NuksmBlockState *bs, uint64_t idx,
     uint8_t flags = nuksm_page_flags(bs, idx);
 
     return (pm & NUKSM_PM_PRESENT) &&
-           (flags & (NUKSM_PAGE_STABLE | NUKSM_PAGE_REMAPPED |
+           (flags & (NUKSM_PAGE_STABLE | NUKSM_PAGE_MERGED |
                      NUKSM_PAGE_ZERO)) == NUKSM_PAGE_STABLE;
 }
 
