@@ -383,8 +383,8 @@ static NuksmGap nuksm_commit_gap(NuksmGap gaps, RAMBlock *rb,
  * it ends, all of them pages a window may copy within [@lo, @hi); 0 if
  * there are none, or others come first.  A window of this batch ends at
  * @lo if @edge_lo, another begins at @hi if @edge_hi, neither in line
- * with this one: that mapping ends there too.  A window over those pages ends where that mapping did, so
- * the entry splits it once, not twice.
+ * with this one: that mapping ends there too.  A window over those pages
+ * ends where that mapping did, so the entry splits it once, not twice.
  */
 static uint64_t nuksm_commit_reach(RAMBlock *rb, NuksmBlockState *bs,
                                    uint64_t idx, int step, uint64_t lo,
@@ -517,8 +517,10 @@ static NuksmWindow nuksm_commit_window(NuksmCommit *c, RAMBlock *rb,
      * that window instead, copied: one mapping more.
      */
     if (w.n == 1 && w.span == 1) {
-        /* Within the stretch: its entries, in line or not, would have
-         * joined this one's window if they were in line with it. */
+        /*
+         * A window of this batch ends at lo within the stretch: its
+         * entries would have joined this one's had they been in line.
+         */
         bool after_window = floor && lo == floor &&
                             lo > MAX(start, first) - first;
         uint64_t down = nuksm_commit_reach(rb, bs, w.idx, -1, lo, hi,
