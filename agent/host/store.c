@@ -481,3 +481,29 @@ bool store_next_data(const Store *st, uint16_t domain, uint32_t node,
                STORE_SLOTS);
     return *start < *end;
 }
+
+bool store_resident(const Store *st, uint16_t domain, uint32_t node,
+                    uint32_t from, uint32_t count, unsigned char *resident)
+{
+    size_t len = (size_t)count * NUKSM_PAGE_SIZE;
+    void *map;
+    bool ok;
+
+    if (!count) {
+        return true;
+    }
+    map = mmap(NULL, len, PROT_READ, MAP_SHARED | MAP_NORESERVE,
+               store_fd(st, domain, node), (off_t)from * NUKSM_PAGE_SIZE);
+    if (map == MAP_FAILED) {
+        log_warning("cannot map store node %u to look at it: %s", node,
+                    g_strerror(errno));
+        return false;
+    }
+    ok = mincore(map, len, resident) == 0;
+    if (!ok) {
+        log_warning("cannot look at store node %u: %s", node,
+                    g_strerror(errno));
+    }
+    munmap(map, len);
+    return ok;
+}

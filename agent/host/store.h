@@ -136,4 +136,13 @@ void store_punch(Store *st, uint16_t domain, uint32_t node, uint32_t slot,
 bool store_next_data(const Store *st, uint16_t domain, uint32_t node,
                      uint32_t from, uint32_t *start, uint32_t *end);
 
+/*
+ * Which of the @count slots of @domain from @from hold a page in memory
+ * (mincore(): a page swapped out does not count): @resident[i] bit 0 for
+ * slot @from + i.  One call looks at the whole range, however scattered
+ * the pages, where store_next_data() takes one per run.  False on error.
+ */
+bool store_resident(const Store *st, uint16_t domain, uint32_t node,
+                    uint32_t from, uint32_t count, unsigned char *resident);
+
 #endif /* NUKSMD_STORE_H */

@@ -17,6 +17,8 @@
 
 /* Slots whose pages are looked up in pagemap at once. */
 #define REAP_CHUNK 4096u
+/* Slots whose residency one look for strays reads at a time (1 MiB). */
+#define STRAY_CHUNK_SLOTS (1u << 20)
 
 static bool is_orphan(SlotTable *t, uint32_t slot)
 {
@@ -167,40 +169,80 @@ void recovery_watch_orphans(NuksmAgent *agent)
     watch_after(agent, ORPHAN_RECHECK_SECONDS);
 }
 
+/* Take the page in free slot @s of node @n, of domain @domain, as an orphan. */
+static void claim_orphan(NuksmAgent *agent, uint16_t domain, uint32_t n,
+                         uint32_t s)
+{
+    slots_claim_orphan(&agent->ledger.slots[n], s);
+    ledger_take_slot(agent, slot_id(n, s), domain);
+    agent->orphans.pages++;
+}
+
 /*
- * Take the pages of domain @domain's files whose slots are free as
- * orphans; returns how many.  @at_start: the agent just started, and a
- * slot in use already has its page in another domain's file, which is
- * worth a warning.
+ * Take the pages of domain @domain's files from slot @from on whose
+ * slots are free as orphans; returns how many.  @at_start: the agent
+ * just started, and a slot in use already has its page in another
+ * domain's file, which is worth a warning.
  */
 static uint64_t claim_orphans(NuksmAgent *agent, uint16_t domain,
-                              bool at_start)
+                              uint32_t node, uint32_t from, bool at_start)
 {
+    SlotTable *t = &agent->ledger.slots[node];
+    uint64_t claimed = 0;
+    uint32_t start, end;
+
+    while (store_next_data(&agent->store, domain, node, from, &start,
+                           &end)) {
+        for (uint32_t s = start; s < end; s++) {
+            /* A slot's page is in one domain's file only. */
+            if (slots_in_use(t, s)) {
+                if (at_start) {
+                    log_warning("slot %u of node %u has a page in two "
+                                "domains' files: kept in the first "
+                                "one's", s, node);
+                }
+                continue;
+            }
+            claim_orphan(agent, domain, node, s);
+            claimed++;
+        }
+        from = end;
+    }
+    return claimed;
+}
+
+/*
+ * Take the pages in free slots of domain @domain's files as orphans;
+ * returns how many.  Below the highest slot ever used, where the free
+ * slots lie between used ones (a run of data each), a look at which
+ * pages are in memory costs one call, not one per run; above it, the
+ * file is holes but for strays.  A stray swapped out is found when it
+ * comes back in.
+ */
+static uint64_t claim_strays(NuksmAgent *agent, uint16_t domain)
+{
+    g_autofree unsigned char *resident = g_malloc(STRAY_CHUNK_SLOTS);
     uint64_t claimed = 0;
 
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
         SlotTable *t = &agent->ledger.slots[n];
-        uint32_t start, end, from = 0;
+        uint32_t top = t->top;
 
-        while (store_next_data(&agent->store, domain, n, from, &start,
-                               &end)) {
-            for (uint32_t s = start; s < end; s++) {
-                /* A slot's page is in one domain's file only. */
-                if (slots_in_use(t, s)) {
-                    if (at_start) {
-                        log_warning("slot %u of node %u has a page in two "
-                                    "domains' files: kept in the first "
-                                    "one's", s, n);
-                    }
-                    continue;
-                }
-                slots_claim_orphan(t, s);
-                ledger_take_slot(agent, slot_id(n, s), domain);
-                agent->orphans.pages++;
-                claimed++;
+        for (uint32_t from = 0; from < top; from += STRAY_CHUNK_SLOTS) {
+            uint32_t count = MIN(top - from, STRAY_CHUNK_SLOTS);
+
+            if (!store_resident(&agent->store, domain, n, from, count,
+                                resident)) {
+                break;
             }
-            from = end;
+            for (uint32_t i = 0; i < count; i++) {
+                if ((resident[i] & 1) && !slots_in_use(t, from + i)) {
+                    claim_orphan(agent, domain, n, from + i);
+                    claimed++;
+                }
+            }
         }
+        claimed += claim_orphans(agent, domain, n, top, false);
     }
     return claimed;
 }
@@ -218,7 +260,7 @@ static gboolean on_stray_timer(gpointer opaque)
 
     for (guint id = 0; id < agent->domains.by_id->len; id++) {
         if (g_ptr_array_index(agent->domains.by_id, id)) {
-            strays += claim_orphans(agent, id, false);
+            strays += claim_strays(agent, id);
         }
     }
     if (strays) {
@@ -241,7 +283,9 @@ void recovery_start(NuksmAgent *agent, uint32_t grace)
                              &domain)) {
             continue;
         }
-        claim_orphans(agent, domain, true);
+        for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+            claim_orphans(agent, domain, n, 0, true);
+        }
         /* Its orphans hold it now; none: its files go. */
         domains_put(&agent->domains, domain);
     }

@@ -357,23 +357,26 @@ def merged_pair(pair, mib=16):
 
 
 def test_stray_store_page_is_freed(pair):
-    """A page in a free slot of the store, as a process filling a slot
-    after it was punched out leaves it, is nobody's: the agent finds it
-    (every 30 s), takes it as an orphan and, since no process maps it,
-    frees it.  The merged pages keep their content."""
+    """Pages in free slots of the store, as a process filling a slot
+    after it was punched out leaves them, are nobody's: the agent finds
+    them (every 30 s), among the slots in use (the first hole of the
+    file) and far beyond, takes them as orphans and, since no process
+    maps them, frees them.  The merged pages keep their content."""
     agent, vms = pair
     content, pages, qtests = merged_pair(pair, mib=4)
     before = store_bytes(agent.state_dir)
     path = harness.store_paths(agent.state_dir)[0]
-    fd = os.open(path, os.O_WRONLY)
+    fd = os.open(path, os.O_RDWR)
     try:
-        os.pwrite(fd, pseudo_random(12, PAGE), 100000 * PAGE)
+        first_hole = os.lseek(fd, 0, os.SEEK_HOLE)
+        for at in (first_hole, 100000 * PAGE):
+            os.pwrite(fd, pseudo_random(12, PAGE), at)
     finally:
         os.close(fd)
-    assert store_bytes(agent.state_dir) == before + PAGE
+    assert store_bytes(agent.state_dir) == before + 2 * PAGE
     wait_until(lambda: store_bytes(agent.state_dir) == before, 90,
-               "the stray page to be freed")
-    assert "found 1 store page in free slots" in agent.log_text()
+               "the stray pages to be freed")
+    assert "found 2 store pages in free slots" in agent.log_text()
     assert harness.ctl_json(agent.sock, "status")["orphan_pages"] == 0
     for q in qtests:
         assert read_big(q, SHARED_AT, len(content)) == content
