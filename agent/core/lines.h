@@ -9,16 +9,17 @@
  * 2 MiB of its guest memory and store node, a line: the slot that page 0
  * of that stretch would have.  A new slot for one of its pages goes
  * where the line says if that slot is free, and a page that had to go
- * elsewhere starts a new line there.  Scattered duplicates then fill the
- * slots of a line with holes between them, which the next line's pages
- * fill in turn (next-fit starts from the first hole).
+ * elsewhere starts a new line there.
  *
  * Duplicates that lie in another order in each VM (shuffled page cache)
  * cannot be in line with both sharers; they can be with one, which then
  * maps whole windows while the others pay a mapping per page.  For that
- * the line's stretch of slots is reserved (slots_reserve_range()): the
+ * a new line's stretch of slots is reserved (slots_reserve_range()): the
  * VM owns the line, and the slots stay free for its later pages however
- * the other VMs' pairs form.  An owned line does not move.
+ * the other VMs' pairs form (merge.c says which VM gets to own it).  An
+ * owned line does not move.  Scattered duplicates so leave holes in
+ * their line's range, which other slots take only once nothing else is
+ * free.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
