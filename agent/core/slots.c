@@ -99,6 +99,16 @@ static void extend(SlotTable *t, uint32_t end)
     }
 }
 
+/*
+ * May the table grow rather than reuse its holes?  While at least half
+ * of the slots up to top are in use: runs stay long, and the metadata
+ * (which grows with top) stays within twice what is in use.
+ */
+static bool may_grow(const SlotTable *t)
+{
+    return (t->top - t->nr_used) * 2 <= t->top;
+}
+
 static void take(SlotTable *t, uint32_t slot, SlotState state)
 {
     Slot *s = &t->slots[slot];
@@ -122,15 +132,11 @@ bool slots_alloc(SlotTable *t, uint32_t *slot)
     s = find_free(t, t->cursor, t->top, false);
     if (s == NO_SLOT) {
         /*
-         * No hole after the cursor.  Grow while at least half of the
-         * slots in use are taken, so that runs stay long; else wrap
-         * around and reuse the holes, so that the metadata (which grows
-         * with top) stays within twice what is in use.  The holes of
-         * reserved ranges are the last resort.
+         * No hole after the cursor: grow, or wrap around and reuse the
+         * holes (may_grow()).  The holes of reserved ranges are the last
+         * resort.
          */
-        uint32_t holes = t->top - t->nr_used;
-
-        if (t->top < t->capacity && holes * 2 <= t->top) {
+        if (t->top < t->capacity && may_grow(t)) {
             s = t->top;
         } else {
             s = find_free(t, 0, t->top, false);
@@ -178,8 +184,7 @@ bool slots_reserve_range(SlotTable *t, uint32_t len, uint32_t *start)
     uint32_t s = find_free_range(t, len, t->range_cursor);
 
     g_assert(len % 64 == 0);
-    /* As slots_alloc(): grow only while at least half of top is in use. */
-    if (s == NO_SLOT && !(room && (t->top - t->nr_used) * 2 <= t->top)) {
+    if (s == NO_SLOT && !(room && may_grow(t))) {
         s = find_free_range(t, len, 0);
     }
     if (s == NO_SLOT && room) {
