@@ -391,29 +391,32 @@ static uint64_t nuksm_commit_reach(RAMBlock *rb, NuksmBlockState *bs,
                                    uint64_t hi, bool edge_lo, bool edge_hi,
                                    uint8_t node, int64_t base)
 {
+    const NuksmMapId window = { .node = node, .base = base };
     int64_t i = (int64_t)idx + step;
-    int64_t around;
-    uint8_t around_node, n;
-    uint64_t slot;
+    NuksmMapId around;
 
-    if (i < 0 || i >= (int64_t)bs->nr_pages ||
-        !nuksm_page_store_pos(bs, i, &around_node, &slot)) {
+    if (i < 0 || i >= (int64_t)bs->nr_pages) {
         return 0;
     }
-    around = (int64_t)slot - i;
+    around = nuksm_maps_id(bs, i);
+    if (around.anon) {
+        return 0;
+    }
     for (;; i += step) {
         uint64_t reached = (i - (int64_t)idx) * step - 1;
+        NuksmMapId id;
 
-        if (i < 0 || i >= (int64_t)bs->nr_pages ||
-            !nuksm_page_store_pos(bs, i, &n, &slot) || n != around_node ||
-            (int64_t)slot - i != around) {
+        if (i < 0 || i >= (int64_t)bs->nr_pages) {
+            return reached;
+        }
+        id = nuksm_maps_id(bs, i);
+        if (!nuksm_maps_id_equal(id, around)) {
             /*
              * Not up to a mapping in line with the window: the kernel
              * would not join them (each has copies, so an anon_vma of
              * its own), though slot - page is the same.
              */
-            return i >= 0 && i < (int64_t)bs->nr_pages &&
-                   nuksm_commit_in_place(bs, i, node, base) ? 0 : reached;
+            return nuksm_maps_id_equal(id, window) ? 0 : reached;
         }
         if (i < (int64_t)lo) {
             return edge_lo ? reached : 0;

@@ -256,20 +256,7 @@ void nuksm_maps_exhausted(NuksmCommit *c)
     nuksm_maps_set_limited(c);
 }
 
-/*
- * What page @i of @bs is mapped from, as far as the kernel's merging of
- * mappings goes: anonymous memory, or a store at a fixed distance between
- * guest page and slot (pages mapped from consecutive slots of one store
- * make one mapping).  A page that was mapped from a store stays in that
- * mapping after a copy-on-write break.
- */
-typedef struct NuksmMapId {
-    bool anon;
-    uint8_t node;
-    int64_t base;               /* slot - page index */
-} NuksmMapId;
-
-static NuksmMapId nuksm_maps_id(NuksmBlockState *bs, uint64_t i)
+NuksmMapId nuksm_maps_id(NuksmBlockState *bs, uint64_t i)
 {
     uint8_t node;
     uint64_t slot;
@@ -283,7 +270,7 @@ static NuksmMapId nuksm_maps_id(NuksmBlockState *bs, uint64_t i)
     };
 }
 
-static bool nuksm_maps_id_equal(NuksmMapId a, NuksmMapId b)
+bool nuksm_maps_id_equal(NuksmMapId a, NuksmMapId b)
 {
     return a.anon ? b.anon : !b.anon && a.node == b.node && a.base == b.base;
 }

@@ -27,6 +27,23 @@ typedef struct NuksmMaps {
     uint64_t held;              /* pages refused while limited */
 } NuksmMaps;
 
+/*
+ * What a guest page is mapped from, as far as the kernel's merging of
+ * mappings goes: anonymous memory, or a store at a fixed distance between
+ * guest page and slot (pages mapped from consecutive slots of one store
+ * make one mapping).  A page that was mapped from a store stays in that
+ * mapping after a copy-on-write break.
+ */
+typedef struct NuksmMapId {
+    bool anon;
+    uint8_t node;
+    int64_t base;               /* slot - page index */
+} NuksmMapId;
+
+/* What page @i of @bs is mapped from; page_lock held. */
+NuksmMapId nuksm_maps_id(NuksmBlockState *bs, uint64_t i);
+bool nuksm_maps_id_equal(NuksmMapId a, NuksmMapId b);
+
 /* The budget of @c->maps, page_lock held unless said otherwise */
 void nuksm_maps_init(NuksmCommit *c);
 void nuksm_maps_tick(NuksmCommit *c, bool force);
