@@ -37,6 +37,7 @@ SYSCALLS = {
     "mremap": "remap", "mmap": "remap", "munmap": "remap",
     "mprotect": "remap", "madvise": "remap", "ioctl": "remap",
     "pwrite64": "upload", "fallocate": "upload",
+    "process_vm_readv": "upload",
     "pread64": "scan", "preadv": "scan",
     "sendmsg": "messages", "recvmsg": "messages", "sendto": "messages",
     "recvfrom": "messages", "sendmmsg": "messages", "recvmmsg": "messages",
@@ -53,7 +54,7 @@ RULES = (
     ("hash", r"XXH3|XXH64|XXH_|nuksm_page_digest|nuksm_digest|"
              r"nuksm_sample|libxxhash"),
     ("compare", r"memcmp"),
-    ("upload", r"upload|copies_write|store_write"),
+    ("upload", r"upload|copies_write|store_write|peek_pages"),
     ("lookup", r"keymap_|unstable_|index_|policy_|^place|join_copy|"
                r"pair_unstable|handle_candidate"),
     ("remap", r"nuksm_remap|nuksm_commit|uffd|userfaultfd|mwriteprotect|"

@@ -302,7 +302,7 @@ static char *table_text(const char *s)
     return g_string_free(text, FALSE);
 }
 
-enum { VM_COLUMNS = 14 };
+enum { VM_COLUMNS = 15 };
 
 static void print_row(char **cells, const size_t *widths)
 {
@@ -370,7 +370,7 @@ static void print_vms_table(const NuksmMsgVms *vms,
 {
     static const char *const header[VM_COLUMNS] = {
         "ID", "PID", "UID", "DOMAIN", "FROM", "NAME", "OBJECT", "PRIORITY",
-        "MERGED", "LOCAL", "REMOTE", "HOME", "LIMIT", "LIBVIRT",
+        "MERGED", "LOCAL", "REMOTE", "HOME", "LIMIT", "LIBVIRT", "UPLOADS",
     };
     g_autoptr(GPtrArray) rows = g_ptr_array_new_with_free_func(
         (GDestroyNotify)g_strfreev);
@@ -395,6 +395,8 @@ static void print_vms_table(const NuksmMsgVms *vms,
         row[12] = g_strdup(vm_limit_name(e, agent) ?: "-");
         row[13] = e->libvirt_name[0] ? table_text(e->libvirt_name)
                                      : g_strdup("-");
+        /* How its new slots get their content: read by the agent or sent. */
+        row[14] = g_strdup(e->read_errno ? "sent" : "read");
         g_ptr_array_add(rows, row);
     }
 
@@ -421,6 +423,10 @@ static void print_vms_table(const NuksmMsgVms *vms,
             reason = table_text(vm_limit_reason(e, agent));
             printf("VM %u limited by %s: %s\n", e->client_id,
                    vm_limit_name(e, agent), reason);
+        }
+        if (e->read_errno) {
+            printf("VM %u sends its uploads: nuksmd cannot read its memory "
+                   "(%s)\n", e->client_id, g_strerror(e->read_errno));
         }
     }
 }
@@ -489,8 +495,18 @@ static void cmd_vms(Ctl *ctl, bool json)
             g_string_append(out, "null");
         }
         g_string_append_printf(out, ", \"agent_cpu_seconds\": %.6f"
-                               ", \"throttled_seconds\": %.6f}",
-                               e->agent_cpu_ns / 1e9, e->throttled_ns / 1e9);
+                               ", \"throttled_seconds\": %.6f"
+                               ", \"uploads_read\": %" PRIu64
+                               ", \"uploads_sent\": %" PRIu64
+                               ", \"read_error\": ",
+                               e->agent_cpu_ns / 1e9, e->throttled_ns / 1e9,
+                               e->uploads_read, e->uploads_sent);
+        if (e->read_errno) {
+            json_string(out, g_strerror(e->read_errno));
+        } else {
+            g_string_append(out, "null");
+        }
+        g_string_append_c(out, '}');
     }
     g_string_append(out, "]}");
     print_json(out);

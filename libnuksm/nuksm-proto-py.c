@@ -236,7 +236,11 @@ static void emit_structs(void)
            MEMBER(NuksmVmEntry, libvirt_name, "64s"),
            MEMBER(NuksmVmEntry, libvirt_uuid, "40s"),
            MEMBER(NuksmVmEntry, agent_cpu_ns, "Q"),
-           MEMBER(NuksmVmEntry, throttled_ns, "Q"));
+           MEMBER(NuksmVmEntry, throttled_ns, "Q"),
+           MEMBER(NuksmVmEntry, uploads_read, "Q"),
+           MEMBER(NuksmVmEntry, uploads_sent, "Q"),
+           MEMBER(NuksmVmEntry, read_errno, "I"),
+           MEMBER(NuksmVmEntry, reserved2, "I"));
     STRUCT("VM_LIMIT", NuksmMsgVmLimit,
            MEMBER(NuksmMsgVmLimit, limit, "I"),
            MEMBER(NuksmMsgVmLimit, reserved, "I"),
@@ -268,6 +272,7 @@ static void emit_structs(void)
     STRUCT("PAGE_RANGE", NuksmPageRange,
            MEMBER(NuksmPageRange, first, "Q"),
            MEMBER(NuksmPageRange, count, "Q"),
+           MEMBER(NuksmPageRange, host, "Q"),
            MEMBER(NuksmPageRange, gnode, "I"),
            MEMBER(NuksmPageRange, reserved, "I"));
     STRUCT("HOME", NuksmMsgHome,

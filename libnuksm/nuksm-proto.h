@@ -65,7 +65,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 11u
+#define NUKSM_PROTO_VERSION 12u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -367,6 +367,12 @@ typedef struct NuksmVmEntry {
     uint64_t agent_cpu_ns;   /* nuksmd's CPU its messages took */
     uint64_t throttled_ns;   /* how long its domain's CPU quota left them */
                              /* unread (agent/merge/throttle.h) */
+    /* Since protocol 12: how its new slots got their content */
+    uint64_t uploads_read;   /* read by the agent from the VM's memory */
+    uint64_t uploads_sent;   /* sent by the VM (UPLOAD) */
+    uint32_t read_errno;     /* why the agent asks the VM instead (0: it */
+                             /* reads, or has not tried yet) */
+    uint32_t reserved2;
 } NuksmVmEntry;
 
 /* VMS: a NuksmMsgVms followed by count NuksmVmEntry records */
@@ -474,10 +480,17 @@ typedef struct NuksmVcpu {
     uint32_t gnode;
 } NuksmVcpu;
 
-/* Pages [first, first + count) of the VM's RAM belong to guest node @gnode. */
+/*
+ * Pages [first, first + count) of the VM's RAM belong to guest node
+ * @gnode.  Since protocol 12, @host is where page @first lies in the VM
+ * process's address space (0: not said), for as long as the range is
+ * reported: the agent may read pages to upload from there itself
+ * (docs/security.rst), and asks the VM to upload them where it cannot.
+ */
 typedef struct NuksmPageRange {
     uint64_t first;
     uint64_t count;
+    uint64_t host;
     uint32_t gnode;
     uint32_t reserved;
 } NuksmPageRange;

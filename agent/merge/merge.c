@@ -17,6 +17,7 @@
 #include "merge.h"
 #include "nuksm-digest.h"
 #include "outbox.h"
+#include "peek.h"
 #include "policy.h"
 #include "quotas.h"
 #include "transport.h"
@@ -42,6 +43,7 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     lines_init(&client->lines);
     client->to_merge = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_upload = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
+    client->to_read = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_move = g_array_new(FALSE, FALSE, sizeof(NuksmMove));
     client->to_retry = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     g_hash_table_insert(agent->ledger.vms, GUINT_TO_POINTER(client->id),
@@ -151,20 +153,27 @@ static RevokedUpload revoked_key(uint64_t page, SlotId id, uint32_t gen)
 }
 
 /*
- * @client is asked to upload @page to @id: were an upload of it to that
- * slot and generation revoked, the one that comes now answers this.
+ * @client's @page is to upload to @id: the agent reads it from the VM's
+ * memory when it can (merge_read_uploads()), else asks the VM.  Were an
+ * upload of it to that slot and generation revoked, the one that comes
+ * now answers this.
  */
 static void ask_upload(NuksmAgent *agent, NuksmClient *client, uint64_t page,
                        SlotId id)
 {
     uint32_t gen = ledger_slot(agent, id)->gen;
+    uint64_t addr;
 
     if (client->revoked_uploads) {
         RevokedUpload key = revoked_key(page, id, gen);
 
         g_hash_table_remove(client->revoked_uploads, &key);
     }
-    outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ, page, id, gen);
+    if (!client->read_errno && client_page_address(client, page, &addr)) {
+        outbox_add_read(agent, client, page, id, gen);
+    } else {
+        outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ, page, id, gen);
+    }
 }
 
 /*
@@ -614,6 +623,31 @@ static bool revoked_upload(NuksmClient *client, const NuksmSlotRef *r)
            g_hash_table_remove(client->revoked_uploads, &key);
 }
 
+/*
+ * @content of @client's page @r arrived for slot @id, sent or read: make
+ * the slot of it.  The content is trusted only as far as its digest:
+ * every sharer compares it with its own page before mapping the slot, so
+ * an uploader that lies can only fail its own merges.
+ */
+static void store_upload(NuksmAgent *agent, NuksmClient *client,
+                         const NuksmSlotRef *r, SlotId id,
+                         const uint8_t *content)
+{
+    if (nuksm_page_digest(content, NUKSM_PAGE_SIZE) !=
+        ledger_slot(agent, id)->digest) {
+        log_debug("%s: page %#" PRIx64 " changed before its upload, "
+                  "dropping node %u slot %u", client->label, r->page,
+                  r->node, r->slot);
+        ledger_upload_cancel(agent, id);
+        return;
+    }
+    if (!copies_fill(agent, id, content)) {
+        ledger_upload_cancel(agent, id);
+        return;
+    }
+    send_merges(agent, id);
+}
+
 void merge_handle_upload(NuksmAgent *agent, NuksmClient *client,
                          uint32_t seq, const void *payload)
 {
@@ -622,9 +656,7 @@ void merge_handle_upload(NuksmAgent *agent, NuksmClient *client,
     const uint8_t *pages = (const uint8_t *)(refs + batch->count);
 
     for (uint32_t i = 0; i < batch->count; i++) {
-        const uint8_t *content = pages + (size_t)i * NUKSM_PAGE_SIZE;
         KeyMapEntry *e;
-        SlotId id;
 
         if (revoked_upload(client, &refs[i])) {
             log_debug("%s: page %#" PRIx64 " uploaded after its time, "
@@ -636,25 +668,99 @@ void merge_handle_upload(NuksmAgent *agent, NuksmClient *client,
         if (!e) {
             return;
         }
-        id = e->value;
-        /*
-         * The content is trusted only as far as its digest: every sharer
-         * compares it with its own page before mapping the slot, so an
-         * uploader that lies can only fail its own merges.
-         */
-        if (nuksm_page_digest(content, NUKSM_PAGE_SIZE) !=
-            ledger_slot(agent, id)->digest) {
-            log_debug("%s: page %#" PRIx64 " changed before its upload, "
-                      "dropping node %u slot %u", client->label,
-                      refs[i].page, refs[i].node, refs[i].slot);
-            ledger_upload_cancel(agent, id);
+        client->uploads_sent++;
+        store_upload(agent, client, &refs[i], e->value,
+                     pages + (size_t)i * NUKSM_PAGE_SIZE);
+    }
+}
+
+/*
+ * Is @client's upload @r still awaited (queued to read, it may have been
+ * revoked or handed on since)?  Then its entry's slot.
+ */
+static bool upload_awaited(NuksmAgent *agent, NuksmClient *client,
+                           const NuksmSlotRef *r, SlotId *id)
+{
+    KeyMapEntry *e = ledger_page(client, r->page);
+
+    *id = slot_id(r->node, r->slot);
+    return !revoked_upload(client, r) && e && e->tag == PAGE_UPLOADING &&
+           e->value == *id && ledger_slot(agent, *id)->gen == r->gen;
+}
+
+/* Read @client's @n uploads @refs from its memory, or ask for them. */
+static void read_uploads(NuksmAgent *agent, NuksmClient *client,
+                         const NuksmSlotRef *refs, size_t n, uint8_t *buf)
+{
+    uint64_t addrs[PEEK_PAGES_MAX];
+    bool read[PEEK_PAGES_MAX] = {};
+
+    for (size_t k = 0; k < n; k++) {
+        /* Its TOPOLOGY may have changed since: 0 is not read. */
+        if (!client_page_address(client, refs[k].page, &addrs[k])) {
+            addrs[k] = 0;
+        }
+    }
+    if (!client->read_errno) {
+        client->read_errno = peek_pages(client->pid, client->pidfd, addrs, n,
+                                        buf, read);
+        if (client->read_errno) {
+            log_warning("%s: cannot read its memory (%s): it uploads the "
+                        "content of new slots itself", client->label,
+                        g_strerror(client->read_errno));
+        }
+    }
+    for (size_t k = 0; k < n; k++) {
+        SlotId id;
+
+        if (!upload_awaited(agent, client, &refs[k], &id)) {
             continue;
         }
-        if (!copies_fill(agent, id, content)) {
-            ledger_upload_cancel(agent, id);
-            continue;
+        if (read[k]) {
+            client->uploads_read++;
+            store_upload(agent, client, &refs[k], id,
+                         buf + k * NUKSM_PAGE_SIZE);
+        } else {
+            outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ, refs[k].page, id,
+                       refs[k].gen);
         }
-        send_merges(agent, id);
+    }
+}
+
+/* The uploads to read of a client in the outbox, taken; NULL if none. */
+static GArray *take_reads(NuksmAgent *agent, NuksmClient **client)
+{
+    for (guint i = 0; i < agent->effects.outbox->len; i++) {
+        NuksmClient *c = g_ptr_array_index(agent->effects.outbox, i);
+        GArray *refs = c->to_read;
+
+        if (refs && refs->len) {
+            c->to_read = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
+            *client = c;
+            return refs;
+        }
+    }
+    return NULL;
+}
+
+void merge_read_uploads(NuksmAgent *agent)
+{
+    g_autofree uint8_t *buf = NULL;
+    NuksmClient *client;
+    GArray *refs;
+
+    /* What is stored may queue more (the outbox grows): until none is. */
+    while ((refs = take_reads(agent, &client))) {
+        if (!buf) {
+            buf = g_malloc(PEEK_PAGES_MAX * NUKSM_PAGE_SIZE);
+        }
+        for (guint k = 0; k < refs->len && !client->dead;
+             k += PEEK_PAGES_MAX) {
+            read_uploads(agent, client,
+                         &g_array_index(refs, NuksmSlotRef, k),
+                         MIN(refs->len - k, PEEK_PAGES_MAX), buf);
+        }
+        g_array_unref(refs);
     }
 }
 

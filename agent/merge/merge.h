@@ -50,6 +50,15 @@ void merge_stop(NuksmAgent *agent);
 bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
                      const char *what, const NuksmSlotRef *r);
 
+/*
+ * Read the uploads queued for the agent to read (outbox_add_read()) from
+ * their VMs' memory and store them, before the outbox goes out: the
+ * MERGEs they make go with it.  A page that cannot be read is asked of
+ * its VM (UPLOAD_REQ); so is every later one of a VM whose memory the
+ * agent may not read.
+ */
+void merge_read_uploads(NuksmAgent *agent);
+
 /* Handlers of the VM -> agent messages; payloads passed nuksm_msg_check. */
 void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
                              uint32_t seq, const void *payload);

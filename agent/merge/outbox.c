@@ -39,6 +39,15 @@ void outbox_add(NuksmAgent *agent, NuksmClient *client, NuksmMsgType type,
     add_client(agent, client);
 }
 
+void outbox_add_read(NuksmAgent *agent, NuksmClient *client, uint64_t page,
+                     SlotId id, uint32_t gen)
+{
+    NuksmSlotRef ref = slot_ref(page, id, gen);
+
+    g_array_append_val(client->to_read, ref);
+    add_client(agent, client);
+}
+
 void outbox_add_move(NuksmAgent *agent, NuksmClient *client, uint64_t page,
                      SlotId from, uint32_t from_gen, SlotId to,
                      uint32_t to_gen)

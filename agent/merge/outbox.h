@@ -1,7 +1,7 @@
 /*
  * nuksmd outbox: UPLOAD_REQ, MERGE, MOVE and RETRY entries gathered per
  * VM while an event is handled, sent as few batches (seq 0) once it is
- * done (effects.h).
+ * done (effects.h), and the uploads the agent reads itself meanwhile.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -15,6 +15,14 @@
 /* Queue a @type (UPLOAD_REQ or MERGE) entry for @client. */
 void outbox_add(NuksmAgent *agent, NuksmClient *client, NuksmMsgType type,
                 uint64_t page, SlotId id, uint32_t gen);
+
+/*
+ * Queue @client's @page to be read from its memory as the content of
+ * slot @id: no message, but merge_read_uploads() takes these before the
+ * outbox is flushed (effects.c).
+ */
+void outbox_add_read(NuksmAgent *agent, NuksmClient *client, uint64_t page,
+                     SlotId id, uint32_t gen);
 
 /* Queue a MOVE of @client's @page from slot @from to slot @to. */
 void outbox_add_move(NuksmAgent *agent, NuksmClient *client, uint64_t page,

@@ -75,6 +75,7 @@ void clients_remove(ClientRegistry *reg, NuksmClient *client)
     if (client->to_merge) {
         g_array_unref(client->to_merge);
         g_array_unref(client->to_upload);
+        g_array_unref(client->to_read);
         g_array_unref(client->to_move);
         g_array_unref(client->to_retry);
     }
@@ -239,6 +240,22 @@ GPtrArray *clients_list_vms(const ClientRegistry *reg)
     }
     g_ptr_array_sort(vms, compare_ids);
     return vms;
+}
+
+bool client_page_address(const NuksmClient *client, uint64_t page,
+                         uint64_t *addr)
+{
+    const NuksmMsgTopology *t = client->topology;
+
+    for (uint32_t r = 0; t && r < t->nr_ranges; r++) {
+        const NuksmPageRange *range = &t->ranges[r];
+
+        if (page - range->first < range->count) {
+            *addr = range->host + (page - range->first) * NUKSM_PAGE_SIZE;
+            return range->host != 0;
+        }
+    }
+    return false;
 }
 
 uint32_t client_home_of_page(const NuksmClient *client, uint64_t page)

@@ -101,6 +101,11 @@ typedef struct NuksmClient {
     KeyMap pages;            /* page -> slot it maps or is about to (ledger) */
     GArray *to_merge;        /* NuksmSlotRef of the next MERGE (outbox) */
     GArray *to_upload;       /* NuksmSlotRef of the next UPLOAD_REQ */
+    GArray *to_read;         /* NuksmSlotRef of uploads the agent reads */
+                             /* from its memory (merge.c, peek.h) */
+    uint64_t uploads_read;   /* new slots' content read from its memory */
+    uint64_t uploads_sent;   /* new slots' content it sent (UPLOAD) */
+    int read_errno;          /* why its memory cannot be read, or 0 */
     GArray *to_move;         /* NuksmMove of the next MOVE */
     GArray *to_retry;        /* NuksmSlotRef of the next RETRY (page only) */
     uint64_t charge_ns;      /* CPU its messages cost, not yet CHARGEd */
@@ -182,6 +187,13 @@ static inline uint32_t client_home(const NuksmClient *client,
     return client->topology && gnode < client->topology->nr_gnodes ?
            client->home[gnode] : 0;
 }
+
+/*
+ * Where @client's RAM page @page lies in its process (TOPOLOGY's ranges,
+ * since protocol 12): false if it did not say.
+ */
+bool client_page_address(const NuksmClient *client, uint64_t page,
+                         uint64_t *addr);
 
 /* The home node of @client's RAM page @page (TOPOLOGY's ranges). */
 uint32_t client_home_of_page(const NuksmClient *client, uint64_t page);

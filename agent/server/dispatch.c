@@ -351,6 +351,9 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         e->merged_pages = vm->merged_pages;
         e->agent_cpu_ns = vm->cpu_ns;
         e->throttled_ns = vm->throttled_ns;
+        e->uploads_read = vm->uploads_read;
+        e->uploads_sent = vm->uploads_sent;
+        e->read_errno = vm->read_errno;
         if (vm->paused_at) {
             e->throttled_ns += (g_get_monotonic_time() - vm->paused_at) * 1000;
         }

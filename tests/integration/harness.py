@@ -291,14 +291,17 @@ def info_scope(msg):
 
 def pack_topology(gnodes, vcpus, ranges):
     """A TOPOLOGY payload.  gnodes: (host_nodes, policy); vcpus: (tid,
-    gnode); ranges: (first, count, gnode)."""
+    gnode); ranges: (first, count, gnode) or (first, count, gnode, host),
+    host where page first lies in this process (0 or left out: the agent
+    asks for uploads)."""
     def table(entries, layout, size):
         return b"".join(layout.pack(*e) for e in entries) + \
             bytes(layout.size * (size - len(entries)))
     return (TOPOLOGY_HEAD.pack(len(gnodes), len(vcpus), len(ranges), 0) +
             table([(n, p, 0) for n, p in gnodes], GUEST_NODE, MAX_GNODES) +
             table(vcpus, VCPU, MAX_VCPUS) +
-            table([(f, c, g, 0) for f, c, g in ranges], PAGE_RANGE,
+            table([(r[0], r[1], r[3] if len(r) > 3 else 0, r[2], 0)
+                   for r in ranges], PAGE_RANGE,
                   MAX_RANGES))
 
 

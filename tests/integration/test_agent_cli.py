@@ -121,10 +121,12 @@ def test_vms_lists_connected_vms(agent, qtest_vm):
         "merged_local": 0,
         "merged_remote": 0, "home": [0], "limit": None,
         "limit_reason": None, "libvirt": None,
+        "uploads_read": 0, "uploads_sent": 0, "read_error": None,
     }
     assert by_pid[plain.pid]["name"] == "vm-plain"
     assert {r["LIMIT"] for r in rows.values()} == {"-"}
     assert {r["LIBVIRT"] for r in rows.values()} == {"-"}
+    assert {r["UPLOADS"] for r in rows.values()} == {"read"}
 
 
 def test_vms_show_libvirt_registrations(start_agent, qtest_vm, workdir):

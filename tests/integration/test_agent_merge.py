@@ -12,6 +12,7 @@ process lives on (it still maps them): clients that must be gone for
 good play in a child process that exits (see in_child).
 """
 
+import ctypes
 import errno
 import fcntl
 import mmap
@@ -615,6 +616,132 @@ def test_uploader_leaving_cancels_upload(agent, vms):
     c = vms()
     merge(c, [a], {a: [1], c: [3]}, [content(9)])
     assert a.info()[1:3] == (1, 1)
+
+
+class GuestRam:
+    """@pages pages of this process's memory that a raw client reports as
+    its RAM in TOPOLOGY (protocol 12): the agent may read pages to upload
+    from there."""
+
+    def __init__(self, pages):
+        self.map = mmap.mmap(-1, pages * NUKSM_PAGE_SIZE)
+        self.pages = pages
+        self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
+
+    def forbid(self, first):
+        """Pages from @first on cannot be read any more (PROT_NONE)."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
+                                  ctypes.c_int]
+        assert libc.mprotect(self.address + first * NUKSM_PAGE_SIZE,
+                             (self.pages - first) * NUKSM_PAGE_SIZE,
+                             0) == 0  # PROT_NONE
+
+    def __setitem__(self, page, data):
+        self.map[page * NUKSM_PAGE_SIZE:(page + 1) * NUKSM_PAGE_SIZE] = data
+
+    def report(self, client, first=0):
+        """@client's pages from @first on lie here; HOME answers."""
+        client.topology([(0, 0)], [], [(first, self.pages, 0, self.address)])
+        assert [m.type for m in client.sync()[0]] == [MSG_HOME]
+
+
+def uploads(client):
+    """{client id: (uploads read, uploads sent, errno of reading)} from
+    LIST_VMS of @client, which has no message pending."""
+    reply = client.request(MSG_LIST_VMS, 78)
+    count, _ = VMS.unpack_from(reply.payload)
+    entries = [VM_ENTRY.unpack_from(reply.payload, VMS.size + i * VM_ENTRY.size)
+               for i in range(count)]
+    return {e[0]: e[-4:-1] for e in entries}
+
+
+def test_agent_reads_uploads_from_vm_memory(agent, vms):
+    """A VM that says where its RAM lies is not asked to upload: the agent
+    reads the page there, and both pages merge."""
+    ram = GuestRam(8)
+    a, b = vms(), vms()
+    ram.report(b, first=100)
+    data = [content(40), content(41)]
+    ram[3], ram[5] = data
+    a.candidates([(1, digest(data[0])), (2, digest(data[1]))])
+    a.info()
+    b.candidates([(103, digest(data[0])), (105, digest(data[1]))])
+    merges = b.take(MSG_MERGE)  # no UPLOAD_REQ first
+    assert [m.page for m in merges] == [103, 105]
+    assert [b.read_slot(0, m.slot) for m in merges] == data
+    b.merged(merges)
+    b.info()
+    a.merged(a.take(MSG_MERGE))
+    assert a.info()[1:3] == (2, 2)
+    assert uploads(a) == {a.client_id: (0, 0, 0), b.client_id: (2, 0, 0)}
+
+
+def test_page_read_with_other_content_cancels_upload(agent, vms):
+    """The content read is trusted as far as its digest, as an upload's."""
+    ram = GuestRam(4)
+    a, b = vms(), vms()
+    ram.report(b)
+    ram[2] = content(43)
+    a.candidates([(1, digest(content(42)))])
+    a.info()
+    b.candidates([(2, digest(content(42)))])
+    assert b.info().store_pages == [0]
+    a.info()
+    assert (a.retried, b.retried) == ([1], [2])
+
+    # The page holds that content now: it is read, and both merge.
+    ram[2] = content(42)
+    a.candidates([(1, digest(content(42)))])
+    a.info()
+    b.candidates([(2, digest(content(42)))])
+    (m,) = b.take(MSG_MERGE)
+    assert b.read_slot(0, m.slot) == content(42)
+
+
+def test_page_the_agent_cannot_read_is_asked_for(agent, vms):
+    """A page the agent cannot read where TOPOLOGY says is asked of the
+    VM, which uploads it; its other pages are still read."""
+    ram = GuestRam(8)
+    a, b = vms(), vms()
+    ram.report(b)
+    ram[1] = content(44)
+    ram.forbid(4)
+    a.candidates([(1, digest(content(44))), (6, digest(content(45)))])
+    a.info()
+    b.candidates([(1, digest(content(44))), (6, digest(content(45)))])
+    messages, _ = b.sync()
+    assert [m.type for m in messages] == [MSG_UPLOAD_REQ, MSG_MERGE]
+    (request,) = messages[0].slot_refs()
+    assert request.page == 6
+    assert [r.page for r in messages[1].slot_refs()] == [1]
+    b.upload([request], [content(45)])
+    assert [m.page for m in b.take(MSG_MERGE)] == [6]
+    assert uploads(vms())[b.client_id] == (1, 1, 0)
+
+
+def test_vm_the_agent_may_not_read_uploads_itself(start_agent, vms,
+                                                 workdir, shm_dir):
+    """An agent without ptrace access to a VM (here: not root, the VM
+    root's) asks it for every upload, and says why."""
+    # Where an agent as nobody may create its socket and store.
+    os.chmod(workdir, 0o1777)
+    os.chmod(shm_dir, 0o1777)
+    agent = start_agent("--vm-domains=allow", user="nobody")
+    ram = GuestRam(4)
+    a, b = vms(target=agent), vms(target=agent)
+    ram.report(b)
+    ram[1], ram[2] = content(46), content(47)
+    offers = [(1, digest(content(46))), (2, digest(content(47)))]
+    a.candidates(offers)
+    a.info()
+    b.candidates(offers)
+    requests = b.take(MSG_UPLOAD_REQ)
+    assert [r.page for r in requests] == [1, 2]
+    b.upload(requests, [content(46), content(47)])
+    assert [m.page for m in b.take(MSG_MERGE)] == [1, 2]
+    assert uploads(vms(target=agent))[b.client_id] == (0, 2, errno.EPERM)
+    assert "cannot read its memory" in agent.log_text()
 
 
 def test_many_pages_in_batches(agent, vms):

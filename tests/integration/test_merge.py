@@ -19,7 +19,8 @@ import xxhash
 from qemu.qmp import ExecuteError
 
 import harness
-from harness import Qtest, b64read, b64write, read_big, wait_until, write_big
+from harness import (Qtest, b64read, b64write, ctl_json, read_big, wait_until,
+                     write_big)
 
 PAGE = 4096
 MIB = 1 << 20
@@ -156,6 +157,14 @@ def test_acceptance_two_vms(pair):
                                     f"only {dropped / MIB:.1f} MiB"
     grown = store_bytes(agent.state_dir) - store_before
     assert 60 * MIB <= grown <= 68 * MIB, f"store grew {grown / MIB:.1f} MiB"
+
+    # nuksmd read every new slot's content from a QEMU's memory: none
+    # came through the socket.
+    listing = ctl_json(agent.sock, "vms")["vms"]
+    assert [(vm["uploads_sent"], vm["read_error"]) for vm in listing] == \
+        [(0, None)] * 2
+    assert sum(vm["uploads_read"] for vm in listing) >= \
+        info["pages-shared"]
 
     for i, q in enumerate(qtests):
         assert read_big(q, SHARED_AT, len(shared)) == shared

@@ -55,6 +55,7 @@ static bool nuksm_numa_add_range(Nuksm *s, RAMBlock *rb, void *opaque)
     t->ranges[t->nr_ranges++] = (NuksmPageRange) {
         .first = rb->offset / NUKSM_PAGE_SIZE,
         .count = rb->used_length / NUKSM_PAGE_SIZE,
+        .host = (uintptr_t)rb->host,
         .gnode = nuksm_ram_gnode(rb),
     };
     return true;

@@ -34,6 +34,7 @@
 #include "nuksm-governor.h"
 #include "nuksm-hints.h"
 #include "nuksm-hot.h"
+#include "nuksm-numa.h"
 #include "nuksm-pages.h"
 #include "nuksm-ram.h"
 #include "nuksm-scan.h"
@@ -487,7 +488,13 @@ static void nuksm_ram_changed(RAMBlockNotifier *n, void *host, size_t size,
 
 static void nuksm_ram_changed_bh(void *opaque)
 {
-    nuksm_ram_refresh(opaque);
+    Nuksm *s = opaque;
+
+    nuksm_ram_refresh(s);
+    /* The agent reads pages where TOPOLOGY says RAM lies. */
+    if (s->conn.ready) {
+        nuksm_numa_send_topology(s);
+    }
 }
 
 /* Guest RAM exists only once the machine is built. */
