@@ -3,9 +3,10 @@
  *
  * Everything here runs in the main loop under the BQL.  The socket is
  * non-blocking: connecting to a unix socket either succeeds or fails at
- * once, and a message the socket cannot take yet waits in the outbox
- * (nuksm-outbox.c) until it is writable, so neither a vCPU nor the main
- * loop ever waits for the agent.  What the agent sends goes to the unit
+ * once, and a message goes out through the outbox (nuksm-outbox.c),
+ * which sends it at once from the thread that posts it or else keeps it
+ * until the socket is writable, so neither a vCPU nor the main loop ever
+ * waits for the agent.  What the agent sends goes to the unit
  * that acts on it: merge requests to the commit unit, HOME to
  * nuksm-numa.c, CHARGE to the scanner's control; the connection's own
  * changes to nuksm-state.c, which runs the scanner to match them and
@@ -98,6 +99,8 @@ static void nuksm_agent_disconnect(Nuksm *s, const char *reason)
         return;
     }
     trace_nuksm_agent_disconnect(s->id, reason);
+    /* Before the descriptor can be reused: no thread sends to it then. */
+    nuksm_outbox_disconnect(&s->outbox);
     qemu_set_fd_handler(c->fd, NULL, NULL, NULL);
     close(c->fd);
     c->fd = -1;
@@ -107,7 +110,6 @@ static void nuksm_agent_disconnect(Nuksm *s, const char *reason)
     g_clear_pointer(&c->condition_reason, g_free);
     nuksm_agent_clear_assignment(c);
     nuksm_agent_set_error(s, reason);
-    nuksm_outbox_clear(&s->outbox);
 
     QLIST_FOREACH_SAFE(req, &c->requests, next, tmp) {
         Error *err = NULL;
@@ -212,6 +214,7 @@ static void nuksm_agent_handle_hello_ack(Nuksm *s, const NuksmMsgHelloAck *a,
     }
     c->ready = true;
     c->epoch++;
+    nuksm_outbox_connect(&s->outbox, c->fd, c->epoch);
     c->nr_nodes = a->nr_nodes;
     c->policy = a->policy;
     c->backoff_ms = NUKSM_BACKOFF_MIN_MS;

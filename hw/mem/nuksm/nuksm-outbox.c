@@ -21,6 +21,7 @@ void nuksm_outbox_init(NuksmOutbox *ob)
 {
     qemu_mutex_init(&ob->lock);
     g_queue_init(&ob->queue);
+    ob->fd = -1;
 }
 
 void nuksm_outbox_start(NuksmOutbox *ob, QEMUBHFunc *send, void *opaque)
@@ -43,6 +44,18 @@ void nuksm_outbox_queue(NuksmOutbox *ob, uint32_t epoch, NuksmMsgType type,
     tx->epoch = epoch;
     tx->size = nuksm_msg_pack(tx->data, type, seq, payload, len);
     qemu_mutex_lock(&ob->lock);
+    /*
+     * Straight to the socket if nothing waits before it.  Else, or if
+     * the socket is full or failed, the main loop sends it in turn (or
+     * finds the failure).
+     */
+    if (ob->fd >= 0 && epoch == ob->epoch && g_queue_is_empty(&ob->queue) &&
+        send(ob->fd, tx->data, tx->size, MSG_NOSIGNAL | MSG_DONTWAIT) ==
+        tx->size) {
+        qemu_mutex_unlock(&ob->lock);
+        g_free(tx);
+        return;
+    }
     g_queue_push_tail(&ob->queue, tx);
     qemu_mutex_unlock(&ob->lock);
     qemu_bh_schedule(ob->send_bh);
@@ -85,9 +98,18 @@ size_t nuksm_outbox_backlog(NuksmOutbox *ob)
     return n;
 }
 
-void nuksm_outbox_clear(NuksmOutbox *ob)
+void nuksm_outbox_connect(NuksmOutbox *ob, int fd, uint32_t epoch)
 {
     qemu_mutex_lock(&ob->lock);
+    ob->fd = fd;
+    ob->epoch = epoch;
+    qemu_mutex_unlock(&ob->lock);
+}
+
+void nuksm_outbox_disconnect(NuksmOutbox *ob)
+{
+    qemu_mutex_lock(&ob->lock);
+    ob->fd = -1;
     g_queue_clear_full(&ob->queue, g_free);
     qemu_mutex_unlock(&ob->lock);
 }

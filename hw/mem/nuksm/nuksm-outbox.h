@@ -3,10 +3,13 @@
  *
  * Every unit that tells the agent something posts it here, from any
  * thread: the scanner thread its candidates and the commit unit's
- * replies, RAM discard its UNMERGED, the main loop the rest.  The
- * connection (nuksm-agent.c) sends what is queued, in the main loop,
- * whenever the socket takes it, so that no thread ever waits for the
- * agent.  Each message belongs to the connection it was posted for (its
+ * replies, RAM discard its UNMERGED, the main loop the rest.  Once the
+ * connection is ready, a message goes straight to its socket from the
+ * thread that posts it, unless others wait before it or the socket is
+ * full: then it is queued, and the connection (nuksm-agent.c) sends the
+ * queue in the main loop whenever the socket takes it.  So no thread
+ * ever waits for the agent, and the main loop wakes for none of the
+ * scanner's messages while the agent keeps up.  Each message belongs to the connection it was posted for (its
  * epoch, NuksmAgentConn.epoch): after a reconnection it is dropped.
  *
  * Copyright (c) 2026 nuksm developers
@@ -21,9 +24,12 @@
 #include "libnuksm/nuksm-proto.h"
 
 typedef struct NuksmOutbox {
-    QemuMutex lock;             /* "outbox lock" in the lock order: @queue */
+    QemuMutex lock;             /* "outbox lock" in the lock order: the */
+                                /* fields below */
     GQueue queue;               /* NuksmTx *, waiting for the socket */
     QEMUBH *send_bh;            /* the connection's sender, once started */
+    int fd;                     /* the ready connection's socket, or -1 */
+    uint32_t epoch;             /* and its epoch */
 } NuksmOutbox;
 
 void nuksm_outbox_init(NuksmOutbox *ob);
@@ -50,8 +56,16 @@ void nuksm_outbox_post_batches(NuksmOutbox *ob, uint32_t epoch,
 /* Any thread: the messages waiting for the socket. */
 size_t nuksm_outbox_backlog(NuksmOutbox *ob);
 
-/* Main loop: drop every message queued (the connection is lost). */
-void nuksm_outbox_clear(NuksmOutbox *ob);
+/*
+ * Main loop: connection @epoch on @fd is ready: messages posted for it
+ * may go straight to @fd.
+ */
+void nuksm_outbox_connect(NuksmOutbox *ob, int fd, uint32_t epoch);
+/*
+ * Main loop: the connection is lost, its socket about to be closed: send
+ * nothing more to it, and drop every message queued.
+ */
+void nuksm_outbox_disconnect(NuksmOutbox *ob);
 /*
  * Main loop: send the messages queued for connection @epoch on @fd
  * until the socket is full, and drop the others (all of them unless

@@ -72,8 +72,9 @@
  *                   (active, epoch, budget), scan counters
  *   commit lock     NuksmCommit.lock: the request queue, the
  *                   /dev/userfaultfd of the agent and the userfaultfd error
- *   outbox lock     NuksmOutbox.lock: the queue of messages to the agent,
- *                   taken by nuksm_outbox_*()
+ *   outbox lock     NuksmOutbox.lock: the queue of messages to the agent
+ *                   and the ready connection's socket, taken by
+ *                   nuksm_outbox_*(), which send under it (never waiting)
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
