@@ -49,9 +49,9 @@ int peek_pages(pid_t pid, int pidfd, const uint64_t *addrs, size_t n,
         i += whole + (i + whole < n);
     }
     /*
-     * The process still runs (another user's answers EPERM),
-     * so @pid was not handed on to another one while we read: a pidfd
-     * keeps naming the process it was opened for.
+     * The process still runs (another user's answers EPERM), so @pid was
+     * not handed on to another one while we read: a pidfd keeps naming
+     * the process it was opened for.
      */
     if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) != 0 &&
         errno == ESRCH) {

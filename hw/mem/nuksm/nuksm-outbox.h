@@ -9,8 +9,9 @@
  * full: then it is queued, and the connection (nuksm-agent.c) sends the
  * queue in the main loop whenever the socket takes it.  So no thread
  * ever waits for the agent, and the main loop wakes for none of the
- * scanner's messages while the agent keeps up.  Each message belongs to the connection it was posted for (its
- * epoch, NuksmAgentConn.epoch): after a reconnection it is dropped.
+ * scanner's messages while the agent keeps up.  Each message belongs to
+ * the connection it was posted for (its epoch, NuksmAgentConn.epoch):
+ * after a reconnection it is dropped.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
