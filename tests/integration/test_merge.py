@@ -172,6 +172,33 @@ def test_acceptance_two_vms(pair):
         q.close()
 
 
+def test_hotplugged_ram_merges(agent, qtest_vm):
+    """RAM plugged in while the VMs run (a pc-dimm, as virsh
+    attach-device adds one) merges too, and nuksmd reads its pages where
+    the TOPOLOGY that QEMU sends again says they lie."""
+    vms = [qtest_vm(name, extra=["-m", "128M,slots=2,maxmem=1G"],
+                    agent=agent.sock, max_cpu=100, enabled="off")
+           for name in ("vm0", "vm1")]
+    content = pseudo_random(7, 16 * MIB)
+    for vm in vms:
+        vm.wait_state("disabled")
+        vm.cmd("object-add", **{"qom-type": "memory-backend-ram",
+                                "id": "plugged", "size": 64 * MIB})
+        vm.cmd("device_add", driver="pc-dimm", id="dimm0", memdev="plugged")
+        (dimm,) = vm.cmd("query-memory-devices")
+        q = Qtest(vm.qtest_path)
+        write_big(q, dimm["data"]["addr"], content)
+        q.close()
+    enable(vms)
+
+    pages = len(content) // PAGE
+    wait_until(lambda: all(merged_non_zero(vm) >= pages for vm in vms), 60,
+               "the plugged RAM's duplicates to merge in both VMs")
+    listing = ctl_json(agent.sock, "vms")["vms"]
+    assert [vm["uploads_sent"] for vm in listing] == [0, 0]
+    assert sum(vm["uploads_read"] for vm in listing) >= pages
+
+
 def test_write_isolation(pair):
     """A write to a merged page shows in that VM only, and breaks its
     sharing (cow-breaks), never the other VM's content."""
