@@ -721,13 +721,16 @@ def test_page_the_agent_cannot_read_is_asked_for(agent, vms):
 
 
 def test_vm_the_agent_may_not_read_uploads_itself(start_agent, vms,
-                                                 workdir, shm_dir):
+                                                 workdir, shm_dir,
+                                                 installed):
     """An agent without ptrace access to a VM (here: not root, the VM
     root's) asks it for every upload, and says why."""
-    # Where an agent as nobody may create its socket and store.
+    # Where an agent as nobody may create its socket and store, and run
+    # from (the checkout may lie where nobody cannot reach).
     os.chmod(workdir, 0o1777)
     os.chmod(shm_dir, 0o1777)
-    agent = start_agent("--vm-domains=allow", user="nobody")
+    agent = start_agent("--vm-domains=allow", user="nobody",
+                        binary=installed / "sbin/nuksmd")
     ram = GuestRam(4)
     a, b = vms(target=agent), vms(target=agent)
     ram.report(b)
