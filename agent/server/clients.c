@@ -242,30 +242,35 @@ GPtrArray *clients_list_vms(const ClientRegistry *reg)
     return vms;
 }
 
-bool client_page_address(const NuksmClient *client, uint64_t page,
-                         uint64_t *addr)
-{
-    const NuksmMsgTopology *t = client->topology;
-
-    for (uint32_t r = 0; t && r < t->nr_ranges; r++) {
-        const NuksmPageRange *range = &t->ranges[r];
-
-        if (page - range->first < range->count) {
-            *addr = range->host + (page - range->first) * NUKSM_PAGE_SIZE;
-            return range->host != 0;
-        }
-    }
-    return false;
-}
-
-uint32_t client_home_of_page(const NuksmClient *client, uint64_t page)
+/* The range of @client's TOPOLOGY that holds its RAM page @page, or NULL. */
+static const NuksmPageRange *range_of_page(const NuksmClient *client,
+                                           uint64_t page)
 {
     const NuksmMsgTopology *t = client->topology;
 
     for (uint32_t r = 0; t && r < t->nr_ranges; r++) {
         if (page - t->ranges[r].first < t->ranges[r].count) {
-            return client->home[t->ranges[r].gnode];
+            return &t->ranges[r];
         }
     }
-    return client_home(client, 0);
+    return NULL;
+}
+
+bool client_page_address(const NuksmClient *client, uint64_t page,
+                         uint64_t *addr)
+{
+    const NuksmPageRange *range = range_of_page(client, page);
+
+    if (!range || !range->host) {
+        return false;
+    }
+    *addr = range->host + (page - range->first) * NUKSM_PAGE_SIZE;
+    return true;
+}
+
+uint32_t client_home_of_page(const NuksmClient *client, uint64_t page)
+{
+    const NuksmPageRange *range = range_of_page(client, page);
+
+    return range ? client->home[range->gnode] : client_home(client, 0);
 }

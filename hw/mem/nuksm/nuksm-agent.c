@@ -151,8 +151,7 @@ static void nuksm_agent_flush(void *opaque)
     Nuksm *s = opaque;
     NuksmAgentConn *c = &s->conn;
     bool pending;
-    const char *failed = nuksm_outbox_send(&s->outbox, c->fd, c->ready,
-                                           c->epoch, &pending);
+    const char *failed = nuksm_outbox_send(&s->outbox, &pending);
 
     if (failed) {
         nuksm_agent_disconnect(s, failed);

@@ -114,8 +114,7 @@ void nuksm_outbox_disconnect(NuksmOutbox *ob)
     qemu_mutex_unlock(&ob->lock);
 }
 
-const char *nuksm_outbox_send(NuksmOutbox *ob, int fd, bool ready,
-                              uint32_t epoch, bool *pending)
+const char *nuksm_outbox_send(NuksmOutbox *ob, bool *pending)
 {
     const char *failed = NULL;
     NuksmTx *tx;
@@ -124,8 +123,8 @@ const char *nuksm_outbox_send(NuksmOutbox *ob, int fd, bool ready,
     while ((tx = g_queue_peek_head(&ob->queue))) {
         ssize_t n = 0;
 
-        if (ready && tx->epoch == epoch) {
-            n = send(fd, tx->data, tx->size, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (ob->fd >= 0 && tx->epoch == ob->epoch) {
+            n = send(ob->fd, tx->data, tx->size, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
                 break;  /* retried when the socket is writable */
             }

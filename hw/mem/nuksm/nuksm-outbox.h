@@ -68,13 +68,12 @@ void nuksm_outbox_connect(NuksmOutbox *ob, int fd, uint32_t epoch);
  */
 void nuksm_outbox_disconnect(NuksmOutbox *ob);
 /*
- * Main loop: send the messages queued for connection @epoch on @fd
- * until the socket is full, and drop the others (all of them unless
- * @ready: a handshake is not over, or there is no connection).  Returns
- * why the connection is lost, or NULL; *pending tells whether messages
- * are left for when the socket is writable.
+ * Main loop: send the messages queued for the ready connection until its
+ * socket is full, and drop the others (all of them while no connection
+ * is ready: a handshake is not over, or there is none).  Returns why the
+ * connection is lost, or NULL; *pending tells whether messages are left
+ * for when the socket is writable.
  */
-const char *nuksm_outbox_send(NuksmOutbox *ob, int fd, bool ready,
-                              uint32_t epoch, bool *pending);
+const char *nuksm_outbox_send(NuksmOutbox *ob, bool *pending);
 
 #endif /* HW_MEM_NUKSM_OUTBOX_H */
