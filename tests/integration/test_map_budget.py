@@ -293,3 +293,51 @@ def test_mappings_per_merged_page(two_vms, capsys):
         f"{scatter} merged pages twice cost {added['twice']} mappings"
     for q in qtests:
         q.close()
+
+
+def test_copies_in_windows_merge_in_place(agent, qtest_vm, tmp_path):
+    """Shuffled duplicates: in the VM whose pages the slots follow, a
+    stretch's first merge maps a window with the pages between copied
+    in, and its later merges drop their copies inside that window
+    (nuksm_remap_merge_in_place(): no mapping changes).  Such a page
+    reads its slot, is not taken for a copy-on-write break, and a write
+    to it is kept and ends its sharing alone."""
+    logs = [tmp_path / f"trace-vm{i}.log" for i in range(2)]
+    vms = [qtest_vm(f"vm{i}", extra=["-m", "256M", "-trace",
+                                     "nuksm_remap_merge_in_place",
+                                     "-D", str(log)],
+                    agent=agent.sock, max_cpu=100, enabled="off")
+           for i, log in enumerate(logs)]
+    pages = 8192                        # 32 MiB, 4096 duplicates per VM
+    qtests = [Qtest(vm.qtest_path) for vm in vms]
+    contents = [scattered(i, pages, "shuffled") for i in range(2)]
+    for q, content in zip(qtests, contents):
+        write_big(q, AT, content)
+    enable(vms)
+    wait_until(lambda: all(merged_non_zero(vm) >= pages // 2 for vm in vms),
+               120, "the scattered duplicates to merge")
+    in_place = [sum(int(line.split(", ")[1].split()[0])
+                    for line in log.read_text().splitlines()
+                    if "nuksm_remap_merge_in_place" in line)
+                for log in logs]
+    assert max(in_place) > pages // 8, f"pages merged in place: {in_place}"
+    for vm in vms:
+        assert vm.nuksm()["cow-breaks"] == 0
+    for q, content in zip(qtests, contents):
+        assert b64read(q, AT, len(content)) == content
+
+    # Every duplicate of vm0 written: each write is kept, vm1 keeps its
+    # pages merged, and vm0 counts one copy-on-write break per page.
+    written = bytearray(contents[0])
+    for page in range(0, pages, 2):
+        written[page * PAGE:page * PAGE + 8] = (page + 1).to_bytes(8, "little")
+        qtests[0].command(f"writeq {AT + page * PAGE:#x} {page + 1:#x}")
+    wait_until(lambda: vms[0].nuksm()["cow-breaks"] >= pages // 2, 60,
+               "vm0 to count its copy-on-write breaks")
+    assert vms[0].nuksm()["cow-breaks"] == pages // 2
+    assert b64read(qtests[0], AT, len(written)) == bytes(written)
+    assert b64read(qtests[1], AT, len(contents[1])) == contents[1]
+    assert vms[1].nuksm()["cow-breaks"] == 0
+    assert merged_non_zero(vms[1]) >= pages // 2
+    for q in qtests:
+        q.close()

@@ -562,6 +562,25 @@ static NuksmWindow nuksm_commit_window(NuksmCommit *c, RAMBlock *rb,
 }
 
 /*
+ * Is every entry of window @w (of @r) a copy inside a mapping in line with
+ * its slot already?  Then it merges in place.
+ */
+static bool nuksm_commit_all_in_place(const NuksmWindow *w,
+                                      const NuksmSlotRef *r)
+{
+    int64_t base = (int64_t)w->slot - (int64_t)w->idx;
+
+    for (size_t k = 0; k < w->n; k++) {
+        uint64_t idx = r[w->first + k].page - w->bs->first_page;
+
+        if (!nuksm_commit_in_place(w->bs, idx, w->node, base)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/*
  * Commit window @w if the mapping budget allows, and fill in the status
  * of its entries of @r.
  */
@@ -594,6 +613,10 @@ static void nuksm_commit_window_merge(NuksmCommit *c, NuksmWindow *w,
         done = nuksm_remap_merge_window(c->uffd, host, w->span, st->fd,
                                         w->slot, delay_us, want, merged,
                                         &err);
+    } else if (nuksm_commit_all_in_place(w, r)) {
+        done = nuksm_remap_merge_in_place(c->uffd, host, w->span, st->fd,
+                                          w->slot, delay_us, want, merged,
+                                          &err);
     } else {
         done = nuksm_remap_merge_run(c->uffd, host, w->span, st->fd, w->slot,
                                      delay_us, want, merged, &err);

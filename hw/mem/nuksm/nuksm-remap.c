@@ -363,6 +363,72 @@ size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
 }
 
 /*
+ * A private copy inside a mapping of the store in line with its slot
+ * merges by dropping the copy (MADV_DONTNEED on a private mapping of a
+ * file drops the private page and leaves the file alone): the next
+ * access maps the slot, read-only, through the mapping.  No mapping is
+ * made, moved or split, where nuksm_remap_merge_run() would map the
+ * window's slots and move each merged page over from them; and only the
+ * pages to merge are protected, not the copies between them, which
+ * write tracking protects (lifting that would have them hashed again).
+ * The slots are as safe from a restarted agent as there: the mapping
+ * around the pages maps them (agent/host/mapwatch.c).  Lifting the
+ * protection of a dropped page also clears the marker the kernel leaves
+ * in its page table, which the page map shows as swapped out, not as a
+ * page reading its file.
+ */
+size_t nuksm_remap_merge_in_place(int uffd, uint8_t *host, size_t pages,
+                                  int store_fd, uint64_t slot,
+                                  uint32_t delay_us, const bool *want,
+                                  bool *merged, int *err)
+{
+    const size_t psz = NUKSM_PAGE_SIZE;
+    size_t done = 0;
+
+    *err = 0;
+    memset(merged, 0, pages * sizeof(*merged));
+    for (size_t i = 0; i < pages;) {
+        size_t n = want ? nuksm_remap_stretch(want, i, pages) : pages;
+        uint8_t *at = host + i * psz;
+        ssize_t equal;
+
+        if (want && !want[i]) {
+            i += n;
+            continue;
+        }
+        if (uffd_change_protection(uffd, at, n * psz, true, false)) {
+            *err = errno;
+            i += n;
+            continue;
+        }
+        equal = nuksm_remap_compare(at, n, store_fd, slot + i, NULL,
+                                    merged + i);
+        if (equal < 0) {
+            *err = -equal;
+            memset(merged + i, 0, n * sizeof(*merged));
+        } else if (equal && delay_us) {
+            g_usleep(delay_us);
+        }
+        for (size_t k = i; k < i + n;) {
+            size_t m = nuksm_remap_stretch(merged, k, i + n);
+
+            if (merged[k] &&
+                qemu_madvise(host + k * psz, m * psz, QEMU_MADV_DONTNEED)) {
+                *err = errno;
+                memset(merged + k, 0, m * sizeof(*merged));
+            }
+            done += merged[k] ? m : 0;
+            k += m;
+        }
+        /* Lifting the protection wakes the writers blocked meanwhile. */
+        nuksm_remap_protect(uffd, at, n * psz, false);
+        i += n;
+    }
+    trace_nuksm_remap_merge_in_place(host, pages, done);
+    return done;
+}
+
+/*
  * Fill the pages [@dst, @dst + @n pages) of a mapping registered with
  * @uffd, none of them populated, with private copies of those at @src.
  * UFFDIO_COPY installs anonymous pages into a private mapping of a file

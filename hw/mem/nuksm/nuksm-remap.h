@@ -40,6 +40,19 @@ size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
                              const bool *want, bool *merged, int *err);
 
 /*
+ * Merge those of the @pages pages at @host that @want with the
+ * consecutive slots of a store from @slot, where the content is equal,
+ * when every one of them is a private copy inside a mapping of that
+ * store in line with its slot already (a window's copy): the copy is
+ * dropped and the page reads its slot through the mapping it lies in.
+ * No mapping changes.  Arguments and result as nuksm_remap_merge_run().
+ */
+size_t nuksm_remap_merge_in_place(int uffd, uint8_t *host, size_t pages,
+                                  int store_fd, uint64_t slot,
+                                  uint32_t delay_us, const bool *want,
+                                  bool *merged, int *err);
+
+/*
  * Map the window of @pages pages at @host onto the consecutive slots of a
  * store from @slot, as one mapping.  Pages with want[i] merge where their
  * content equals their slot (merged[i] is set); every other page keeps
