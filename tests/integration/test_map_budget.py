@@ -14,6 +14,7 @@ raised.
 
 import os
 import random
+import re
 import time
 from pathlib import Path
 
@@ -295,19 +296,17 @@ def test_mappings_per_merged_page(two_vms, capsys):
         q.close()
 
 
-def test_copies_in_windows_merge_in_place(agent, qtest_vm, tmp_path):
+def test_copies_in_windows_merge_in_place(agent, qtest_vm):
     """Shuffled duplicates: in the VM whose pages the slots follow, a
     stretch's first merge maps a window with the pages between copied
     in, and its later merges drop their copies inside that window
     (nuksm_remap_merge_in_place(): no mapping changes).  Such a page
     reads its slot, is not taken for a copy-on-write break, and a write
     to it is kept and ends its sharing alone."""
-    logs = [tmp_path / f"trace-vm{i}.log" for i in range(2)]
     vms = [qtest_vm(f"vm{i}", extra=["-m", "256M", "-trace",
-                                     "nuksm_remap_merge_in_place",
-                                     "-D", str(log)],
+                                     "nuksm_remap_merge_in_place"],
                     agent=agent.sock, max_cpu=100, enabled="off")
-           for i, log in enumerate(logs)]
+           for i in range(2)]
     pages = 8192                        # 32 MiB, 4096 duplicates per VM
     qtests = [Qtest(vm.qtest_path) for vm in vms]
     contents = [scattered(i, pages, "shuffled") for i in range(2)]
@@ -315,11 +314,11 @@ def test_copies_in_windows_merge_in_place(agent, qtest_vm, tmp_path):
         write_big(q, AT, content)
     enable(vms)
     wait_until(lambda: all(merged_non_zero(vm) >= pages // 2 for vm in vms),
-               120, "the scattered duplicates to merge")
-    in_place = [sum(int(line.split(", ")[1].split()[0])
-                    for line in log.read_text().splitlines()
-                    if "nuksm_remap_merge_in_place" in line)
-                for log in logs]
+               120, "the shuffled duplicates to merge")
+    merged_in_place = re.compile(
+        r"nuksm_remap_merge_in_place \S+: \d+ pages in place, (\d+) merged")
+    in_place = [sum(int(n) for n in merged_in_place.findall(vm.log_text()))
+                for vm in vms]
     assert max(in_place) > pages // 8, f"pages merged in place: {in_place}"
     for vm in vms:
         assert vm.nuksm()["cow-breaks"] == 0
