@@ -99,8 +99,10 @@ static GArray *find_sharers(NuksmAgent *agent)
 static void plan_move(NuksmAgent *agent, SlotId from, const MergedPage *s,
                       uint32_t node)
 {
-    RelocateMove mv = { .from = from, .client = s->client, .page = s->page,
-                       .node = node, .domain = ledger_slot(agent, from)->domain };
+    RelocateMove mv = {
+        .from = from, .client = s->client, .page = s->page, .node = node,
+        .domain = ledger_slot(agent, from)->domain,
+    };
 
     domains_hold(&agent->domains, mv.domain);
     domains_stats(&agent->domains, mv.domain)->moves_pending++;
