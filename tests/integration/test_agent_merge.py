@@ -650,10 +650,8 @@ def uploads(client):
     """{client id: (uploads read, uploads sent, errno of reading)} from
     LIST_VMS of @client, which has no message pending."""
     reply = client.request(MSG_LIST_VMS, 78)
-    count, _ = VMS.unpack_from(reply.payload)
-    entries = [VM_ENTRY.unpack_from(reply.payload, VMS.size + i * VM_ENTRY.size)
-               for i in range(count)]
-    return {e[0]: e[-4:-1] for e in entries}
+    return {e.client_id: (e.uploads_read, e.uploads_sent, e.read_errno)
+            for e in harness.parse_vms(reply)}
 
 
 def test_agent_reads_uploads_from_vm_memory(agent, vms):
