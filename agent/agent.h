@@ -162,8 +162,6 @@ typedef struct AgentPlacement {
     guint home_timer;        /* home.c's periodic look */
     PolicyLoad load;         /* the nodes for policy.c: use */
                              /* agent_policy_load() */
-    GHashTable *hot_owners;  /* SlotId -> client id: fair placed the */
-                             /* copy with the VM it is hot for */
 } AgentPlacement;
 
 /*

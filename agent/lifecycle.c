@@ -83,7 +83,6 @@ static bool open_engine(NuksmAgent *agent, const char *state_dir,
     ledger_init(agent, gen);
     agent->effects.outbox = g_ptr_array_new();
     agent->effects.freeing = g_array_new(FALSE, FALSE, sizeof(SlotId));
-    agent->placement.hot_owners = g_hash_table_new(NULL, NULL);
     log_info("store in %s: a file of %" PRIu64 " GiB (sparse) per merge "
              "domain and node", state_dir, STORE_SIZE >> 30);
     recovery_start(agent, restore_grace);
@@ -100,7 +99,6 @@ static void close_engine(NuksmAgent *agent)
     detached_destroy(agent);
     g_clear_pointer(&agent->effects.outbox, g_ptr_array_unref);
     g_clear_pointer(&agent->effects.freeing, g_array_unref);
-    g_clear_pointer(&agent->placement.hot_owners, g_hash_table_destroy);
     ledger_destroy(agent);
     conditions_destroy(agent);
     quotas_destroy(agent);

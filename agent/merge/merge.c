@@ -364,10 +364,9 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
                          const PolicyOwner *pu)
 {
     LedgerWaiter uploader = { v, c->page }, waiter = { u, upage };
-    uint32_t hot_owner;
     uint32_t node = policy_new_copy(agent->placement.policy,
                                     agent_policy_load(agent), pv, pu,
-                                    c->digest, &hot_owner);
+                                    c->digest);
     uint32_t slot;
     SlotId id;
     Slot *s;
@@ -386,10 +385,6 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
         return;
     }
     id = slot_id(node, slot);
-    if (hot_owner) {
-        g_hash_table_insert(agent->placement.hot_owners, GUINT_TO_POINTER(id),
-                            GUINT_TO_POINTER(hot_owner));
-    }
     s = ledger_slot(agent, id);
     s->digest = c->digest;
     ledger_take_slot(agent, id, v->domain_id);
@@ -501,7 +496,8 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
         .client = v->id,
         .home = client_home(v, c->gnode),
         .priority = v->priority,
-        .hot = policy_page_hot(c->idle, agent->placement.cold_windows),
+        .hot = policy_page_hot(c->idle, NUKSM_IDLE_NEVER,
+                               agent->placement.cold_windows),
     };
     KeyMapEntry *e = ledger_page(v, c->page);
 
