@@ -21,6 +21,7 @@
 #include "outbox.h"
 #include "nuksm-config.h"
 #include "quotas.h"
+#include "reads.h"
 #include "recovery.h"
 #include "throttle.h"
 #include "server.h"
@@ -169,6 +170,7 @@ void agent_stop(NuksmAgent *agent)
     effects_stop(agent);
     merge_stop(agent);
     home_stop(agent);
+    reads_stop(agent);
     relocate_destroy(agent);
     server_stop(agent);
     close_engine(agent);

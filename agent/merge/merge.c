@@ -40,6 +40,7 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     client->joined = true;
     domains_stats(&agent->domains, client->domain_id)->vms++;
     keymap_init(&client->pages, agent->index.seed);
+    keymap_init(&client->read_regions, agent->index.seed);
     lines_init(&client->lines);
     client->to_merge = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_upload = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
@@ -489,6 +490,11 @@ static void leave_changed(NuksmAgent *agent, NuksmClient *client,
     }
 }
 
+/*
+ * A candidate is hot when it was written lately (its idle) or when a
+ * merged page of its read region was read lately (READS): the copy it
+ * may share will be read where it goes.
+ */
 static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
                              const NuksmCandidate *c)
 {
@@ -496,7 +502,7 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
         .client = v->id,
         .home = client_home(v, c->gnode),
         .priority = v->priority,
-        .hot = policy_page_hot(c->idle, NUKSM_IDLE_NEVER,
+        .hot = policy_page_hot(c->idle, client_read_idle(v, c->page),
                                agent->placement.cold_windows),
     };
     KeyMapEntry *e = ledger_page(v, c->page);

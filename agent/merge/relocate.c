@@ -138,11 +138,14 @@ static void plan_slot(NuksmAgent *agent, SlotId id, const MergedPage *sh,
     for (size_t i = 0; i < n; i++) {
         const NuksmClient *client = ledger_client(agent, sh[i].client);
 
+        /* A merged page is never written: a write ends its sharing. */
         o[i] = (PolicyOwner) {
             .client = client->id,
             .home = client_home_of_page(client, sh[i].page),
             .priority = client->priority,
-            .hot = false,   /* a write would have ended its sharing */
+            .hot = policy_page_hot(NUKSM_IDLE_NEVER,
+                                   client_read_idle(client, sh[i].page),
+                                   agent->placement.cold_windows),
         };
     }
     if (agent->placement.policy == NUKSM_POLICY_ID_LOCAL) {
