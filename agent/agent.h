@@ -158,12 +158,14 @@ typedef struct AgentEffects {
 /* NUMA placement (policy.c decides; home.c, merge.c, relocate.c ask). */
 typedef struct AgentPlacement {
     NuksmPolicyId policy;    /* in force; SET_POLICY changes it */
-    uint32_t cold_windows;   /* idle windows before a page is cold */
+    uint32_t cold_windows;   /* idle windows or samples before a page */
+                             /* is cold */
     guint home_timer;        /* home.c's periodic look */
     PolicyLoad load;         /* the nodes for policy.c: use */
                              /* agent_policy_load() */
-    GHashTable *hot_owners;  /* SlotId -> client id: fair placed the */
-                             /* copy with the VM it is hot for */
+    gint64 reads_pass_at;    /* monotonic us of the last re-placement */
+                             /* pass read hotness asked for (reads.c) */
+    guint reads_pass_timer;  /* the next one, held back till its time */
 } AgentPlacement;
 
 /*

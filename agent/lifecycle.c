@@ -21,6 +21,7 @@
 #include "outbox.h"
 #include "nuksm-config.h"
 #include "quotas.h"
+#include "reads.h"
 #include "recovery.h"
 #include "throttle.h"
 #include "server.h"
@@ -83,7 +84,6 @@ static bool open_engine(NuksmAgent *agent, const char *state_dir,
     ledger_init(agent, gen);
     agent->effects.outbox = g_ptr_array_new();
     agent->effects.freeing = g_array_new(FALSE, FALSE, sizeof(SlotId));
-    agent->placement.hot_owners = g_hash_table_new(NULL, NULL);
     log_info("store in %s: a file of %" PRIu64 " GiB (sparse) per merge "
              "domain and node", state_dir, STORE_SIZE >> 30);
     recovery_start(agent, restore_grace);
@@ -100,7 +100,6 @@ static void close_engine(NuksmAgent *agent)
     detached_destroy(agent);
     g_clear_pointer(&agent->effects.outbox, g_ptr_array_unref);
     g_clear_pointer(&agent->effects.freeing, g_array_unref);
-    g_clear_pointer(&agent->placement.hot_owners, g_hash_table_destroy);
     ledger_destroy(agent);
     conditions_destroy(agent);
     quotas_destroy(agent);
@@ -171,6 +170,7 @@ void agent_stop(NuksmAgent *agent)
     effects_stop(agent);
     merge_stop(agent);
     home_stop(agent);
+    reads_stop(agent);
     relocate_destroy(agent);
     server_stop(agent);
     close_engine(agent);

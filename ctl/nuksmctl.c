@@ -302,7 +302,7 @@ static char *table_text(const char *s)
     return g_string_free(text, FALSE);
 }
 
-enum { VM_COLUMNS = 15 };
+enum { VM_COLUMNS = 18 };
 
 static void print_row(char **cells, const size_t *widths)
 {
@@ -326,6 +326,59 @@ static char *home_text(const NuksmVmEntry *e)
         g_string_append_printf(text, "%s%u", g ? "," : "", e->home[g]);
     }
     return g_string_free(text, FALSE);
+}
+
+/*
+ * The NUMA tax in reads (docs/placement.rst): each read of a merged page
+ * costs the local or the remote latency (AdaptMD Table I, as
+ * scripts/numa_tax.py has them), against all of them local.
+ */
+#define LOCAL_NS 82.0
+#define REMOTE_NS 132.0
+
+/* @e's slowdown by its sampled reads; false if it has none. */
+static bool read_slowdown(const NuksmVmEntry *e, double *slowdown)
+{
+    double reads = (double)e->reads_local + (double)e->reads_remote;
+
+    if (!reads) {
+        return false;
+    }
+    *slowdown = (LOCAL_NS * e->reads_local + REMOTE_NS * e->reads_remote) /
+                (LOCAL_NS * reads);
+    return true;
+}
+
+/*
+ * nuKSM §5.2's fairness over the VMs of @entries with sampled reads: the
+ * least slowdown over the most, 1 when all pay alike.  The VMs it is
+ * over, 0 if none (then no figure).
+ */
+static uint32_t read_fairness(const NuksmVmEntry *entries, uint32_t count,
+                              double *fairness)
+{
+    double least = 0, most = 0, slowdown;
+    uint32_t vms = 0;
+
+    for (uint32_t i = 0; i < count; i++) {
+        if (read_slowdown(&entries[i], &slowdown)) {
+            least = vms ? MIN(least, slowdown) : slowdown;
+            most = vms ? MAX(most, slowdown) : slowdown;
+            vms++;
+        }
+    }
+    *fairness = vms ? least / most : 0;
+    return vms;
+}
+
+/* "local/remote" sampled reads of merged pages; "-" before a READS. */
+static char *reads_text(const NuksmVmEntry *e)
+{
+    if (!e->read_window_ms) {
+        return g_strdup("-");
+    }
+    return g_strdup_printf("%" PRIu64 "/%" PRIu64, e->reads_local,
+                           e->reads_remote);
 }
 
 /* The agent's conditions, which hold back every VM's merging. */
@@ -364,13 +417,28 @@ static const char *vm_limit_reason(const NuksmVmEntry *e,
     return own_limit(e) || !agent->bits ? e->limit_reason : agent->reason;
 }
 
+/* The fairness figure, if a VM listed has sampled reads. */
+static void print_read_fairness(const NuksmMsgVms *vms,
+                                const NuksmVmEntry *entries)
+{
+    double fairness;
+    uint32_t over = read_fairness(entries, vms->count, &fairness);
+
+    if (over) {
+        printf("NUMA-tax fairness by sampled reads (min/max slowdown, "
+               "nuKSM 5.2): %.3f over %u VM%s\n", fairness, over,
+               over == 1 ? "" : "s");
+    }
+}
+
 static void print_vms_table(const NuksmMsgVms *vms,
                             const NuksmVmEntry *entries,
                             const AgentConditions *agent)
 {
     static const char *const header[VM_COLUMNS] = {
         "ID", "PID", "UID", "DOMAIN", "FROM", "NAME", "OBJECT", "PRIORITY",
-        "MERGED", "LOCAL", "REMOTE", "HOME", "LIMIT", "LIBVIRT", "UPLOADS",
+        "MERGED", "LOCAL", "REMOTE", "READS", "WINDOW", "HOT", "HOME",
+        "LIMIT", "LIBVIRT", "UPLOADS",
     };
     g_autoptr(GPtrArray) rows = g_ptr_array_new_with_free_func(
         (GDestroyNotify)g_strfreev);
@@ -391,12 +459,18 @@ static void print_vms_table(const NuksmMsgVms *vms,
         row[8] = g_strdup_printf("%" PRIu64, e->merged_pages);
         row[9] = g_strdup_printf("%" PRIu64, e->merged_local);
         row[10] = g_strdup_printf("%" PRIu64, e->merged_remote);
-        row[11] = home_text(e);
-        row[12] = g_strdup(vm_limit_name(e, agent) ?: "-");
-        row[13] = e->libvirt_name[0] ? table_text(e->libvirt_name)
+        /* Reads of its merged pages, the read window, hot read regions. */
+        row[11] = reads_text(e);
+        row[12] = e->read_window_ms ?
+                  g_strdup_printf("%ums", e->read_window_ms) : g_strdup("-");
+        row[13] = e->read_window_ms ?
+                  g_strdup_printf("%u", e->read_hot_regions) : g_strdup("-");
+        row[14] = home_text(e);
+        row[15] = g_strdup(vm_limit_name(e, agent) ?: "-");
+        row[16] = e->libvirt_name[0] ? table_text(e->libvirt_name)
                                      : g_strdup("-");
         /* How its new slots get their content: read by the agent or sent. */
-        row[14] = g_strdup(e->read_errno ? "sent" : "read");
+        row[17] = g_strdup(e->read_errno ? "sent" : "read");
         g_ptr_array_add(rows, row);
     }
 
@@ -429,6 +503,7 @@ static void print_vms_table(const NuksmMsgVms *vms,
                    "(%s)\n", e->client_id, g_strerror(e->read_errno));
         }
     }
+    print_read_fairness(vms, entries);
 }
 
 static void cmd_vms(Ctl *ctl, bool json)
@@ -443,6 +518,7 @@ static void cmd_vms(Ctl *ctl, bool json)
                                          NUKSM_MSG_VMS);
     const NuksmVmEntry *entries = (const NuksmVmEntry *)(vms + 1);
     g_autoptr(GString) out = NULL;
+    double fairness, slowdown;
 
     if (!json) {
         print_vms_table(vms, entries, &agent);
@@ -450,7 +526,14 @@ static void cmd_vms(Ctl *ctl, bool json)
     }
 
     out = g_string_new(NULL);
-    g_string_append_printf(out, "{\"total\": %u, \"vms\": [", vms->total);
+    g_string_append_printf(out, "{\"total\": %u, \"read_fairness\": ",
+                           vms->total);
+    if (read_fairness(entries, vms->count, &fairness)) {
+        g_string_append_printf(out, "%.4f", fairness);
+    } else {
+        g_string_append(out, "null");
+    }
+    g_string_append(out, ", \"vms\": [");
     for (uint32_t i = 0; i < vms->count; i++) {
         const NuksmVmEntry *e = &entries[i];
 
@@ -503,6 +586,19 @@ static void cmd_vms(Ctl *ctl, bool json)
                                e->uploads_read, e->uploads_sent);
         if (e->read_errno) {
             json_string(out, g_strerror(e->read_errno));
+        } else {
+            g_string_append(out, "null");
+        }
+        /* The reads of its merged pages its sampling caught (READS). */
+        g_string_append_printf(out, ", \"reads_local\": %" PRIu64
+                               ", \"reads_remote\": %" PRIu64
+                               ", \"read_window_ms\": %u"
+                               ", \"read_hot_regions\": %u"
+                               ", \"read_slowdown\": ",
+                               e->reads_local, e->reads_remote,
+                               e->read_window_ms, e->read_hot_regions);
+        if (read_slowdown(e, &slowdown)) {
+            g_string_append_printf(out, "%.4f", slowdown);
         } else {
             g_string_append(out, "null");
         }
@@ -590,7 +686,8 @@ int main(int argc, char **argv)
     octx = g_option_context_new("status|vms|policy [NAME]|libvirt ...");
     g_option_context_set_summary(octx,
         "  status         agent version, policy, nodes, VMs, page counts\n"
-        "  vms            the connected VMs\n"
+        "  vms            the connected VMs, their merged pages and the\n"
+        "                 reads of them, and the NUMA-tax fairness\n"
         "  policy         the placement policy in force\n"
         "  policy NAME    switch every VM to policy NAME\n"
         "  libvirt attach|detach DOMAIN ...\n"

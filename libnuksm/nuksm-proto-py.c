@@ -111,6 +111,8 @@ static void emit_constants(void)
     CONST("SLOTREFS_MAX", NUKSM_SLOTREFS_MAX);
     CONST("MOVES_MAX", NUKSM_MOVES_MAX);
     CONST("UPLOAD_MAX", NUKSM_UPLOAD_MAX);
+    CONST("READS_MAX", NUKSM_READS_MAX);
+    CONST("READ_REGION_PAGES", NUKSM_READ_REGION_PAGES);
     CONST("VMS_MAX_ENTRIES", NUKSM_VMS_MAX_ENTRIES);
 
     for (uint32_t t = 1; t < NUKSM_MSG__MAX; t++) {
@@ -240,7 +242,11 @@ static void emit_structs(void)
            MEMBER(NuksmVmEntry, uploads_read, "Q"),
            MEMBER(NuksmVmEntry, uploads_sent, "Q"),
            MEMBER(NuksmVmEntry, read_errno, "I"),
-           MEMBER(NuksmVmEntry, reserved2, "I"));
+           MEMBER(NuksmVmEntry, reserved2, "I"),
+           MEMBER(NuksmVmEntry, reads_local, "Q"),
+           MEMBER(NuksmVmEntry, reads_remote, "Q"),
+           MEMBER(NuksmVmEntry, read_window_ms, "I"),
+           MEMBER(NuksmVmEntry, read_hot_regions, "I"));
     STRUCT("VM_LIMIT", NuksmMsgVmLimit,
            MEMBER(NuksmMsgVmLimit, limit, "I"),
            MEMBER(NuksmMsgVmLimit, reserved, "I"),
@@ -289,6 +295,16 @@ static void emit_structs(void)
            MEMBER(NuksmCandidate, gnode, "B"),
            MEMBER(NuksmCandidate, idle, "B"),
            MEMBER(NuksmCandidate, reserved, "6x"));
+    /* READS: this head, then count READ_REGION */
+    STRUCT("READS", NuksmMsgReads,
+           MEMBER(NuksmMsgReads, count, "I"),
+           MEMBER(NuksmMsgReads, window_ms, "I"),
+           MEMBER(NuksmMsgReads, reads_local, "Q"),
+           MEMBER(NuksmMsgReads, reads_remote, "Q"));
+    STRUCT("READ_REGION", NuksmReadRegion,
+           MEMBER(NuksmReadRegion, region, "Q"),
+           MEMBER(NuksmReadRegion, idle, "B"),
+           MEMBER(NuksmReadRegion, reserved, "7x"));
     STRUCT("SLOTREF", NuksmSlotRef,
            MEMBER(NuksmSlotRef, page, "Q"),
            MEMBER(NuksmSlotRef, node, "I"),

@@ -60,6 +60,7 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_VM_LIMIT]     = "VM_LIMIT",
     [NUKSM_MSG_RETRY]        = "RETRY",
     [NUKSM_MSG_CHARGE]       = "CHARGE",
+    [NUKSM_MSG_READS]        = "READS",
 };
 
 const char *nuksm_msg_type_name(uint32_t type)
@@ -236,6 +237,27 @@ static const char *check_candidates(const void *p)
         }
         if (!all_zero(c[n].reserved, sizeof(c[n].reserved))) {
             return "reserved field set in CANDIDATES";
+        }
+    }
+    return NULL;
+}
+
+static const char *check_reads(const void *p, size_t len)
+{
+    const NuksmMsgReads *m = p;
+    const NuksmReadRegion *r = (const NuksmReadRegion *)(m + 1);
+
+    if (len < sizeof(*m) ||
+        len - sizeof(*m) != (size_t)m->count * sizeof(*r)) {
+        return "READS size does not match its count";
+    }
+    for (uint32_t n = 0; n < m->count; n++) {
+        if (r[n].region >= UINT64_MAX / NUKSM_PAGE_SIZE /
+                           NUKSM_READ_REGION_PAGES + 1) {
+            return "region out of range in READS";
+        }
+        if (!all_zero(r[n].reserved, sizeof(r[n].reserved))) {
+            return "reserved field set in READS";
         }
     }
     return NULL;
@@ -518,6 +540,8 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
             return "CANDIDATES size does not match its count";
         }
         return check_candidates(p);
+    case NUKSM_MSG_READS:
+        return check_reads(p, len);
     case NUKSM_MSG_MOVE:
         if (!check_batch(p, len, sizeof(NuksmMove), 0)) {
             return "MOVE size does not match its count";

@@ -65,7 +65,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 12u
+#define NUKSM_PROTO_VERSION 13u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -126,6 +126,8 @@ typedef enum NuksmMsgType {
     NUKSM_MSG_VM_LIMIT     = 26, /* VM -> agent: what stops its merging */
     NUKSM_MSG_RETRY        = 27, /* agent -> VM: offer these pages again */
     NUKSM_MSG_CHARGE       = 28, /* agent -> VM: CPU its messages cost */
+    NUKSM_MSG_READS        = 29, /* VM -> agent: read hotness of merged */
+                                 /* pages, by region (since protocol 13) */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -373,6 +375,12 @@ typedef struct NuksmVmEntry {
     uint32_t read_errno;     /* why the agent asks the VM instead (0: it */
                              /* reads, or has not tried yet) */
     uint32_t reserved2;
+    /* Since protocol 13: the reads of its merged pages its sampling caught */
+    uint64_t reads_local;    /* copy on the home of the page's guest node */
+    uint64_t reads_remote;
+    uint32_t read_window_ms; /* 0: no READS yet (sampling off) */
+    uint32_t read_hot_regions;  /* regions read in the last */
+                                /* --cold-windows samples */
 } NuksmVmEntry;
 
 /* VMS: a NuksmMsgVms followed by count NuksmVmEntry records */
@@ -525,6 +533,38 @@ typedef struct NuksmMsgHome {
 } NuksmMsgHome;
 
 /*
+ * READS (seq 0, since protocol 13): what the VM's read sampling saw of
+ * the reads of its merged pages (docs/placement.rst).  The VM's RAM
+ * address space is cut into read regions of NUKSM_READ_REGION_PAGES
+ * pages, region r holding pages [r * NUKSM_READ_REGION_PAGES,
+ * (r + 1) * NUKSM_READ_REGION_PAGES).  Each read window, the VM drops
+ * the page-table entry of one merged page of some regions (at most its
+ * read-samples), catches the next access to it, and counts per region
+ * the samples since one was read: @idle, 0 when read in the last one,
+ * up to NUKSM_IDLE_NEVER (never seen read, where every region starts).
+ * A READS follows each window that changed a region's count, with
+ * those regions; a region never reported is NUKSM_IDLE_NEVER.
+ * @reads_local and @reads_remote count every read of a merged page the
+ * VM caught since the connection started, by whether the page's copy
+ * was on the home node of the page's guest node then (HOME).
+ * A NuksmMsgReads followed by @count NuksmReadRegion entries.
+ */
+#define NUKSM_READ_REGION_PAGES 512u
+
+typedef struct NuksmMsgReads {
+    uint32_t count;          /* NuksmReadRegion entries that follow */
+    uint32_t window_ms;      /* length of a read window */
+    uint64_t reads_local;
+    uint64_t reads_remote;
+} NuksmMsgReads;
+
+typedef struct NuksmReadRegion {
+    uint64_t region;         /* page / NUKSM_READ_REGION_PAGES */
+    uint8_t idle;            /* samples since one was read */
+    uint8_t reserved[7];     /* must be 0 */
+} NuksmReadRegion;
+
+/*
  * MOVE, MOVED: a merged page moves from one slot to another holding the
  * same content, because its placement changed.  @from.page == @to.page.
  * MOVED sets @to.status: MERGED (the page maps @to now, no longer @from),
@@ -541,6 +581,9 @@ typedef struct NuksmMove {
 #define NUKSM_CANDIDATES_MAX (NUKSM_BATCH_SPACE / sizeof(NuksmCandidate))
 #define NUKSM_SLOTREFS_MAX   (NUKSM_BATCH_SPACE / sizeof(NuksmSlotRef))
 #define NUKSM_MOVES_MAX      (NUKSM_BATCH_SPACE / sizeof(NuksmMove))
+#define NUKSM_READS_MAX \
+    ((NUKSM_MSG_MAX - sizeof(NuksmMsgHeader) - sizeof(NuksmMsgReads)) / \
+     sizeof(NuksmReadRegion))
 #define NUKSM_UPLOAD_MAX     (NUKSM_BATCH_SPACE / \
                               (sizeof(NuksmSlotRef) + NUKSM_PAGE_SIZE))
 

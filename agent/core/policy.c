@@ -5,6 +5,8 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
+#include <stdlib.h>
+
 #include <glib.h>
 
 #include "policy.h"
@@ -12,9 +14,10 @@
 /* Fixed, not random: the same contents place the same way every run. */
 #define PRIORITY_SEED 0x6e756b736d707269ull
 
-bool policy_page_hot(uint8_t idle, uint32_t cold_windows)
+bool policy_page_hot(uint8_t written_idle, uint8_t read_idle,
+                     uint32_t cold_windows)
 {
-    return idle < cold_windows;
+    return MIN(written_idle, read_idle) < cold_windows;
 }
 
 bool policy_may_map(NuksmPolicyId policy, const PolicyOwner *o,
@@ -55,58 +58,78 @@ static uint64_t mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-static bool owner_before(const PolicyOwner *x, const PolicyOwner *y)
+/* Owners in the draw's fixed order: by home node, then client id. */
+static int compare_owners(const void *x, const void *y, void *owners)
 {
-    return x->home != y->home ? x->home < y->home : x->client < y->client;
+    const PolicyOwner *o = owners;
+    const PolicyOwner *a = &o[*(const size_t *)x];
+    const PolicyOwner *b = &o[*(const size_t *)y];
+
+    if (a->home != b->home) {
+        return a->home < b->home ? -1 : 1;
+    }
+    return a->client < b->client ? -1 : a->client > b->client;
+}
+
+static bool any_hot(const PolicyOwner *o, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (o[i].hot) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static double weight(const PolicyOwner *o, bool equal)
+{
+    return equal ? 1 : o->priority;
 }
 
 /*
  * A uniform draw in [0, 1) with 53 bits, from the content alone, against
- * the owners in a fixed order, each with its share of [0, 1).
+ * the owners taken in a fixed order (home node, then client id), each
+ * with its share of [0, 1): its priority, or 1 each if @equal.  With
+ * @hot_first, only the hot owners draw if any is hot.  An index into @o
+ * (n >= 1).  Sorted once, not scanned for the next owner each time: the
+ * pages of a copy may be many thousands.
  */
-size_t policy_priority_pick(const PolicyOwner *o, size_t n, uint64_t digest)
+static size_t draw_owner(const PolicyOwner *o, size_t n, uint64_t digest,
+                         bool hot_first, bool equal)
 {
     double draw = (mix64(digest ^ PRIORITY_SEED) >> 11) * 0x1.0p-53;
+    bool hot_only = hot_first && any_hot(o, n);
+    g_autofree size_t *order = g_new(size_t, n);
     double total = 0, below = 0;
-    bool *taken = g_newa(bool, n);
-    size_t pick = 0;
+    size_t m = 0;
 
     for (size_t i = 0; i < n; i++) {
-        total += o[i].priority;
-        taken[i] = false;
-    }
-    for (size_t k = 0; k < n; k++) {
-        size_t first = n;
-
-        for (size_t i = 0; i < n; i++) {
-            if (!taken[i] && (first == n || owner_before(&o[i], &o[first]))) {
-                first = i;
-            }
+        if (!hot_only || o[i].hot) {
+            order[m++] = i;
+            total += weight(&o[i], equal);
         }
-        taken[first] = true;
-        pick = first;
-        below += o[first].priority;
+    }
+    qsort_r(order, m, sizeof(*order), compare_owners, (void *)o);
+    for (size_t k = 0; k < m; k++) {
+        below += weight(&o[order[k]], equal);
         if (draw * total < below) {
-            break;
+            return order[k];
         }
     }
-    return pick;
+    return order[m - 1];
 }
 
-/* fair, a copy hot for both owners: the node that has had fewer, in turn. */
-static uint32_t next_hot_turn(PolicyLoad *load, uint32_t x, uint32_t y)
+size_t policy_priority_pick(const PolicyOwner *o, size_t n, uint64_t digest)
 {
-    uint32_t node = load->hot_turns[y] < load->hot_turns[x] ? y : x;
-
-    load->hot_turns[node]++;
-    return node;
+    return draw_owner(o, n, digest, false, false);
 }
 
-uint32_t policy_new_copy(NuksmPolicyId policy, PolicyLoad *load,
+uint32_t policy_new_copy(NuksmPolicyId policy, const PolicyLoad *load,
                          const PolicyOwner *a, const PolicyOwner *b,
-                         uint64_t digest, uint32_t *hot_owner)
+                         uint64_t digest)
 {
-    *hot_owner = 0;
+    const PolicyOwner owners[2] = { *a, *b };
+
     if (a->home == b->home) {
         return a->home;
     }
@@ -114,21 +137,12 @@ uint32_t policy_new_copy(NuksmPolicyId policy, PolicyLoad *load,
     case NUKSM_POLICY_ID_KSM_ORDER:
         return a->client >= b->client ? a->home : b->home;
     case NUKSM_POLICY_ID_FAIR:
-        if (a->hot != b->hot) {
-            const PolicyOwner *owner = a->hot ? a : b;
-
-            *hot_owner = owner->client;
-            return owner->home;
-        }
-        if (a->hot) {
-            return next_hot_turn(load, a->home, b->home);
+        if (any_hot(owners, 2)) {
+            return owners[draw_owner(owners, 2, digest, true, true)].home;
         }
         return policy_emptier(load, a->home, b->home);
-    case NUKSM_POLICY_ID_PRIORITY: {
-        const PolicyOwner owners[2] = { *a, *b };
-
-        return owners[policy_priority_pick(owners, 2, digest)].home;
-    }
+    case NUKSM_POLICY_ID_PRIORITY:
+        return owners[draw_owner(owners, 2, digest, true, false)].home;
     case NUKSM_POLICY_ID_ADAPTIVE:
         return policy_emptier(load, a->home, b->home);
     case NUKSM_POLICY_ID_GLOBAL:
@@ -144,17 +158,24 @@ bool policy_moves_copies(NuksmPolicyId policy)
            policy != NUKSM_POLICY_ID_ADAPTIVE;
 }
 
-/* fair: with its hot owner if that one still maps it, else see above. */
+bool policy_moves_by_hotness(NuksmPolicyId policy)
+{
+    return policy == NUKSM_POLICY_ID_FAIR ||
+           policy == NUKSM_POLICY_ID_PRIORITY;
+}
+
+/*
+ * fair: the draw among the hot owners if any; else, idle, towards the
+ * emptiest owner's node when the nodes are unbalanced.
+ */
 static uint32_t fair_relocate_node(const PolicyLoad *load, uint32_t node,
                                    const PolicyOwner *o, size_t n,
-                                   uint32_t hot_owner)
+                                   uint64_t digest)
 {
     uint32_t best = node;
 
-    for (size_t i = 0; i < n; i++) {
-        if (hot_owner && o[i].client == hot_owner) {
-            return o[i].home;
-        }
+    if (any_hot(o, n)) {
+        return o[draw_owner(o, n, digest, true, true)].home;
     }
     for (size_t i = 0; i < n; i++) {
         best = policy_emptier(load, best, o[i].home);
@@ -164,7 +185,7 @@ static uint32_t fair_relocate_node(const PolicyLoad *load, uint32_t node,
 
 uint32_t policy_relocate_node(NuksmPolicyId policy, const PolicyLoad *load,
                               uint32_t node, const PolicyOwner *o, size_t n,
-                              uint32_t hot_owner, uint64_t digest)
+                              uint64_t digest)
 {
     size_t last = 0;
 
@@ -177,9 +198,9 @@ uint32_t policy_relocate_node(NuksmPolicyId policy, const PolicyLoad *load,
         }
         return o[last].home;
     case NUKSM_POLICY_ID_PRIORITY:
-        return o[policy_priority_pick(o, n, digest)].home;
+        return o[draw_owner(o, n, digest, true, false)].home;
     case NUKSM_POLICY_ID_FAIR:
-        return fair_relocate_node(load, node, o, n, hot_owner);
+        return fair_relocate_node(load, node, o, n, digest);
     default:
         return node;
     }

@@ -16,19 +16,26 @@
  *   local      only pages of one home node share a copy (KSM's
  *              merge_across_nodes=0)
  *   fair       nuKSM §4.1 for K nodes: a hot page's owner gets the copy;
- *              copies hot for two owners alternate between their nodes;
- *              cold copies go to the emptier of the owners' nodes
+ *              copies hot for owners on several nodes are split between
+ *              their nodes by a draw from the content, each hot owner
+ *              with an equal share; cold copies go to the emptier of the
+ *              owners' nodes
  *   priority   nuKSM §4.2: owner i gets the copy with probability
  *              priority_i / sum of priorities, drawn from a hash of the
  *              content (mix64 of the digest): the same contents and
- *              priorities place the same way in every run
+ *              priorities place the same way in every run.  Only the
+ *              hot owners draw if any is hot
  *   adaptive   AdaptMD-H: hot pages share only within their node, cold
  *              pages across nodes, placed as fair places cold ones;
  *              copies are never moved
  *
  * Two words have one meaning each:
- *   hot      the guest wrote the page in one of the last --cold-windows
- *            hotness windows of its VM (policy_page_hot)
+ *   hot      the guest accessed the page lately: wrote it in one of the
+ *            last --cold-windows hotness windows of its VM, or read a
+ *            merged page of its read region in one of the last
+ *            --cold-windows read samples of that region
+ *            (policy_page_hot).  Merged pages are only ever read (a
+ *            write ends their sharing): for them, hot means read
  *   emptier  of two nodes, the one whose store holds fewer copies
  *            (PolicyLoad.copies), the first on a tie (policy_emptier)
  *
@@ -57,12 +64,16 @@ typedef struct PolicyOwner {
 typedef struct PolicyLoad {
     uint32_t nr_nodes;
     uint64_t copies[NUKSM_MAX_NODES];     /* store slots in use there */
-    /* fair's own memory: copies placed there hot for two owners */
-    uint64_t hot_turns[NUKSM_MAX_NODES];
 } PolicyLoad;
 
-/* Is a page hot, written @idle windows ago (or NUKSM_IDLE_NEVER)? */
-bool policy_page_hot(uint8_t idle, uint32_t cold_windows);
+/*
+ * Is a page hot: was it accessed in the last @cold_windows windows?
+ * @written_idle counts the hotness windows since its VM saw it written
+ * (CANDIDATES), @read_idle the read samples since a merged page of its
+ * read region was seen read (READS); each NUKSM_IDLE_NEVER if never.
+ */
+bool policy_page_hot(uint8_t written_idle, uint8_t read_idle,
+                     uint32_t cold_windows);
 
 /* May @o map a copy that lives on @node? */
 bool policy_may_map(NuksmPolicyId policy, const PolicyOwner *o,
@@ -87,27 +98,36 @@ size_t policy_priority_pick(const PolicyOwner *o, size_t n,
 /*
  * The node of a new copy of content @digest for @a, the page completing
  * the match, and @b, the page seen before; policy_may_share() allowed
- * them one.  When fair places the copy with the one owner it is hot
- * for, *@hot_owner is that owner's client id, else 0.  Under fair, a
- * copy hot for both counts in @load's hot_turns.
+ * them one.  fair and priority place it as policy_relocate_node() would
+ * then keep it, so that a pass moves no new copy while hotness holds.
  */
-uint32_t policy_new_copy(NuksmPolicyId policy, PolicyLoad *load,
+uint32_t policy_new_copy(NuksmPolicyId policy, const PolicyLoad *load,
                          const PolicyOwner *a, const PolicyOwner *b,
-                         uint64_t digest, uint32_t *hot_owner);
+                         uint64_t digest);
 
 /* Does @policy ever move merged copies (re-placement)? */
 bool policy_moves_copies(NuksmPolicyId policy);
 
 /*
- * Re-placement of a copy on @node that the @n pages @o map, one copy for
- * all (local, where each page goes home, is the caller's): the node the
- * policy wants it on.  @hot_owner is the client fair placed it with (0:
- * none); fair moves a cold copy only when that brings its node and the
- * emptiest owner's node closer by more than one copy.
+ * Does where @policy wants a merged copy depend on whether its owners
+ * are hot (fair and priority)?  Then a change in who reads what calls
+ * for a re-placement pass.
+ */
+bool policy_moves_by_hotness(NuksmPolicyId policy);
+
+/*
+ * Re-placement of a copy of content @digest on @node that the @n pages
+ * @o map, one copy for all (local, where each page goes home, is the
+ * caller's): the node the policy wants it on.  fair: with hot owners,
+ * the draw among them (each an equal share: one hot owner, or hot owners
+ * of one node, take it home; owners of two nodes split such copies about
+ * half and half); with none, it moves only when that brings its node and
+ * the emptiest owner's node closer by more than one copy.  priority: the
+ * draw among the hot owners if any is hot, else among all.
  */
 uint32_t policy_relocate_node(NuksmPolicyId policy, const PolicyLoad *load,
                               uint32_t node, const PolicyOwner *o, size_t n,
-                              uint32_t hot_owner, uint64_t digest);
+                              uint64_t digest);
 
 /*
  * Home nodes.  The home of a guest node of a VM is the host node its

@@ -405,7 +405,6 @@ void ledger_free(NuksmAgent *agent, SlotId id)
         index_remove(&agent->index, s->domain, s->digest, id);
         g_hash_table_remove(agent->ledger.uploads, GUINT_TO_POINTER(id));
     }
-    g_hash_table_remove(agent->placement.hot_owners, GUINT_TO_POINTER(id));
     s->state = SLOT_FREEING;
     g_array_append_val(agent->effects.freeing, id);
 }
@@ -416,7 +415,6 @@ void ledger_orphan(NuksmAgent *agent, SlotId id)
 
     g_assert(s->state == SLOT_READY && !s->refs && !s->pending);
     index_remove(&agent->index, s->domain, s->digest, id);
-    g_hash_table_remove(agent->placement.hot_owners, GUINT_TO_POINTER(id));
     s->state = SLOT_ORPHAN;
     agent->orphans.pages++;
 }

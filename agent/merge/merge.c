@@ -40,6 +40,7 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     client->joined = true;
     domains_stats(&agent->domains, client->domain_id)->vms++;
     keymap_init(&client->pages, agent->index.seed);
+    keymap_init(&client->read_regions, agent->index.seed);
     lines_init(&client->lines);
     client->to_merge = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_upload = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
@@ -364,10 +365,9 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
                          const PolicyOwner *pu)
 {
     LedgerWaiter uploader = { v, c->page }, waiter = { u, upage };
-    uint32_t hot_owner;
     uint32_t node = policy_new_copy(agent->placement.policy,
                                     agent_policy_load(agent), pv, pu,
-                                    c->digest, &hot_owner);
+                                    c->digest);
     uint32_t slot;
     SlotId id;
     Slot *s;
@@ -386,10 +386,6 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
         return;
     }
     id = slot_id(node, slot);
-    if (hot_owner) {
-        g_hash_table_insert(agent->placement.hot_owners, GUINT_TO_POINTER(id),
-                            GUINT_TO_POINTER(hot_owner));
-    }
     s = ledger_slot(agent, id);
     s->digest = c->digest;
     ledger_take_slot(agent, id, v->domain_id);
@@ -494,6 +490,11 @@ static void leave_changed(NuksmAgent *agent, NuksmClient *client,
     }
 }
 
+/*
+ * A candidate is hot when it was written lately (its idle) or when a
+ * merged page of its read region was read lately (READS): the copy it
+ * may share will be read where it goes.
+ */
 static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
                              const NuksmCandidate *c)
 {
@@ -501,7 +502,8 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
         .client = v->id,
         .home = client_home(v, c->gnode),
         .priority = v->priority,
-        .hot = policy_page_hot(c->idle, agent->placement.cold_windows),
+        .hot = policy_page_hot(c->idle, client_read_idle(v, c->page),
+                               agent->placement.cold_windows),
     };
     KeyMapEntry *e = ledger_page(v, c->page);
 

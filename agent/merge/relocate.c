@@ -134,18 +134,18 @@ static void plan_slot(NuksmAgent *agent, SlotId id, const MergedPage *sh,
 {
     g_autofree PolicyOwner *o = g_new(PolicyOwner, n);
     uint32_t node = slot_id_node(id), target;
-    uint32_t hot_owner = GPOINTER_TO_UINT(
-        g_hash_table_lookup(agent->placement.hot_owners,
-                            GUINT_TO_POINTER(id)));
 
     for (size_t i = 0; i < n; i++) {
         const NuksmClient *client = ledger_client(agent, sh[i].client);
 
+        /* A merged page is never written: a write ends its sharing. */
         o[i] = (PolicyOwner) {
             .client = client->id,
             .home = client_home_of_page(client, sh[i].page),
             .priority = client->priority,
-            .hot = false,   /* a write would have ended its sharing */
+            .hot = policy_page_hot(NUKSM_IDLE_NEVER,
+                                   client_read_idle(client, sh[i].page),
+                                   agent->placement.cold_windows),
         };
     }
     if (agent->placement.policy == NUKSM_POLICY_ID_LOCAL) {
@@ -157,7 +157,7 @@ static void plan_slot(NuksmAgent *agent, SlotId id, const MergedPage *sh,
         return;
     }
     target = policy_relocate_node(agent->placement.policy, load, node, o, n,
-                                  hot_owner, ledger_slot(agent, id)->digest);
+                                  ledger_slot(agent, id)->digest);
     if (target == node) {
         return;
     }
@@ -226,7 +226,6 @@ static bool copy_on_node(NuksmAgent *agent, SlotId from, uint32_t node,
 {
     const Slot *s = ledger_slot(agent, from);
     uint8_t content[NUKSM_PAGE_SIZE];
-    gpointer owner;
     uint32_t slot;
     Slot *t;
 
@@ -247,12 +246,6 @@ static bool copy_on_node(NuksmAgent *agent, SlotId from, uint32_t node,
         return false;
     }
     copies_publish(agent, *to);
-    owner = g_hash_table_lookup(agent->placement.hot_owners,
-                                GUINT_TO_POINTER(from));
-    if (owner) {
-        g_hash_table_insert(agent->placement.hot_owners,
-                            GUINT_TO_POINTER(*to), owner);
-    }
     return true;
 }
 

@@ -1,18 +1,22 @@
 /*
  * nuksmd re-placement (relocate): moving merged pages to the copy their
- * placement now asks for, after the policy changed or a VM's home node
- * did.
+ * placement now asks for, after the policy changed, a VM's home node
+ * did, or who reads which merged pages did (reads.h).
  *
  * A pass looks at every merged page, grouped by the copy (slot) it maps,
- * and plans moves under the policy in force:
+ * and plans moves under the policy in force.  A merged page is never
+ * written (a write ends its sharing): it is hot when its VM read its
+ * read region lately (policy_page_hot(), client_read_idle()).
  *
  *   local      each page to a copy on its own home node
  *   ksm-order  every page of a copy to the node KSM's order picks
- *   priority   every page of a copy to the node the priority draw picks
- *   fair       every page of a copy to its hot owner's node, else to the
- *              emptier node of its owners when nodes are unbalanced
- *   global,    nothing: a merged page is never written (a write ends its
- *   adaptive   sharing), so every merged page is cold and may stay
+ *   priority   every page of a copy to the node the priority draw picks,
+ *              among the hot owners if any
+ *   fair       every page of a copy to a hot owner's node (the content
+ *              draws between several), else to the emptier node of its
+ *              owners when nodes are unbalanced
+ *   global,    nothing: copies stay where they were made
+ *   adaptive
  *
  * The moves are then carried out gradually, at most --replace-rate pages
  * per second: the agent copies the content to a slot on the target node
@@ -36,7 +40,7 @@ struct NuksmClient;
 
 /* Moves are carried out this often, each time a tenth of the rate. */
 #define RELOCATE_TICK_MS 100
-/* A pass waits this long for more reasons to come (homes, policy). */
+/* A pass waits this long for more reasons to come (policy, homes, reads) */
 #define RELOCATE_DEBOUNCE_MS 200
 
 typedef struct Relocator {

@@ -71,6 +71,7 @@ void clients_remove(ClientRegistry *reg, NuksmClient *client)
         close(client->pidfd);
     }
     keymap_destroy(&client->pages);
+    keymap_destroy(&client->read_regions);
     lines_destroy(&client->lines);
     if (client->to_merge) {
         g_array_unref(client->to_merge);
@@ -273,4 +274,12 @@ uint32_t client_home_of_page(const NuksmClient *client, uint64_t page)
     const NuksmPageRange *range = range_of_page(client, page);
 
     return range ? client->home[range->gnode] : client_home(client, 0);
+}
+
+uint8_t client_read_idle(const NuksmClient *client, uint64_t page)
+{
+    const KeyMapEntry *e = keymap_lookup(&client->read_regions,
+                                         page / NUKSM_READ_REGION_PAGES, 0);
+
+    return e ? e->tag : NUKSM_IDLE_NEVER;
 }

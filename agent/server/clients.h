@@ -123,6 +123,17 @@ typedef struct NuksmClient {
     uint8_t home[NUKSM_MAX_GNODES];
     uint8_t home_source[NUKSM_MAX_GNODES];     /* NuksmHomeSourceId */
     uint8_t home_streak[NUKSM_MAX_GNODES];     /* evaluations elsewhere */
+
+    /* Read hotness of its merged pages, from its READS (reads.h) */
+    KeyMap read_regions;     /* read region -> samples since one of its */
+                             /* merged pages was read (tag), for those */
+                             /* below NUKSM_IDLE_NEVER */
+    uint32_t read_hot_regions;   /* of them, read in the last */
+                                 /* --cold-windows samples */
+    uint32_t read_window_ms; /* its read window; 0: no READS yet */
+    uint64_t reads_local;    /* reads its sampling caught (READS) */
+    uint64_t reads_remote;
+    bool read_regions_capped;    /* some were not kept (logged once) */
 } NuksmClient;
 
 typedef struct ClientRegistry {
@@ -197,5 +208,11 @@ bool client_page_address(const NuksmClient *client, uint64_t page,
 
 /* The home node of @client's RAM page @page (TOPOLOGY's ranges). */
 uint32_t client_home_of_page(const NuksmClient *client, uint64_t page);
+
+/*
+ * Read samples since a merged page of the read region of @client's RAM
+ * page @page was seen read (READS), NUKSM_IDLE_NEVER if it never was.
+ */
+uint8_t client_read_idle(const NuksmClient *client, uint64_t page);
 
 #endif /* NUKSMD_CLIENTS_H */

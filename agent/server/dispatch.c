@@ -17,6 +17,7 @@
 #include "log.h"
 #include "merge.h"
 #include "nuksm-config.h"
+#include "reads.h"
 #include "recovery.h"
 #include "relocate.h"
 #include "transport.h"
@@ -354,6 +355,10 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         e->uploads_read = vm->uploads_read;
         e->uploads_sent = vm->uploads_sent;
         e->read_errno = vm->read_errno;
+        e->reads_local = vm->reads_local;
+        e->reads_remote = vm->reads_remote;
+        e->read_window_ms = vm->read_window_ms;
+        e->read_hot_regions = vm->read_hot_regions;
         if (vm->paused_at) {
             e->throttled_ns += (g_get_monotonic_time() - vm->paused_at) * 1000;
         }
@@ -395,6 +400,7 @@ static const RequestHandler handlers[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_TOPOLOGY]     = home_handle_topology,
     [NUKSM_MSG_MOVED]        = relocate_handle_moved,
     [NUKSM_MSG_VM_LIMIT]     = handle_vm_limit,
+    [NUKSM_MSG_READS]        = reads_handle_reads,
 };
 
 /* Requests of the merge engine, which only VMs take part in. */
@@ -403,14 +409,16 @@ static bool vm_only(uint16_t type)
     return type == NUKSM_MSG_CANDIDATES || type == NUKSM_MSG_UPLOAD ||
            type == NUKSM_MSG_MERGED || type == NUKSM_MSG_UNMERGED ||
            type == NUKSM_MSG_RESTORE || type == NUKSM_MSG_TOPOLOGY ||
-           type == NUKSM_MSG_MOVED || type == NUKSM_MSG_VM_LIMIT;
+           type == NUKSM_MSG_MOVED || type == NUKSM_MSG_VM_LIMIT ||
+           type == NUKSM_MSG_READS;
 }
 
 /*
  * Messages that show a reconnected VM merging again, so that the pages
- * it took back and did not restore are no longer mapped.  Not TOPOLOGY
- * or VM_LIMIT: QEMU sends them as it connects, maybe before its
- * RESTOREs, and they say nothing of its pages.
+ * it took back and did not restore are no longer mapped.  Not TOPOLOGY,
+ * VM_LIMIT or READS: QEMU sends them as it connects or as it samples,
+ * maybe before its RESTOREs, and they say nothing of which slots its
+ * pages map.
  */
 static bool ends_restore(uint16_t type)
 {

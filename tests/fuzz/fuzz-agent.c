@@ -12,8 +12,9 @@
  *   op % 7 == 0, 1, 2  client A, B or C sends the bytes as one datagram
  *             3, 4     A or B disconnects and connects again (HELLO):
  *                      its process runs on, so its pages are parked
- *             5        the agent's timers fire now (re-placement pass
- *                      and moves, home nodes, the look at orphans)
+ *             5        the agent's timers fire now (re-placement pass,
+ *                      one held back for reads, and moves, home nodes,
+ *                      the look at orphans)
  *             6        the agent stops and starts again on its state
  *                      directory; A, B and C connect again
  *
@@ -384,7 +385,7 @@ static void fire_timers(void)
         agent.relocator.pass_timer, agent.relocator.tick_timer,
         agent.placement.home_timer, agent.orphans.timer,
         agent.ledger.upload_timer, agent.conditions.probe_timer,
-        agent.conditions.quota_timer,
+        agent.conditions.quota_timer, agent.placement.reads_pass_timer,
     };
 
     if (trace) {

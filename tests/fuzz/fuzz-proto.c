@@ -263,6 +263,24 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
     case NUKSM_MSG_CHARGE:
         sink += ((const NuksmMsgCharge *)p)->cpu_ns;
         break;
+    case NUKSM_MSG_READS: {
+        const NuksmMsgReads *m = p;
+        const NuksmReadRegion *r = (const NuksmReadRegion *)(m + 1);
+
+        REQUIRE(len >= sizeof(*m));
+        REQUIRE(len - sizeof(*m) == (uint64_t)m->count * sizeof(*r));
+        sink += m->window_ms + m->reads_local + m->reads_remote;
+        for (uint32_t i = 0; i < m->count; i++) {
+            /* Its pages are pages of a 64-bit RAM address space. */
+            REQUIRE(r[i].region < (UINT64_MAX / NUKSM_PAGE_SIZE + 1) /
+                                  NUKSM_READ_REGION_PAGES);
+            for (size_t b = 0; b < sizeof(r[i].reserved); b++) {
+                REQUIRE(!r[i].reserved[b]);
+            }
+            sink += r[i].idle;
+        }
+        break;
+    }
     case NUKSM_MSG_CONDITION: {
         const NuksmMsgCondition *c = p;
 

@@ -8,8 +8,8 @@ corpus/proto/: one valid message of every type.
 corpus/agent/: scripts for fuzz-agent.c (an op byte; for the send ops a
 16-bit little-endian length and a datagram) that walk the agent through
 its protocol: handshakes, a merge, uploads, restarts with RESTORE,
-reconnections, TOPOLOGY and re-placement with MOVE/MOVED, and rogue
-messages.  The seeds are committed; run this again after a protocol
+reconnections, TOPOLOGY and re-placement with MOVE/MOVED, READS, and
+rogue messages.  The seeds are committed; run this again after a protocol
 change and commit what changed.
 """
 
@@ -65,11 +65,17 @@ def refs(*entries, status=h.STATUS_NONE):
 
 
 def proto_seeds():
-    vm_entry = h.VM_ENTRY.pack(1, 100, 0, 10, b"default", b"vm0", b"dedup0",
-                               b"blue", 0, 500,
-                               5, 3, 2, 2, 2, bytes([0, 1]) + bytes(62),
-                               b"65000 of 65530 mappings in use", b"vm0",
-                               b"0c4f3a7e-2f7b-4e0c-9d1e-3a6b5c4d2e1f")
+    vm_entry = h.VM_ENTRY.pack(*h.VmEntry(
+        client_id=1, pid=100, uid=0, priority=10, domain=b"default",
+        vm_name=b"vm0", object_id=b"dedup0", requested_domain=b"blue",
+        domain_source=0, priority_limit=500, merged_pages=5,
+        merged_local=3, merged_remote=2, nr_gnodes=2, limit=2,
+        home=bytes([0, 1]) + bytes(62),
+        limit_reason=b"65000 of 65530 mappings in use", libvirt_name=b"vm0",
+        libvirt_uuid=b"0c4f3a7e-2f7b-4e0c-9d1e-3a6b5c4d2e1f",
+        agent_cpu_ns=2000000, throttled_ns=0, uploads_read=4,
+        uploads_sent=1, read_errno=0, reserved2=0, reads_local=30,
+        reads_remote=12, read_window_ms=1000, read_hot_regions=2))
     return {
         "hello-vm": msg(h.MSG_HELLO, h.hello(role=h.ROLE_VM, priority=10,
                                              domain=b"default",
@@ -122,6 +128,8 @@ def proto_seeds():
         "vm-limit": msg(h.MSG_VM_LIMIT, h.VM_LIMIT.pack(
             1, 0, b"no userfaultfd"), seq=0),
         "charge": msg(h.MSG_CHARGE, h.CHARGE.pack(2000000), seq=0),
+        "reads": msg(h.MSG_READS, h.pack_reads([(0, 0), (1, 4), (2, 255)],
+                                               local=30, remote=12), seq=0),
     }
 
 
@@ -182,6 +190,22 @@ MERGE_BATCH = [
     a(h.MSG_MERGED, refs(*[(1 + i, 0, i) for i in range(8)],
                          status=h.STATUS_MERGED)),
     b(h.MSG_MERGED, refs(*[(11 + i, 0, i) for i in range(8)],
+                         status=h.STATUS_MERGED)),
+]
+
+# The contents of MERGE_BATCH in A's and B's pages 0..7: A, which joined
+# first, keeps its pages in line with their slots, 0..7 of node 0.
+MERGE_IN_LINE = [
+    a(h.MSG_CANDIDATES, candidates(*[(i, d)
+                                     for i, (_, d) in enumerate(BATCH_PAGES)])),
+    b(h.MSG_CANDIDATES, candidates(*[(i, d)
+                                     for i, (_, d) in enumerate(BATCH_PAGES)])),
+    b(h.MSG_UPLOAD, h.pack_slot_refs(
+        [h.SlotRef(i, 0, i, GEN_CURRENT) for i in range(8)],
+        [c for c, _ in BATCH_PAGES])),
+    a(h.MSG_MERGED, refs(*[(i, 0, i) for i in range(8)],
+                         status=h.STATUS_MERGED)),
+    b(h.MSG_MERGED, refs(*[(i, 0, i) for i in range(8)],
                          status=h.STATUS_MERGED)),
 ]
 
@@ -284,6 +308,27 @@ def agent_seeds():
             a(h.MSG_MOVED, batch([move(1, (0, 0), (1, 0),
                                        h.STATUS_MERGED)])),
             c(h.MSG_LIST_VMS), c(h.MSG_GET_INFO),
+        ],
+        # fair: A (home 1) reads the merged pages, whose copies move to
+        # node 1; then B reads them too, and A sends a READS outside its
+        # TOPOLOGY.
+        "reads-moves": [
+            c(h.MSG_HELLO, control),
+            A_ON_NODE_1,
+            b(h.MSG_TOPOLOGY, topology([(0, 0)], [(OWN_TID, 0)],
+                                       [(0, 1 << 20, 0)])),
+            *MERGE_IN_LINE,
+            set_policy("fair"),
+            a(h.MSG_READS, h.pack_reads([(0, 0)], local=8)),
+            op(OP_TIMERS), op(OP_TIMERS),
+            a(h.MSG_MOVED, batch([move(i, (0, i), (1, i), h.STATUS_MERGED)
+                                  for i in range(8)])),
+            b(h.MSG_MOVED, batch([move(i, (0, i), (1, i), h.STATUS_MERGED)
+                                  for i in range(8)])),
+            b(h.MSG_READS, h.pack_reads([(0, 1), (1, 255)], remote=8)),
+            op(OP_TIMERS), op(OP_TIMERS), op(OP_TIMERS),
+            c(h.MSG_LIST_VMS),
+            a(h.MSG_READS, h.pack_reads([(1 << 20, 0)])),
         ],
         "rogue": [
             a(h.MSG_MERGED, refs((1, 0, 0), status=h.STATUS_MERGED)),

@@ -60,7 +60,8 @@ from nuksm_proto import (  # noqa: E402,F401 (re-exported for the tests)
     MSG_MOVED, MSG_POLICY, MSG_REFUSED, MSG_RESTORE, MSG_RETRY, MSG_SET_POLICY,
     MSG_SET_PRIORITY, MSG_STORE, MSG_TOPOLOGY, MSG_UNMERGED, MSG_UPLOAD,
     MSG_UPLOAD_REQ, MSG_VM_LIMIT, MSG_VMS, NUKSM_PAGE_SIZE, PAGE_RANGE,
-    POLICIES, POLICY, PRIORITY, PROTO_MAGIC, PROTO_VERSION, ROLE_CONTROL,
+    MSG_READS, POLICIES, POLICY, PRIORITY, PROTO_MAGIC, PROTO_VERSION,
+    READ_REGION, READ_REGION_PAGES, READS, READS_MAX, ROLE_CONTROL,
     ROLE_VM, SLOTREF, SLOTREFS_MAX, STATUS_CHANGED, STATUS_COW,
     STATUS_DISCARDED, STATUS_FAILED, STATUS_GONE, STATUS_MERGED,
     STATUS_NONE, STORE, TOPOLOGY_HEAD, UPLOAD_MAX, VCPU, VM_ENTRY, VM_LIMIT,
@@ -289,6 +290,31 @@ def info_scope(msg):
     return INFO.unpack(msg.payload)[5]
 
 
+# A NuksmVmEntry of VMS, its fields by name (VM_ENTRY's order).
+VmEntry = collections.namedtuple(
+    "VmEntry", "client_id pid uid priority domain vm_name object_id "
+    "requested_domain domain_source priority_limit merged_pages "
+    "merged_local merged_remote nr_gnodes limit home limit_reason "
+    "libvirt_name libvirt_uuid agent_cpu_ns throttled_ns uploads_read "
+    "uploads_sent read_errno reserved2 reads_local reads_remote "
+    "read_window_ms read_hot_regions")
+
+
+def parse_vms(msg):
+    """The VmEntry records of VMS message @msg."""
+    count, _ = VMS.unpack_from(msg.payload)
+    return [VmEntry(*VM_ENTRY.unpack_from(msg.payload,
+                                          VMS.size + i * VM_ENTRY.size))
+            for i in range(count)]
+
+
+def pack_reads(regions, window_ms=1000, local=0, remote=0):
+    """A READS payload of (region, idle) pairs."""
+    regions = list(regions)
+    return READS.pack(len(regions), window_ms, local, remote) + \
+        b"".join(READ_REGION.pack(r, idle) for r, idle in regions)
+
+
 def pack_topology(gnodes, vcpus, ranges):
     """A TOPOLOGY payload.  gnodes: (host_nodes, policy); vcpus: (tid,
     gnode); ranges: (first, count, gnode) or (first, count, gnode, host),
@@ -365,6 +391,14 @@ class VmClient(RawClient):
 
     def topology(self, gnodes, vcpus, ranges):
         self._send(MSG_TOPOLOGY, pack_topology(gnodes, vcpus, ranges))
+
+    def reads(self, regions, window_ms=1000, local=0, remote=0):
+        """READS of (region, idle) pairs, in messages of at most
+        READS_MAX regions, each with the same counts."""
+        regions = list(regions)
+        for i in range(0, max(len(regions), 1), READS_MAX):
+            self._send(MSG_READS, pack_reads(regions[i:i + READS_MAX],
+                                             window_ms, local, remote))
 
     def vm_limit(self, limit, reason):
         self._send(MSG_VM_LIMIT, VM_LIMIT.pack(limit, 0, reason.encode()))

@@ -43,10 +43,12 @@ def status_fields(text):
 
 
 def vms_table(text):
-    """Rows of `nuksmctl vms` as dicts keyed by the header's columns."""
+    """Rows of `nuksmctl vms` as dicts keyed by the header's columns; the
+    notes after them (limits, fairness) start with no digit."""
     lines = text.splitlines()
     header = lines[0].split()
-    return [dict(zip(header, line.split())) for line in lines[1:]]
+    return [dict(zip(header, line.split())) for line in lines[1:]
+            if line[:1].isdigit()]
 
 
 def test_status(agent, qtest_vm):
@@ -122,11 +124,17 @@ def test_vms_lists_connected_vms(agent, qtest_vm):
         "merged_remote": 0, "home": [0], "limit": None,
         "limit_reason": None, "libvirt": None,
         "uploads_read": 0, "uploads_sent": 0, "read_error": None,
+        # No merged page, so no read of one to sample yet.
+        "reads_local": 0, "reads_remote": 0, "read_window_ms": 0,
+        "read_hot_regions": 0, "read_slowdown": None,
     }
     assert by_pid[plain.pid]["name"] == "vm-plain"
     assert {r["LIMIT"] for r in rows.values()} == {"-"}
     assert {r["LIBVIRT"] for r in rows.values()} == {"-"}
     assert {r["UPLOADS"] for r in rows.values()} == {"read"}
+    assert {(r["READS"], r["WINDOW"], r["HOT"]) for r in rows.values()} == \
+        {("-", "-", "-")}
+    assert listing["read_fairness"] is None
 
 
 def test_vms_show_libvirt_registrations(start_agent, qtest_vm, workdir):

@@ -650,10 +650,8 @@ def uploads(client):
     """{client id: (uploads read, uploads sent, errno of reading)} from
     LIST_VMS of @client, which has no message pending."""
     reply = client.request(MSG_LIST_VMS, 78)
-    count, _ = VMS.unpack_from(reply.payload)
-    entries = [VM_ENTRY.unpack_from(reply.payload, VMS.size + i * VM_ENTRY.size)
-               for i in range(count)]
-    return {e[0]: e[-4:-1] for e in entries}
+    return {e.client_id: (e.uploads_read, e.uploads_sent, e.read_errno)
+            for e in harness.parse_vms(reply)}
 
 
 def test_agent_reads_uploads_from_vm_memory(agent, vms):
@@ -1085,6 +1083,33 @@ def rogue_sends_merge(agent, vms, bystander_ref):
     rogue = vms()
     rogue.send(pack(MSG_MERGE, 2, pack_slot_refs([bystander_ref])))
     return rogue, "unexpected MERGE: only nuksmd sends it", []
+
+
+def rogue_reads_outside_topology(agent, vms, bystander_ref):
+    rogue = vms()
+    # Pages 0..0x7ff: read regions 0..3.
+    rogue.topology([(0, 0)], [], [(0, 4 * harness.READ_REGION_PAGES, 0)])
+    rogue.sync()
+    rogue.reads([(3, 0), (4, 0)])
+    return rogue, "READS: region 0x4 (pages 0x800..0x9ff) holds no RAM " \
+        "its TOPOLOGY reported", []
+
+
+def rogue_reads_before_topology(agent, vms, bystander_ref):
+    rogue = vms()
+    rogue.reads([(0, 0)])
+    return rogue, "READS: region 0 (pages 0..0x1ff) holds no RAM its " \
+        "TOPOLOGY reported", []
+
+
+def rogue_reads_reserved(agent, vms, bystander_ref):
+    rogue = vms()
+    rogue.topology([(0, 0)], [], [(0, harness.READ_REGION_PAGES, 0)])
+    rogue.sync()
+    region = harness.READ_REGION.pack(0, 0)
+    rogue.send(pack(harness.MSG_READS, 7, harness.READS.pack(1, 1000, 0, 0) +
+                    region[:-1] + b"\x01"))
+    return rogue, "reserved field set in READS", []
 
 
 def rogue_control_client(agent, vms, bystander_ref):

@@ -1,6 +1,7 @@
 /*
  * Unit tests of nuksmd's placement policy (agent/core/policy.h), for K nodes:
- * who may share, where a new copy goes, where re-placement moves it.
+ * what hot means, who may share, where a new copy goes, where
+ * re-placement moves it.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -40,13 +41,32 @@ static uint64_t digest_of(uint64_t i)
     return i * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
 }
 
+/* Hot means accessed: written or read in the last --cold-windows. */
 static void test_hot(void)
 {
-    g_assert_true(policy_page_hot(0, 3));
-    g_assert_true(policy_page_hot(2, 3));
-    g_assert_false(policy_page_hot(3, 3));
-    g_assert_false(policy_page_hot(255, 255));     /* never seen written */
-    g_assert_true(policy_page_hot(254, 255));
+    const uint8_t never = NUKSM_IDLE_NEVER;
+
+    /* Written lately. */
+    g_assert_true(policy_page_hot(0, never, 3));
+    g_assert_true(policy_page_hot(2, never, 3));
+    g_assert_false(policy_page_hot(3, never, 3));
+    /* Read lately, never written: what a merged page is. */
+    g_assert_true(policy_page_hot(never, 0, 3));
+    g_assert_true(policy_page_hot(never, 2, 3));
+    g_assert_false(policy_page_hot(never, 3, 3));
+    /* Either access will do; neither, lately, is cold. */
+    g_assert_true(policy_page_hot(200, 1, 3));
+    g_assert_true(policy_page_hot(1, 200, 3));
+    g_assert_false(policy_page_hot(3, 4, 3));
+    g_assert_false(policy_page_hot(never, never, 255));  /* never seen */
+    g_assert_true(policy_page_hot(never, 254, 255));
+}
+
+/* An owner of a merged page: hot if its region was read @read_idle ago. */
+static PolicyOwner reader(uint32_t client, uint32_t home, uint8_t read_idle)
+{
+    return owner(client, home,
+                 policy_page_hot(NUKSM_IDLE_NEVER, read_idle, 3));
 }
 
 static void test_may_map(void)
@@ -101,11 +121,9 @@ static void test_new_copy_same_home(void)
     for (size_t p = 0; p < G_N_ELEMENTS(all_policies); p++) {
         PolicyLoad load = load_of(copies);
         PolicyOwner a = owner(1, 0, true), b = owner(2, 0, false);
-        uint32_t hot_owner = 77;
 
-        g_assert_cmpuint(policy_new_copy(all_policies[p], &load, &a, &b, 5,
-                                         &hot_owner), ==, 0);
-        g_assert_cmpuint(hot_owner, ==, 0);
+        g_assert_cmpuint(policy_new_copy(all_policies[p], &load, &a, &b, 5),
+                         ==, 0);
     }
 }
 
@@ -114,18 +132,17 @@ static void test_new_copy_global_and_ksm_order(void)
     static const uint64_t copies[K] = { 0, 0, 0, 0 };
     PolicyLoad load = load_of(copies);
     PolicyOwner early = owner(1, 3, false), late = owner(2, 1, false);
-    uint32_t hot_owner;
 
     /* global: the node of the page completing the match, @a. */
     g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_GLOBAL, &load, &early,
-                                     &late, 5, &hot_owner), ==, 3);
+                                     &late, 5), ==, 3);
     g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_GLOBAL, &load, &late,
-                                     &early, 5, &hot_owner), ==, 1);
+                                     &early, 5), ==, 1);
     /* ksm-order: the later VM's, whichever page came first. */
     g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_KSM_ORDER, &load,
-                                     &early, &late, 5, &hot_owner), ==, 1);
+                                     &early, &late, 5), ==, 1);
     g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_KSM_ORDER, &load,
-                                     &late, &early, 5, &hot_owner), ==, 1);
+                                     &late, &early, 5), ==, 1);
 }
 
 static void test_new_copy_fair(void)
@@ -134,31 +151,36 @@ static void test_new_copy_fair(void)
     PolicyLoad load = load_of(copies);
     PolicyOwner hot1 = owner(11, 1, true), cold2 = owner(12, 2, false);
     PolicyOwner cold0 = owner(10, 0, false), hot3 = owner(13, 3, true);
-    uint32_t hot_owner, turns[K] = { 0 };
+    uint32_t split[K] = { 0 };
 
-    /* A hot owner gets the copy, and is remembered. */
+    /* A hot owner gets the copy, whichever page came first. */
     g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_FAIR, &load, &cold2,
-                                     &hot1, 5, &hot_owner), ==, 1);
-    g_assert_cmpuint(hot_owner, ==, 11);
+                                     &hot1, 5), ==, 1);
+    g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_FAIR, &load, &hot1,
+                                     &cold2, 5), ==, 1);
     /* Cold for both: the emptier node, whichever came first. */
     g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_FAIR, &load, &cold0,
-                                     &cold2, 5, &hot_owner), ==, 2);
-    g_assert_cmpuint(hot_owner, ==, 0);
+                                     &cold2, 5), ==, 2);
     g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_FAIR, &load, &cold2,
-                                     &cold0, 5, &hot_owner), ==, 2);
-    /* Hot for both: their nodes in turn, fewer turns first. */
-    for (int i = 0; i < 10; i++) {
+                                     &cold0, 5), ==, 2);
+    /*
+     * Hot for both: half of the contents on each node, each where
+     * re-placement keeps it, whichever page came first.
+     */
+    for (uint64_t i = 0; i < DRAWS; i++) {
+        PolicyOwner both[2] = { hot1, hot3 };
         uint32_t node = policy_new_copy(NUKSM_POLICY_ID_FAIR, &load, &hot1,
-                                        &hot3, digest_of(i), &hot_owner);
+                                        &hot3, digest_of(i));
 
-        g_assert_true(node == 1 || node == 3);
-        g_assert_cmpuint(hot_owner, ==, 0);
-        turns[node]++;
+        g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_FAIR, &load, &hot3,
+                                         &hot1, digest_of(i)), ==, node);
+        g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load,
+                                              node, both, 2, digest_of(i)),
+                         ==, node);
+        split[node]++;
     }
-    g_assert_cmpuint(turns[1], ==, 5);
-    g_assert_cmpuint(turns[3], ==, 5);
-    g_assert_cmpuint(load.hot_turns[1], ==, 5);
-    g_assert_cmpuint(load.hot_turns[3], ==, 5);
+    g_assert_cmpuint(split[1] + split[3], ==, DRAWS);
+    g_assert_cmpfloat_with_epsilon((double)split[1] / DRAWS, 0.5, 0.01);
 }
 
 static void test_new_copy_adaptive(void)
@@ -166,18 +188,17 @@ static void test_new_copy_adaptive(void)
     static const uint64_t copies[K] = { 10, 3, 7, 0 };
     PolicyLoad load = load_of(copies);
     PolicyOwner cold0 = owner(10, 0, false), cold3 = owner(13, 3, false);
-    uint32_t hot_owner;
 
     /* Only cold pages share across nodes: on the emptier one. */
     g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_ADAPTIVE, &load,
-                                     &cold0, &cold3, 5, &hot_owner), ==, 3);
+                                     &cold0, &cold3, 5), ==, 3);
     load.copies[3] = 11;
     g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_ADAPTIVE, &load,
-                                     &cold0, &cold3, 5, &hot_owner), ==, 0);
+                                     &cold0, &cold3, 5), ==, 0);
     /* A tie keeps the first. */
     load.copies[3] = 10;
     g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_ADAPTIVE, &load,
-                                     &cold3, &cold0, 5, &hot_owner), ==, 3);
+                                     &cold3, &cold0, 5), ==, 3);
 }
 
 /*
@@ -195,17 +216,15 @@ static void test_priority_table_5_3(void)
     for (size_t r = 0; r < G_N_ELEMENTS(rows); r++) {
         PolicyOwner vm0 = owner(1, 0, false), vm1 = owner(2, 1, false);
         PolicyLoad load = load_of(copies);
-        uint32_t on0 = 0, hot_owner;
+        uint32_t on0 = 0;
 
         vm0.priority = rows[r].p0;
         vm1.priority = rows[r].p1;
         for (uint64_t i = 0; i < DRAWS; i++) {
             uint32_t x = policy_new_copy(NUKSM_POLICY_ID_PRIORITY, &load,
-                                         &vm0, &vm1, digest_of(i),
-                                         &hot_owner);
+                                         &vm0, &vm1, digest_of(i));
             uint32_t y = policy_new_copy(NUKSM_POLICY_ID_PRIORITY, &load,
-                                         &vm1, &vm0, digest_of(i),
-                                         &hot_owner);
+                                         &vm1, &vm0, digest_of(i));
 
             g_assert_cmpuint(x, ==, y);     /* order does not matter */
             on0 += x == 0;
@@ -248,6 +267,17 @@ static void test_moves_copies(void)
     g_assert_true(policy_moves_copies(NUKSM_POLICY_ID_PRIORITY));
 }
 
+static void test_moves_by_hotness(void)
+{
+    for (size_t p = 0; p < G_N_ELEMENTS(all_policies); p++) {
+        NuksmPolicyId policy = all_policies[p];
+
+        g_assert_cmpint(policy_moves_by_hotness(policy), ==,
+                        policy == NUKSM_POLICY_ID_FAIR ||
+                        policy == NUKSM_POLICY_ID_PRIORITY);
+    }
+}
+
 static void test_replace(void)
 {
     static const uint64_t copies[K] = { 10, 8, 9, 3 };
@@ -257,31 +287,135 @@ static void test_replace(void)
 
     /* ksm-order: the latest VM's node. */
     g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_KSM_ORDER, &load,
-                                          0, o, 3, 0, 5), ==, 2);
-    /* fair: with the owner it is hot for, while that one maps it. */
-    g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 0, o,
-                                          3, 5, 5), ==, 1);
-    /* Else to the emptiest owner's node, if that gains more than one. */
-    g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 0, o,
-                                          3, 42, 5), ==, 3);
-    load.copies[0] = 4;
-    g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 0, o,
-                                          3, 0, 5), ==, 0);
-    load.copies[0] = 5;
-    g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 0, o,
-                                          3, 0, 5), ==, 3);
-    /* priority: the same draw as for a new copy. */
+                                          0, o, 3, 5), ==, 2);
+    /* priority, no owner hot: the same draw as for a new copy. */
     for (uint64_t i = 0; i < 100; i++) {
         g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_PRIORITY,
-                                              &load, 0, o, 3, 0,
+                                              &load, 0, o, 3,
                                               digest_of(i)), ==,
                          o[policy_priority_pick(o, 3, digest_of(i))].home);
     }
     /* global and adaptive leave copies where they are. */
     g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_GLOBAL, &load, 0,
-                                          o, 3, 0, 5), ==, 0);
+                                          o, 3, 5), ==, 0);
     g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_ADAPTIVE, &load, 0,
-                                          o, 3, 0, 5), ==, 0);
+                                          o, 3, 5), ==, 0);
+}
+
+/*
+ * fair, a copy no owner read lately: to the emptiest owner's node, only
+ * if that brings the nodes closer by more than one copy.
+ */
+static void test_replace_fair_idle_balanced(void)
+{
+    static const uint64_t copies[K] = { 10, 8, 9, 3 };
+    PolicyLoad load = load_of(copies);
+    PolicyOwner o[3] = { reader(5, 1, 3), reader(9, 2, 200),
+                         reader(7, 3, NUKSM_IDLE_NEVER) };
+
+    g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 0, o,
+                                          3, 5), ==, 3);
+    load.copies[0] = 4;
+    g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 0, o,
+                                          3, 5), ==, 0);
+    load.copies[0] = 5;
+    g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 0, o,
+                                          3, 5), ==, 3);
+    /* Already on the emptiest owner's node: it stays. */
+    g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 3, o,
+                                          3, 5), ==, 3);
+}
+
+/*
+ * fair, a copy read lately by one VM: to that VM's node, however full,
+ * for every content; owners read long ago count as idle.  The old,
+ * write-only hot called every merged page cold and balanced it.
+ */
+static void test_replace_fair_read_by_one(void)
+{
+    static const uint64_t copies[K] = { 10, 50, 9, 3 };
+    PolicyLoad load = load_of(copies);
+    PolicyOwner o[3] = { reader(5, 1, 0), reader(9, 2, 3),
+                         reader(7, 3, NUKSM_IDLE_NEVER) };
+    /* Two readers, of one node (one VM with two pages, or two VMs). */
+    PolicyOwner same[3] = { reader(5, 2, 1), reader(9, 2, 2),
+                            reader(7, 3, NUKSM_IDLE_NEVER) };
+
+    for (uint64_t i = 0; i < 1000; i++) {
+        g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load,
+                                              0, o, 3, digest_of(i)), ==, 1);
+        g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load,
+                                              1, o, 3, digest_of(i)), ==, 1);
+        g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load,
+                                              3, same, 3, digest_of(i)),
+                         ==, 2);
+    }
+}
+
+/*
+ * fair, copies read lately by two VMs of two nodes: about half of the
+ * contents on each node, decided by the content alone: the same on every
+ * pass, wherever the copy is and in whatever order the pages come, so
+ * that a copy, once placed, stays.
+ */
+static void test_replace_fair_read_by_two(void)
+{
+    static const uint64_t copies[K] = { 0, 1000, 0, 0 };
+    PolicyLoad load = load_of(copies);
+    PolicyOwner o[3] = { reader(5, 1, 0), reader(9, 3, 2),
+                         reader(7, 2, NUKSM_IDLE_NEVER) };
+    PolicyOwner reversed[3] = { o[2], o[1], o[0] };
+    uint32_t on[K] = { 0 };
+
+    for (uint64_t i = 0; i < DRAWS; i++) {
+        uint32_t node = policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 0,
+                                             o, 3, digest_of(i));
+
+        g_assert_true(node == 1 || node == 3);
+        for (uint32_t from = 0; from < K; from++) {
+            g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR,
+                                                  &load, from, reversed, 3,
+                                                  digest_of(i)), ==, node);
+        }
+        on[node]++;
+    }
+    g_assert_cmpfloat_with_epsilon((double)on[1] / DRAWS, 0.5, 0.01);
+}
+
+/*
+ * priority: the readers draw, by their priorities; the owners nobody
+ * reads lately draw only when no owner is read.
+ */
+static void test_replace_priority_weighs_readers(void)
+{
+    static const uint64_t copies[K] = { 0 };
+    PolicyLoad load = load_of(copies);
+    PolicyOwner o[3] = { reader(5, 0, 0), reader(9, 1, 1),
+                         reader(7, 2, NUKSM_IDLE_NEVER) };
+    uint32_t on[K] = { 0 };
+
+    o[0].priority = 10;
+    o[1].priority = 1;
+    o[2].priority = NUKSM_PRIORITY_MAX;
+    for (uint64_t i = 0; i < DRAWS; i++) {
+        on[policy_relocate_node(NUKSM_POLICY_ID_PRIORITY, &load, 2, o, 3,
+                                digest_of(i))]++;
+    }
+    g_assert_cmpuint(on[2], ==, 0);
+    g_assert_cmpfloat_with_epsilon((double)on[0] / DRAWS, 10.0 / 11, 0.01);
+
+    /*
+     * A new copy too: a reader of priority 1 takes it from an idle owner
+     * of the highest priority.
+     */
+    for (uint64_t i = 0; i < 1000; i++) {
+        PolicyOwner a = reader(1, 1, 0), b = reader(2, 2, 200);
+
+        a.priority = 1;
+        b.priority = NUKSM_PRIORITY_MAX;
+        g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_PRIORITY, &load,
+                                         &b, &a, digest_of(i)), ==, 1);
+    }
 }
 
 int main(int argc, char **argv)
@@ -298,6 +432,15 @@ int main(int argc, char **argv)
     g_test_add_func("/policy/priority/table-5.3", test_priority_table_5_3);
     g_test_add_func("/policy/priority/k-owners", test_priority_k_owners);
     g_test_add_func("/policy/moves-copies", test_moves_copies);
+    g_test_add_func("/policy/moves-by-hotness", test_moves_by_hotness);
     g_test_add_func("/policy/replace", test_replace);
+    g_test_add_func("/policy/replace/fair-idle-balanced",
+                    test_replace_fair_idle_balanced);
+    g_test_add_func("/policy/replace/fair-read-by-one",
+                    test_replace_fair_read_by_one);
+    g_test_add_func("/policy/replace/fair-read-by-two",
+                    test_replace_fair_read_by_two);
+    g_test_add_func("/policy/replace/priority-weighs-readers",
+                    test_replace_priority_weighs_readers);
     return g_test_run();
 }

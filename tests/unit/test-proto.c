@@ -156,6 +156,34 @@ static size_t pack_batch(void *buf, NuksmMsgType type, uint32_t seq,
     return nuksm_msg_pack(buf, type, seq, b, len);
 }
 
+/* Pack a READS of @count regions, 7, 8, ..., read 0, 1, ... samples ago. */
+static size_t pack_reads(void *buf, uint32_t seq, uint32_t count)
+{
+    size_t len = sizeof(NuksmMsgReads) + count * sizeof(NuksmReadRegion);
+    g_autofree NuksmMsgReads *m = g_malloc0(len);
+    NuksmReadRegion *r = (NuksmReadRegion *)(m + 1);
+
+    m->count = count;
+    m->window_ms = 1000;
+    m->reads_local = 30;
+    m->reads_remote = 12;
+    for (uint32_t n = 0; n < count; n++) {
+        r[n].region = 7 + n;
+        r[n].idle = n % (NUKSM_IDLE_NEVER + 1);
+    }
+    return nuksm_msg_pack(buf, NUKSM_MSG_READS, seq, m, len);
+}
+
+static NuksmMsgReads *reads_of(void *buf)
+{
+    return payload_of(buf);
+}
+
+static NuksmReadRegion *regions_of(void *buf)
+{
+    return (NuksmReadRegion *)(reads_of(buf) + 1);
+}
+
 /* Two guest nodes, the second bound to host node 1, three vCPUs. */
 static NuksmMsgTopology *topology_msg(void)
 {
@@ -275,6 +303,8 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
         NuksmMsgCharge c = { .cpu_ns = NUKSM_CHARGE_MIN_NS };
         return nuksm_msg_pack(buf, type, seq, &c, sizeof(c));
     }
+    case NUKSM_MSG_READS:
+        return pack_reads(buf, seq, 5);
     default:
         g_assert_not_reached();
     }
@@ -948,6 +978,73 @@ static void test_reject_candidates(void)
     assert_rejected(BUF, size, "reserved field set in CANDIDATES");
 }
 
+static void test_reads(void)
+{
+    const NuksmReadRegion *r;
+    size_t size = pack_reads(BUF, 0, 3);
+
+    assert_valid(BUF, size);
+    g_assert_cmpuint(reads_of(BUF)->window_ms, ==, 1000);
+    g_assert_cmpuint(reads_of(BUF)->reads_local, ==, 30);
+    g_assert_cmpuint(reads_of(BUF)->reads_remote, ==, 12);
+    r = regions_of(BUF);
+    g_assert_cmpuint(r[2].region, ==, 9);
+    g_assert_cmpuint(r[2].idle, ==, 2);
+
+    /* Any count of samples, never read included; no region at all. */
+    regions_of(BUF)[1].idle = NUKSM_IDLE_NEVER;
+    assert_valid(BUF, size);
+    assert_valid(BUF, pack_reads(BUF, 0, 0));
+
+    /* The largest fits a datagram; one more region does not. */
+    size = pack_reads(BUF, 0, NUKSM_READS_MAX);
+    g_assert_cmpuint(size, <=, NUKSM_MSG_MAX);
+    g_assert_cmpuint(size + sizeof(NuksmReadRegion), >, NUKSM_MSG_MAX);
+    assert_valid(BUF, size);
+}
+
+static void test_reject_reads(void)
+{
+    /* The last region whose pages a 64-bit RAM address space holds. */
+    const uint64_t last = UINT64_MAX / NUKSM_PAGE_SIZE /
+                          NUKSM_READ_REGION_PAGES;
+    NuksmMsgReads head = { .count = 0 };
+    size_t size;
+
+    /* The count claims more or fewer regions than the payload carries. */
+    size = pack_reads(BUF, 0, 3);
+    reads_of(BUF)->count = 4;
+    assert_rejected(BUF, size, "READS size does not match its count");
+    reads_of(BUF)->count = 2;
+    assert_rejected(BUF, size, "READS size does not match its count");
+    reads_of(BUF)->count = UINT32_MAX;
+    assert_rejected(BUF, size, "READS size does not match its count");
+    size = pack_reads(BUF, 0, 3);
+    hdr_of(BUF)->len -= 8;
+    assert_rejected(BUF, size - 8, "READS size does not match its count");
+    /* Shorter than its head. */
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_READS, 0, &head, sizeof(head) - 1);
+    assert_rejected(BUF, size, "READS size does not match its count");
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_READS, 0, NULL, 0);
+    assert_rejected(BUF, size, "READS size does not match its count");
+
+    /* Any reserved byte of any region, the last one too. */
+    for (size_t b = 0; b < sizeof(regions_of(BUF)->reserved); b++) {
+        size = pack_reads(BUF, 0, 3);
+        regions_of(BUF)[2].reserved[b] = 0x80;
+        assert_rejected(BUF, size, "reserved field set in READS");
+    }
+
+    /* A region beyond the RAM address space. */
+    size = pack_reads(BUF, 0, 3);
+    regions_of(BUF)[2].region = last;
+    assert_valid(BUF, size);
+    regions_of(BUF)[2].region = last + 1;
+    assert_rejected(BUF, size, "region out of range in READS");
+    regions_of(BUF)[2].region = UINT64_MAX;
+    assert_rejected(BUF, size, "region out of range in READS");
+}
+
 static void test_reject_store(void)
 {
     NuksmMsgStore st = { .node = NUKSM_MAX_NODES, .size = 1ull << 30 };
@@ -1070,6 +1167,8 @@ int main(int argc, char **argv)
     g_test_add_func("/proto/reject/candidates", test_reject_candidates);
     g_test_add_func("/proto/reject/moves", test_reject_moves);
     g_test_add_func("/proto/reject/condition", test_reject_condition);
+    g_test_add_func("/proto/reads", test_reads);
+    g_test_add_func("/proto/reject/reads", test_reject_reads);
     g_test_add_func("/proto/vms-max-entries", test_vms_max_entries);
     g_test_add_func("/proto/policy-names", test_policy_names);
     g_test_add_func("/proto/msg-type-names", test_msg_type_names);
