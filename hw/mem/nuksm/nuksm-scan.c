@@ -789,6 +789,8 @@ static bool nuksm_scan_throttle(NuksmScanner *sc, int64_t wall_ns,
     int64_t sleep_ns, deadline;
     bool go_on;
 
+    /* A long pass keeps the mapping budget and read sampling going. */
+    nuksm_commit_tick(sc->s->commit);
     qemu_mutex_lock(&ctl->lock);
     sleep_ns = (int64_t)(used_ns * 100.0 / ctl->max_cpu) - window_ns;
     if (ctl->scan_rate) {
