@@ -1046,6 +1046,12 @@ void nuksm_commit_tick(NuksmCommit *c)
     qemu_mutex_unlock(&c->pages->lock);
 }
 
+/* How long until nuksm_commit_tick() has work (ns), at most. */
+int64_t nuksm_commit_tick_due_ns(NuksmCommit *c)
+{
+    return nuksm_reads_due_ns(c->s->reads);
+}
+
 /*
  * Take or release userfaultfd on the eligible RAM.  nuksm holds it only
  * while active: migration, postcopy and background snapshots use

@@ -60,7 +60,7 @@ struct NuksmReads {
     unsigned tail;              /* written by the scanner thread */
     uint64_t lost;              /* atomic: noted with the queue full */
 
-    /* The scanner thread's, under page_lock */
+    /* The scanner thread's (nuksm_reads_tick() holds page_lock) */
     int pagemap_fd;
     int64_t window_start;       /* ns; 0 while no window is open */
     GArray *probes;             /* pages probed in the open window */
@@ -441,6 +441,19 @@ void nuksm_reads_tick(NuksmReads *r, int uffd, uint32_t epoch)
     r->stats.probes += r->probes->len;
     qemu_mutex_unlock(&r->lock);
     trace_nuksm_reads_window(r->probes->len, changed->len);
+}
+
+int64_t nuksm_reads_due_ns(NuksmReads *r)
+{
+    int64_t window_ns;
+
+    qemu_mutex_lock(&r->lock);
+    window_ns = (int64_t)r->window_ms * SCALE_MS;
+    qemu_mutex_unlock(&r->lock);
+    if (!r->window_start || !window_ns) {
+        return INT64_MAX;
+    }
+    return MAX(0, r->window_start + window_ns - get_clock());
 }
 
 void nuksm_reads_get_stats(NuksmReads *r, NuksmReadStats *stats)

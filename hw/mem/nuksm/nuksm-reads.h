@@ -58,6 +58,12 @@ void nuksm_reads_note(NuksmReads *r, uint64_t addr);
  */
 void nuksm_reads_tick(NuksmReads *r, int uffd, uint32_t epoch);
 
+/*
+ * Scanner thread: how long until the open window is over (ns), or
+ * INT64_MAX while none is open.
+ */
+int64_t nuksm_reads_due_ns(NuksmReads *r);
+
 /* Any thread: the figures so far. */
 void nuksm_reads_get_stats(NuksmReads *r, NuksmReadStats *stats);
 
