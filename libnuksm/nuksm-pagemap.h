@@ -23,12 +23,19 @@
  * Does the page of entry @pm still read the file?  Resident from the file,
  * or not faulted in yet (a read would fault the file's page in).  Present
  * and not the file's, or swapped out, it is the process's own copy: a
- * write made it anonymous (copy-on-write).
+ * write made it anonymous (copy-on-write).  But swapped out and
+ * write-protected by userfaultfd may also be the marker the kernel
+ * leaves for a while where QEMU drops a protected page that reads the
+ * file (a merge in place, a read probe): taken as reading it, so that
+ * the agent never frees a slot under it; QEMU never leaves a merged page
+ * protected, so it does not take a copy for one.
  */
 static inline bool nuksm_pagemap_reads_file(uint64_t pm)
 {
-    return !(pm & NUKSM_PM_SWAPPED) &&
-           (!(pm & NUKSM_PM_PRESENT) || (pm & NUKSM_PM_FILE));
+    if (pm & NUKSM_PM_SWAPPED) {
+        return pm & NUKSM_PM_UFFD_WP;
+    }
+    return !(pm & NUKSM_PM_PRESENT) || (pm & NUKSM_PM_FILE);
 }
 
 #endif /* NUKSM_PAGEMAP_H */

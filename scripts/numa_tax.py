@@ -12,10 +12,20 @@ Its modelled slowdown against a run without deduplication is
 and the thesis' fairness metric (nuKSM §5.2) is min/max slowdown over
 the VMs: 1 is fair, lower means some VM pays others' NUMA tax.
 
-    scripts/numa_tax.py --footprint PAGES QMP_SOCKET...
+That model counts pages, as if every page were touched alike.  The
+accesses themselves are what read sampling catches (docs/placement.rst):
+each VM's reads of merged pages, local and remote.  Their slowdown is
 
-queries each VM's merged-local/merged-remote (query-nuksm) and prints
-the model; tests import model().
+    slowdown = (L * local + R * remote) / (L * (local + remote))
+
+the slowdown of the VM's accesses to merged pages, with its fairness in
+the same way.
+
+    scripts/numa_tax.py [--footprint PAGES] QMP_SOCKET...
+
+queries each VM's merged-local/merged-remote and reads-local/
+reads-remote (query-nuksm) and prints both models (the page model only
+with --footprint); tests import model() and reads_model().
 """
 
 import argparse
@@ -46,6 +56,23 @@ def model(localities, footprint, local_ns=LOCAL_NS, remote_ns=REMOTE_NS):
             "fairness": round(min(slowdowns) / max(slowdowns), 4)}
 
 
+def reads_model(reads, local_ns=LOCAL_NS, remote_ns=REMOTE_NS):
+    """@reads: (local, remote) sampled reads of merged pages per VM.
+    Returns a JSON-able report; a VM with no read caught has slowdown 1."""
+    vms = []
+    for local, remote in reads:
+        total = local + remote
+        latency = (local_ns * local + remote_ns * remote) / total \
+            if total else local_ns
+        vms.append({"reads-local": local, "reads-remote": remote,
+                    "remote-share": round(remote / total, 4) if total else 0,
+                    "latency-ns": round(latency, 2),
+                    "slowdown": round(latency / local_ns, 4)})
+    slowdowns = [vm["slowdown"] for vm in vms]
+    return {"local-ns": local_ns, "remote-ns": remote_ns, "vms": vms,
+            "fairness": round(min(slowdowns) / max(slowdowns), 4)}
+
+
 async def query(path):
     from qemu.qmp import QMPClient
 
@@ -55,18 +82,24 @@ async def query(path):
         infos = await qmp.execute("query-nuksm")
     finally:
         await qmp.disconnect()
-    return (sum(i["merged-local"] for i in infos),
-            sum(i["merged-remote"] for i in infos))
+    return ((sum(i["merged-local"] for i in infos),
+             sum(i["merged-remote"] for i in infos)),
+            (sum(i["reads-local"] for i in infos),
+             sum(i["reads-remote"] for i in infos)))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--footprint", type=int, required=True,
-                        help="pages each VM touches")
+    parser.add_argument("--footprint", type=int,
+                        help="pages each VM touches (the page model)")
     parser.add_argument("qmp", nargs="+", help="QMP unix socket of a VM")
     args = parser.parse_args()
-    localities = [asyncio.run(query(path)) for path in args.qmp]
-    json.dump(model(localities, args.footprint), sys.stdout, indent=2)
+    figures = [asyncio.run(query(path)) for path in args.qmp]
+    report = {"reads": reads_model([reads for _, reads in figures])}
+    if args.footprint:
+        report["pages"] = model([pages for pages, _ in figures],
+                                args.footprint)
+    json.dump(report, sys.stdout, indent=2)
     print()
 
 

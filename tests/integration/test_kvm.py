@@ -26,19 +26,30 @@ def region_pattern():
     return page * REGION_PAGES
 
 
-@pytest.fixture(scope="module")
-def bootblock(tmp_path_factory):
-    """The boot sector, assembled, on a 1 MiB raw disk image."""
-    out = tmp_path_factory.mktemp("kvm-guest")
-    source = harness.ROOT / "tests/guests/kvm-bootblock.S"
-    subprocess.run(["gcc", "-m32", "-c", "-o", out / "boot.o", source],
+def assemble(out, name):
+    """tests/guests/@name.S, assembled, on a 1 MiB raw disk image."""
+    source = harness.ROOT / f"tests/guests/{name}.S"
+    subprocess.run(["gcc", "-m32", "-c", "-o", out / f"{name}.o", source],
                    check=True, timeout=60)
     subprocess.run(["ld", "-m", "elf_i386", "-e", "start", "-Ttext",
-                    "0x7c00", "--oformat", "binary", "-o", out / "boot.img",
-                    out / "boot.o"], check=True, timeout=60)
-    assert (out / "boot.img").stat().st_size == 512
-    os.truncate(out / "boot.img", 1 << 20)
-    return out / "boot.img"
+                    "0x7c00", "--oformat", "binary", "-o",
+                    out / f"{name}.img", out / f"{name}.o"],
+                   check=True, timeout=60)
+    assert (out / f"{name}.img").stat().st_size == 512
+    os.truncate(out / f"{name}.img", 1 << 20)
+    return out / f"{name}.img"
+
+
+@pytest.fixture(scope="module")
+def bootblock(tmp_path_factory):
+    """The writing boot sector (kvm-bootblock.S) on a disk image."""
+    return assemble(tmp_path_factory.mktemp("kvm-guest"), "kvm-bootblock")
+
+
+@pytest.fixture(scope="module")
+def reader(tmp_path_factory):
+    """The reading boot sector (kvm-reader.S) on a disk image."""
+    return assemble(tmp_path_factory.mktemp("kvm-reader"), "kvm-reader")
 
 
 @pytest.fixture
@@ -98,3 +109,48 @@ def test_kvm_guest_merges_and_writes_land(kvm, bootblock, agent, start_vm,
                          "the written pages to show as hot", timeout=30)
     assert info["hotness"]["source"] == "dirty-log"
     assert "error" not in info["hotness"]
+
+
+def start_kvm_guest(start_vm, workdir, name, disk, agent, **props):
+    debug = workdir / f"{name}-debugcon.log"
+    vm = start_vm(name, [
+        "-accel", "kvm", "-machine", "q35", "-m", "64M", "-nodefaults",
+        "-display", "none",
+        "-drive", f"file={disk},format=raw,if=virtio,snapshot=on",
+        "-chardev", f"file,id=dbg,path={debug}",
+        "-device", "isa-debugcon,iobase=0xe9,chardev=dbg",
+        "-object", harness.nuksm_object(id="dedup0", agent=agent.sock,
+                                        max_cpu=100, **props)])
+    wait_until(lambda: "F" in harness.read_log(debug), 120,
+               f"{name} to fill its region")
+    return vm
+
+
+def sweeps(vm, workdir):
+    return struct.unpack("<I", pmemsave(vm, workdir, 16 << 20, 4))[0]
+
+
+def test_kvm_vcpu_reads_of_merged_pages_are_caught(kvm, reader, agent,
+                                                   start_vm, workdir):
+    """A vCPU that only reads merged pages, through KVM: read sampling
+    catches its reads (minor faults of KVM's own page faults), the guest
+    keeps sweeping, and what it reads stays the shared content."""
+    vm = start_kvm_guest(start_vm, workdir, "kvm-reader", reader, agent,
+                         hot_window=100)
+    vm.wait_nuksm(lambda i: i["merged-pages"] - i["zero-pages"] >=
+                  REGION_PAGES, "the region to merge", timeout=60)
+    before = vm.nuksm()["hotness"]["reads"]
+    info = vm.wait_nuksm(
+        lambda i: i["hotness"]["reads"]["windows"] >= before["windows"] + 10
+        and i["hotness"]["reads"]["reads"] >= before["reads"] + 5,
+        "the vCPU's reads to be caught in five windows", timeout=60)
+    reads = info["hotness"]["reads"]
+    assert reads["source"] == "minor-faults" and reads["read-regions"] >= 1
+    assert info["reads-local"] + info["reads-remote"] == reads["reads"]
+    swept = sweeps(vm, workdir)
+    wait_until(lambda: sweeps(vm, workdir) > swept, 10,
+               "the guest to go on sweeping")
+    assert pmemsave(vm, workdir, REGION_START, REGION_PAGES * PAGE) == \
+        region_pattern()
+    assert vm.nuksm()["merged-pages"] - vm.nuksm()["zero-pages"] >= \
+        REGION_PAGES

@@ -10,6 +10,7 @@ the merged copies ended up (merged-local / merged-remote are exact).
 
 import os
 import random
+import re
 import time
 
 import pytest
@@ -530,3 +531,117 @@ def test_numatune_means_nothing_under_fake_numa(cpuset_cgroup, start_agent,
     while time.monotonic() < deadline:
         assert [source for _, source in home(vm)] == ["running"], home(vm)
         time.sleep(0.25)
+
+
+# nuKSM's five-page example (thesis §4.1), at scale: five regions P0..P4
+# of identical content in both VMs.  vm0 keeps reading P0, vm1 P1, both
+# read P2 and P3, nobody touches P4.  Merged pages are only ever read:
+# reads are what placement must follow (docs/placement.rst).
+FIVE_REGION = 4 * MIB
+FIVE_PAGES = FIVE_REGION // PAGE
+P = [96 * MIB + i * FIVE_REGION for i in range(5)]
+READERS = {0: (P[0], P[2], P[3]), 1: (P[1], P[2], P[3])}
+
+
+def guest_ram_hva(vm):
+    """Where pc.ram, guest addresses from 0, lies in QEMU's memory."""
+    for line in vm.hmp("info ramblock").splitlines():
+        if line.split() and line.split()[0] == "pc.ram":
+            return int(re.findall(r"0x[0-9a-f]+", line)[3], 16)
+    raise AssertionError("no pc.ram in info ramblock")
+
+
+def copy_nodes(vm, at, size):
+    """How many pages of guest [@at, @at + @size) map a copy on each
+    node (store-node<N>), from QEMU's memory map."""
+    start = guest_ram_hva(vm) + at
+    vmas = []
+    with open(f"/proc/{vm.pid}/maps") as maps:
+        for line in maps:
+            parts = line.split()
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if hi > start and lo < start + size:
+                name = os.path.basename(parts[5]) if len(parts) > 5 else ""
+                node = re.fullmatch(r"store-node(\d+)", name)
+                vmas.append((lo, hi, int(node[1]) if node else None))
+    counts = {}
+    for lo, hi, node in vmas:
+        pages = (min(hi, start + size) - max(lo, start)) // PAGE
+        counts[node] = counts.get(node, 0) + pages
+    return counts
+
+
+def remote_share(vm, before):
+    """Of the reads of merged pages caught since @before (a query-nuksm),
+    the share of those of a copy on another node."""
+    info = vm.nuksm()
+    local = info["reads-local"] - before["reads-local"]
+    remote = info["reads-remote"] - before["reads-remote"]
+    assert local + remote >= 20, f"too few reads caught in {vm.name}"
+    return remote / (local + remote)
+
+
+def read_while(vms, done, timeout, what):
+    """Each VM reads its READERS regions over and over until done()."""
+    qtests = [Qtest(vm.qtest_path) for vm in vms]
+    try:
+        def read_round():
+            for i, q in enumerate(qtests):
+                for at in READERS[i]:
+                    read_big(q, at, FIVE_REGION)
+            return done()
+        wait_until(read_round, timeout, what)
+    finally:
+        for q in qtests:
+            q.close()
+
+
+def test_fair_follows_reads_five_pages(numa_pair):
+    """nuKSM's five-page example under fair: once settled, the copies one
+    VM alone reads are on its node, those both read split half and half,
+    and the VM that pays most of the NUMA tax pays at most half of what
+    it pays under ksm-order, counted in the reads sampling caught."""
+    agent, vms = numa_pair("ksm-order", hot_window=200)
+    # Each region its own content, the same in both VMs.
+    contents = [random.Random(17 + n).randbytes(FIVE_REGION) for n in P]
+    qtests = [Qtest(vm.qtest_path) for vm in vms]
+    for q in qtests:
+        for at, content in zip(P, contents):
+            write_big(q, at, content)
+    for q in qtests:
+        q.close()
+    enable(vms)
+    pages = 5 * FIVE_PAGES
+    wait_until(lambda: all(sum(locality(vm)) >= pages for vm in vms), 120,
+               f"the {pages} pages of P0..P4 to merge")
+
+    # ksm-order: every copy on the later VM's node.
+    before = [vm.nuksm() for vm in vms]
+    read_while(vms, lambda: all(vm.nuksm()["hotness"]["reads"]["windows"]
+                                >= b["hotness"]["reads"]["windows"] + 10
+                                for vm, b in zip(vms, before)), 120,
+               "ten read windows under ksm-order")
+    ksm_order = [remote_share(vm, b) for vm, b in zip(vms, before)]
+
+    harness.ctl_ok(agent.sock, "policy", "fair")
+
+    def settled():
+        p0, p1 = copy_nodes(vms[0], P[0], FIVE_REGION), \
+            copy_nodes(vms[1], P[1], FIVE_REGION)
+        # P2 and P3, read by both, split; P4, idle, balances the nodes.
+        split = [copy_nodes(vms[0], P[k], FIVE_REGION).get(0, 0) /
+                 FIVE_PAGES for k in (2, 3, 4)]
+        return p0.get(0, 0) == FIVE_PAGES and \
+            p1.get(1, 0) == FIVE_PAGES and \
+            all(0.45 <= s <= 0.55 for s in split[:2]) and \
+            0.4 <= split[2] <= 0.6
+    read_while(vms, settled, 180, "fair to place the copies by their reads")
+    before = [vm.nuksm() for vm in vms]
+    read_while(vms, lambda: all(vm.nuksm()["hotness"]["reads"]["windows"]
+                                >= b["hotness"]["reads"]["windows"] + 10
+                                for vm, b in zip(vms, before)), 120,
+               "ten read windows under fair")
+    fair = [remote_share(vm, b) for vm, b in zip(vms, before)]
+    print("remote shares of sampled reads: ksm-order", ksm_order,
+          "fair", fair)
+    assert max(fair) <= max(ksm_order) / 2, (ksm_order, fair)

@@ -191,18 +191,21 @@ def test_info_nuksm(agent, qtest_vm):
                         lines[5]), lines[5]
     assert re.fullmatch(r"  hotness dirty-log, window 1000 ms, \d+ samples, "
                         r"\d+ pages written in the last", lines[6]), lines[6]
-    assert lines[7] == "  io-hints on: 0 pages hinted, 0 dropped, " \
+    assert re.fullmatch(r"  reads minor-faults: 256 samples a window, \d+ "
+                        r"windows, 0 reads caught \(local 0, remote 0\), "
+                        r"0 regions read", lines[7]), lines[7]
+    assert lines[8] == "  io-hints on: 0 pages hinted, 0 dropped, " \
                        "0 served, 0 merged"
     assert re.fullmatch(r"  hashing adaptive, now \d+ bytes: \d+ pages "
                         r"sampled, \d+ hashed in full, \d+ misses",
-                        lines[8]), lines[8]
+                        lines[9]), lines[9]
     assert re.fullmatch(r"  regions \(distilling off\): 0 0 0 \d+ on levels "
                         r"bottom to top, 0 promotions, 0 demotions",
-                        lines[9]), lines[9]
+                        lines[10]), lines[10]
     limit = int(open("/proc/sys/vm/max_map_count").read())
     budget = limit - max(4096, limit // 10)
     assert re.fullmatch(rf"  mappings \d+, budget {budget} of "
-                        rf"vm.max_map_count {limit}", lines[10]), lines[10]
+                        rf"vm.max_map_count {limit}", lines[11]), lines[11]
     assert "  excluded pc.bios (256 KiB): rom" in lines
 
 
@@ -216,8 +219,10 @@ def test_hot_window_property(agent, qtest_vm):
     hot = vm.nuksm()["hotness"]
     assert hot["source"] == "dirty-log" and hot["window-ms"] == 20
     assert "error" not in hot
-    assert hot["access-bits"] == os.path.exists(
-        "/sys/kernel/mm/page_idle/bitmap")
+    # Reads are sampled in the same windows, by minor faults.
+    assert hot["reads"]["source"] == "minor-faults", hot["reads"]
+    wait_until(lambda: vm.nuksm()["hotness"]["reads"]["windows"] >= 3, 10,
+               "three read sampling windows")
     for bad in (5, 600001):
         assert qmp_error(vm, "qom-set", path="/objects/dedup0",
                          property="hot-window", value=bad) == (
@@ -225,6 +230,28 @@ def test_hot_window_property(agent, qtest_vm):
             f"and 600000 ms, got {bad}")
     vm.cmd("qom-set", path="/objects/dedup0", property="hot-window", value=0)
     assert vm.nuksm()["hotness"]["source"] == "off"
+    reads = vm.nuksm()["hotness"]["reads"]
+    assert reads["source"] == "off", reads
+    assert reads["note"] == "property hot-window is 0"
+
+
+def test_read_samples_property(agent, qtest_vm):
+    """read-samples: 0 turns read sampling off and says so; out-of-range
+    values are refused naming the property and the range."""
+    vm = qtest_vm(agent=agent.sock, read_samples=64)
+    vm.wait_state("active")
+    reads = vm.nuksm()["hotness"]["reads"]
+    assert reads["source"] == "minor-faults" and reads["samples"] == 64
+    assert "note" not in reads
+    assert qmp_error(vm, "qom-set", path="/objects/dedup0",
+                     property="read-samples", value=65537) == (
+        "nuksm: property 'read-samples' must be between 0 and 65536, "
+        "got 65537")
+    vm.cmd("qom-set", path="/objects/dedup0", property="read-samples",
+           value=0)
+    reads = vm.nuksm()["hotness"]["reads"]
+    assert reads["source"] == "off" and reads["samples"] == 0
+    assert reads["note"] == "property read-samples is 0"
 
 
 def test_info_nuksm_without_object(workdir, start_vm):

@@ -37,6 +37,7 @@
 #include "nuksm-maps.h"
 #include "nuksm-outbox.h"
 #include "nuksm-ram.h"
+#include "nuksm-reads.h"
 #include "nuksm-remap.h"
 #include "trace.h"
 
@@ -1032,12 +1033,23 @@ void nuksm_commit_start(NuksmCommit *c, uint32_t epoch)
                            (NuksmSlotRef *)refs->data, refs->len);
 }
 
-/* Look whether the mapping budget's figures are due (scanner thread). */
+/*
+ * Look whether the mapping budget's figures are due, and a read sampling
+ * window is over (scanner thread).
+ */
 void nuksm_commit_tick(NuksmCommit *c)
 {
     qemu_mutex_lock(&c->pages->lock);
     nuksm_maps_tick(c, false);
+    nuksm_reads_tick(c->s->reads, c->uffd,
+                     nuksm_control_epoch(c->s->control));
     qemu_mutex_unlock(&c->pages->lock);
+}
+
+/* How long until nuksm_commit_tick() has work (ns), at most. */
+int64_t nuksm_commit_tick_due_ns(NuksmCommit *c)
+{
+    return nuksm_reads_due_ns(c->s->reads);
 }
 
 /*
@@ -1050,6 +1062,7 @@ void nuksm_commit_tick(NuksmCommit *c)
 static bool nuksm_commit_register(RAMBlock *rb, uint8_t gnode, void *opaque)
 {
     NuksmCommit *c = opaque;
+    NuksmBlockState *bs = nuksm_pages_find(c->pages, rb);
     Error *err = NULL;
 
     if (!nuksm_remap_register(c->uffd, rb->host, rb->used_length, &err)) {
@@ -1057,6 +1070,26 @@ static bool nuksm_commit_register(RAMBlock *rb, uint8_t gnode, void *opaque)
         return true;
     }
     nuksm_remap_track(c->uffd, rb->host, rb->used_length, false);
+    /* The mappings of stores report reads too. */
+    for (uint64_t i = 0; bs && i < bs->nr_pages;) {
+        uint64_t n = 1;
+
+        if (!(nuksm_page_flags(bs, i) & NUKSM_PAGE_REMAPPED)) {
+            i++;
+            continue;
+        }
+        while (i + n < bs->nr_pages &&
+               (nuksm_page_flags(bs, i + n) & NUKSM_PAGE_REMAPPED)) {
+            n++;
+        }
+        if (!nuksm_remap_register_store(c->uffd,
+                                        rb->host + i * NUKSM_PAGE_SIZE,
+                                        n * NUKSM_PAGE_SIZE, &err)) {
+            warn_report_err(err);
+            err = NULL;
+        }
+        i += n;
+    }
     return true;
 }
 

@@ -99,6 +99,7 @@ NuksmWork *nuksm_commit_next(NuksmCommit *c);
 void nuksm_commit_serve(NuksmCommit *c, NuksmWork *w, uint32_t epoch);
 void nuksm_commit_start(NuksmCommit *c, uint32_t epoch);
 void nuksm_commit_tick(NuksmCommit *c);
+int64_t nuksm_commit_tick_due_ns(NuksmCommit *c);
 /* ... with page_lock held */
 bool nuksm_commit_tracks_writes(NuksmCommit *c);
 void nuksm_commit_track(NuksmCommit *c, void *host, size_t len);

@@ -1,5 +1,7 @@
 /*
- * nuksm: write hotness of guest pages, from QEMU's dirty log.
+ * nuksm: write hotness of guest pages, from QEMU's dirty log, and what
+ * query-nuksm shows of hotness, reads of merged pages included
+ * (nuksm-reads.c).
  *
  * nuksm has a dirty-memory client of its own (DIRTY_MEMORY_NUKSM, see
  * qemu-patches/0005): turning its GLOBAL_DIRTY_NUKSM flag on makes the
@@ -29,10 +31,13 @@
 #include "qapi/error.h"
 #include "exec/memory.h"
 #include "exec/ramblock.h"
+#include "nuksm-commit.h"
 #include "nuksm-control.h"
 #include "nuksm-hot.h"
 #include "nuksm-pages.h"
 #include "nuksm-ram.h"
+#include "nuksm-reads.h"
+#include "nuksm-remap.h"
 #include "nuksm-state.h"
 #include "trace.h"
 
@@ -177,9 +182,31 @@ void nuksm_hot_stop(Nuksm *s)
     g_clear_pointer(&h->error, g_free);
 }
 
+/* Why reads are not sampled, or NULL if they are (nuksm-reads.c). */
+static const char *nuksm_hot_reads_off(Nuksm *s)
+{
+    if (!s->read_samples) {
+        return "property read-samples is 0";
+    }
+    if (!s->hot_window_ms) {
+        return "property hot-window is 0";
+    }
+    if (!s->commit || !nuksm_commit_has_uffd(s->commit)) {
+        return "nuksm holds no userfaultfd now (see state and limit)";
+    }
+    if (!nuksm_remap_reads_supported()) {
+        return "the host kernel reports no minor faults on shmem "
+               "(UFFD_FEATURE_MINOR_SHMEM, Linux 5.14)";
+    }
+    return NULL;
+}
+
 NuksmHotness *nuksm_hot_info(Nuksm *s)
 {
     NuksmHotness *info = g_new0(NuksmHotness, 1);
+    NuksmReadHotness *reads = g_new0(NuksmReadHotness, 1);
+    const char *reads_off = nuksm_hot_reads_off(s);
+    NuksmReadStats rs = {};
 
     info->source = s->hot_window_ms ? NUKSM_HOTNESS_SOURCE_DIRTY_LOG :
                                       NUKSM_HOTNESS_SOURCE_OFF;
@@ -187,13 +214,18 @@ NuksmHotness *nuksm_hot_info(Nuksm *s)
     info->samples = s->hot.samples;
     info->hot_pages = s->hot.hot_pages;
     info->error = g_strdup(s->hot.error);
-    /*
-     * Access bits would tell read-hot pages too.  Idle page tracking
-     * (CONFIG_IDLE_PAGE_TRACKING) is how a stock kernel offers them.
-     */
-    info->access_bits = access("/sys/kernel/mm/page_idle/bitmap", F_OK) == 0;
-    info->access_bits_note = g_strdup(info->access_bits ?
-        "idle page tracking present, not sampled: writes only" :
-        "host kernel has no idle page tracking: writes only");
+    if (s->reads) {
+        nuksm_reads_get_stats(s->reads, &rs);
+    }
+    reads->source = reads_off ? NUKSM_READ_SOURCE_OFF :
+                                NUKSM_READ_SOURCE_MINOR_FAULTS;
+    reads->note = g_strdup(reads_off);
+    reads->samples = s->read_samples;
+    reads->windows = rs.windows;
+    reads->probes = rs.probes;
+    reads->reads = rs.reads;
+    reads->read_regions = rs.read_regions;
+    reads->lost = rs.lost;
+    info->reads = reads;
     return info;
 }

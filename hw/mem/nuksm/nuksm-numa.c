@@ -26,6 +26,7 @@
 #include "nuksm-numa.h"
 #include "nuksm-outbox.h"
 #include "nuksm-pages.h"
+#include "nuksm-reads.h"
 #include "nuksm-ram.h"
 #include "trace.h"
 
@@ -107,6 +108,7 @@ void nuksm_numa_handle_home(Nuksm *s, const NuksmMsgHome *h)
         nuksm_commit_reoffer(s->commit);
     }
     s->home = *h;
+    nuksm_reads_set_home(s->reads, h);
 }
 
 /* The home node of guest node @g: node 0 until the agent says. */

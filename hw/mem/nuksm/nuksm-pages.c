@@ -30,6 +30,7 @@ static void nuksm_pages_block_free(gpointer p)
     g_free(bs->flags);
     g_free(bs->idle);
     g_free(bs->regions);
+    g_free(bs->read_idle);
     g_free(bs);
 }
 
@@ -51,6 +52,7 @@ NuksmBlockState *nuksm_pages_block(NuksmPages *p, RAMBlock *rb,
 {
     NuksmBlockState *bs = g_hash_table_lookup(p->blocks, rb->idstr);
     uint64_t nr_pages = rb->used_length / NUKSM_PAGE_SIZE;
+    uint64_t first;
 
     if (!bs) {
         bs = g_new0(NuksmBlockState, 1);
@@ -67,6 +69,7 @@ NuksmBlockState *nuksm_pages_block(NuksmPages *p, RAMBlock *rb,
         g_free(bs->flags);
         g_free(bs->idle);
         g_free(bs->regions);
+        g_free(bs->read_idle);
         bs->digest = g_new0(uint32_t, nr_pages);
         bs->flags = g_new0(uint8_t, nr_pages);
         bs->idle = g_malloc(nr_pages);
@@ -78,6 +81,9 @@ NuksmBlockState *nuksm_pages_block(NuksmPages *p, RAMBlock *rb,
         bs->nr_pages = nr_pages;
         bs->first_page = rb->offset / NUKSM_PAGE_SIZE;
         bs->gnode = gnode;
+        bs->read_idle = g_malloc(nuksm_pages_read_regions(bs, &first));
+        memset(bs->read_idle, NUKSM_IDLE_NEVER,
+               nuksm_pages_read_regions(bs, &first));
     }
     return bs;
 }
@@ -85,6 +91,22 @@ NuksmBlockState *nuksm_pages_block(NuksmPages *p, RAMBlock *rb,
 NuksmBlockState *nuksm_pages_find(NuksmPages *p, RAMBlock *rb)
 {
     return g_hash_table_lookup(p->blocks, rb->idstr);
+}
+
+NuksmBlockState *nuksm_pages_find_page(NuksmPages *p, uint64_t page,
+                                       uint64_t *idx)
+{
+    GHashTableIter it;
+    NuksmBlockState *bs;
+
+    g_hash_table_iter_init(&it, p->blocks);
+    while (g_hash_table_iter_next(&it, NULL, (gpointer *)&bs)) {
+        if (page >= bs->first_page && page - bs->first_page < bs->nr_pages) {
+            *idx = page - bs->first_page;
+            return bs;
+        }
+    }
+    return NULL;
 }
 
 void nuksm_pages_foreach(NuksmPages *p, NuksmPagesBlockFn *fn, void *opaque)

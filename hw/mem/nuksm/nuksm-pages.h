@@ -70,7 +70,7 @@ enum {
 #define NUKSM_REF_MAX_SLOT NUKSM_SLOTS_PER_NODE
 
 /*
- * Scan state of one RAM block: 6 bytes per guest page, 10 bytes per 2 MiB
+ * Scan state of one RAM block: 6 bytes per guest page, 11 bytes per 2 MiB
  * region, plus 8 bytes per page of the regions where some page is merged.
  */
 typedef struct NuksmBlockState {
@@ -88,6 +88,13 @@ typedef struct NuksmBlockState {
      */
     uint64_t **refs;
     struct NuksmRegion *regions;    /* sampling levels (nuksm-regions.c) */
+    /*
+     * Per read region the block overlaps (NUKSM_READ_REGION_PAGES pages,
+     * aligned in the VM's RAM page space, as the agent counts them): the
+     * samples since one of its merged pages was seen read, up to
+     * NUKSM_IDLE_NEVER, where it starts (nuksm-reads.c).
+     */
+    uint8_t *read_idle;
 } NuksmBlockState;
 
 typedef struct NuksmPages {
@@ -167,6 +174,29 @@ static inline void nuksm_page_sample(NuksmBlockState *bs, uint64_t idx,
     }
 }
 
+/* The read region of page @idx of @bs, in the VM's RAM page space. */
+static inline uint64_t nuksm_page_read_region(const NuksmBlockState *bs,
+                                              uint64_t idx)
+{
+    return (bs->first_page + idx) / NUKSM_READ_REGION_PAGES;
+}
+
+/* The read regions @bs overlaps: [*first, *first + count). */
+static inline uint64_t nuksm_pages_read_regions(const NuksmBlockState *bs,
+                                                uint64_t *first)
+{
+    *first = bs->first_page / NUKSM_READ_REGION_PAGES;
+    return bs->nr_pages ?
+           nuksm_page_read_region(bs, bs->nr_pages - 1) - *first + 1 : 0;
+}
+
+/* The read idle count of read region @region, which @bs overlaps. */
+static inline uint8_t *nuksm_pages_read_idle(NuksmBlockState *bs,
+                                             uint64_t region)
+{
+    return &bs->read_idle[region - bs->first_page / NUKSM_READ_REGION_PAGES];
+}
+
 void nuksm_pages_init(NuksmPages *p);
 void nuksm_pages_destroy(NuksmPages *p);
 
@@ -179,6 +209,13 @@ NuksmBlockState *nuksm_pages_block(NuksmPages *p, RAMBlock *rb,
                                    uint8_t gnode);
 /* The state of @rb if the table has one, else NULL. */
 NuksmBlockState *nuksm_pages_find(NuksmPages *p, RAMBlock *rb);
+/*
+ * The state of the block holding page @page of the VM's RAM page space,
+ * and the page's index in it in *idx; NULL if no block of the table
+ * holds it.
+ */
+NuksmBlockState *nuksm_pages_find_page(NuksmPages *p, uint64_t page,
+                                       uint64_t *idx);
 
 typedef void NuksmPagesBlockFn(NuksmBlockState *bs, void *opaque);
 void nuksm_pages_foreach(NuksmPages *p, NuksmPagesBlockFn *fn, void *opaque);

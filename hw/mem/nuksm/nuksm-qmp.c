@@ -22,6 +22,7 @@
 #include "nuksm-numa.h"
 #include "nuksm-pages.h"
 #include "nuksm-ram.h"
+#include "nuksm-reads.h"
 #include "nuksm-regions.h"
 #include "nuksm-state.h"
 
@@ -118,7 +119,12 @@ static NuksmInfo *nuksm_get_info(Nuksm *s)
         QAPI_LIST_APPEND(tail, np);
     }
     if (s->scanner) {
+        NuksmReadStats reads;
+
         nuksm_numa_locality(s, &info->merged_local, &info->merged_remote);
+        nuksm_reads_get_stats(s->reads, &reads);
+        info->reads_local = reads.reads_local;
+        info->reads_remote = reads.reads_remote;
     }
     info->home_nodes = nuksm_numa_home_list(s);
     info->hotness = nuksm_hot_info(s);
@@ -341,6 +347,16 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
                        i->hotness->hot_pages,
                        i->hotness->error ? "; error: " : "",
                        i->hotness->error ?: "");
+        monitor_printf(mon, "  reads %s%s%s: %u samples a window, %" PRIu64
+                       " windows, %" PRIu64 " reads caught (local %" PRIu64
+                       ", remote %" PRIu64 "), %" PRIu64 " regions read\n",
+                       NuksmReadSource_str(i->hotness->reads->source),
+                       i->hotness->reads->note ? ": " : "",
+                       i->hotness->reads->note ?: "",
+                       i->hotness->reads->samples,
+                       i->hotness->reads->windows, i->hotness->reads->reads,
+                       i->reads_local, i->reads_remote,
+                       i->hotness->reads->read_regions);
         monitor_printf(mon, "  io-hints %s: %" PRIu64 " pages hinted, %"
                        PRIu64 " dropped, %" PRIu64 " served, %" PRIu64
                        " merged\n", i->io_hints->enabled ? "on" : "off",

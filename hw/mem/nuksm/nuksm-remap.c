@@ -32,6 +32,7 @@
 #include "hw/boards.h"
 #include "system/qtest.h"
 #include "libnuksm/nuksm-digest.h"
+#include "libnuksm/nuksm-pagemap.h"
 #include "nuksm-remap.h"
 #include "trace.h"
 
@@ -88,6 +89,18 @@ static int nuksm_remap_uffd_api(int dev_fd, uint64_t features,
     return fd;
 }
 
+/*
+ * Does the kernel report minor faults on mappings of a store, so that
+ * reads can be sampled (nuksm-reads.c)?  A property of the kernel, the
+ * same for every userfaultfd of this process: known once one is open.
+ */
+static bool nuksm_remap_minor;
+
+bool nuksm_remap_reads_supported(void)
+{
+    return qatomic_read(&nuksm_remap_minor);
+}
+
 int nuksm_remap_uffd_open(int dev_fd, Error **errp)
 {
     uint64_t features = UFFD_FEATURE_PAGEFAULT_FLAG_WP;
@@ -110,20 +123,46 @@ int nuksm_remap_uffd_open(int dev_fd, Error **errp)
      */
     features |= supported & (UFFD_FEATURE_WP_UNPOPULATED |
                              UFFD_FEATURE_WP_HUGETLBFS_SHMEM);
-    return nuksm_remap_uffd_api(dev_fd, features, &supported, errp);
+    /* And report accesses to store pages not mapped (Linux 5.14+). */
+    features |= supported & UFFD_FEATURE_MINOR_SHMEM;
+    fd = nuksm_remap_uffd_api(dev_fd, features, &supported, errp);
+    if (fd >= 0) {
+        qatomic_set(&nuksm_remap_minor,
+                    !!(supported & UFFD_FEATURE_MINOR_SHMEM));
+    }
+    return fd;
 }
 
-bool nuksm_remap_register(int uffd, void *host, size_t len, Error **errp)
+static bool nuksm_remap_register_mode(int uffd, void *host, size_t len,
+                                      uint64_t mode, Error **errp)
 {
     uint64_t ioctls;
 
-    if (uffd_register_memory(uffd, host, len, UFFDIO_REGISTER_MODE_WP,
-                             &ioctls)) {
+    if (uffd_register_memory(uffd, host, len, mode, &ioctls)) {
         error_setg_errno(errp, errno, "cannot register %zu bytes of guest "
                          "RAM with userfaultfd", len);
         return false;
     }
     return true;
+}
+
+bool nuksm_remap_register(int uffd, void *host, size_t len, Error **errp)
+{
+    return nuksm_remap_register_mode(uffd, host, len,
+                                     UFFDIO_REGISTER_MODE_WP, errp);
+}
+
+/*
+ * Minor faults can be asked for on shmem only: anonymous guest RAM has
+ * write protection alone, a mapping of a store both.
+ */
+bool nuksm_remap_register_store(int uffd, void *host, size_t len,
+                                Error **errp)
+{
+    return nuksm_remap_register_mode(uffd, host, len,
+        UFFDIO_REGISTER_MODE_WP |
+        (nuksm_remap_reads_supported() ? UFFDIO_REGISTER_MODE_MINOR : 0),
+        errp);
 }
 
 /* Advice QEMU gave guest RAM, which a new mapping does not inherit. */
@@ -139,14 +178,16 @@ static void nuksm_remap_advise(void *host, size_t len)
 
 /*
  * After replacing the mapping of @host, register the new mapping too, so
- * that later changes of it can be write-protected in turn.
+ * that later changes of it can be write-protected in turn, and, if it
+ * maps a store (@store), reads of its pages sampled.
  */
-static void nuksm_remap_renew(int uffd, void *host, size_t len)
+static void nuksm_remap_renew(int uffd, void *host, size_t len, bool store)
 {
     Error *err = NULL;
 
     nuksm_remap_advise(host, len);
-    if (!nuksm_remap_register(uffd, host, len, &err)) {
+    if (!(store ? nuksm_remap_register_store(uffd, host, len, &err) :
+                  nuksm_remap_register(uffd, host, len, &err))) {
         warn_report_err(err);
     }
 }
@@ -341,7 +382,7 @@ size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
                 memset(merged + i, 0, n * sizeof(*merged));
                 munmap(slots + i * psz, n * psz);
             } else {
-                nuksm_remap_renew(uffd, host + i * psz, n * psz);
+                nuksm_remap_renew(uffd, host + i * psz, n * psz, true);
                 done += n;
             }
         }
@@ -539,7 +580,7 @@ size_t nuksm_remap_merge_window(int uffd, uint8_t *host, size_t pages,
         *err = errno;
         goto unmerge;
     }
-    nuksm_remap_renew(uffd, host, pages * psz);
+    nuksm_remap_renew(uffd, host, pages * psz, true);
     uffd_wakeup(uffd, host, pages * psz);
     trace_nuksm_remap_merge_window(host, pages, equal);
     return equal;
@@ -549,6 +590,50 @@ unmerge:
 unprotect:
     nuksm_remap_abandon(uffd, host, pages, slots);
     return 0;
+}
+
+/* The pagemap entry of the page at @host, or 0 (not populated). */
+static uint64_t nuksm_remap_pagemap(int pagemap_fd, const uint8_t *host)
+{
+    uint64_t pm;
+    off_t at = (uintptr_t)host / NUKSM_PAGE_SIZE * sizeof(pm);
+
+    return pread(pagemap_fd, &pm, sizeof(pm), at) == sizeof(pm) ? pm : 0;
+}
+
+/*
+ * A merged page's copy is read through a private mapping of the store's
+ * shmem file: dropping the page's entry loses nothing, and its next
+ * access faults in the slot again, reported as a minor fault.  A write
+ * may make the page a private copy at any time, though, which
+ * MADV_DONTNEED would discard: the page is dropped only under write
+ * protection, once its entry, read again under it, shows the store's
+ * page.  A writer that hit it meanwhile waits for the protection to be
+ * lifted and then faults in the slot and writes a copy of it.  Lifting
+ * the protection also clears the marker the kernel leaves where it drops
+ * a protected page.
+ */
+NuksmReadProbe nuksm_remap_probe_reads(int uffd, int pagemap_fd,
+                                       uint8_t *host)
+{
+    const size_t psz = NUKSM_PAGE_SIZE;
+    uint64_t pm = nuksm_remap_pagemap(pagemap_fd, host);
+    NuksmReadProbe probe = NUKSM_READ_PROBE_COPY;
+
+    if (!(pm & (NUKSM_PM_PRESENT | NUKSM_PM_SWAPPED))) {
+        return NUKSM_READ_PROBE_SET;   /* its next access faults already */
+    }
+    if (!(pm & NUKSM_PM_PRESENT) || !(pm & NUKSM_PM_FILE) ||
+        uffd_change_protection(uffd, host, psz, true, false)) {
+        return NUKSM_READ_PROBE_COPY;
+    }
+    pm = nuksm_remap_pagemap(pagemap_fd, host);
+    if ((pm & NUKSM_PM_PRESENT) && (pm & NUKSM_PM_FILE) &&
+        !qemu_madvise(host, psz, QEMU_MADV_DONTNEED)) {
+        probe = NUKSM_READ_PROBE_SET;
+    }
+    nuksm_remap_protect(uffd, host, psz, false);
+    return probe;
 }
 
 size_t nuksm_remap_zero_run(int uffd, uint8_t *host, size_t pages,
@@ -588,7 +673,7 @@ int nuksm_remap_anonymous(int uffd, void *host, size_t len)
         qemu_madvise(host, len, QEMU_MADV_MERGEABLE);
     }
     if (uffd >= 0) {
-        nuksm_remap_renew(uffd, host, len);
+        nuksm_remap_renew(uffd, host, len, false);
     } else {
         nuksm_remap_advise(host, len);
     }

@@ -16,8 +16,21 @@
  */
 int nuksm_remap_uffd_open(int dev_fd, Error **errp);
 
+/*
+ * Does this kernel report accesses to pages of a store's mappings that
+ * are not mapped (UFFD_FEATURE_MINOR_SHMEM, Linux 5.14)?  Known once a
+ * userfaultfd was opened.
+ */
+bool nuksm_remap_reads_supported(void);
+
 /* Register [host, host + len) for write-protection. */
 bool nuksm_remap_register(int uffd, void *host, size_t len, Error **errp);
+/*
+ * Register [host, host + len), all of it mappings of stores, for
+ * write-protection and, where the kernel can, minor faults.
+ */
+bool nuksm_remap_register_store(int uffd, void *host, size_t len,
+                                Error **errp);
 
 /*
  * Write-protect (@wp) the @len bytes at @host for write tracking
@@ -65,6 +78,22 @@ size_t nuksm_remap_merge_window(int uffd, uint8_t *host, size_t pages,
                                 int store_fd, uint64_t slot,
                                 uint32_t delay_us, const bool *want,
                                 bool *merged, int *err);
+
+/* What became of a page nuksm_remap_probe_reads() was asked to probe. */
+typedef enum NuksmReadProbe {
+    NUKSM_READ_PROBE_SET,       /* its next access faults (minor fault) */
+    NUKSM_READ_PROBE_COPY,      /* not the store's page: left alone */
+} NuksmReadProbe;
+
+/*
+ * Have the next access to the merged page at @host fault, so that it is
+ * seen (a minor fault, which nuksm-writes.c resolves): drop its entry
+ * from the page table, where it still maps its slot.  A page that is a
+ * private copy (a write broke its sharing) is left alone.  @pagemap_fd
+ * is a descriptor of /proc/self/pagemap.
+ */
+NuksmReadProbe nuksm_remap_probe_reads(int uffd, int pagemap_fd,
+                                       uint8_t *host);
 
 /*
  * Drop the anonymous pages at @host that are all zero (they read back as

@@ -789,6 +789,8 @@ static bool nuksm_scan_throttle(NuksmScanner *sc, int64_t wall_ns,
     int64_t sleep_ns, deadline;
     bool go_on;
 
+    /* A long pass keeps the mapping budget and read sampling going. */
+    nuksm_commit_tick(sc->s->commit);
     qemu_mutex_lock(&ctl->lock);
     sleep_ns = (int64_t)(used_ns * 100.0 / ctl->max_cpu) - window_ns;
     if (ctl->scan_rate) {
@@ -1074,13 +1076,16 @@ static void nuksm_scan_rest(NuksmScanner *sc)
             break;
         }
         nuksm_scan_serve(sc);
-        /* Limited, see within a second whether it is over. */
         qemu_mutex_unlock(&ctl->lock);
         nuksm_commit_tick(sc->s->commit);
         qemu_mutex_lock(&ctl->lock);
+        /* Limited, see within a second whether it is over; and the
+         * end of each read sampling window. */
         qemu_cond_timedwait(&ctl->cond, &ctl->lock,
-                            MAX(1, MIN(end - get_clock(),
-                                       NANOSECONDS_PER_SECOND) / SCALE_MS));
+                            MAX(1, MIN(MIN(end - get_clock(),
+                                           NANOSECONDS_PER_SECOND),
+                                       nuksm_commit_tick_due_ns(
+                                           sc->s->commit)) / SCALE_MS));
     }
 }
 

@@ -1,6 +1,7 @@
 /*
- * nuksm: the write-fault thread, which lifts the write protection of
- * tracked pages a guest writes (nuksm-writes.c).
+ * nuksm: the fault threads, which lift the write protection of tracked
+ * pages a guest writes and map back merged pages a guest reads while
+ * read sampling had dropped them (nuksm-writes.c).
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -14,12 +15,13 @@
 typedef struct NuksmWrites NuksmWrites;
 
 /*
- * Serve the write faults of @uffd, which the caller keeps open until
- * nuksm_writes_stop() returned.  NULL if no thread could be started.
- * Called without page_lock, or with it: the thread takes it per fault.
+ * Serve the faults of @uffd, which the caller keeps open until
+ * nuksm_writes_stop() returned.  NULL if the threads could not be
+ * started.  Called without page_lock, or with it: the threads take it
+ * per write fault.
  */
 NuksmWrites *nuksm_writes_start(Nuksm *s, int uffd);
-/* Called without page_lock, which the thread may be waiting for. */
+/* Called without page_lock, which a thread may be waiting for. */
 void nuksm_writes_stop(NuksmWrites *w);
 
 #endif /* HW_MEM_NUKSM_WRITES_H */

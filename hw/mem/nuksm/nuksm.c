@@ -37,6 +37,7 @@
 #include "nuksm-numa.h"
 #include "nuksm-pages.h"
 #include "nuksm-ram.h"
+#include "nuksm-reads.h"
 #include "nuksm-scan.h"
 #include "nuksm-state.h"
 #include "trace.h"
@@ -247,6 +248,14 @@ static void nuksm_set_commit_delay(Object *obj, Visitor *v, const char *name,
     }
 }
 
+/* Read sampling follows hot-window and read-samples (nuksm-reads.c). */
+static void nuksm_configure_reads(Nuksm *s)
+{
+    if (s->reads) {
+        nuksm_reads_configure(s->reads, s->hot_window_ms, s->read_samples);
+    }
+}
+
 static void nuksm_set_hot_window(Object *obj, Visitor *v, const char *name,
                                  void *opaque, Error **errp)
 {
@@ -263,7 +272,20 @@ static void nuksm_set_hot_window(Object *obj, Visitor *v, const char *name,
         return;
     }
     NUKSM(obj)->hot_window_ms = value;
+    nuksm_configure_reads(NUKSM(obj));
     trace_nuksm_set_property(name, value);
+}
+
+static void nuksm_set_read_samples(Object *obj, Visitor *v, const char *name,
+                                   void *opaque, Error **errp)
+{
+    uint32_t value;
+
+    if (nuksm_visit_uint32_range(v, name, 0, NUKSM_READ_SAMPLES_MAX, &value,
+                                 errp)) {
+        NUKSM(obj)->read_samples = value;
+        nuksm_configure_reads(NUKSM(obj));
+    }
 }
 
 /* Give the scanner the budget of the governor and the properties. */
@@ -539,6 +561,8 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     s->pages = g_new0(NuksmPages, 1);
     nuksm_pages_init(s->pages);
     nuksm_pages_set_distilling(s->pages, s->distilling);
+    s->reads = nuksm_reads_new(s);
+    nuksm_configure_reads(s);
     s->commit = nuksm_commit_new(s, s->pages);
     s->hints = nuksm_hints_new();
     nuksm_hints_set_enabled(s->hints, s->io_hints);
@@ -576,6 +600,7 @@ static void nuksm_instance_init(Object *obj)
     s->io_hints = true;
     s->enabled = true;
     s->hot_window_ms = NUKSM_DEFAULT_HOT_WINDOW_MS;
+    s->read_samples = NUKSM_DEFAULT_READ_SAMPLES;
     s->limit_reported = NUKSM_LIMIT__MAX;
     nuksm_agent_init(s);
 }
@@ -598,6 +623,7 @@ static void nuksm_instance_finalize(Object *obj)
         nuksm_scanner_free(s->scanner);
         nuksm_hints_free(s->hints);
         nuksm_commit_free(s->commit);
+        nuksm_reads_free(s->reads);
         nuksm_control_free(s->control);
         nuksm_pages_destroy(s->pages);
         g_free(s->pages);
@@ -679,8 +705,14 @@ static void nuksm_class_init(ObjectClass *oc, void *data)
                               nuksm_set_hot_window, NULL,
                               (void *)offsetof(Nuksm, hot_window_ms));
     object_class_property_set_description(oc, "hot-window",
-        "Write-hotness sample window in ms, 0 = off, 10..600000 "
-        "(default 1000)");
+        "Hotness sample window in ms, writes and reads, 0 = off, "
+        "10..600000 (default 1000)");
+    object_class_property_add(oc, "read-samples", "uint32", nuksm_get_uint32,
+                              nuksm_set_read_samples, NULL,
+                              (void *)offsetof(Nuksm, read_samples));
+    object_class_property_set_description(oc, "read-samples",
+        "Merged pages whose reads are sampled per window, 0 = off, "
+        "0..65536 (default 256)");
     object_class_property_add(oc, "x-commit-delay-us", "uint32",
                               nuksm_get_uint32, nuksm_set_commit_delay, NULL,
                               (void *)offsetof(Nuksm, commit_delay_us));

@@ -28,7 +28,10 @@
  *   nuksm-maps.c    the mapping budget against vm.max_map_count
  *                                                        under page_lock
  *   nuksm-writes.c  lift the write protection of tracked pages a guest
- *                   writes (NuksmWrites)                 write-fault thread
+ *                   writes, map back merged pages read while sampled
+ *                   (NuksmWrites)                        fault threads
+ *   nuksm-reads.c   read hotness of merged pages: probes, windows,
+ *                   READS (NuksmReads)                   scanner thread
  *   nuksm-remap.c   the system calls of a commit (write-protect, compare,
  *                   remap, wake)                         under page_lock
  *   nuksm-pages.c   the per-page table: digests, flags, inactive
@@ -49,11 +52,13 @@
  *   nuksm-hints.c   I/O hints: guest pages disk transfers moved, for the
  *                   scanner to take first                any thread
  *
- * Three threads: the main loop (everything under the BQL), the
+ * Four threads: the main loop (everything under the BQL), the
  * "nuksm-scan" thread, which scans and serves the commit unit's queue
- * between chunks, and, while nuksm holds userfaultfd, the "nuksm-writes"
- * thread, which serves write faults on tracked pages: writers, the main
- * loop among them, wait for it, so it takes no lock but page_lock.  RAM
+ * between chunks, and, while nuksm holds userfaultfd, the "nuksm-faults"
+ * thread, which reads its faults and serves reads of merged pages with
+ * no lock, and the "nuksm-writes" thread, which serves write faults on
+ * tracked pages: writers and readers, the main loop among them, wait for
+ * them, so they take no lock but page_lock (nuksm-writes.c).  RAM
  * discard enters the commit unit from whichever thread discards.  Locks,
  * in the order they nest (take a later one while holding an earlier one,
  * never the reverse):
@@ -72,6 +77,8 @@
  *                   (active, epoch, budget), scan counters
  *   commit lock     NuksmCommit.lock: the request queue, the
  *                   /dev/userfaultfd of the agent and the userfaultfd error
+ *   reads lock      NuksmReads.lock: read sampling's settings, home
+ *                   nodes and figures
  *   outbox lock     NuksmOutbox.lock: the queue of messages to the agent
  *                   and the ready connection's socket, taken by
  *                   nuksm_outbox_*(), which send under it (never waiting)
@@ -116,6 +123,7 @@ typedef struct NuksmPages NuksmPages;
 typedef struct NuksmCommit NuksmCommit;
 typedef struct NuksmScanner NuksmScanner;
 typedef struct NuksmHints NuksmHints;
+typedef struct NuksmReads NuksmReads;
 typedef struct NuksmRamList NuksmRamList;
 
 /* Connection to nuksmd (nuksm-agent.c); main loop only, under the BQL. */
@@ -176,6 +184,7 @@ struct Nuksm {
     char *memdev;
     bool enabled;
     uint32_t hot_window_ms;     /* 0: no hotness sampling */
+    uint32_t read_samples;      /* pages probed per window, 0: none */
     uint32_t commit_delay_us;   /* x-commit-delay-us, tests only */
 
     /* @memdev, resolved once the machine is built */
@@ -195,6 +204,7 @@ struct Nuksm {
     NuksmCommit *commit;
     NuksmScanner *scanner;
     NuksmHints *hints;          /* I/O hints for the scanner */
+    NuksmReads *reads;          /* read sampling (nuksm-reads.c) */
     NuksmRamList *ram;          /* eligible RAM, RCU (nuksm-ram.c) */
     QEMUBH *ram_bh;             /* RAM blocks changed: refresh @ram */
     RAMBlockNotifier ram_notifier;
