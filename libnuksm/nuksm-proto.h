@@ -545,8 +545,9 @@ typedef struct NuksmMsgHome {
  * A READS follows each window that changed a region's count, with
  * those regions; a region never reported is NUKSM_IDLE_NEVER.
  * @reads_local and @reads_remote count every read of a merged page the
- * VM caught since the connection started, by whether the page's copy
- * was on the home node of the page's guest node then (HOME).
+ * VM caught since it started (a reconnection does not reset them), by
+ * whether the page's copy was on the home node of the page's guest node
+ * then (HOME).
  * A NuksmMsgReads followed by @count NuksmReadRegion entries.
  */
 #define NUKSM_READ_REGION_PAGES 512u

@@ -391,8 +391,9 @@ def test_policy_switch_replaces_gradually(numa_pair, nuksmctl_bin):
 
 
 def test_home_change_moves_hot_pages(numa_pair):
-    """fair: when the VM a copy is hot for moves to another node, its
-    copies follow it."""
+    """fair: when the VM that reads a copy moves to another node, its
+    copies follow it.  Written lately, they merge on its node; merged,
+    they are hot only by its reads."""
     agent, vms = numa_pair("fair", *HOT_AGENT_ARGS, "--replace-rate",
                            "20000", **HOT_PROPS,
                            vm_props=({}, {"hot_window": 0}))
@@ -410,8 +411,12 @@ def test_home_change_moves_hot_pages(numa_pair):
     pin(vms[0].pid, node_cpus()[1])
     wait_until(lambda: home(vms[0]) == [(1, "pinned")], 10,
                "vm0's home to become node 1")
-    wait_until(lambda: locality(vms[0])[0] >= 0.97 * REGION_PAGES, 30,
-               "vm0's hot copies to follow it to node 1")
+
+    def read_and_followed():
+        read_big(q0, HOT_VM0, REGION)
+        return locality(vms[0])[0] >= 0.97 * REGION_PAGES
+    wait_until(read_and_followed, 60,
+               "vm0's read copies to follow it to node 1")
     assert store_nodes(vms[0]).get(1, 0) >= 0.97 * REGION_PAGES
     assert read_big(q0, HOT_VM0, REGION) == shared
     assert read_big(q1, HOT_VM0, REGION) == shared
@@ -553,7 +558,7 @@ def guest_ram_hva(vm):
 
 def copy_nodes(vm, at, size):
     """How many pages of guest [@at, @at + @size) map a copy on each
-    node (store-node<N>), from QEMU's memory map."""
+    node (store-KEY-node<N>), from QEMU's memory map."""
     start = guest_ram_hva(vm) + at
     vmas = []
     with open(f"/proc/{vm.pid}/maps") as maps:
@@ -562,7 +567,7 @@ def copy_nodes(vm, at, size):
             lo, hi = (int(x, 16) for x in parts[0].split("-"))
             if hi > start and lo < start + size:
                 name = os.path.basename(parts[5]) if len(parts) > 5 else ""
-                node = re.fullmatch(r"store-node(\d+)", name)
+                node = re.fullmatch(r"store-.+-node(\d+)", name)
                 vmas.append((lo, hi, int(node[1]) if node else None))
     counts = {}
     for lo, hi, node in vmas:

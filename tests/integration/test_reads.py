@@ -73,17 +73,23 @@ def test_reads_of_merged_pages_are_caught(start_agent, qtest_vm):
     size = 16 * MIB
     regions = size // PAGE // REGION_PAGES
     qtests = merge(vms, random.Random(7).randbytes(size))
+    # A window must be long enough for a whole sweep of vm0's reads to
+    # reach each region's probed page: three sweeps' time.
+    began = time.monotonic()
+    read_big(qtests[0], SHARED_AT, size)
+    window_ms = max(200, int(3000 * (time.monotonic() - began)))
     for vm in vms:
         assert not store_mappings_without_minor(vm.pid)
-        set_prop(vm, "hot-window", 50)
+        set_prop(vm, "hot-window", window_ms)
     windows = [reads(vm)["windows"] for vm in vms]
 
     def vm0_read_everywhere():
         read_big(qtests[0], SHARED_AT, size)
         return reads(vms[0])["read-regions"] == regions
-    wait_until(vm0_read_everywhere, 60,
+    wait_until(vm0_read_everywhere, 60 + window_ms // 100,
                f"vm0's reads to be caught in all {regions} regions")
-    wait_until(lambda: reads(vms[1])["windows"] >= windows[1] + 10, 10,
+    wait_until(lambda: reads(vms[1])["windows"] >= windows[1] + 10,
+               30 + window_ms // 50,
                "ten windows of vm1")
     info = [vm.nuksm() for vm in vms]
     caught = info[0]["hotness"]["reads"]

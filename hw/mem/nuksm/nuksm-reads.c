@@ -310,12 +310,16 @@ static void nuksm_reads_report(NuksmReads *r, uint32_t epoch,
 }
 
 /*
- * Probe one merged page of @region of @bs (in @rb), picked at random,
- * if the region has one.
+ * Probe one merged page of @region of @bs (in @rb), picked at random, if
+ * the region has one.  A region without one counts a sample not read: no
+ * read of it can be seen until a page of it merges again.
  */
 static void nuksm_reads_probe_region(NuksmReads *r, int uffd, RAMBlock *rb,
-                                     NuksmBlockState *bs, uint64_t region)
+                                     NuksmBlockState *bs, uint64_t region,
+                                     GArray *changed)
 {
+    uint8_t idle = *nuksm_pages_read_idle(bs, region);
+
     uint64_t lo = MAX(region * NUKSM_READ_REGION_PAGES, bs->first_page) -
                   bs->first_page;
     uint64_t hi = MIN((region + 1) * NUKSM_READ_REGION_PAGES,
@@ -336,6 +340,9 @@ static void nuksm_reads_probe_region(NuksmReads *r, int uffd, RAMBlock *rb,
         }
         return;
     }
+    if (idle < NUKSM_IDLE_NEVER) {
+        nuksm_reads_set_idle(bs, region, idle + 1, changed);
+    }
 }
 
 /* An eligible block with merged pages, to probe. */
@@ -344,18 +351,35 @@ typedef struct NuksmReadsBlock {
     NuksmBlockState *bs;
 } NuksmReadsBlock;
 
+typedef struct NuksmReadsBlocks {
+    NuksmReads *r;
+    GArray *blocks;             /* NuksmReadsBlock */
+    GArray *changed;            /* NuksmReadRegion */
+} NuksmReadsBlocks;
+
+/*
+ * Take @rb to probe if it has merged pages; if it has none, none of its
+ * regions can be seen read any more: they go back to never read.
+ */
 static bool nuksm_reads_add_block(RAMBlock *rb, uint8_t gnode, void *opaque)
 {
-    NuksmReads *r = ((void **)opaque)[0];
-    GArray *blocks = ((void **)opaque)[1];
-    NuksmReadsBlock b = { rb, nuksm_pages_find(r->s->pages, rb) };
-    uint64_t merged = 0;
+    NuksmReadsBlocks *ctx = opaque;
+    NuksmReadsBlock b = { rb, nuksm_pages_find(ctx->r->s->pages, rb) };
+    uint64_t merged = 0, first, n;
 
-    for (int n = 0; b.bs && n < NUKSM_MAX_NODES; n++) {
-        merged += b.bs->merged_per_node[n];
+    if (!b.bs) {
+        return true;
+    }
+    for (int node = 0; node < NUKSM_MAX_NODES; node++) {
+        merged += b.bs->merged_per_node[node];
     }
     if (merged) {
-        g_array_append_val(blocks, b);
+        g_array_append_val(ctx->blocks, b);
+        return true;
+    }
+    n = nuksm_pages_read_regions(b.bs, &first);
+    for (uint64_t region = first; region < first + n; region++) {
+        nuksm_reads_set_idle(b.bs, region, NUKSM_IDLE_NEVER, ctx->changed);
     }
     return true;
 }
@@ -371,17 +395,19 @@ static gint nuksm_reads_block_cmp(gconstpointer a, gconstpointer b)
 /*
  * Probe the pages of the next window: a merged page of each region
  * holding one, from the cursor on, in the order of the VM's RAM, until
- * @samples pages are probed or every region was looked at.  With the
- * RCU read lock.
+ * @samples regions were looked at or every one was.  Regions whose
+ * count changed meanwhile go to @changed.  With the RCU read lock.
  */
-static void nuksm_reads_probe(NuksmReads *r, int uffd, uint32_t samples)
+static void nuksm_reads_probe(NuksmReads *r, int uffd, uint32_t samples,
+                              GArray *changed)
 {
     g_autoptr(GArray) blocks = g_array_new(false, false,
                                            sizeof(NuksmReadsBlock));
-    void *ctx[2] = { r, blocks };
+    NuksmReadsBlocks ctx = { r, blocks, changed };
     uint64_t start = r->cursor;
+    uint32_t looked = 0;
 
-    nuksm_ram_foreach_resolved(r->s, nuksm_reads_add_block, ctx);
+    nuksm_ram_foreach_resolved(r->s, nuksm_reads_add_block, &ctx);
     g_array_sort(blocks, nuksm_reads_block_cmp);
     /* From the cursor to the end, then from the start to the cursor. */
     for (int round = 0; round < 2; round++) {
@@ -394,10 +420,11 @@ static void nuksm_reads_probe(NuksmReads *r, int uffd, uint32_t samples)
                 if ((region >= start) != (round == 0)) {
                     continue;
                 }
-                if (r->probes->len >= samples) {
+                if (looked++ >= samples) {
                     return;
                 }
-                nuksm_reads_probe_region(r, uffd, rb->rb, rb->bs, region);
+                nuksm_reads_probe_region(r, uffd, rb->rb, rb->bs, region,
+                                         changed);
                 r->cursor = region + 1;
             }
         }
@@ -433,8 +460,8 @@ void nuksm_reads_tick(NuksmReads *r, int uffd, uint32_t epoch)
     if (r->window_start) {
         nuksm_reads_close_window(r, changed);
     }
+    nuksm_reads_probe(r, uffd, samples, changed);
     nuksm_reads_report(r, epoch, changed);
-    nuksm_reads_probe(r, uffd, samples);
     r->window_start = now;
     qemu_mutex_lock(&r->lock);
     r->stats.windows++;

@@ -711,7 +711,7 @@ static void nuksm_class_init(ObjectClass *oc, void *data)
                               nuksm_set_read_samples, NULL,
                               (void *)offsetof(Nuksm, read_samples));
     object_class_property_set_description(oc, "read-samples",
-        "Merged pages whose reads are sampled per window, 0 = off, "
+        "Read regions (512 pages) probed for reads per window, 0 = off, "
         "0..65536 (default 256)");
     object_class_property_add(oc, "x-commit-delay-us", "uint32",
                               nuksm_get_uint32, nuksm_set_commit_delay, NULL,
