@@ -9,6 +9,10 @@
 #   make bench      ... and benchmark nuksm against kernel KSM (root,
 #                   about two and a half hours; docs/benchmarks.rst)
 #   make bench-quick  the same, smaller and fewer workloads (about 8 minutes)
+#   make bench-placement  where merged copies live under each policy,
+#                   counted in sampled reads, and what read sampling
+#                   costs a reading KVM guest (about 17 minutes; also
+#                   part of make bench)
 #   make soak       ... and churn eight VMs for SOAK_SECONDS (default 1800)
 #                   while the agent is killed again and again
 #   make install    install nuksmd, nuksmctl, the patched QEMU (as
@@ -154,10 +158,15 @@ soak: all
 
 # Benchmarks against kernel KSM (docs/benchmarks.rst): root, since KSM's
 # settings are global (they are restored).  Results in bench/results/.
-.PHONY: bench bench-quick
+.PHONY: bench bench-quick bench-placement
 bench: all guest
 	@echo "==> benchmarks: nuksm and kernel KSM side by side (about two and a half hours)"
 	@$(VENV)/bin/python bench/run.py
+	@$(MAKE) --no-print-directory bench-placement
+bench-placement: all
+	@echo "==> placement by reads under each policy, and read sampling's cost (about 17 min)"
+	@$(VENV)/bin/python bench/placement.py
+	@$(VENV)/bin/python bench/read_cost.py
 bench-quick: all
 	@echo "==> quick benchmarks: nuksm and kernel KSM side by side (about 8 min)"
 	@$(VENV)/bin/python bench/run.py --quick

@@ -14,14 +14,18 @@ their home and half node 1:
 
 five-pages  nuKSM's example (thesis §4.1) at scale: two VMs hold five
             regions P0..P4 of identical content; VM a keeps reading P0,
-            VM b P1, both P2 and P3, nobody P4.
+            VM b P1, both P2 and P3, nobody P4.  VM a has priority 300,
+            b 100 (only priority weighs them).
 mirrored    AdaptMD's mirrored deployment (§IV-A) with readers: the same
             two applications run on both nodes (VMs a0 and b0 on node 0,
             a1 and b1 on node 1); each VM holds its application's data
             and a base image all four share, and keeps reading its
-            application's data; nobody reads the base image.
+            application's data; nobody reads the base image.  Every VM
+            has priority 100.
 
-Under each policy: fill, merge, let the readers read for SETTLE_S (the
+Under each policy: fill, merge, set the read window (hot-window: 1000
+ms, or twice a round of all the readers if longer, so that a region
+read in every round stays hot), let the readers read for SETTLE_S (the
 agent re-places copies by who reads them), then measure for MEASURE_S:
 per VM the reads of merged pages that sampling caught, local and remote,
 the slowdown of those accesses and the fairness over the VMs (nuKSM
@@ -36,7 +40,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -56,11 +59,10 @@ from harness import Agent, Qtest, Vm, wait_until  # noqa: E402
 PAGE = 4096
 MIB = 1 << 20
 NODES = 2
-REGION = 8 * MIB
+REGION = 4 * MIB
 POLICIES = ("ksm-order", "global", "local", "fair", "priority", "adaptive")
 SETTLE_S = 30
 MEASURE_S = 30
-HOT_WINDOW_MS = 200
 # nuKSM's own figures (thesis Table 5.2): fairness of two VMs' runtimes.
 NUKSM_PAPER = {"ksm": "0.77–0.85", "nuksm": "0.98–0.99"}
 
@@ -69,8 +71,8 @@ def five_pages():
     """(VMs, their regions: address -> content seed, what each reads)."""
     at = [64 * MIB + i * REGION for i in range(5)]
     regions = {a: 100 + i for i, a in enumerate(at)}
-    return [("a", 0, regions, (at[0], at[2], at[3])),
-            ("b", 1, regions, (at[1], at[2], at[3]))]
+    return [("a", 0, 300, regions, (at[0], at[2], at[3])),
+            ("b", 1, 100, regions, (at[1], at[2], at[3]))]
 
 
 def mirrored():
@@ -79,7 +81,7 @@ def mirrored():
     for app in ("a", "b"):
         for node in range(NODES):
             regions = {base: 200, data: 300 + ord(app)}
-            vms.append((f"{app}{node}", node, regions, (data,)))
+            vms.append((f"{app}{node}", node, 100, regions, (data,)))
     return vms
 
 
@@ -121,15 +123,15 @@ def run_policy(workdir, workload, policy):
     plan = WORKLOADS[workload]()
     vms = []
     try:
-        for name, node, regions, reads in plan:
+        for name, node, priority, regions, reads in plan:
             vm = Vm(workdir, name, harness.qtest_args(
                 workdir / f"{name}.qtest", harness.nuksm_object(
                     id="dedup0", agent=sock, enabled="off", max_cpu=100,
-                    hot_window=HOT_WINDOW_MS), mem="256M")).start()
+                    priority=priority), mem="256M")).start()
             vms.append(vm)
             vm.wait_state("disabled")
             pin(vm.pid, node_cpu(node))
-        for vm, (name, node, regions, reads) in zip(vms, plan):
+        for vm, (name, node, _, regions, reads) in zip(vms, plan):
             wait_until(lambda: vm.nuksm()["home-nodes"][0]["host-node"] ==
                        node, 10, f"{name}'s home to become node {node}")
             q = Qtest(vm.qtest_path)
@@ -140,13 +142,14 @@ def run_policy(workdir, workload, policy):
             vm.cmd("qom-set", path="/objects/dedup0", property="enabled",
                    value=True)
         expected = {vm.name: len(regions) * REGION // PAGE
-                    for vm, (_, _, regions, _) in zip(vms, plan)}
+                    for vm, (_, _, _, regions, _) in zip(vms, plan)}
         wait_until(lambda: all(merged(vm) >= expected[vm.name]
                                for vm in vms), 300, "the regions to merge")
+        window_ms = set_read_window(vms, plan)
         stop = threading.Event()
         threads = [threading.Thread(target=read_forever,
                                     args=(vm, reads, stop))
-                   for vm, (_, _, _, reads) in zip(vms, plan)]
+                   for vm, (*_, reads) in zip(vms, plan)]
         for t in threads:
             t.start()
         try:
@@ -159,7 +162,8 @@ def run_policy(workdir, workload, policy):
             for t in threads:
                 t.join()
         sharing = harness.status(agent)["pages_sharing"]
-        return figures(plan, before, after, sharing)
+        return {**figures(plan, before, after, sharing),
+                "read_window_ms": window_ms}
     finally:
         for vm in vms:
             vm.stop()
@@ -170,6 +174,25 @@ def run_policy(workdir, workload, policy):
 def region_content(seed):
     """REGION bytes of distinct pages, the same for the same @seed."""
     return random.Random(seed).randbytes(REGION)
+
+
+def set_read_window(vms, plan):
+    """The default hot-window (1000 ms), or, if longer, twice the time
+    the readers take for a round each one after the other (they share
+    this process and the host's CPUs): a probed page of a region its VM
+    keeps reading is then read in every window, and the region stays
+    hot.  Returns it."""
+    began = time.monotonic()
+    for vm, (*_, reads) in zip(vms, plan):
+        q = Qtest(vm.qtest_path)
+        for at in reads:
+            harness.read_big(q, at, REGION)
+        q.close()
+    window_ms = max(1000, int(2000 * (time.monotonic() - began)))
+    for vm in vms:
+        vm.cmd("qom-set", path="/objects/dedup0", property="hot-window",
+               value=window_ms)
+    return window_ms
 
 
 def read_forever(vm, regions, stop):
@@ -188,8 +211,8 @@ def figures(plan, before, after, sharing):
               a["reads-remote"] - b["reads-remote"])
              for b, a in zip(before, after)]
     model = numa_tax.reads_model(reads)
-    for vm, (name, node, _, _) in zip(model["vms"], plan):
-        vm["name"], vm["home"] = name, node
+    for vm, (name, node, priority, _, _) in zip(model["vms"], plan):
+        vm["name"], vm["home"], vm["priority"] = name, node, priority
     return {"vms": model["vms"], "fairness": model["fairness"],
             "saved_mib": sharing * PAGE / MIB}
 
@@ -238,7 +261,8 @@ def rst(meta, results, image, docs_dir):
         rows = []
         for policy, r in by_policy.items():
             for vm in r["vms"]:
-                rows.append([policy, f"{vm['name']} (node {vm['home']})",
+                rows.append([policy, f"{vm['name']} (node {vm['home']}, "
+                             f"priority {vm['priority']})",
                              f"{vm['reads-local']:,}",
                              f"{vm['reads-remote']:,}",
                              f"{100 * vm['remote-share']:.0f}%",
@@ -246,7 +270,8 @@ def rst(meta, results, image, docs_dir):
                              f"{r['fairness']:.3f}",
                              f"{r['saved_mib']:.0f}"])
         out += [f"``{workload}``:", ""]
-        out += report.list_table(["policy", "VM (home)", "reads local",
+        out += report.list_table(["policy", "VM (home, priority)",
+                                  "reads local",
                                   "reads remote", "remote share",
                                   "slowdown", "fairness", "saved MiB"],
                                  rows)
@@ -279,16 +304,9 @@ def main():
                 print(f"placement: {workload} under {policy}: fairness "
                       f"{results[workload][policy]['fairness']}",
                       flush=True)
-    commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always",
-                             "--dirty"], capture_output=True,
-                            text=True).stdout.strip()
-    with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f
-                    if line.startswith("model name")), "unknown")
-    meta = {"cpu": cpu, "cores": os.cpu_count(), "kernel": os.uname().release,
-            "commit": commit, "elapsed_s": time.monotonic() - started,
-            "date": datetime.datetime.now(datetime.timezone.utc)
-            .strftime("%Y-%m-%d %H:%M UTC")}
+    meta = report.machine(" ".join(sys.argv),
+                          datetime.datetime.now().isoformat())
+    meta["elapsed_s"] = time.monotonic() - started
     (args.out / "placement.json").write_text(
         json.dumps({"meta": meta, "results": results}, indent=1))
     image = args.out / "placement.png"

@@ -2,11 +2,17 @@
 """The results as text: a console summary and the reStructuredText block
 of docs/benchmarks.rst that the run replaces (between its markers)."""
 
+import datetime
 import os
+import platform
 import re
+import subprocess
+from pathlib import Path
 
 import stages
 from workloads import MIB, PAGE
+
+ROOT = Path(__file__).resolve().parent.parent
 
 COLUMNS = ["workload", "budget", "side", "time to 99% (s)", "CPU-s to 99%",
            "merged pages / CPU-s", "CPU while merging (% core)",
@@ -137,6 +143,24 @@ def goal_value(g):
         return "not reached"
     note = f" ({g['note']})" if g["note"] else ""
     return f"{g['value']:.2f}{g['unit']}{note}"
+
+
+def machine(command, started):
+    """The machine, kernel, commit and time a run is on."""
+    with open("/proc/cpuinfo") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f
+                    if line.startswith("model name")), platform.machine())
+    with open("/proc/meminfo") as f:
+        mem_kib = int(f.readline().split()[1])
+    commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always",
+                             "--dirty"], capture_output=True,
+                            text=True).stdout.strip()
+    return {"cpu": cpu, "cores": os.cpu_count(),
+            "memory_gib": mem_kib / (1 << 20), "kernel": platform.release(),
+            "commit": commit or "unknown",
+            "date": datetime.datetime.now(datetime.timezone.utc)
+            .strftime("%Y-%m-%d %H:%M UTC"),
+            "command": command, "started": started}
 
 
 def list_table(header, rows, widths=None):

@@ -16,7 +16,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -38,23 +37,6 @@ from ksm_side import KsmSide  # noqa: E402
 from measure import Run, log  # noqa: E402
 from nuksm_side import NuksmSide  # noqa: E402
 from workloads import suite  # noqa: E402
-
-
-def machine(command, started):
-    with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f
-                    if line.startswith("model name")), platform.machine())
-    with open("/proc/meminfo") as f:
-        mem_kib = int(f.readline().split()[1])
-    commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always",
-                             "--dirty"], capture_output=True,
-                            text=True).stdout.strip()
-    return {"cpu": cpu, "cores": os.cpu_count(),
-            "memory_gib": mem_kib / (1 << 20), "kernel": platform.release(),
-            "commit": commit or "unknown",
-            "date": datetime.datetime.now(datetime.timezone.utc)
-            .strftime("%Y-%m-%d %H:%M UTC"),
-            "command": command, "started": started}
 
 
 # The nuksm side of a workload's profiled run (stages.py).
@@ -128,7 +110,7 @@ def main():
     command = "make bench-quick" if args.quick else "make bench"
     if args.workload or args.out:
         command = "bench/run.py " + " ".join(sys.argv[1:])
-    meta = machine(command, datetime.datetime.now().isoformat())
+    meta = report.machine(command, datetime.datetime.now().isoformat())
     meta["floors"] = floors()
     log(f"floors, ns per operation: {meta['floors']}")
     control = ksm.Ksm()

@@ -235,11 +235,12 @@ static void cmd_status(Ctl *ctl, bool json)
         g_string_append(out, ", \"scope\": ");
         json_string(out, scope_name(info->scope));
         g_string_append_printf(out,
-            ", \"nodes\": %u, \"vms\": %u, \"pages_shared\": %" PRIu64
+            ", \"nodes\": %u, \"vms\": %u, \"vms_reading\": %u"
+            ", \"pages_shared\": %" PRIu64
             ", \"pages_sharing\": %" PRIu64 ", \"pages_moved\": %" PRIu64
             ", \"moves_pending\": %" PRIu64 ", \"orphan_pages\": %" PRIu64
             ", \"store_pages\": [",
-            info->nr_nodes, info->vms, info->pages_shared,
+            info->nr_nodes, info->vms, info->vms_reading, info->pages_shared,
             info->pages_sharing, info->pages_moved, info->moves_pending,
             info->orphan_pages);
         for (uint32_t i = 0; i < info->nr_nodes; i++) {
@@ -271,6 +272,9 @@ static void cmd_status(Ctl *ctl, bool json)
         return;
     }
     printf("VMs:            %u\n", info->vms);
+    /* A VM not sampling says why in its query-nuksm (hotness.reads.note). */
+    printf("read hotness:   %u of %u VMs sample reads (minor faults)\n",
+           info->vms_reading, info->vms);
     printf("pages shared:   %" PRIu64 "\n", info->pages_shared);
     printf("pages sharing:  %" PRIu64 "\n", info->pages_sharing);
     printf("pages moved:    %" PRIu64 " (%" PRIu64 " pending)\n",

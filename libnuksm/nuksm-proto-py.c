@@ -206,7 +206,7 @@ static void emit_structs(void)
            MEMBER(NuksmMsgInfo, nr_nodes, "I"),
            MEMBER(NuksmMsgInfo, conditions, "I"),
            MEMBER(NuksmMsgInfo, scope, "I"),
-           MEMBER(NuksmMsgInfo, reserved, "I"),
+           MEMBER(NuksmMsgInfo, vms_reading, "I"),
            MEMBER(NuksmMsgInfo, pages_shared, "Q"),
            MEMBER(NuksmMsgInfo, pages_sharing, "Q"),
            MEMBER(NuksmMsgInfo, pages_moved, "Q"),

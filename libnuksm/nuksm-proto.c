@@ -410,8 +410,8 @@ static const char *check_info(const void *p)
     if (i->scope >= NUKSM_INFO__MAX) {
         return "unknown scope in INFO";
     }
-    if (i->reserved) {
-        return "reserved field set in INFO";
+    if (i->vms_reading > i->vms) {
+        return "more VMs sampling reads than VMs in INFO";
     }
     return NULL;
 }

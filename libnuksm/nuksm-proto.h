@@ -334,7 +334,7 @@ typedef struct NuksmMsgInfo {
     uint32_t nr_nodes;       /* 1..NUKSM_MAX_NODES */
     uint32_t conditions;     /* NuksmCondition bits in force */
     uint32_t scope;          /* NuksmInfoScopeId of the counters below */
-    uint32_t reserved;
+    uint32_t vms_reading;    /* of @vms, those sampling reads (sent READS) */
     uint64_t pages_shared;   /* store pages in use (KSM pages_shared) */
     uint64_t pages_sharing;  /* guest pages mapping them (KSM pages_sharing) */
     uint64_t pages_moved;    /* merged pages moved by re-placement */

@@ -9,8 +9,9 @@
 # scripts/make-guest.sh) in a guest with two NUMA nodes and holds:
 #
 #   /bin/busybox              taken from build/guest/initramfs.cpio.gz
-#   /lab/bin/                 qemu-system-x86_64, nuksmd, nuksmctl and
-#                             store-nodes from this build (stripped copies)
+#   /lab/bin/                 qemu-system-x86_64, nuksmd, nuksmctl,
+#                             store-nodes and qtest-reader from this build
+#                             (stripped copies)
 #   /lib*/...                 every shared library they load, and ld.so
 #   /lab/share/qemu/          the firmware a q35 qtest VM loads
 #   /lab/lab.sh               tests/numa-lab/lab.sh, the check itself
@@ -28,6 +29,7 @@ QEMU=${NUKSM_QEMU:-$BUILD/bin/qemu-system-x86_64}
 NUKSMD=${NUKSMD:-$BUILD/bin/nuksmd}
 NUKSMCTL=${NUKSMCTL:-$BUILD/bin/nuksmctl}
 STORE_NODES=$BUILD/meson/store-nodes
+QTEST_READER=$BUILD/meson/qtest-reader
 GUEST_INITRD=$BUILD/guest/initramfs.cpio.gz
 LAB_SH=$(dirname "$0")/../tests/numa-lab/lab.sh
 OUT=$BUILD/numa-lab
@@ -59,7 +61,7 @@ firmware_dir() {
 }
 
 inputs() {
-    echo "$SCRIPT" "$LAB_SH" "$GUEST_INITRD" "$STORE_NODES"
+    echo "$SCRIPT" "$LAB_SH" "$GUEST_INITRD" "$STORE_NODES" "$QTEST_READER"
     for b in "$QEMU" "$NUKSMD" "$NUKSMCTL"; do
         readlink -f "$b"
     done
@@ -75,7 +77,9 @@ up_to_date() {
 for f in "$QEMU" "$NUKSMD" "$NUKSMCTL"; do
     [ -x "$f" ] || die "$f not found: run 'make' first"
 done
-[ -x "$STORE_NODES" ] || die "$STORE_NODES not found: run 'make tools' first"
+for f in "$STORE_NODES" "$QTEST_READER"; do
+    [ -x "$f" ] || die "$f not found: run 'make tools' first"
+done
 [ -s "$GUEST_INITRD" ] || die "$GUEST_INITRD not found: run 'make guest' first"
 [ -f "$LAB_SH" ] || die "$LAB_SH not found"
 
@@ -104,7 +108,7 @@ cp "$scratch/bin/busybox" "$root/bin/busybox"
 ln -s busybox "$root/bin/sh"
 
 # Stripped copies: QEMU's debug info alone is most of its 70 MB.
-for b in "$QEMU" "$NUKSMD" "$NUKSMCTL" "$STORE_NODES"; do
+for b in "$QEMU" "$NUKSMD" "$NUKSMCTL" "$STORE_NODES" "$QTEST_READER"; do
     real=$(readlink -f "$b")
     name=$(basename "$b")
     say "adding $name ($real)"
@@ -118,7 +122,7 @@ done
 # Every library the binaries load, at the path ldd resolves it to (the
 # loader's default search path covers it), plus libgcc_s, which glibc
 # dlopen()s when a thread exits through pthread_exit().
-libs=$(for b in "$QEMU" "$NUKSMD" "$NUKSMCTL" "$STORE_NODES"; do
+libs=$(for b in "$QEMU" "$NUKSMD" "$NUKSMCTL" "$STORE_NODES" "$QTEST_READER"; do
            ldd "$(readlink -f "$b")"
        done | awk '$2 == "=>" && $3 ~ /^\// { print $3 }
                    $1 ~ /^\// { print $1 }' | sort -u)

@@ -222,6 +222,19 @@ unsigned clients_count_vms(const ClientRegistry *reg)
     return n;
 }
 
+unsigned clients_count_vms_reading(const ClientRegistry *reg, int domain_id)
+{
+    unsigned n = 0;
+
+    for (GList *l = reg->list.head; l; l = l->next) {
+        const NuksmClient *c = l->data;
+
+        n += clients_is_vm(c) && c->read_window_ms &&
+             (domain_id < 0 || c->domain_id == domain_id);
+    }
+    return n;
+}
+
 static gint compare_ids(gconstpointer a, gconstpointer b)
 {
     const NuksmClient *ca = *(NuksmClient *const *)a;

@@ -184,6 +184,8 @@ unsigned clients_count_role_of_pid(const ClientRegistry *reg,
 /* Live clients that completed HELLO as NUKSM_ROLE_VM. */
 bool clients_is_vm(const NuksmClient *client);
 unsigned clients_count_vms(const ClientRegistry *reg);
+/* VM clients that sent READS, in merge domain @domain_id or (-1) any. */
+unsigned clients_count_vms_reading(const ClientRegistry *reg, int domain_id);
 
 /* The clients_is_vm() clients sorted by id; free with g_ptr_array_unref. */
 GPtrArray *clients_list_vms(const ClientRegistry *reg);

@@ -269,6 +269,7 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
     }
     if (info.scope == NUKSM_INFO_HOST) {
         info.vms = clients_count_vms(&agent->clients);
+        info.vms_reading = clients_count_vms_reading(&agent->clients, -1);
         for (uint32_t n = 0; n < agent->nr_nodes; n++) {
             const SlotTable *t = &agent->ledger.slots[n];
 
@@ -284,6 +285,8 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
                                                  client->domain_id);
 
         info.vms = stats->vms;
+        info.vms_reading = clients_count_vms_reading(&agent->clients,
+                                                     client->domain_id);
         info.pages_shared = stats->pages_shared;
         info.pages_sharing = stats->pages_sharing;
         info.pages_moved = stats->pages_moved;

@@ -1,10 +1,14 @@
 /*
- * A boot sector for the KVM test of read sampling
+ * A boot sector for the KVM tests of read sampling
  * (tests/integration/test_kvm.py): in 32-bit protected mode it
- *   1. fills 4..6 MiB with 512 identical pages (dword i of each page is
- *      0x5a5a0000 | i) and prints 'F' on the debug console (port 0xe9);
- *   2. then reads the first dword of every page of that region, over and
- *      over, counting the sweeps in the dword at 16 MiB.
+ *   1. fills five regions P0..P4 of 2 MiB from 4 MiB (pages 0..2559 of
+ *      it; dword i of page p is 0x5a000000 | p << 10 | i: every page its
+ *      own content, the same in every VM) and prints 'F' on the debug
+ *      console (port 0xe9);
+ *   2. then reads the first dword of every page of the regions whose bit
+ *      is set in the byte at offset 509 of this sector (READ_MASK; the
+ *      tests patch it per VM), over and over, counting the sweeps in
+ *      the dword at 16 MiB.
  * Once the pages merged, every read goes to a shared copy: the vCPU's
  * reads, through KVM, are what read sampling must catch.
  *
@@ -13,7 +17,8 @@
  */
 
 #define REGION_START 0x00400000
-#define REGION_END   0x00600000
+#define REGION_SIZE  0x00200000
+#define REGION_END   0x00e00000      /* five regions */
 #define SWEEPS       0x01000000
 #define DEBUGCON     0xe9
 
@@ -40,29 +45,47 @@ protected:
     out %al, $0x92
 
     mov $REGION_START, %edi
+    xor %ebx, %ebx              /* page index p */
 fill_page:
+    mov %ebx, %edx
+    shl $10, %edx
+    or $0x5a000000, %edx
     xor %ecx, %ecx
 fill_dword:
-    mov %ecx, %eax
-    or $0x5a5a0000, %eax
+    mov %edx, %eax
+    or %ecx, %eax
     mov %eax, (%edi, %ecx, 4)
     inc %ecx
     cmp $1024, %ecx
     jne fill_dword
     add $4096, %edi
+    inc %ebx
     cmp $REGION_END, %edi
     jne fill_page
     movl $0, SWEEPS
     mov $'F', %al
     out %al, $DEBUGCON
 
+    movzbl read_mask, %ebx
 sweep:
     mov $REGION_START, %esi
+    mov $1, %ecx                /* the bit of the region at %esi */
+region:
+    test %ecx, %ebx
+    jz next_region
+    lea REGION_SIZE(%esi), %edi
 read_page:
     add (%esi), %edx
     add $4096, %esi
-    cmp $REGION_END, %esi
+    cmp %edi, %esi
     jne read_page
+    jmp region_done
+next_region:
+    add $REGION_SIZE, %esi
+region_done:
+    shl $1, %ecx
+    cmp $REGION_END, %esi
+    jne region
     incl SWEEPS
     jmp sweep
 
@@ -75,5 +98,7 @@ gdt_desc:
     .word gdt_desc - gdt - 1
     .long gdt
 
-    .org 510
+    .org 509
+read_mask:                      /* READ_MASK: regions read, bit k: Pk */
+    .byte 0x1f
     .byte 0x55, 0xaa

@@ -53,12 +53,18 @@ def vms_table(text):
 
 def test_status(agent, qtest_vm):
     qtest_vm(agent=agent.sock).wait_state("active")
-    fields = status_fields(ctl_ok(agent.sock, "status"))
+    # The VM's first read window ends within a second: its READS then
+    # tells nuksmd it samples reads.
+    def reading():
+        fields = status_fields(ctl_ok(agent.sock, "status"))
+        return fields if fields["read hotness"].startswith("1 ") else None
+    fields = wait_until(reading, 30, "the VM's first READS")
     assert fields == {
         "agent version": agent_version(),
         "policy": "global",
         "NUMA nodes": str(host_nodes()),
         "VMs": "1",
+        "read hotness": "1 of 1 VMs sample reads (minor faults)",
         "pages shared": "0",
         "pages sharing": "0",
         "pages moved": "0 (0 pending)",
@@ -70,13 +76,17 @@ def test_status(agent, qtest_vm):
 
 def test_status_json(agent, qtest_vm):
     qtest_vm("vm0", agent=agent.sock).wait_state("active")
-    qtest_vm("vm1", agent=agent.sock).wait_state("active")
+    qtest_vm("vm1", agent=agent.sock, read_samples=0).wait_state("active")
+    # vm0's first read window ends within a second; vm1 samples none.
+    wait_until(lambda: ctl_json(agent.sock, "status")["vms_reading"] == 1,
+               30, "vm0's first READS")
     assert ctl_json(agent.sock, "status") == {
         "agent_version": agent_version(),
         "policy": "global",
         "scope": "host",
         "nodes": host_nodes(),
         "vms": 2,
+        "vms_reading": 1,
         "pages_shared": 0,
         "pages_sharing": 0,
         "pages_moved": 0,
@@ -94,6 +104,9 @@ def test_vms_lists_connected_vms(agent, qtest_vm):
     plain = qtest_vm("vm-plain", agent=agent.sock)
     blue.wait_state("active", obj_id="dedup-b")
     plain.wait_state("active")
+    # Each VM's first read window ends within a second, with a READS.
+    wait_until(lambda: ctl_json(agent.sock, "status")["vms_reading"] == 2,
+               30, "both VMs' first READS")
 
     rows = {int(r["PID"]): r for r in vms_table(ctl_ok(agent.sock, "vms"))}
     assert set(rows) == {blue.pid, plain.pid}
@@ -107,6 +120,8 @@ def test_vms_lists_connected_vms(agent, qtest_vm):
     assert rows[plain.pid]["OBJECT"] == "dedup0"
     assert rows[plain.pid]["PRIORITY"] == "100"
     assert {r["MERGED"] for r in rows.values()} == {"0"}
+    assert {(r["READS"], r["WINDOW"], r["HOT"]) for r in rows.values()} == \
+        {("0/0", "1000ms", "0")}
 
     listing = ctl_json(agent.sock, "vms")
     assert listing["total"] == 2
@@ -124,16 +139,14 @@ def test_vms_lists_connected_vms(agent, qtest_vm):
         "merged_remote": 0, "home": [0], "limit": None,
         "limit_reason": None, "libvirt": None,
         "uploads_read": 0, "uploads_sent": 0, "read_error": None,
-        # No merged page, so no read of one to sample yet.
-        "reads_local": 0, "reads_remote": 0, "read_window_ms": 0,
+        # Sampling, but no merged page, so no read of one caught yet.
+        "reads_local": 0, "reads_remote": 0, "read_window_ms": 1000,
         "read_hot_regions": 0, "read_slowdown": None,
     }
     assert by_pid[plain.pid]["name"] == "vm-plain"
     assert {r["LIMIT"] for r in rows.values()} == {"-"}
     assert {r["LIBVIRT"] for r in rows.values()} == {"-"}
     assert {r["UPLOADS"] for r in rows.values()} == {"read"}
-    assert {(r["READS"], r["WINDOW"], r["HOT"]) for r in rows.values()} == \
-        {("-", "-", "-")}
     assert listing["read_fairness"] is None
 
 

@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """nuksm under KVM, where /dev/kvm works.  Linux guests hang under this
-nested KVM, so the guest is a boot sector (tests/guests/kvm-bootblock.S,
-in the style of QEMU's migration-test one) whose vCPU fills a region
-with identical pages, then on a key rewrites every other page, then
-keeps writing 64 other pages: merged pages are backed right for KVM,
-vCPU writes break the sharing and land where QEMU reads, and hotness
-comes from KVM's dirty log."""
+nested KVM, so the guests are boot sectors, in the style of QEMU's
+migration-test one.  kvm-bootblock.S's vCPU fills a region with
+identical pages, then on a key rewrites every other page, then keeps
+writing 64 other pages: merged pages are backed right for KVM, vCPU
+writes break the sharing and land where QEMU reads, and hotness comes
+from KVM's dirty log.  kvm-reader.S's vCPU fills five regions and keeps
+reading some of them: read sampling catches a vCPU's reads, and fair
+places the copies by them (nuKSM's five-page example)."""
 
 import os
 import struct
@@ -15,15 +17,38 @@ import pytest
 
 import harness
 from harness import wait_until
+from test_placement import (copy_nodes, home, node_cpus, pin,
+                            remote_share)
 
 REGION_START, REGION_PAGES = 4 << 20, 512
 PAGE = 4096
 HOT_PAGES = 64
+# kvm-reader.S: P0..P4, a region each, from REGION_START; the byte of
+# the sector that says which of them the guest reads.
+READER_REGIONS = 5
+READ_MASK_AT = 509
 
 
 def region_pattern():
     page = b"".join(struct.pack("<I", 0x5a5a0000 | i) for i in range(1024))
     return page * REGION_PAGES
+
+
+def reader_pattern(region):
+    """What kvm-reader.S writes in region @region (Pk)."""
+    first = region * REGION_PAGES
+    return b"".join(struct.pack("<1024I", *(0x5a000000 | p << 10 | i
+                                            for i in range(1024)))
+                    for p in range(first, first + REGION_PAGES))
+
+
+def reader_disk(reader, workdir, mask):
+    """A copy of the reader's disk that reads the regions in @mask."""
+    disk = workdir / f"kvm-reader-{mask:02x}.img"
+    image = bytearray(reader.read_bytes())
+    image[READ_MASK_AT] = mask
+    disk.write_bytes(image)
+    return disk
 
 
 def assemble(out, name):
@@ -134,23 +159,97 @@ def test_kvm_vcpu_reads_of_merged_pages_are_caught(kvm, reader, agent,
                                                    start_vm, workdir):
     """A vCPU that only reads merged pages, through KVM: read sampling
     catches its reads (minor faults of KVM's own page faults), the guest
-    keeps sweeping, and what it reads stays the shared content."""
-    vm = start_kvm_guest(start_vm, workdir, "kvm-reader", reader, agent,
-                         hot_window=100)
-    vm.wait_nuksm(lambda i: i["merged-pages"] - i["zero-pages"] >=
-                  REGION_PAGES, "the region to merge", timeout=60)
-    before = vm.nuksm()["hotness"]["reads"]
-    info = vm.wait_nuksm(
-        lambda i: i["hotness"]["reads"]["windows"] >= before["windows"] + 10
-        and i["hotness"]["reads"]["reads"] >= before["reads"] + 5,
+    keeps sweeping, and what it reads stays the shared content.  The
+    other VM, whose vCPU reads none of them, has none caught."""
+    vms = [start_kvm_guest(start_vm, workdir, name,
+                           reader_disk(reader, workdir, mask), agent,
+                           hot_window=100)
+           for name, mask in (("kvm-reader", 0x1f), ("kvm-idle", 0))]
+    pages = READER_REGIONS * REGION_PAGES
+    for vm in vms:
+        vm.wait_nuksm(lambda i: i["merged-pages"] - i["zero-pages"] >= pages,
+                      "the regions to merge", timeout=60)
+    before = [vm.nuksm()["hotness"]["reads"] for vm in vms]
+    info = vms[0].wait_nuksm(
+        lambda i: i["hotness"]["reads"]["windows"] >= before[0]["windows"] +
+        10 and i["hotness"]["reads"]["reads"] >= before[0]["reads"] + 5,
         "the vCPU's reads to be caught in five windows", timeout=60)
     reads = info["hotness"]["reads"]
-    assert reads["source"] == "minor-faults" and reads["read-regions"] >= 1
+    assert reads["source"] == "minor-faults" and \
+        reads["read-regions"] >= READER_REGIONS
     assert info["reads-local"] + info["reads-remote"] == reads["reads"]
-    swept = sweeps(vm, workdir)
-    wait_until(lambda: sweeps(vm, workdir) > swept, 10,
+    idle = vms[1].wait_nuksm(
+        lambda i: i["hotness"]["reads"]["windows"] >= before[1]["windows"] +
+        10, "ten windows of the idle VM", timeout=60)["hotness"]["reads"]
+    # Its vCPU reads none of P0..P4; at most the first 2 MiB, where
+    # the firmware's shadow (the same in both VMs) merged.
+    assert idle["read-regions"] <= 1 and idle["probes"] > 0
+    assert idle["reads"] * 5 <= reads["reads"]
+    swept = sweeps(vms[0], workdir)
+    wait_until(lambda: sweeps(vms[0], workdir) > swept, 10,
                "the guest to go on sweeping")
-    assert pmemsave(vm, workdir, REGION_START, REGION_PAGES * PAGE) == \
-        region_pattern()
-    assert vm.nuksm()["merged-pages"] - vm.nuksm()["zero-pages"] >= \
-        REGION_PAGES
+    for vm in vms:
+        assert pmemsave(vm, workdir, REGION_START, REGION_PAGES * PAGE) == \
+            reader_pattern(0)
+        assert vm.nuksm()["merged-pages"] - vm.nuksm()["zero-pages"] >= \
+            pages
+
+
+def test_kvm_fair_follows_vcpu_reads_five_pages(kvm, reader, start_agent,
+                                                start_vm, workdir):
+    """nuKSM's five-page example with vCPUs doing the reading: two KVM
+    guests on different logical nodes hold P0..P4; A's vCPU reads P0, P2
+    and P3, B's P1, P2 and P3, nobody P4.  Under fair, once settled, P0's
+    copies are on A's node, P1's on B's, P2's and P3's split half and
+    half, and the larger remote share of sampled reads is at most half
+    of what ksm-order gives."""
+    agent = start_agent("--fake-numa", "2", "--policy", "ksm-order")
+    cpus = node_cpus()
+    vms = []
+    for n, (name, mask) in enumerate((("kvm-a", 0b01101),
+                                      ("kvm-b", 0b01110))):
+        vm = start_kvm_guest(start_vm, workdir, name,
+                             reader_disk(reader, workdir, mask), agent,
+                             hot_window=200, enabled="off")
+        pin(vm.pid, cpus[n])
+        vms.append(vm)
+    for n, vm in enumerate(vms):
+        wait_until(lambda: home(vm) == [(n, "pinned")], 10,
+                   f"{vm.name}'s home to become node {n}")
+        vm.cmd("qom-set", path="/objects/dedup0", property="enabled",
+               value=True)
+    pages = READER_REGIONS * REGION_PAGES
+    for vm in vms:
+        vm.wait_nuksm(lambda i: i["merged-pages"] - i["zero-pages"] >= pages,
+                      "P0..P4 to merge", timeout=120)
+
+    def shares_over_ten_windows():
+        before = [vm.nuksm() for vm in vms]
+        for vm, b in zip(vms, before):
+            vm.wait_nuksm(lambda i: i["hotness"]["reads"]["windows"] >=
+                          b["hotness"]["reads"]["windows"] + 10,
+                          "ten read windows", timeout=60)
+        return [remote_share(vm, b) for vm, b in zip(vms, before)]
+    ksm_order = shares_over_ten_windows()
+
+    harness.ctl_ok(agent.sock, "policy", "fair")
+    size = REGION_PAGES * PAGE
+
+    def at(k):
+        return REGION_START + k * size
+
+    def settled():
+        a0 = copy_nodes(vms[0], at(0), size).get(0, 0)
+        b1 = copy_nodes(vms[1], at(1), size).get(1, 0)
+        split = [copy_nodes(vms[0], at(k), size).get(0, 0) / REGION_PAGES
+                 for k in (2, 3)]
+        return a0 == REGION_PAGES and b1 == REGION_PAGES and \
+            all(0.4 <= s <= 0.6 for s in split)
+    wait_until(settled, 120, "fair to place the copies by the vCPUs' reads")
+    fair = shares_over_ten_windows()
+    print("remote shares of sampled reads: ksm-order", ksm_order,
+          "fair", fair)
+    assert max(fair) <= max(ksm_order) / 2, (ksm_order, fair)
+    for vm in vms:
+        for k in range(READER_REGIONS):
+            assert pmemsave(vm, workdir, at(k), size) == reader_pattern(k)

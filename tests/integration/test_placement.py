@@ -601,6 +601,20 @@ def read_while(vms, done, timeout, what):
             q.close()
 
 
+def set_read_window(vms):
+    """A read window twice as long as a round of read_while(): a probed
+    page of a region the VMs keep reading is then read in every window,
+    however slowly this machine reads, and the region stays hot rather
+    than flapping cold between rounds.  The window, in ms."""
+    began = time.monotonic()
+    read_while(vms, lambda: True, 60, "a round of reads")
+    window_ms = max(200, int(2000 * (time.monotonic() - began)))
+    for vm in vms:
+        vm.cmd("qom-set", path="/objects/dedup0", property="hot-window",
+               value=window_ms)
+    return window_ms
+
+
 def test_fair_follows_reads_five_pages(numa_pair):
     """nuKSM's five-page example under fair: once settled, the copies one
     VM alone reads are on its node, those both read split half and half,
@@ -619,13 +633,14 @@ def test_fair_follows_reads_five_pages(numa_pair):
     pages = 5 * FIVE_PAGES
     wait_until(lambda: all(sum(locality(vm)) >= pages for vm in vms), 120,
                f"the {pages} pages of P0..P4 to merge")
+    window_s = set_read_window(vms) / 1000
 
     # ksm-order: every copy on the later VM's node.
     before = [vm.nuksm() for vm in vms]
     read_while(vms, lambda: all(vm.nuksm()["hotness"]["reads"]["windows"]
                                 >= b["hotness"]["reads"]["windows"] + 10
-                                for vm, b in zip(vms, before)), 120,
-               "ten read windows under ksm-order")
+                                for vm, b in zip(vms, before)),
+               60 + 12 * window_s, "ten read windows under ksm-order")
     ksm_order = [remote_share(vm, b) for vm, b in zip(vms, before)]
 
     harness.ctl_ok(agent.sock, "policy", "fair")
@@ -640,12 +655,13 @@ def test_fair_follows_reads_five_pages(numa_pair):
             p1.get(1, 0) == FIVE_PAGES and \
             all(0.45 <= s <= 0.55 for s in split[:2]) and \
             0.4 <= split[2] <= 0.6
-    read_while(vms, settled, 180, "fair to place the copies by their reads")
+    read_while(vms, settled, 180 + 10 * window_s,
+               "fair to place the copies by their reads")
     before = [vm.nuksm() for vm in vms]
     read_while(vms, lambda: all(vm.nuksm()["hotness"]["reads"]["windows"]
                                 >= b["hotness"]["reads"]["windows"] + 10
-                                for vm, b in zip(vms, before)), 120,
-               "ten read windows under fair")
+                                for vm, b in zip(vms, before)),
+               60 + 12 * window_s, "ten read windows under fair")
     fair = [remote_share(vm, b) for vm, b in zip(vms, before)]
     print("remote shares of sampled reads: ksm-order", ksm_order,
           "fair", fair)

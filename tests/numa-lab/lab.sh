@@ -14,6 +14,16 @@
 #   - the merged copies must be split as the policy says: node 0, VM A's
 #     home, holds 10/11 = 90.9% of them, within 3 points.
 #
+# Then ksm-order puts every copy on one node, and nuKSM's five-page
+# example runs on them: of five regions P0..P4 (8 MiB each), VM A keeps
+# reading P0, P2 and P3, VM B P1, P2 and P3 (qtest-reader), nobody P4.
+# Under fair, once re-placement by reads has settled, each VM's remote
+# share of the reads of merged pages its sampling caught must be at most
+# half of the larger one under ksm-order, and every store page still on
+# its node (move_pages()).  A reader's round takes seconds under TCG
+# (about 3): the VMs' hot-window is 6 s, so that a region read every
+# round is read in every window.
+#
 # Prints progress lines "numa-lab: ..." and ends with exactly one verdict,
 # "numa-lab: PASS: ..." (exit 0) or "numa-lab: FAIL: ..." (exit 1).
 #
@@ -30,6 +40,8 @@ PRIO_A=10               # VM A, node 0
 PRIO_B=1                # VM B, node 1
 TOLERANCE=30            # per mille (3 percentage points)
 MAX_CPU=50              # scanner budget of each VM, percent of a core
+HOT_WINDOW=6000         # ms: a round of a reader takes seconds under TCG
+READ_MEASURE=60         # s of reads per share: 10 windows, ~120 samples
 SOCK=/run/nuksmd.sock
 STATE=/dev/shm/state
 BLOB=/dev/shm/blob
@@ -76,6 +88,22 @@ status_num() {
 }
 status_store() {
     echo "$STATUS" | sed -n 's/.*"store_pages": \[\([^]]*\)\].*/\1/p'
+}
+
+# "local/remote" reads of merged pages of VM $1, from `nuksmctl vms`.
+vm_reads() {
+    nuksmctl --socket "$SOCK" vms | awk -v vm="$1" '
+        NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+        $col["NAME"] == vm { print $col["READS"] }'
+}
+
+# Remote share (per mille) of the reads of VM $1 since "local/remote" $2.
+remote_share() {
+    now=$(vm_reads "$1")
+    lo=$((${now%/*} - ${2%/*}))
+    re=$((${now#*/} - ${2#*/}))
+    [ $((lo + re)) -ge 20 ] || return 1
+    echo $((1000 * re / (lo + re)))
 }
 
 # Field NAME=value of a store-nodes line.
@@ -141,9 +169,10 @@ say "wrote $BLOB: $PAGES distinct pages ($((PAGES / 256)) MiB)"
 start_vm() {
     taskset -c "$2" qemu-system-x86_64 -L /lab/share/qemu \
         -accel qtest -machine q35 -m 256M -nodefaults -display none \
-        -monitor none -qtest null -name "$1" \
+        -monitor none -qtest unix:"/tmp/$1.qtest",server=on,wait=off \
+        -name "$1" \
         -device loader,file="$BLOB",addr=0x1000000,force-raw=on \
-        -object nuksm,id=dedup0,agent="$SOCK",priority="$3",max-cpu=$MAX_CPU \
+        -object nuksm,id=dedup0,agent="$SOCK",priority="$3",max-cpu=$MAX_CPU,hot-window=$HOT_WINDOW \
         >"$LOGS/$1.log" 2>&1 &
     VM_PID=$!
 }
@@ -324,9 +353,99 @@ else
     problem "re-placement: $moved, expected every copy on one node"
 fi
 
+# 5. nuKSM's five-page example: placement by reads.  P0..P4, 8 MiB each
+# from 16 MiB, the blob's first 40 MiB.
+P0=0x1000000 P1=0x1800000 P2=0x2000000 P3=0x2800000 P4=0x3000000
+R=0x800000
+qtest-reader /tmp/vmA.qtest $P0:$R $P2:$R $P3:$R >"$LOGS/readerA.log" 2>&1 &
+READER_A=$!
+qtest-reader /tmp/vmB.qtest $P1:$R $P2:$R $P3:$R >"$LOGS/readerB.log" 2>&1 &
+READER_B=$!
+say "readers: vmA reads P0 P2 P3 (pid $READER_A), vmB P1 P2 P3" \
+    "(pid $READER_B), nobody P4"
+
+# measure_shares SECONDS: sets SHARE_A and SHARE_B, the remote shares
+# (per mille) of the reads caught over SECONDS.
+measure_shares() {
+    before_a=$(vm_reads vmA)
+    before_b=$(vm_reads vmB)
+    sleep "$1"
+    for pid in $READER_A $READER_B; do
+        kill -0 "$pid" 2>/dev/null || abort "a reader (pid $pid) exited:" \
+            "$(cat "$LOGS"/reader*.log)"
+    done
+    SHARE_A=$(remote_share vmA "$before_a") ||
+        abort "too few reads of vmA caught ($before_a -> $(vm_reads vmA))"
+    SHARE_B=$(remote_share vmB "$before_b") ||
+        abort "too few reads of vmB caught ($before_b -> $(vm_reads vmB))"
+}
+max() {
+    if [ "$1" -ge "$2" ]; then echo "$1"; else echo "$2"; fi
+}
+
+# Under ksm-order (every copy on one node): one VM reads mostly remote.
+# The first sweeps fault in pages not mapped since they merged: skip them.
+sleep 10
+measure_shares "$READ_MEASURE"
+KSM_MAX=$(max "$SHARE_A" "$SHARE_B")
+say "ksm-order: remote share of sampled reads: vmA $(pct "$SHARE_A")," \
+    "vmB $(pct "$SHARE_B")"
+nuksmctl --socket "$SOCK" vms | sed 's/^/numa-lab:   /'
+
+nuksmctl --socket "$SOCK" policy fair >/dev/null ||
+    abort "nuksmctl policy fair failed"
+# Settled: nothing pending, no page moved for three looks 3 s apart
+# (re-placement by reads runs at most every 5 s).
+start=$(date +%s)
+last=
+stable=0
+while :; do
+    read_status || abort "nuksmctl status: $STATUS"
+    PENDING=$(status_num moves_pending)
+    MOVED_PAGES=$(status_num pages_moved)
+    say "re-placement by reads: pages_moved=$MOVED_PAGES" \
+        "pending=$PENDING store_pages=[$(status_store)]"
+    if [ "$PENDING" = 0 ] && [ "$MOVED_PAGES" = "$last" ]; then
+        stable=$((stable + 1))
+        [ "$stable" -ge 3 ] && break
+    else
+        stable=0
+    fi
+    [ $(($(date +%s) - start)) -lt "$TIMEOUT" ] || break
+    last=$MOVED_PAGES
+    sleep 3
+done
+measure_shares "$READ_MEASURE"
+FAIR_MAX=$(max "$SHARE_A" "$SHARE_B")
+say "fair: remote share of sampled reads: vmA $(pct "$SHARE_A")," \
+    "vmB $(pct "$SHARE_B")"
+say "readers: vmA's $(tail -n 1 "$LOGS/readerA.log"), vmB's" \
+    "$(tail -n 1 "$LOGS/readerB.log")"
+nuksmctl --socket "$SOCK" vms | sed 's/^/numa-lab:   /'
+kill $READER_A $READER_B 2>/dev/null
+
+OUT=$(store-nodes "$S0" "$S1" 2>&1)
+echo "$OUT" | sed 's/^/numa-lab: store-nodes: /'
+L0=$(echo "$OUT" | grep "^$S0 ")
+L1=$(echo "$OUT" | grep "^$S1 ")
+R0=$(field pages "$L0")
+R1=$(field pages "$L1")
+reads="by reads: the larger remote share $(pct "$KSM_MAX") under ksm-order,"
+reads="$reads $(pct "$FAIR_MAX") under fair; store-node0 $R0 pages"
+reads="$reads ($(field node0 "$L0") on node 0), store-node1 $R1"
+reads="$reads ($(field node1 "$L1") on node 1)"
+if [ $((2 * FAIR_MAX)) -le "$KSM_MAX" ] && [ "$R0" -gt 0 ] && \
+   [ "$R1" -gt 0 ] && [ "$(field node0 "$L0")" = "$R0" ] && \
+   [ "$(field node1 "$L1")" = "$R1" ]; then
+    say "check ok: $reads"
+else
+    problem "placement $reads: fair's must be at most half of" \
+            "ksm-order's, both stores used, every page on its node"
+fi
+
 summary="2 nodes, pages_sharing=$SHARING, store-node0=$F0 store-node1=$F1"
 if [ -z "$problems" ]; then
-    say "PASS: $summary, $physical, $split; $moved"
+    say "PASS: $summary, $physical, $split; $moved; $reads"
     exit 0
 fi
 say "FAIL: $problems ($summary; $physical)"

@@ -74,6 +74,7 @@ static NuksmMsgInfo info_msg(void)
     NuksmMsgInfo i = {
         .policy = NUKSM_POLICY_ID_LOCAL,
         .vms = 3,
+        .vms_reading = 3,
         .nr_nodes = 4,
         .pages_shared = 10,
         .pages_sharing = 30,
@@ -516,6 +517,11 @@ static void test_reject_unterminated(void)
     memset(i.agent_version, 'v', sizeof(i.agent_version));
     size = nuksm_msg_pack(BUF, NUKSM_MSG_INFO, 1, &i, sizeof(i));
     assert_rejected(BUF, size, "unterminated string in INFO");
+
+    i = info_msg();
+    i.vms_reading = i.vms + 1;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_INFO, 1, &i, sizeof(i));
+    assert_rejected(BUF, size, "more VMs sampling reads than VMs in INFO");
 
     size = pack_vms(BUF, 3, 3);
     entries = (NuksmVmEntry *)((NuksmMsgVms *)payload_of(BUF) + 1);

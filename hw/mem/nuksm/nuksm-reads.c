@@ -12,15 +12,15 @@
  * access, by a vCPU through KVM, by TCG or by QEMU itself, faults to our
  * userfaultfd as a minor fault, which the fault thread resolves
  * (UFFDIO_CONTINUE) and notes here, taking no lock.  A read of a merged
- * page that was not mapped since it merged is caught the same way, and
- * counts too.
+ * page that was not mapped since it merged or moved is caught the same
+ * way: it shows that its region is read, but is no sample.
  *
  * At the end of a window each probed region's count of samples since one
  * was read (its read idle, AdaptMD's inactive counter) restarts if a page
  * of it was read, and grows by one if not; the agent gets the regions
  * whose count changed (READS) and decides by them what is hot
- * (docs/placement.rst).  Each read caught is also counted local or
- * remote, by whether the page's copy is on the home node of its guest
+ * (docs/placement.rst).  Each read of a probed page is also counted
+ * local or remote, by whether the page's copy is on the home node of its guest
  * node: the NUMA tax in accesses.
  *
  * Cost: a probe is a few system calls in the scanner thread, within its
@@ -59,12 +59,16 @@ struct NuksmReads {
     unsigned head;              /* written by the fault thread */
     unsigned tail;              /* written by the scanner thread */
     uint64_t lost;              /* atomic: noted with the queue full */
+    int own_tid;                /* atomic: the scanner thread's, not */
+                                /* counted */
 
     /* The scanner thread's (nuksm_reads_tick() holds page_lock) */
     int pagemap_fd;
     int64_t window_start;       /* ns; 0 while no window is open */
     GArray *probes;             /* pages probed in the open window */
                                 /* (uint64_t, VM page index) */
+    GHashTable *unread;         /* VM page index + 1 of those not */
+                                /* read yet */
     GHashTable *read;           /* read region -> page index + 1 of a */
                                 /* page of it read in the open window */
     uint64_t cursor;            /* read region the next probes start at */
@@ -86,6 +90,7 @@ NuksmReads *nuksm_reads_new(Nuksm *s)
     r->s = s;
     r->pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     r->probes = g_array_new(false, false, sizeof(uint64_t));
+    r->unread = g_hash_table_new(g_direct_hash, g_direct_equal);
     r->read = g_hash_table_new(g_direct_hash, g_direct_equal);
     r->random = 0x9e3779b97f4a7c15ull ^ (uintptr_t)r;
     qemu_mutex_init(&r->lock);
@@ -98,6 +103,7 @@ void nuksm_reads_free(NuksmReads *r)
         close(r->pagemap_fd);
     }
     g_array_free(r->probes, true);
+    g_hash_table_destroy(r->unread);
     g_hash_table_destroy(r->read);
     qemu_mutex_destroy(&r->lock);
     g_free(r);
@@ -119,9 +125,20 @@ void nuksm_reads_set_home(NuksmReads *r, const NuksmMsgHome *home)
     qemu_mutex_unlock(&r->lock);
 }
 
-void nuksm_reads_note(NuksmReads *r, uint64_t addr)
+void nuksm_reads_set_own_thread(NuksmReads *r, int tid)
+{
+    qatomic_set(&r->own_tid, tid);
+}
+
+void nuksm_reads_note(NuksmReads *r, uint64_t addr, int tid)
 {
     unsigned head = r->head;
+    bool own = tid && tid == qatomic_read(&r->own_tid);
+
+    trace_nuksm_reads_fault((void *)(uintptr_t)addr, tid, own);
+    if (own) {
+        return;
+    }
 
     if (head - qatomic_load_acquire(&r->tail) >= NUKSM_READS_QUEUE) {
         qatomic_inc(&r->lost);
@@ -140,8 +157,12 @@ static uint64_t nuksm_reads_random(NuksmReads *r)
 }
 
 /*
- * Count the reads noted since the last call, each as local or remote,
- * and remember which regions they read.  With the RCU read lock.
+ * Count the reads of probed pages noted since the last call, each as
+ * local or remote, and remember which regions they read.  A read of a
+ * page not probed (its first since it merged or moved) shows that its
+ * region is read, but is not a sample: a whole region is read that way
+ * after a move, which would outweigh the probes.  With the RCU read
+ * lock.
  */
 static void nuksm_reads_count(NuksmReads *r)
 {
@@ -167,6 +188,10 @@ static void nuksm_reads_count(NuksmReads *r)
         g_hash_table_insert(r->read,
                             GSIZE_TO_POINTER(nuksm_page_read_region(bs, idx)),
                             GSIZE_TO_POINTER(bs->first_page + idx + 1));
+        if (!g_hash_table_remove(r->unread,
+                                 GSIZE_TO_POINTER(bs->first_page + idx + 1))) {
+            continue;
+        }
         node_home = bs->gnode < home.nr_gnodes ? home.home[bs->gnode] : 0;
         local += nuksm_page_ref(bs, idx).node == node_home;
         reads++;
@@ -236,6 +261,7 @@ static void nuksm_reads_close_window(NuksmReads *r, GArray *changed)
         }
     }
     g_hash_table_remove_all(r->read);
+    g_hash_table_remove_all(r->unread);
     g_array_set_size(r->probes, 0);
 }
 
@@ -337,6 +363,7 @@ static void nuksm_reads_probe_region(NuksmReads *r, int uffd, RAMBlock *rb,
                                     rb->host + idx * NUKSM_PAGE_SIZE) ==
             NUKSM_READ_PROBE_SET) {
             g_array_append_val(r->probes, page);
+            g_hash_table_add(r->unread, GSIZE_TO_POINTER(page + 1));
         }
         return;
     }
@@ -449,6 +476,7 @@ void nuksm_reads_tick(NuksmReads *r, int uffd, uint32_t epoch)
         /* What the window caught no longer tells a rate: forget it. */
         r->window_start = 0;
         g_array_set_size(r->probes, 0);
+        g_hash_table_remove_all(r->unread);
         g_hash_table_remove_all(r->read);
         return;
     }

@@ -44,11 +44,17 @@ void nuksm_reads_configure(NuksmReads *r, uint32_t window_ms,
 void nuksm_reads_set_home(NuksmReads *r, const NuksmMsgHome *home);
 
 /*
- * Fault thread: the merged page at @addr was read while not mapped (a
- * minor fault).  Takes no lock: the thread that holds page_lock may be
- * the reader.
+ * Scanner thread, as it starts: its reads are nuksm's own (comparing a
+ * page with its slot, hashing), never the VM's.
  */
-void nuksm_reads_note(NuksmReads *r, uint64_t addr);
+void nuksm_reads_set_own_thread(NuksmReads *r, int tid);
+
+/*
+ * Fault thread: the merged page at @addr was read while not mapped (a
+ * minor fault) by thread @tid (0 if the kernel does not say).  Takes no
+ * lock: the thread that holds page_lock may be the reader.
+ */
+void nuksm_reads_note(NuksmReads *r, uint64_t addr, int tid);
 
 /*
  * Scanner thread, with page_lock held and userfaultfd @uffd: count the

@@ -123,8 +123,12 @@ int nuksm_remap_uffd_open(int dev_fd, Error **errp)
      */
     features |= supported & (UFFD_FEATURE_WP_UNPOPULATED |
                              UFFD_FEATURE_WP_HUGETLBFS_SHMEM);
-    /* And report accesses to store pages not mapped (Linux 5.14+). */
-    features |= supported & UFFD_FEATURE_MINOR_SHMEM;
+    /*
+     * And report accesses to store pages not mapped (Linux 5.14+), with
+     * the thread that made them: nuksm's own reads are not the VM's.
+     */
+    features |= supported & (UFFD_FEATURE_MINOR_SHMEM |
+                             UFFD_FEATURE_THREAD_ID);
     fd = nuksm_remap_uffd_api(dev_fd, features, &supported, errp);
     if (fd >= 0) {
         qatomic_set(&nuksm_remap_minor,

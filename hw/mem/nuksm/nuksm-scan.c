@@ -55,6 +55,7 @@
 #include "nuksm-outbox.h"
 #include "nuksm-pages.h"
 #include "nuksm-ram.h"
+#include "nuksm-reads.h"
 #include "nuksm-regions.h"
 #include "nuksm-scan.h"
 #include "nuksm-strength.h"
@@ -1125,6 +1126,7 @@ static void *nuksm_scan_thread(void *opaque)
     NuksmCommit *c = sc->s->commit;
 
     rcu_register_thread();
+    nuksm_reads_set_own_thread(sc->s->reads, qemu_get_thread_id());
     nuksm_strength_calibrate(&sc->strength);
     sc->cpu_mark = nuksm_thread_cpu_ns();
     sc->wall_mark = get_clock();

@@ -112,7 +112,7 @@ static void nuksm_writes_release(NuksmWrites *w, uint64_t addr)
  * store's page cache meanwhile), waking the reader has it fault again,
  * and the kernel serves that fault itself.
  */
-static void nuksm_writes_continue(NuksmWrites *w, uint64_t addr)
+static void nuksm_writes_continue(NuksmWrites *w, uint64_t addr, int tid)
 {
     uint64_t page = QEMU_ALIGN_DOWN(addr, NUKSM_PAGE_SIZE);
     struct uffdio_continue cont = {
@@ -123,7 +123,7 @@ static void nuksm_writes_continue(NuksmWrites *w, uint64_t addr)
         trace_nuksm_writes_continue_failed((void *)(uintptr_t)page, errno);
         uffd_wakeup(w->uffd, (void *)(uintptr_t)page, NUKSM_PAGE_SIZE);
     }
-    nuksm_reads_note(w->s->reads, page);
+    nuksm_reads_note(w->s->reads, page, tid);
 }
 
 static void *nuksm_faults_thread(void *opaque)
@@ -154,7 +154,8 @@ static void *nuksm_faults_thread(void *opaque)
                 continue;
             }
             if (msgs[i].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_MINOR) {
-                nuksm_writes_continue(w, addr);
+                nuksm_writes_continue(w, addr,
+                                      msgs[i].arg.pagefault.feat.ptid);
                 continue;
             }
             if (!queued) {
