@@ -22,27 +22,7 @@
 #define SWEEPS       0x01000000
 #define DEBUGCON     0xe9
 
-    .code16
-    .globl start
-start:
-    cli
-    xor %ax, %ax
-    mov %ax, %ds
-    lgdtl gdt_desc
-    mov %cr0, %eax
-    or $1, %eax
-    mov %eax, %cr0
-    ljmpl $8, $protected
-
-    .code32
-protected:
-    mov $16, %ax
-    mov %ax, %ds
-    mov %ax, %es
-    mov %ax, %ss
-    in $0x92, %al            /* fast A20 */
-    or $2, %al
-    out %al, $0x92
+#include "protected-mode.inc"
 
     mov $REGION_START, %edi
     xor %ebx, %ebx              /* page index p */
@@ -88,15 +68,6 @@ region_done:
     jne region
     incl SWEEPS
     jmp sweep
-
-    .p2align 3
-gdt:
-    .quad 0
-    .quad 0x00cf9a000000ffff     /* code: base 0, 4 GiB, 32-bit */
-    .quad 0x00cf92000000ffff     /* data: base 0, 4 GiB */
-gdt_desc:
-    .word gdt_desc - gdt - 1
-    .long gdt
 
     .org 509
 read_mask:                      /* READ_MASK: regions read, bit k: Pk */

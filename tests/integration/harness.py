@@ -22,6 +22,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -494,11 +495,12 @@ def store_paths(state_dir):
     return sorted(Path(state_dir).glob("store-*-node*"))
 
 
-def unregistered_store_mappings(pid):
+def unregistered_store_mappings(pid, flag="uw"):
     """Mappings of store files in process @pid that are not registered
-    for userfaultfd write protection (no "uw" in their VmFlags): nuksm
-    could not write-protect their pages to move or merge them again.
-    Each as (start address, pages, store file)."""
+    for userfaultfd write protection (no "uw" in their VmFlags; with
+    @flag "ui", for minor faults): nuksm could not write-protect their
+    pages to move or merge them again (sample their reads).  Each as
+    (start address, pages, store file)."""
     unregistered = []
     mapping = None
     with open(f"/proc/{pid}/smaps") as smaps:
@@ -508,12 +510,46 @@ def unregistered_store_mappings(pid):
                 mapping = fields if len(fields) == 6 and \
                     os.path.basename(fields[5]).startswith("store-") else None
             elif fields[0] == "VmFlags:" and mapping:
-                if "uw" not in fields[1:]:
+                if flag not in fields[1:]:
                     start, end = (int(x, 16) for x in mapping[0].split("-"))
                     unregistered.append((hex(start), (end - start) // 4096,
                                          mapping[5]))
                 mapping = None
     return unregistered
+
+
+class Rewriter:
+    """A thread that writes 8 bytes at a random place of a random page of
+    guest [@at, @at + len(@content)) through @qtest, over and over, until
+    stop(): with probability @same the value that is there (the page
+    stays a duplicate, merges again, and the write breaks the sharing
+    again), else a new one, kept in @content (a bytearray: what the
+    memory must read).  Only it uses @qtest until it stops."""
+
+    def __init__(self, qtest, at, content, seed, same):
+        self.qtest, self.at, self.content = qtest, at, content
+        self.rng, self.same = random.Random(seed), same
+        self.writes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+
+    def _run(self):
+        pages = len(self.content) // NUKSM_PAGE_SIZE
+        while not self._stop.is_set():
+            off = self.rng.randrange(pages) * NUKSM_PAGE_SIZE + \
+                self.rng.randrange(NUKSM_PAGE_SIZE // 8) * 8
+            if self.rng.random() < self.same:
+                value = int.from_bytes(self.content[off:off + 8], "little")
+            else:
+                value = self.rng.getrandbits(64)
+                self.content[off:off + 8] = value.to_bytes(8, "little")
+            self.qtest.command(f"writeq {self.at + off:#x} {value:#x}")
+            self.writes += 1
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
 
 
 def wait_store_mappings_registered(pid, timeout=10):

@@ -98,17 +98,9 @@ def pmemsave(vm, workdir, addr, size):
 
 def test_kvm_guest_merges_and_writes_land(kvm, bootblock, agent, start_vm,
                                           workdir):
-    debug = workdir / "debugcon.log"
-    vm = start_vm("kvm0", [
-        "-accel", "kvm", "-machine", "q35", "-m", "64M", "-nodefaults",
-        "-display", "none",
-        "-drive", f"file={bootblock},format=raw,if=virtio,snapshot=on",
-        "-chardev", f"file,id=dbg,path={debug}",
-        "-device", "isa-debugcon,iobase=0xe9,chardev=dbg",
-        "-object", harness.nuksm_object(id="dedup0", agent=agent.sock,
-                                        max_cpu=100, hot_window=500)])
-    wait_until(lambda: "F" in harness.read_log(debug), 120,
-               "the guest to fill its region")
+    vm = start_kvm_guest(start_vm, workdir, "kvm0", bootblock, agent,
+                         hot_window=500)
+    debug = workdir / "kvm0-debugcon.log"
 
     # Identical pages the vCPU wrote merge; QEMU reads them back whole.
     vm.wait_nuksm(lambda i: i["merged-pages"] - i["zero-pages"] >=

@@ -354,6 +354,12 @@ def test_libvirt_domains_merge(libvirtd, lv_agent, domains, installed):
         info = dom.nuksm()
         assert info["state"] == "active", info
         assert info["domain"] == "tenant-a", info
+        # Read sampling runs as libvirt-qemu too: merged pages probed
+        # through the userfaultfd made from the agent's descriptor.
+        reads = wait_until(lambda: (r := dom.nuksm()["hotness"]["reads"])
+                           ["probes"] > 0 and r, 30,
+                           f"{dom.name}'s merged pages to be probed")
+        assert reads["source"] == "minor-faults" and "note" not in reads
         assert info["budget"] == {
             "governor": "full", "max-cpu": 100, "max-cpu-source": "property",
             "scan-rate": 0, "scan-rate-source": "governor", "rest-ms": 500}

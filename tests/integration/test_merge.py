@@ -11,7 +11,6 @@ import random
 import re
 import signal
 import struct
-import threading
 import time
 
 import pytest
@@ -269,30 +268,10 @@ def test_no_lost_write(pair, layout):
     qtests = [Qtest(vm.qtest_path) for vm in vms]
     for q, original in zip(qtests, originals):
         write_big(q, SHARED_AT, original)
-    # Only the writer thread uses vm0's qtest socket until it stops.
-    writer_q = qtests[0]
-    stop = threading.Event()
-    rng = random.Random(5)
-    writes = 0
-
-    def writer():
-        nonlocal writes
-        while not stop.is_set():
-            page = rng.randrange(size // PAGE)
-            off = page * PAGE + rng.randrange(PAGE // 8) * 8
-            # Most writes put back what was there: the page stays a
-            # duplicate, keeps being merged, and the write breaks the
-            # sharing again (or lands while the merge is in progress).
-            if rng.random() < 0.95:
-                value = int.from_bytes(content[off:off + 8], "little")
-            else:
-                value = rng.getrandbits(64)
-                content[off:off + 8] = value.to_bytes(8, "little")
-            writer_q.command(f"writeq {SHARED_AT + off:#x} {value:#x}")
-            writes += 1
-
-    thread = threading.Thread(target=writer)
-    thread.start()
+    # Most writes put back what was there, or land while the merge is in
+    # progress.
+    writer = harness.Rewriter(qtests[0], SHARED_AT, content, seed=5,
+                              same=0.95)
     enable(vms)
     most_merged = 0
     try:
@@ -305,8 +284,7 @@ def test_no_lost_write(pair, layout):
                 break
             time.sleep(0.2)
     finally:
-        stop.set()
-        thread.join()
+        writer.stop()
     assert most_merged >= 1000, "too few merges happened while writing"
     assert nuksm(vms[0])["cow-breaks"] >= 1000, "too few writes hit merges"
     assert read_big(qtests[0], SHARED_AT, size) == bytes(content)

@@ -635,13 +635,16 @@ def test_fair_follows_reads_five_pages(numa_pair):
                f"the {pages} pages of P0..P4 to merge")
     window_s = set_read_window(vms) / 1000
 
+    def shares_over_ten_windows(policy):
+        before = [vm.nuksm() for vm in vms]
+        read_while(vms, lambda: all(vm.nuksm()["hotness"]["reads"]["windows"]
+                                    >= b["hotness"]["reads"]["windows"] + 10
+                                    for vm, b in zip(vms, before)),
+                   60 + 12 * window_s, f"ten read windows under {policy}")
+        return [remote_share(vm, b) for vm, b in zip(vms, before)]
+
     # ksm-order: every copy on the later VM's node.
-    before = [vm.nuksm() for vm in vms]
-    read_while(vms, lambda: all(vm.nuksm()["hotness"]["reads"]["windows"]
-                                >= b["hotness"]["reads"]["windows"] + 10
-                                for vm, b in zip(vms, before)),
-               60 + 12 * window_s, "ten read windows under ksm-order")
-    ksm_order = [remote_share(vm, b) for vm, b in zip(vms, before)]
+    ksm_order = shares_over_ten_windows("ksm-order")
 
     harness.ctl_ok(agent.sock, "policy", "fair")
 
@@ -657,12 +660,7 @@ def test_fair_follows_reads_five_pages(numa_pair):
             0.4 <= split[2] <= 0.6
     read_while(vms, settled, 180 + 10 * window_s,
                "fair to place the copies by their reads")
-    before = [vm.nuksm() for vm in vms]
-    read_while(vms, lambda: all(vm.nuksm()["hotness"]["reads"]["windows"]
-                                >= b["hotness"]["reads"]["windows"] + 10
-                                for vm, b in zip(vms, before)),
-               60 + 12 * window_s, "ten read windows under fair")
-    fair = [remote_share(vm, b) for vm, b in zip(vms, before)]
+    fair = shares_over_ten_windows("fair")
     print("remote shares of sampled reads: ksm-order", ksm_order,
           "fair", fair)
     assert max(fair) <= max(ksm_order) / 2, (ksm_order, fair)

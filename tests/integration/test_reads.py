@@ -9,7 +9,6 @@ region and catches the next access to it as a userfaultfd minor fault
 """
 
 import random
-import threading
 import time
 
 import harness
@@ -29,23 +28,6 @@ def reads(vm):
 def merged_non_zero(vm):
     info = vm.nuksm()
     return info["merged-pages"] - info["zero-pages"]
-
-
-def store_mappings_without_minor(pid):
-    """Store mappings of @pid not registered for minor faults ("ui")."""
-    missing = []
-    mapping = None
-    with open(f"/proc/{pid}/smaps") as smaps:
-        for line in smaps:
-            fields = line.split()
-            if "-" in fields[0] and len(fields) >= 5:
-                mapping = fields if len(fields) == 6 and \
-                    "/store-" in fields[5] else None
-            elif fields[0] == "VmFlags:" and mapping:
-                if "ui" not in fields[1:]:
-                    missing.append(mapping[0])
-                mapping = None
-    return missing
 
 
 def merge(vms, content):
@@ -79,7 +61,7 @@ def test_reads_of_merged_pages_are_caught(start_agent, qtest_vm):
     read_big(qtests[0], SHARED_AT, size)
     window_ms = max(200, int(3000 * (time.monotonic() - began)))
     for vm in vms:
-        assert not store_mappings_without_minor(vm.pid)
+        assert not harness.unregistered_store_mappings(vm.pid, "ui")
         set_prop(vm, "hot-window", window_ms)
     windows = [reads(vm)["windows"] for vm in vms]
 
@@ -123,30 +105,12 @@ def test_read_sampling_loses_no_write(start_agent, qtest_vm):
     for vm in vms:
         set_prop(vm, "hot-window", 10)
         set_prop(vm, "read-samples", 65536)
-    content = bytearray(original)
-    writer_q = qtests[0]
-    stop = threading.Event()
-    rng = random.Random(11)
-    writes = 0
-
-    def writer():
-        nonlocal writes
-        while not stop.is_set():
-            page = rng.randrange(size // PAGE)
-            off = page * PAGE + rng.randrange(PAGE // 8) * 8
-            # Mostly the same value back: the page stays a duplicate,
-            # merges again, and is sampled and written again.
-            if rng.random() < 0.9:
-                value = int.from_bytes(content[off:off + 8], "little")
-            else:
-                value = rng.getrandbits(64)
-                content[off:off + 8] = value.to_bytes(8, "little")
-            writer_q.command(f"writeq {SHARED_AT + off:#x} {value:#x}")
-            writes += 1
-
     began = reads(vms[0])
-    thread = threading.Thread(target=writer)
-    thread.start()
+    content = bytearray(original)
+    # Mostly the same value back: the page stays a duplicate, merges
+    # again, and is sampled and written again.
+    writer = harness.Rewriter(qtests[0], SHARED_AT, content, seed=11,
+                              same=0.9)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -157,8 +121,7 @@ def test_read_sampling_loses_no_write(start_agent, qtest_vm):
                 break
             time.sleep(0.2)
     finally:
-        stop.set()
-        thread.join()
+        writer.stop()
     now = reads(vms[0])
     assert now["windows"] - began["windows"] >= 500, now
     assert now["probes"] - began["probes"] >= 5000, now

@@ -57,7 +57,7 @@ def test_unprivileged_qemu_merges(shared_dirs, installed, start_agent,
                                   qtest_vm):
     """Two QEMUs as USER, without any capability, merge with the
     userfaultfd they make from the agent's /dev/userfaultfd, and every
-    page reads back."""
+    page reads back; reads of the merged pages are sampled through it."""
     agent = start_agent(binary=installed / "sbin/nuksmd")
     let_user_connect(agent)
     vms = [qtest_vm(name, user=USER, binary=qemu(installed),
@@ -67,6 +67,19 @@ def test_unprivileged_qemu_merges(shared_dirs, installed, start_agent,
         assert credentials(vm.pid) == (pwd.getpwnam(USER).pw_uid, 0)
         vm.wait_state("active")
     harness.merge_identical(vms, seed=21)
+
+    # Minor faults on that userfaultfd catch the reads of merged pages.
+    vms[0].cmd("qom-set", path="/objects/dedup0", property="hot-window",
+               value=200)
+    q = harness.Qtest(vms[0].qtest_path)
+
+    def reads_caught():
+        harness.read_big(q, 64 << 20, 4 << 20)
+        reads = vms[0].nuksm()["hotness"]["reads"]
+        assert reads["source"] == "minor-faults", reads
+        return reads["reads"] >= 4
+    wait_until(reads_caught, 60, "vm0's reads of merged pages to be caught")
+    q.close()
 
 
 def test_qemu_without_userfaultfd_says_so(shared_dirs, installed,
