@@ -209,7 +209,14 @@ NuksmWrites *nuksm_writes_start(Nuksm *s, int uffd)
     }
     w->s = s;
     w->uffd = uffd;
-    w->queue = g_array_new(false, false, sizeof(uint64_t));
+    /*
+     * Allocated here, so that nuksm-faults, which appends to it, never
+     * mallocs: its first malloc would give it an arena of its own, new
+     * mappings that QEMU's mapping budget did not count (nuksm-maps.c).
+     * Grown by realloc, it stays in this thread's arena.
+     */
+    w->queue = g_array_sized_new(false, false, sizeof(uint64_t),
+                                 NUKSM_WRITES_BATCH);
     qemu_mutex_init(&w->lock);
     qemu_cond_init(&w->cond);
     qemu_thread_create(&w->writes, "nuksm-writes", nuksm_writes_thread, w,
