@@ -5,23 +5,25 @@
  * accesses that make a VM pay for a copy on another node are reads,
  * which no dirty log shows.  They are sampled the way the kernel's own
  * NUMA balancing samples accesses, and DAMON regions: each window
- * (hot-window ms), one merged page of each of up to read-samples read
- * regions (NUKSM_READ_REGION_PAGES pages, taken in turn) has its
- * page-table entry dropped (nuksm_remap_probe_reads(): free, the page
- * reads the store's shmem file through a private mapping); its next
- * access, by a vCPU through KVM, by TCG or by QEMU itself, faults to our
- * userfaultfd as a minor fault, which the fault thread resolves
- * (UFFDIO_CONTINUE) and notes here, taking no lock.  A read of a merged
- * page that was not mapped since it merged or moved is caught the same
- * way: it shows that its region is read, but is no sample.
+ * (hot-window ms), the next read-samples read regions
+ * (NUKSM_READ_REGION_PAGES pages, taken in turn) are looked at, and one
+ * merged page of each that holds one has its page-table entry dropped
+ * (nuksm_remap_probe_reads(): free, the page reads the store's shmem
+ * file through a private mapping); its next access, by a vCPU through
+ * KVM, by TCG or by QEMU itself, faults to our userfaultfd as a minor
+ * fault, which the fault thread resolves (UFFDIO_CONTINUE) and notes
+ * here, taking no lock.  Reads by the scanner thread (comparing, hashing)
+ * are nuksm's, not the VM's: not noted.  A read of a merged page that
+ * was not mapped since it merged or moved is caught the same way: it
+ * shows that its region is read, but is no sample.
  *
  * At the end of a window each probed region's count of samples since one
  * was read (its read idle, AdaptMD's inactive counter) restarts if a page
  * of it was read, and grows by one if not; the agent gets the regions
  * whose count changed (READS) and decides by them what is hot
  * (docs/placement.rst).  Each read of a probed page is also counted
- * local or remote, by whether the page's copy is on the home node of its guest
- * node: the NUMA tax in accesses.
+ * local or remote, by whether the page's copy is on the home node of its
+ * guest node: the NUMA tax in accesses.
  *
  * Cost: a probe is a few system calls in the scanner thread, within its
  * CPU budget; a read of a probed page, one fault served by another
