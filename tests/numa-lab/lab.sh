@@ -106,6 +106,17 @@ remote_share() {
     echo $((1000 * re / (lo + re)))
 }
 
+# Where the pages of the store files $S0 and $S1 are: store-nodes'
+# lines for them in L0 and L1, shown on the console.
+locate_stores() {
+    OUT=$(store-nodes "$S0" "$S1" 2>&1)
+    rc=$?
+    echo "$OUT" | sed 's/^/numa-lab: store-nodes: /'
+    [ "$rc" -le 1 ] || abort "store-nodes failed (exit $rc)"
+    L0=$(echo "$OUT" | grep "^$S0 ")
+    L1=$(echo "$OUT" | grep "^$S1 ")
+}
+
 # Field NAME=value of a store-nodes line.
 field() {
     echo "$2" | sed -n "s/.* $1=\([0-9]*\).*/\1/p"
@@ -242,12 +253,7 @@ S0=$1
 set -- "$STATE"/store-*-node1
 S1=$1
 [ -f "$S0" ] && [ -f "$S1" ] || abort "no store files of domain default"
-OUT=$(store-nodes "$S0" "$S1" 2>&1)
-rc=$?
-echo "$OUT" | sed 's/^/numa-lab: store-nodes: /'
-[ "$rc" -le 1 ] || abort "store-nodes failed (exit $rc)"
-L0=$(echo "$OUT" | grep "^$S0 ")
-L1=$(echo "$OUT" | grep "^$S1 ")
+locate_stores
 F0=$(field pages "$L0")
 F1=$(field pages "$L1")
 F0_ON0=$(field node0 "$L0")
@@ -333,10 +339,7 @@ while :; do
     [ $(($(date +%s) - start)) -lt "$TIMEOUT" ] || break
     sleep 1
 done
-OUT=$(store-nodes "$S0" "$S1" 2>&1)
-echo "$OUT" | sed 's/^/numa-lab: store-nodes: /'
-L0=$(echo "$OUT" | grep "^$S0 ")
-L1=$(echo "$OUT" | grep "^$S1 ")
+locate_stores
 M0=$(field pages "$L0")
 M1=$(field pages "$L1")
 if [ "$M0" = 0 ]; then
@@ -424,10 +427,7 @@ say "readers: vmA's $(tail -n 1 "$LOGS/readerA.log"), vmB's" \
 nuksmctl --socket "$SOCK" vms | sed 's/^/numa-lab:   /'
 kill $READER_A $READER_B 2>/dev/null
 
-OUT=$(store-nodes "$S0" "$S1" 2>&1)
-echo "$OUT" | sed 's/^/numa-lab: store-nodes: /'
-L0=$(echo "$OUT" | grep "^$S0 ")
-L1=$(echo "$OUT" | grep "^$S1 ")
+locate_stores
 R0=$(field pages "$L0")
 R1=$(field pages "$L1")
 reads="by reads: the larger remote share $(pct "$KSM_MAX") under ksm-order,"
