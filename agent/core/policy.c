@@ -20,6 +20,14 @@ bool policy_page_hot(uint8_t written_idle, uint8_t read_idle,
     return MIN(written_idle, read_idle) < cold_windows;
 }
 
+bool policy_page_warm(uint8_t written_idle, uint8_t read_idle,
+                      uint32_t cold_windows)
+{
+    return policy_page_hot(written_idle, read_idle,
+                           MIN(cold_windows * POLICY_WARM_FACTOR,
+                               NUKSM_IDLE_NEVER));
+}
+
 bool policy_may_map(NuksmPolicyId policy, const PolicyOwner *o,
                     uint32_t node)
 {
@@ -71,10 +79,10 @@ static int compare_owners(const void *x, const void *y, void *owners)
     return a->client < b->client ? -1 : a->client > b->client;
 }
 
-static bool any_hot(const PolicyOwner *o, size_t n)
+static bool any_warm(const PolicyOwner *o, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        if (o[i].hot) {
+        if (o[i].warm) {
             return true;
         }
     }
@@ -90,21 +98,21 @@ static double weight(const PolicyOwner *o, bool equal)
  * A uniform draw in [0, 1) with 53 bits, from the content alone, against
  * the owners taken in a fixed order (home node, then client id), each
  * with its share of [0, 1): its priority, or 1 each if @equal.  With
- * @hot_first, only the hot owners draw if any is hot.  An index into @o
+ * @warm_first, only the warm owners draw if any is warm.  An index into @o
  * (n >= 1).  Sorted once, not scanned for the next owner each time: the
  * pages of a copy may be many thousands.
  */
 static size_t draw_owner(const PolicyOwner *o, size_t n, uint64_t digest,
-                         bool hot_first, bool equal)
+                         bool warm_first, bool equal)
 {
     double draw = (mix64(digest ^ PRIORITY_SEED) >> 11) * 0x1.0p-53;
-    bool hot_only = hot_first && any_hot(o, n);
+    bool warm_only = warm_first && any_warm(o, n);
     g_autofree size_t *order = g_new(size_t, n);
     double total = 0, below = 0;
     size_t m = 0;
 
     for (size_t i = 0; i < n; i++) {
-        if (!hot_only || o[i].hot) {
+        if (!warm_only || o[i].warm) {
             order[m++] = i;
             total += weight(&o[i], equal);
         }
@@ -137,7 +145,7 @@ uint32_t policy_new_copy(NuksmPolicyId policy, const PolicyLoad *load,
     case NUKSM_POLICY_ID_KSM_ORDER:
         return a->client >= b->client ? a->home : b->home;
     case NUKSM_POLICY_ID_FAIR:
-        if (any_hot(owners, 2)) {
+        if (any_warm(owners, 2)) {
             return owners[draw_owner(owners, 2, digest, true, true)].home;
         }
         return policy_emptier(load, a->home, b->home);
@@ -165,7 +173,7 @@ bool policy_moves_by_hotness(NuksmPolicyId policy)
 }
 
 /*
- * fair: the draw among the hot owners if any; else, idle, towards the
+ * fair: the draw among the warm owners if any; else, idle, towards the
  * emptiest owner's node when the nodes are unbalanced.
  */
 static uint32_t fair_relocate_node(const PolicyLoad *load, uint32_t node,
@@ -174,7 +182,7 @@ static uint32_t fair_relocate_node(const PolicyLoad *load, uint32_t node,
 {
     uint32_t best = node;
 
-    if (any_hot(o, n)) {
+    if (any_warm(o, n)) {
         return o[draw_owner(o, n, digest, true, true)].home;
     }
     for (size_t i = 0; i < n; i++) {

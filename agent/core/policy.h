@@ -15,27 +15,30 @@
  *              registered: the copy lives on the latest VM's node
  *   local      only pages of one home node share a copy (KSM's
  *              merge_across_nodes=0)
- *   fair       nuKSM §4.1 for K nodes: a hot page's owner gets the copy;
- *              copies hot for owners on several nodes are split between
- *              their nodes by a draw from the content, each hot owner
- *              with an equal share; cold copies go to the emptier of the
- *              owners' nodes
+ *   fair       nuKSM §4.1 for K nodes: a warm page's owner gets the
+ *              copy; copies warm for owners on several nodes are split
+ *              between their nodes by a draw from the content, each warm
+ *              owner with an equal share; other copies go to the emptier
+ *              of the owners' nodes
  *   priority   nuKSM §4.2: owner i gets the copy with probability
  *              priority_i / sum of priorities, drawn from a hash of the
  *              content (mix64 of the digest): the same contents and
  *              priorities place the same way in every run.  Only the
- *              hot owners draw if any is hot
+ *              warm owners draw if any is warm
  *   adaptive   AdaptMD-H: hot pages share only within their node, cold
  *              pages across nodes, placed as fair places cold ones;
  *              copies are never moved
  *
- * Two words have one meaning each:
+ * Three words have one meaning each:
  *   hot      the guest accessed the page lately: wrote it in one of the
  *            last --cold-windows hotness windows of its VM, or read a
  *            merged page of its read region in one of the last
  *            --cold-windows read samples of that region
  *            (policy_page_hot).  Merged pages are only ever read (a
  *            write ends their sharing): for them, hot means read
+ *   warm     hot within POLICY_WARM_FACTOR times --cold-windows
+ *            (policy_page_warm): who a copy is placed for, so that it
+ *            follows a new reader at once and leaves an old one late
  *   emptier  of two nodes, the one whose store holds fewer copies
  *            (PolicyLoad.copies), the first on a tie (policy_emptier)
  *
@@ -57,7 +60,8 @@ typedef struct PolicyOwner {
     uint32_t client;         /* its VM's client id: orders owners */
     uint32_t home;           /* home node of the page's guest node */
     uint32_t priority;       /* its VM's, NUKSM_PRIORITY_MIN..MAX */
-    bool hot;                /* policy_page_hot() */
+    bool hot;                /* policy_page_hot(): adaptive weighs it */
+    bool warm;               /* policy_page_warm(): the draws weigh it */
 } PolicyOwner;
 
 /* The nodes, as placement sees them. */
@@ -74,6 +78,19 @@ typedef struct PolicyLoad {
  */
 bool policy_page_hot(uint8_t written_idle, uint8_t read_idle,
                      uint32_t cold_windows);
+
+/*
+ * Placement's hysteresis: a page stays *warm* for POLICY_WARM_FACTOR
+ * times as many windows as it stays hot.  fair and priority draw among
+ * the warm owners of a copy and balance a copy only once none is warm,
+ * so that a reader that pauses for a few samples, or reads more slowly
+ * than --cold-windows, moves nothing; a new reader is warm as soon as it
+ * is hot.
+ */
+#define POLICY_WARM_FACTOR 4
+
+bool policy_page_warm(uint8_t written_idle, uint8_t read_idle,
+                      uint32_t cold_windows);
 
 /* May @o map a copy that lives on @node? */
 bool policy_may_map(NuksmPolicyId policy, const PolicyOwner *o,
@@ -99,7 +116,7 @@ size_t policy_priority_pick(const PolicyOwner *o, size_t n,
  * The node of a new copy of content @digest for @a, the page completing
  * the match, and @b, the page seen before; policy_may_share() allowed
  * them one.  fair and priority place it as policy_relocate_node() would
- * then keep it, so that a pass moves no new copy while hotness holds.
+ * then keep it, so that a pass moves no new copy while warmth holds.
  */
 uint32_t policy_new_copy(NuksmPolicyId policy, const PolicyLoad *load,
                          const PolicyOwner *a, const PolicyOwner *b,
@@ -110,7 +127,7 @@ bool policy_moves_copies(NuksmPolicyId policy);
 
 /*
  * Does where @policy wants a merged copy depend on whether its owners
- * are hot (fair and priority)?  Then a change in who reads what calls
+ * are warm (fair and priority)?  Then a change in who reads what calls
  * for a re-placement pass.
  */
 bool policy_moves_by_hotness(NuksmPolicyId policy);
@@ -118,12 +135,13 @@ bool policy_moves_by_hotness(NuksmPolicyId policy);
 /*
  * Re-placement of a copy of content @digest on @node that the @n pages
  * @o map, one copy for all (local, where each page goes home, is the
- * caller's): the node the policy wants it on.  fair: with hot owners,
- * the draw among them (each an equal share: one hot owner, or hot owners
- * of one node, take it home; owners of two nodes split such copies about
- * half and half); with none, it moves only when that brings its node and
- * the emptiest owner's node closer by more than one copy.  priority: the
- * draw among the hot owners if any is hot, else among all.
+ * caller's): the node the policy wants it on.  fair: with warm owners,
+ * the draw among them (each an equal share: one warm owner, or warm
+ * owners of one node, take it home; owners of two nodes split such
+ * copies about half and half); with none, it moves only when that brings
+ * its node and the emptiest owner's node closer by more than one copy.
+ * priority: the draw among the warm owners if any is warm, else among
+ * all.
  */
 uint32_t policy_relocate_node(NuksmPolicyId policy, const PolicyLoad *load,
                               uint32_t node, const PolicyOwner *o, size_t n,

@@ -324,12 +324,13 @@ void unstable_client_remove(UnstableTable *u, uint16_t slot)
 
 void unstable_set(UnstableTable *u, uint16_t domain, uint32_t node,
                   uint64_t digest, uint16_t client, uint64_t page, bool hot,
-                  size_t domain_max)
+                  bool warm, size_t domain_max)
 {
     UnstableEntry entry = {
         .hash = hash_of(u, domain, node, digest),
         .page = page,
         .hot = hot,
+        .warm = warm,
         .client = client,
     };
     UnstableEntry *e;

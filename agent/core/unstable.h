@@ -33,13 +33,14 @@
 /* Client slots: 0 is none, so at most this many minus one clients. */
 #define UNSTABLE_CLIENTS 65536u
 
-/* Pages at or beyond this are not remembered: 2^59 bytes of guest RAM. */
-#define UNSTABLE_PAGE_LIMIT (1ull << 47)
+/* Pages at or beyond this are not remembered: 2^58 bytes of guest RAM. */
+#define UNSTABLE_PAGE_LIMIT (1ull << 46)
 
 typedef struct UnstableEntry {
     uint64_t hash;           /* key_hash() of (node and digest, domain) */
-    uint64_t page : 47;
+    uint64_t page : 46;
     uint64_t hot : 1;        /* the page was hot (policy_page_hot()) */
+    uint64_t warm : 1;       /* and warm (policy_page_warm()) */
     uint64_t client : 16;    /* client slot; 0: empty */
 } UnstableEntry;
 
@@ -104,7 +105,8 @@ static inline uint32_t unstable_client(const UnstableTable *u,
 void unstable_remove(UnstableTable *u, UnstableEntry *e);
 
 /*
- * (@domain, @node, @digest) -> (client of slot @client, @page, @hot),
+ * (@domain, @node, @digest) -> (client of slot @client, @page, @hot,
+ * @warm),
  * replacing any previous value; nothing for a slot 0 or a page from
  * UNSTABLE_PAGE_LIMIT on.  @domain holds at most @domain_max entries:
  * at that, the new entry evicts the domain's oldest in its two sets, or
@@ -112,7 +114,7 @@ void unstable_remove(UnstableTable *u, UnstableEntry *e);
  */
 void unstable_set(UnstableTable *u, uint16_t domain, uint32_t node,
                   uint64_t digest, uint16_t client, uint64_t page, bool hot,
-                  size_t domain_max);
+                  bool warm, size_t domain_max);
 
 /* The entries of the live clients of @domain. */
 static inline uint32_t unstable_domain_entries(const UnstableTable *u,

@@ -63,7 +63,8 @@ UnstableEntry *copies_unstable_partner(NuksmAgent *agent, uint16_t domain,
         return NULL;
     }
     *pu = (PolicyOwner) { .client = (*u)->id, .home = node,
-                          .priority = (*u)->priority, .hot = ue->hot };
+                          .priority = (*u)->priority, .hot = ue->hot,
+                          .warm = ue->warm };
     return ue;
 }
 

@@ -498,12 +498,14 @@ static void leave_changed(NuksmAgent *agent, NuksmClient *client,
 static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
                              const NuksmCandidate *c)
 {
+    uint8_t read_idle = client_read_idle(v, c->page);
+    uint32_t cold_windows = agent->placement.cold_windows;
     PolicyOwner pv = {
         .client = v->id,
         .home = client_home(v, c->gnode),
         .priority = v->priority,
-        .hot = policy_page_hot(c->idle, client_read_idle(v, c->page),
-                               agent->placement.cold_windows),
+        .hot = policy_page_hot(c->idle, read_idle, cold_windows),
+        .warm = policy_page_warm(c->idle, read_idle, cold_windows),
     };
     KeyMapEntry *e = ledger_page(v, c->page);
 
@@ -529,7 +531,7 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
     }
     /* The same page seen again only refreshes its entry. */
     unstable_set(&agent->unstable, v->domain_id, pv.home, c->digest,
-                 v->unstable_slot, c->page, pv.hot,
+                 v->unstable_slot, c->page, pv.hot, pv.warm,
                  quotas_unstable_max(agent, v->domain_id));
 }
 

@@ -137,15 +137,18 @@ static void plan_slot(NuksmAgent *agent, SlotId id, const MergedPage *sh,
 
     for (size_t i = 0; i < n; i++) {
         const NuksmClient *client = ledger_client(agent, sh[i].client);
+        uint8_t read_idle = client_read_idle(client, sh[i].page);
+        uint32_t cold_windows = agent->placement.cold_windows;
 
         /* A merged page is never written: a write ends its sharing. */
         o[i] = (PolicyOwner) {
             .client = client->id,
             .home = client_home_of_page(client, sh[i].page),
             .priority = client->priority,
-            .hot = policy_page_hot(NUKSM_IDLE_NEVER,
-                                   client_read_idle(client, sh[i].page),
-                                   agent->placement.cold_windows),
+            .hot = policy_page_hot(NUKSM_IDLE_NEVER, read_idle,
+                                   cold_windows),
+            .warm = policy_page_warm(NUKSM_IDLE_NEVER, read_idle,
+                                     cold_windows),
         };
     }
     if (agent->placement.policy == NUKSM_POLICY_ID_LOCAL) {

@@ -84,8 +84,8 @@ static bool may_keep_region(NuksmClient *client, bool may_grow)
 
 /*
  * @client's region @region was last seen read @idle samples ago: keep
- * that (forget it at NUKSM_IDLE_NEVER).  True if the region turned hot
- * or cold.
+ * that (forget it at NUKSM_IDLE_NEVER).  True if the region turned warm
+ * or stopped being warm: what the draws of fair and priority weigh.
  */
 static bool set_region(NuksmAgent *agent, NuksmClient *client,
                        uint64_t region, uint8_t idle, bool may_grow)
@@ -94,7 +94,10 @@ static bool set_region(NuksmAgent *agent, NuksmClient *client,
     KeyMapEntry *e = keymap_lookup(&client->read_regions, region, 0);
     bool was_hot = e && policy_page_hot(NUKSM_IDLE_NEVER, e->tag,
                                         cold_windows);
+    bool was_warm = e && policy_page_warm(NUKSM_IDLE_NEVER, e->tag,
+                                          cold_windows);
     bool hot = policy_page_hot(NUKSM_IDLE_NEVER, idle, cold_windows);
+    bool warm = policy_page_warm(NUKSM_IDLE_NEVER, idle, cold_windows);
     bool added;
 
     if (idle == NUKSM_IDLE_NEVER) {
@@ -106,17 +109,13 @@ static bool set_region(NuksmAgent *agent, NuksmClient *client,
     } else if (may_keep_region(client, may_grow)) {
         keymap_insert(&client->read_regions, region, 0, &added)->tag = idle;
     } else {
-        hot = false;            /* not kept: never read, as far as we know */
+        /* Not kept: never read, as far as we know. */
+        hot = warm = false;
     }
-    if (hot == was_hot) {
-        return false;
+    if (hot != was_hot) {
+        client->read_hot_regions += hot ? 1 : -1;
     }
-    if (hot) {
-        client->read_hot_regions++;
-    } else {
-        client->read_hot_regions--;
-    }
-    return true;
+    return warm != was_warm;
 }
 
 /* A re-placement pass now, for reads. */

@@ -18,12 +18,14 @@
  * agent's memory budget is used (conditions.h): such a region counts
  * as never read.
  *
- * When a READS turns a region of a VM with merged pages hot or cold,
- * and the policy places copies by hotness (fair, priority), the agent
- * asks for a re-placement pass (relocate.h): at once, unless a pass
- * asked for by reads came less than READS_REPLACE_SECONDS ago, then
- * when that time is up.  Together with --cold-windows (a region read
- * once stays hot that many samples) that is the hysteresis of placement
+ * When a READS turns a region of a VM with merged pages warm, or ends
+ * its warmth (policy_page_warm(): read within POLICY_WARM_FACTOR times
+ * --cold-windows samples), and the policy places copies by who reads
+ * them (fair, priority), the agent asks for a re-placement pass
+ * (relocate.h): at once, unless a pass asked for by reads came less than
+ * READS_REPLACE_SECONDS ago, then when that time is up.  A region turns
+ * warm with its first read, and stays warm for four times as long as it
+ * stays hot: that, and the pass's delay, is the hysteresis of placement
  * by reads; the moves then go at --replace-rate.
  *
  * Copyright (c) 2026 nuksm developers

@@ -22,7 +22,7 @@ static const NuksmPolicyId all_policies[] = {
 static PolicyOwner owner(uint32_t client, uint32_t home, bool hot)
 {
     return (PolicyOwner) { .client = client, .home = home,
-                           .priority = 100, .hot = hot };
+                           .priority = 100, .hot = hot, .warm = hot };
 }
 
 static PolicyLoad load_of(const uint64_t copies[K])
@@ -62,11 +62,37 @@ static void test_hot(void)
     g_assert_true(policy_page_hot(never, 254, 255));
 }
 
-/* An owner of a merged page: hot if its region was read @read_idle ago. */
+/*
+ * Warm is hot for POLICY_WARM_FACTOR (4) times as long: a page stays
+ * warm 12 windows at --cold-windows 3.
+ */
+static void test_warm(void)
+{
+    const uint8_t never = NUKSM_IDLE_NEVER;
+
+    g_assert_true(policy_page_warm(never, 0, 3));
+    g_assert_true(policy_page_warm(never, 3, 3));     /* cold, still warm */
+    g_assert_true(policy_page_warm(never, 11, 3));
+    g_assert_false(policy_page_warm(never, 12, 3));
+    g_assert_true(policy_page_warm(11, never, 3));
+    g_assert_false(policy_page_warm(12, 12, 3));
+    g_assert_false(policy_page_warm(never, never, 3));
+    /* Capped where the counters saturate: never seen is never warm. */
+    g_assert_true(policy_page_warm(never, 254, 100));
+    g_assert_false(policy_page_warm(never, never, 100));
+}
+
+/*
+ * An owner of a merged page, its region read @read_idle samples ago:
+ * hot and warm as --cold-windows 3 makes it.
+ */
 static PolicyOwner reader(uint32_t client, uint32_t home, uint8_t read_idle)
 {
-    return owner(client, home,
-                 policy_page_hot(NUKSM_IDLE_NEVER, read_idle, 3));
+    PolicyOwner o = owner(client, home,
+                          policy_page_hot(NUKSM_IDLE_NEVER, read_idle, 3));
+
+    o.warm = policy_page_warm(NUKSM_IDLE_NEVER, read_idle, 3);
+    return o;
 }
 
 static void test_may_map(void)
@@ -310,7 +336,7 @@ static void test_replace_fair_idle_balanced(void)
 {
     static const uint64_t copies[K] = { 10, 8, 9, 3 };
     PolicyLoad load = load_of(copies);
-    PolicyOwner o[3] = { reader(5, 1, 3), reader(9, 2, 200),
+    PolicyOwner o[3] = { reader(5, 1, 12), reader(9, 2, 200),
                          reader(7, 3, NUKSM_IDLE_NEVER) };
 
     g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 0, o,
@@ -328,14 +354,15 @@ static void test_replace_fair_idle_balanced(void)
 
 /*
  * fair, a copy read lately by one VM: to that VM's node, however full,
- * for every content; owners read long ago count as idle.  The old,
- * write-only hot called every merged page cold and balanced it.
+ * for every content; owners read long ago (no longer warm) count as
+ * idle.  The old, write-only hot called every merged page cold and
+ * balanced it.
  */
 static void test_replace_fair_read_by_one(void)
 {
     static const uint64_t copies[K] = { 10, 50, 9, 3 };
     PolicyLoad load = load_of(copies);
-    PolicyOwner o[3] = { reader(5, 1, 0), reader(9, 2, 3),
+    PolicyOwner o[3] = { reader(5, 1, 0), reader(9, 2, 12),
                          reader(7, 3, NUKSM_IDLE_NEVER) };
     /* Two readers, of one node (one VM with two pages, or two VMs). */
     PolicyOwner same[3] = { reader(5, 2, 1), reader(9, 2, 2),
@@ -383,6 +410,49 @@ static void test_replace_fair_read_by_two(void)
 }
 
 /*
+ * Hysteresis: a copy stays where its readers' draw put it while they
+ * stay warm.  A reader of a copy read by two that has been cold for a
+ * few samples still keeps its half (the hot-only draw sent them all to
+ * the other reader's node); a copy whose one reader has been cold for a
+ * few samples stays on its node however full (hot-only balanced it at
+ * once), and is balanced once the reader is no longer warm.
+ */
+static void test_replace_fair_hysteresis(void)
+{
+    static const uint64_t copies[K] = { 0, 1000, 0, 0 };
+    PolicyLoad load = load_of(copies);
+    PolicyOwner paused[2] = { reader(5, 1, 0), reader(9, 3, 6) };
+    PolicyOwner gone[2] = { reader(5, 1, 0), reader(9, 3, 12) };
+    PolicyOwner cooling[2] = { reader(5, 1, 6),
+                               reader(9, 3, NUKSM_IDLE_NEVER) };
+    PolicyOwner idle[2] = { reader(5, 1, 12),
+                            reader(9, 3, NUKSM_IDLE_NEVER) };
+    uint32_t on3 = 0;
+
+    for (uint64_t i = 0; i < DRAWS; i++) {
+        uint32_t node = policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 1,
+                                             paused, 2, digest_of(i));
+
+        g_assert_true(node == 1 || node == 3);
+        on3 += node == 3;
+        g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 1,
+                                              gone, 2, digest_of(i)), ==, 1);
+        g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 1,
+                                              cooling, 2, digest_of(i)),
+                         ==, 1);
+        g_assert_cmpuint(policy_relocate_node(NUKSM_POLICY_ID_FAIR, &load, 1,
+                                              idle, 2, digest_of(i)), ==, 3);
+    }
+    g_assert_cmpfloat_with_epsilon((double)on3 / DRAWS, 0.5, 0.01);
+    /* A new copy is placed as a pass would keep it. */
+    for (uint64_t i = 0; i < 1000; i++) {
+        g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_FAIR, &load,
+                                         &cooling[0], &cooling[1],
+                                         digest_of(i)), ==, 1);
+    }
+}
+
+/*
  * priority: the readers draw, by their priorities; the owners nobody
  * reads lately draw only when no owner is read.
  */
@@ -422,6 +492,7 @@ int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/policy/hot", test_hot);
+    g_test_add_func("/policy/warm", test_warm);
     g_test_add_func("/policy/may-map", test_may_map);
     g_test_add_func("/policy/may-share", test_may_share);
     g_test_add_func("/policy/new-copy/same-home", test_new_copy_same_home);
@@ -440,6 +511,8 @@ int main(int argc, char **argv)
                     test_replace_fair_read_by_one);
     g_test_add_func("/policy/replace/fair-read-by-two",
                     test_replace_fair_read_by_two);
+    g_test_add_func("/policy/replace/fair-hysteresis",
+                    test_replace_fair_hysteresis);
     g_test_add_func("/policy/replace/priority-weighs-readers",
                     test_replace_priority_weighs_readers);
     return g_test_run();

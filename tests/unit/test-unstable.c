@@ -62,8 +62,8 @@ static void test_set_lookup(void)
 
     setup(&u, 1024);
     g_assert_null(unstable_lookup(&u, 0, 0, 0xd1));
-    unstable_set(&u, 0, 0, 0xd1, slots[1], 100, false, NO_QUOTA);
-    unstable_set(&u, 1, 0, 0xd1, slots[2], 200, false, NO_QUOTA);
+    unstable_set(&u, 0, 0, 0xd1, slots[1], 100, false, false, NO_QUOTA);
+    unstable_set(&u, 1, 0, 0xd1, slots[2], 200, false, false, NO_QUOTA);
 
     e = unstable_lookup(&u, 0, 0, 0xd1);
     g_assert_nonnull(e);
@@ -73,15 +73,17 @@ static void test_set_lookup(void)
     g_assert_cmpuint(client_of(&u, 1, 0, 0xd1), ==, 2);
     /* So are home nodes. */
     g_assert_null(unstable_lookup(&u, 0, 1, 0xd1));
-    unstable_set(&u, 0, 1, 0xd1, slots[4], 400, true, NO_QUOTA);
+    unstable_set(&u, 0, 1, 0xd1, slots[4], 400, false, true, NO_QUOTA);
     e = unstable_lookup(&u, 0, 1, 0xd1);
     g_assert_cmpuint(unstable_client(&u, e), ==, 4);
-    g_assert_true(e->hot);
+    g_assert_false(e->hot);
+    g_assert_true(e->warm);
+    g_assert_cmpuint(e->page, ==, 400);
     g_assert_cmpuint(client_of(&u, 0, 0, 0xd1), ==, 1);
     unstable_remove(&u, e);
 
     /* A newer page with the digest replaces the entry. */
-    unstable_set(&u, 0, 0, 0xd1, slots[3], 300, false, NO_QUOTA);
+    unstable_set(&u, 0, 0, 0xd1, slots[3], 300, false, false, NO_QUOTA);
     e = unstable_lookup(&u, 0, 0, 0xd1);
     g_assert_cmpuint(unstable_client(&u, e), ==, 3);
     g_assert_cmpuint(e->page, ==, 300);
@@ -93,11 +95,11 @@ static void test_set_lookup(void)
     g_assert_cmpuint(u.count, ==, 1);
 
     /* Pages from UNSTABLE_PAGE_LIMIT on, and slot 0, are not kept. */
-    unstable_set(&u, 0, 0, 0xd2, slots[1], UNSTABLE_PAGE_LIMIT, false,
+    unstable_set(&u, 0, 0, 0xd2, slots[1], UNSTABLE_PAGE_LIMIT, false, false,
                  NO_QUOTA);
-    unstable_set(&u, 0, 0, 0xd3, 0, 1, false, NO_QUOTA);
-    unstable_set(&u, 0, 0, 0xd4, slots[1], UNSTABLE_PAGE_LIMIT - 1, false,
-                 NO_QUOTA);
+    unstable_set(&u, 0, 0, 0xd3, 0, 1, false, false, NO_QUOTA);
+    unstable_set(&u, 0, 0, 0xd4, slots[1], UNSTABLE_PAGE_LIMIT - 1, true,
+                 false, NO_QUOTA);
     g_assert_null(unstable_lookup(&u, 0, 0, 0xd2));
     g_assert_null(unstable_lookup(&u, 0, 0, 0xd3));
     g_assert_cmpuint(unstable_lookup(&u, 0, 0, 0xd4)->page, ==,
@@ -132,9 +134,9 @@ static void test_domain_compared(void)
 
     setup(&u, 1024);
     other = unstable_client_add(&u, 5, domain);
-    unstable_set(&u, 0, 0, d0, slots[1], 100, false, NO_QUOTA);
+    unstable_set(&u, 0, 0, d0, slots[1], 100, false, false, NO_QUOTA);
     g_assert_null(unstable_lookup(&u, domain, 0, d1));
-    unstable_set(&u, domain, 0, d1, other, 200, false, NO_QUOTA);
+    unstable_set(&u, domain, 0, d1, other, 200, false, false, NO_QUOTA);
     g_assert_cmpuint(client_of(&u, 0, 0, d0), ==, 1);
     g_assert_cmpuint(client_of(&u, domain, 0, d1), ==, 5);
     teardown(&u);
@@ -149,7 +151,7 @@ static void test_bound(void)
 
     setup(&u, MAX);
     for (uint64_t d = 0; d < N; d++) {
-        unstable_set(&u, 0, 0, d, slots[1], d, false, NO_QUOTA);
+        unstable_set(&u, 0, 0, d, slots[1], d, false, false, NO_QUOTA);
         g_assert_cmpuint(u.count, <=, MAX);
     }
     g_assert_cmpuint(unstable_bytes(&u), ==, MAX * sizeof(UnstableEntry));
@@ -184,7 +186,7 @@ static void test_full_load(void)
 
     setup(&u, MAX);
     for (uint64_t d = 0; d < MAX / 8 * 7; d++) {
-        unstable_set(&u, 0, 0, d, slots[1], d, false, NO_QUOTA);
+        unstable_set(&u, 0, 0, d, slots[1], d, false, false, NO_QUOTA);
     }
     g_assert_cmpuint(unstable_bytes(&u), ==, MAX * sizeof(UnstableEntry));
     g_test_message("%u of %u evicted", evicted->len, MAX / 8 * 7);
@@ -217,7 +219,7 @@ static void test_evict_dead_first(void)
     g_assert_cmpuint(u.nr_sets, ==, 4);
     for (unsigned i = 0; i < G_N_ELEMENTS(digests); i++) {
         digests[i] = d = next_digest_of_set0(d + 1);
-        unstable_set(&u, 0, 0, d, slots[1], i, false, NO_QUOTA);
+        unstable_set(&u, 0, 0, d, slots[1], i, false, false, NO_QUOTA);
     }
     /* Set 0 overflowed once: the oldest, digests[0], is out. */
     g_assert_null(unstable_lookup(&u, 0, 0, digests[0]));
@@ -227,10 +229,10 @@ static void test_evict_dead_first(void)
 
     /* Client 7 owns digests[2] and leaves; a new digest takes its place. */
     leaving = unstable_client_add(&u, 7, 0);
-    unstable_set(&u, 0, 0, digests[2], leaving, 2, false, NO_QUOTA);
+    unstable_set(&u, 0, 0, digests[2], leaving, 2, false, false, NO_QUOTA);
     unstable_client_remove(&u, leaving);
     g_assert_null(unstable_lookup(&u, 0, 0, digests[2]));
-    unstable_set(&u, 0, 0, digests[0], slots[1], 0, false, NO_QUOTA);
+    unstable_set(&u, 0, 0, digests[0], slots[1], 0, false, false, NO_QUOTA);
     for (unsigned i = 0; i < G_N_ELEMENTS(digests); i++) {
         g_assert_true(!unstable_lookup(&u, 0, 0, digests[i]) == (i == 2));
     }
@@ -251,11 +253,11 @@ static void test_grow_drops_dead(void)
     leaving = unstable_client_add(&u, 9, 0);
     sets = u.nr_sets;
     for (d = 0; d < 100; d++) {
-        unstable_set(&u, 0, 0, d, leaving, d, false, NO_QUOTA);
+        unstable_set(&u, 0, 0, d, leaving, d, false, false, NO_QUOTA);
     }
     unstable_client_remove(&u, leaving);
     for (d = 100; u.nr_sets == sets; d++) {
-        unstable_set(&u, 0, 0, d, slots[1], d, false, NO_QUOTA);
+        unstable_set(&u, 0, 0, d, slots[1], d, false, false, NO_QUOTA);
     }
     g_assert_cmpuint(u.nr_sets, ==, sets + sets / 2);
     /* Every live entry is in, none of the dead. */
@@ -282,10 +284,10 @@ static void test_domain_quota(void)
     setup(&u, 4096);
     /* Domain 1 (client 2) first, then domain 0 floods past its quota. */
     for (uint64_t d = 0; d < others; d++) {
-        unstable_set(&u, 1, 0, 0x10000 + d, slots[2], d, false, NO_QUOTA);
+        unstable_set(&u, 1, 0, 0x10000 + d, slots[2], d, false, false, NO_QUOTA);
     }
     for (uint64_t d = 0; d < 10 * quota; d++) {
-        unstable_set(&u, 0, 0, d, slots[1], d, false, quota);
+        unstable_set(&u, 0, 0, d, slots[1], d, false, false, quota);
         g_assert_cmpuint(unstable_domain_entries(&u, 0), <=, quota);
     }
     g_assert_cmpuint(unstable_domain_entries(&u, 0), >, quota / 2);
@@ -299,7 +301,7 @@ static void test_domain_quota(void)
                      10 * quota - unstable_domain_entries(&u, 0));
 
     /* Replacing an entry, and finding it, keep the count true. */
-    unstable_set(&u, 1, 0, 0x10000, slots[2], 7, false, NO_QUOTA);
+    unstable_set(&u, 1, 0, 0x10000, slots[2], 7, false, false, NO_QUOTA);
     g_assert_cmpuint(unstable_domain_entries(&u, 1), ==, others);
     e = unstable_lookup(&u, 1, 0, 0x10000);
     unstable_remove(&u, e);
@@ -317,7 +319,7 @@ static void test_slot_reuse(void)
 
     setup(&u, 1024);
     first = unstable_client_add(&u, id, 0);
-    unstable_set(&u, 0, 0, 0xd1, first, 1, false, NO_QUOTA);
+    unstable_set(&u, 0, 0, 0xd1, first, 1, false, false, NO_QUOTA);
     unstable_client_remove(&u, first);
     do {
         slot = unstable_client_add(&u, ++id, 0);
