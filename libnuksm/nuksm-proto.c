@@ -42,6 +42,8 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_GET_INFO]     = "GET_INFO",
     [NUKSM_MSG_INFO]         = "INFO",
     [NUKSM_MSG_LIST_VMS]     = "LIST_VMS",
+    [NUKSM_MSG_GET_SIMILARITY] = "GET_SIMILARITY",
+    [NUKSM_MSG_SIMILARITY]   = "SIMILARITY",
     [NUKSM_MSG_VMS]          = "VMS",
     [NUKSM_MSG_STORE]        = "STORE",
     [NUKSM_MSG_CANDIDATES]   = "CANDIDATES",
@@ -442,6 +444,31 @@ static const char *check_condition(const void *p)
     return NULL;
 }
 
+static const char *check_similarity(const void *p, size_t len)
+{
+    const NuksmMsgSimilarity *m = p;
+    const NuksmSimilarityPair *pairs;
+
+    if (len < sizeof(*m) ||
+        len - sizeof(*m) != (size_t)m->nr_vms * sizeof(NuksmSimilarityVm) +
+                            (size_t)m->nr_pairs * sizeof(NuksmSimilarityPair)) {
+        return "SIMILARITY size does not match its counts";
+    }
+    if (m->nr_vms > m->total_vms || m->nr_pairs > m->total_pairs) {
+        return "SIMILARITY counts exceed their totals";
+    }
+    pairs = (const NuksmSimilarityPair *)((const NuksmSimilarityVm *)(m + 1) +
+                                          m->nr_vms);
+    for (uint32_t n = 0; n < m->nr_pairs; n++) {
+        if (pairs[n].similarity_pm > 1000 ||
+            pairs[n].alike_a > pairs[n].sampled_a ||
+            pairs[n].alike_b > pairs[n].sampled_b) {
+            return "SIMILARITY pair out of range";
+        }
+    }
+    return NULL;
+}
+
 static const char *check_vms(const void *p, size_t len)
 {
     const NuksmMsgVms *v = p;
@@ -522,7 +549,10 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
     case NUKSM_MSG_GET_POLICY:
     case NUKSM_MSG_GET_INFO:
     case NUKSM_MSG_LIST_VMS:
+    case NUKSM_MSG_GET_SIMILARITY:
         return len == 0 ? NULL : "unexpected payload";
+    case NUKSM_MSG_SIMILARITY:
+        return check_similarity(p, len);
     case NUKSM_MSG_INFO:
         return check_info(p);
     case NUKSM_MSG_VM_LIMIT:

@@ -65,7 +65,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 13u
+#define NUKSM_PROTO_VERSION 14u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -128,6 +128,9 @@ typedef enum NuksmMsgType {
     NUKSM_MSG_CHARGE       = 28, /* agent -> VM: CPU its messages cost */
     NUKSM_MSG_READS        = 29, /* VM -> agent: read hotness of merged */
                                  /* pages, by region (since protocol 13) */
+    /* Similarity (since protocol 14) */
+    NUKSM_MSG_GET_SIMILARITY = 30, /* control -> agent; reply SIMILARITY */
+    NUKSM_MSG_SIMILARITY   = 31, /* agent -> control */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -388,6 +391,45 @@ typedef struct NuksmMsgVms {
     uint32_t count;
     uint32_t total;          /* VMs connected; > count if the list was cut */
 } NuksmMsgVms;
+
+/*
+ * SIMILARITY (since protocol 14), the reply to GET_SIMILARITY (no
+ * payload; administrators only): every VM's content sketch
+ * (agent/core/sketch.h), then every pair of VMs of one merge domain, as
+ * AdaptMD-S weighs them.  VMs of two domains never share a page, so they
+ * make no pair.
+ */
+typedef struct NuksmSimilarityVm {
+    uint32_t client_id;
+    uint32_t shift;          /* sampled: a content hash's top shift bits 0 */
+    uint64_t sampled;        /* pages in its sample */
+    uint64_t pages;          /* pages it stands for: sampled << shift */
+} NuksmSimilarityVm;
+
+typedef struct NuksmSimilarityPair {
+    uint32_t a, b;           /* client ids, a < b, of one merge domain */
+    uint32_t similarity_pm;  /* of the smaller: pages whose content the */
+                             /* other holds over its pages, per mille */
+    uint32_t shift;          /* the sample the two compared at */
+    uint64_t sampled_a;      /* a's pages in that sample */
+    uint64_t alike_a;        /* of them, those whose content b holds */
+    uint64_t sampled_b;
+    uint64_t alike_b;
+    uint64_t merged_a;       /* a's merged pages that map a copy b maps: */
+    uint64_t merged_b;       /* the exact figure, once merging is done */
+} NuksmSimilarityPair;
+
+/*
+ * A NuksmMsgSimilarity, nr_vms NuksmSimilarityVm, then nr_pairs
+ * NuksmSimilarityPair; cut to fit a message (total_* say how many there
+ * were).
+ */
+typedef struct NuksmMsgSimilarity {
+    uint32_t nr_vms;
+    uint32_t total_vms;
+    uint32_t nr_pairs;
+    uint32_t total_pairs;
+} NuksmMsgSimilarity;
 
 /*
  * STORE: sent for every node right after HELLO_ACK, with the store file's

@@ -41,6 +41,7 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     domains_stats(&agent->domains, client->domain_id)->vms++;
     keymap_init(&client->pages, agent->index.seed);
     keymap_init(&client->read_regions, agent->index.seed);
+    sketch_init(&client->sketch, agent->index.seed);
     lines_init(&client->lines);
     client->to_merge = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_upload = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
@@ -509,6 +510,7 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
     };
     KeyMapEntry *e = ledger_page(v, c->page);
 
+    sketch_note(&v->sketch, c->page, c->digest);
     /*
      * A page merges once: it is already merged or on its way there,
      * unless it changed before its slot was filled.

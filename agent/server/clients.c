@@ -72,6 +72,7 @@ void clients_remove(ClientRegistry *reg, NuksmClient *client)
     }
     keymap_destroy(&client->pages);
     keymap_destroy(&client->read_regions);
+    sketch_destroy(&client->sketch);
     lines_destroy(&client->lines);
     if (client->to_merge) {
         g_array_unref(client->to_merge);

@@ -17,6 +17,7 @@
 #include "keymap.h"
 #include "lines.h"
 #include "nuksm-proto.h"
+#include "sketch.h"
 
 /* Connections beyond this are refused; keeps fds and LIST_VMS bounded. */
 #define CLIENTS_MAX 1024u
@@ -134,6 +135,9 @@ typedef struct NuksmClient {
     uint64_t reads_local;    /* reads its sampling caught (READS) */
     uint64_t reads_remote;
     bool read_regions_capped;    /* some were not kept (logged once) */
+
+    /* What its memory holds, sampled by content (sketch.h) */
+    ContentSketch sketch;
 } NuksmClient;
 
 typedef struct ClientRegistry {

@@ -18,6 +18,7 @@
 #include "merge.h"
 #include "nuksm-config.h"
 #include "reads.h"
+#include "similarity.h"
 #include "recovery.h"
 #include "relocate.h"
 #include "transport.h"
@@ -404,6 +405,7 @@ static const RequestHandler handlers[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_MOVED]        = relocate_handle_moved,
     [NUKSM_MSG_VM_LIMIT]     = handle_vm_limit,
     [NUKSM_MSG_READS]        = reads_handle_reads,
+    [NUKSM_MSG_GET_SIMILARITY] = similarity_handle_get,
 };
 
 /* Requests of the merge engine, which only VMs take part in. */

@@ -138,8 +138,27 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
     case NUKSM_MSG_GET_POLICY:
     case NUKSM_MSG_GET_INFO:
     case NUKSM_MSG_LIST_VMS:
+    case NUKSM_MSG_GET_SIMILARITY:
         REQUIRE(len == 0);
         break;
+    case NUKSM_MSG_SIMILARITY: {
+        const NuksmMsgSimilarity *m = p;
+        const NuksmSimilarityVm *v = (const NuksmSimilarityVm *)(m + 1);
+        const NuksmSimilarityPair *pr =
+            (const NuksmSimilarityPair *)(v + m->nr_vms);
+
+        REQUIRE(len >= sizeof(*m));
+        REQUIRE(len - sizeof(*m) == (uint64_t)m->nr_vms * sizeof(*v) +
+                                    (uint64_t)m->nr_pairs * sizeof(*pr));
+        for (uint32_t n = 0; n < m->nr_vms; n++) {
+            sink += v[n].pages + v[n].sampled;
+        }
+        for (uint32_t n = 0; n < m->nr_pairs; n++) {
+            REQUIRE(pr[n].similarity_pm <= 1000);
+            sink += pr[n].merged_a + pr[n].merged_b;
+        }
+        break;
+    }
     case NUKSM_MSG_INFO: {
         const NuksmMsgInfo *i = p;
 

@@ -24,8 +24,8 @@ import pytest
 import xxhash
 
 from harness import (DEFAULT_DOMAIN, ERR_DENIED, HELLO_ACK, INFO_DOMAIN,
-                     INFO_HOST, INFO_NONE, MSG_GET_INFO, MSG_HELLO,
-                     MSG_HELLO_ACK,
+                     INFO_HOST, INFO_NONE, MSG_GET_INFO, MSG_GET_SIMILARITY,
+                     MSG_HELLO, MSG_HELLO_ACK, MSG_SIMILARITY,
                      MSG_INFO, MSG_LIST_VMS, MSG_MERGE, MSG_POLICY,
                      MSG_SET_POLICY, MSG_SET_PRIORITY, MSG_UPLOAD_REQ,
                      MSG_VMS, NUKSM_PAGE_SIZE, POLICIES, POLICY, PRIORITY,
@@ -116,6 +116,16 @@ def list_vms(client, seq=50):
                         "requested": cstr(e[7]), "source": e[8],
                         "limit": e[9], "merged": e[10]})
     return entries
+
+
+def similarity_denied(client, seq=70):
+    """GET_SIMILARITY's ERROR text, or None if it answered SIMILARITY."""
+    reply = client.request(MSG_GET_SIMILARITY, seq)
+    if reply.type == MSG_SIMILARITY:
+        return None
+    code, message = reply.error()
+    assert code == ERR_DENIED, message
+    return message
 
 
 def get_info(client, seq=60):
@@ -371,7 +381,8 @@ def test_vms_may_not_set_the_host_policy_unless_allowed(agent, start_agent):
 def test_only_administrators_change_the_host(start_agent, workdir):
     """root and members of admin-group administer; another user's
     control client may read the policy, sees its own VMs and no host
-    counters, and may not set the policy."""
+    counters, and may neither set the policy nor see the similarity of
+    VMs, which names every tenant's."""
     agent = start_agent(*open_to(workdir))
     root_vm = VmClient(agent.sock)
 
@@ -380,11 +391,13 @@ def test_only_administrators_change_the_host(start_agent, workdir):
         denied = set_policy(client, "fair")
         info, scope = get_info(client)
         vms = list_vms(client)
-        return (admin, denied, info, scope, vms), client
+        similarity = similarity_denied(client)
+        return (admin, denied, info, scope, vms, similarity), client
     with in_process(as_nobody, user=NOBODY) as (admin, denied, info, scope,
-                                                 vms):
+                                                 vms, similarity):
         assert not admin
         assert "needs an administrator" in denied
+        assert "administrators only" in similarity
         assert scope == INFO_NONE
         assert (info.vms, info.pages_shared, info.store_pages) == (0, 0, [0])
         assert vms == []        # root's VM is not its own
@@ -392,6 +405,7 @@ def test_only_administrators_change_the_host(start_agent, workdir):
     assert admin
     assert get_info(root)[1] == INFO_HOST
     assert len(list_vms(root)) == 1
+    assert similarity_denied(root) is None
     assert set_policy(root, "fair") is None
     root_vm.close()
 

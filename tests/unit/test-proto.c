@@ -175,6 +175,30 @@ static size_t pack_reads(void *buf, uint32_t seq, uint32_t count)
     return nuksm_msg_pack(buf, NUKSM_MSG_READS, seq, m, len);
 }
 
+/* Pack a SIMILARITY of two VMs, 3 and 9, and their one pair. */
+static size_t pack_similarity(void *buf, uint32_t seq)
+{
+    struct {
+        NuksmMsgSimilarity m;
+        NuksmSimilarityVm vms[2];
+        NuksmSimilarityPair pair;
+    } s = {
+        .m = { .nr_vms = 2, .total_vms = 2, .nr_pairs = 1, .total_pairs = 1 },
+        .vms = { { .client_id = 3, .sampled = 100, .pages = 100 },
+                 { .client_id = 9, .shift = 1, .sampled = 50, .pages = 100 } },
+        .pair = { .a = 3, .b = 9, .similarity_pm = 400, .shift = 1,
+                  .sampled_a = 50, .alike_a = 20, .sampled_b = 50,
+                  .alike_b = 20, .merged_a = 40, .merged_b = 41 },
+    };
+
+    return nuksm_msg_pack(buf, NUKSM_MSG_SIMILARITY, seq, &s, sizeof(s));
+}
+
+static NuksmMsgSimilarity *similarity_of(void *buf)
+{
+    return payload_of(buf);
+}
+
 static NuksmMsgReads *reads_of(void *buf)
 {
     return payload_of(buf);
@@ -254,7 +278,10 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
     case NUKSM_MSG_GET_POLICY:
     case NUKSM_MSG_GET_INFO:
     case NUKSM_MSG_LIST_VMS:
+    case NUKSM_MSG_GET_SIMILARITY:
         return nuksm_msg_pack(buf, type, seq, NULL, 0);
+    case NUKSM_MSG_SIMILARITY:
+        return pack_similarity(buf, seq);
     case NUKSM_MSG_INFO: {
         NuksmMsgInfo i = info_msg();
         return nuksm_msg_pack(buf, type, seq, &i, sizeof(i));
@@ -1051,6 +1078,28 @@ static void test_reject_reads(void)
     assert_rejected(BUF, size, "region out of range in READS");
 }
 
+/* SIMILARITY: counts that match its size and totals, figures in range. */
+static void test_reject_similarity(void)
+{
+    NuksmSimilarityPair *pair;
+    size_t size = pack_similarity(BUF, 0);
+
+    assert_valid(BUF, size);
+    similarity_of(BUF)->nr_vms = 1;
+    assert_rejected(BUF, size, "SIMILARITY size does not match its counts");
+    size = pack_similarity(BUF, 0);
+    similarity_of(BUF)->total_pairs = 0;
+    assert_rejected(BUF, size, "SIMILARITY counts exceed their totals");
+    size = pack_similarity(BUF, 0);
+    pair = (NuksmSimilarityPair *)((NuksmSimilarityVm *)
+                                   (similarity_of(BUF) + 1) + 2);
+    pair->similarity_pm = 1001;
+    assert_rejected(BUF, size, "SIMILARITY pair out of range");
+    size = pack_similarity(BUF, 0);
+    pair->alike_b = pair->sampled_b + 1;
+    assert_rejected(BUF, size, "SIMILARITY pair out of range");
+}
+
 static void test_reject_store(void)
 {
     NuksmMsgStore st = { .node = NUKSM_MAX_NODES, .size = 1ull << 30 };
@@ -1175,6 +1224,7 @@ int main(int argc, char **argv)
     g_test_add_func("/proto/reject/condition", test_reject_condition);
     g_test_add_func("/proto/reads", test_reads);
     g_test_add_func("/proto/reject/reads", test_reject_reads);
+    g_test_add_func("/proto/reject/similarity", test_reject_similarity);
     g_test_add_func("/proto/vms-max-entries", test_vms_max_entries);
     g_test_add_func("/proto/policy-names", test_policy_names);
     g_test_add_func("/proto/msg-type-names", test_msg_type_names);

@@ -1,0 +1,188 @@
+/*
+ * nuksmd similarity of VMs (similarity.h).
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "ledger.h"
+#include "similarity.h"
+#include "transport.h"
+
+static gint compare_ids(gconstpointer x, gconstpointer y)
+{
+    const NuksmClient *a = *(NuksmClient *const *)x;
+    const NuksmClient *b = *(NuksmClient *const *)y;
+
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/* The VMs the merge engine knows, by client id. */
+static GPtrArray *joined_vms(NuksmAgent *agent)
+{
+    GPtrArray *vms = g_ptr_array_new();
+    GHashTableIter it;
+    gpointer vm;
+
+    g_hash_table_iter_init(&it, agent->ledger.vms);
+    while (g_hash_table_iter_next(&it, NULL, &vm)) {
+        g_ptr_array_add(vms, vm);
+    }
+    g_ptr_array_sort(vms, compare_ids);
+    return vms;
+}
+
+static uint64_t pair_key(uint32_t v, uint32_t u)
+{
+    return (uint64_t)v << 32 | u;
+}
+
+/*
+ * The exact figures: for every two VMs v and u, how many of v's merged
+ * pages map a copy that a page of u maps too (key pair_key(v, u)).  One
+ * walk of every merged page.
+ */
+static GHashTable *count_merged_pairs(GPtrArray *vms)
+{
+    g_autoptr(GHashTable) owners = g_hash_table_new_full(
+        NULL, NULL, NULL, (GDestroyNotify)g_array_unref);
+    GHashTable *counts = g_hash_table_new_full(g_int64_hash, g_int64_equal,
+                                               g_free, g_free);
+
+    /* Who maps each slot, each VM once. */
+    for (guint i = 0; i < vms->len; i++) {
+        const NuksmClient *vm = g_ptr_array_index(vms, i);
+
+        for (size_t k = 0; k < vm->pages.size; k++) {
+            const KeyMapEntry *e = &vm->pages.entries[k];
+            GArray *who;
+
+            if (!e->used || e->ns != LEDGER_NS_PAGE ||
+                e->tag != PAGE_MAPPED) {
+                continue;
+            }
+            who = g_hash_table_lookup(owners, GUINT_TO_POINTER(e->value));
+            if (!who) {
+                who = g_array_new(FALSE, FALSE, sizeof(uint32_t));
+                g_hash_table_insert(owners, GUINT_TO_POINTER(e->value), who);
+            }
+            if (!who->len ||
+                g_array_index(who, uint32_t, who->len - 1) != vm->id) {
+                g_array_append_val(who, vm->id);
+            }
+        }
+    }
+    for (guint i = 0; i < vms->len; i++) {
+        const NuksmClient *vm = g_ptr_array_index(vms, i);
+
+        for (size_t k = 0; k < vm->pages.size; k++) {
+            const KeyMapEntry *e = &vm->pages.entries[k];
+            GArray *who;
+
+            if (!e->used || e->ns != LEDGER_NS_PAGE ||
+                e->tag != PAGE_MAPPED) {
+                continue;
+            }
+            who = g_hash_table_lookup(owners, GUINT_TO_POINTER(e->value));
+            for (guint o = 0; o < who->len; o++) {
+                uint32_t u = g_array_index(who, uint32_t, o);
+                uint64_t key = pair_key(vm->id, u);
+                uint64_t *n;
+
+                if (u == vm->id) {
+                    continue;
+                }
+                n = g_hash_table_lookup(counts, &key);
+                if (!n) {
+                    n = g_new0(uint64_t, 1);
+                    g_hash_table_insert(counts, g_memdup2(&key, sizeof(key)),
+                                        n);
+                }
+                ++*n;
+            }
+        }
+    }
+    return counts;
+}
+
+static uint64_t merged_pair(GHashTable *counts, uint32_t v, uint32_t u)
+{
+    uint64_t key = pair_key(v, u);
+    const uint64_t *n = g_hash_table_lookup(counts, &key);
+
+    return n ? *n : 0;
+}
+
+void similarity_handle_get(NuksmAgent *agent, NuksmClient *client,
+                           uint32_t seq, const void *payload)
+{
+    g_autoptr(GPtrArray) vms = joined_vms(agent);
+    g_autoptr(GHashTable) merged = NULL;
+    g_autofree NuksmMsgSimilarity *msg = NULL;
+    size_t room = NUKSM_MSG_MAX - sizeof(NuksmMsgHeader) - sizeof(*msg);
+    NuksmSimilarityVm *out_vms;
+    NuksmSimilarityPair *out_pairs;
+    uint32_t nr_vms, nr_pairs = 0, total_pairs = 0;
+
+    if (!client->admin) {
+        transport_reject(client, seq, NUKSM_ERR_DENIED,
+                         "the similarity of VMs names every tenant's VMs: "
+                         "administrators only (root, nuksmd's user or a "
+                         "member of its admin-group)");
+        return;
+    }
+    nr_vms = MIN(vms->len, room / sizeof(NuksmSimilarityVm));
+    room -= nr_vms * sizeof(NuksmSimilarityVm);
+    msg = g_malloc0(NUKSM_MSG_MAX);
+    out_vms = (NuksmSimilarityVm *)(msg + 1);
+    out_pairs = (NuksmSimilarityPair *)(out_vms + nr_vms);
+    for (uint32_t i = 0; i < nr_vms; i++) {
+        const NuksmClient *vm = g_ptr_array_index(vms, i);
+
+        out_vms[i] = (NuksmSimilarityVm) {
+            .client_id = vm->id,
+            .shift = vm->sketch.shift,
+            .sampled = vm->sketch.pages.count,
+            .pages = sketch_pages(&vm->sketch),
+        };
+    }
+    merged = count_merged_pairs(vms);
+    for (uint32_t i = 0; i < nr_vms; i++) {
+        const NuksmClient *a = g_ptr_array_index(vms, i);
+
+        for (uint32_t j = i + 1; j < nr_vms; j++) {
+            const NuksmClient *b = g_ptr_array_index(vms, j);
+            SketchOverlap o;
+
+            /* VMs of two domains never share: no pair. */
+            if (a->domain_id != b->domain_id) {
+                continue;
+            }
+            total_pairs++;
+            if (room < sizeof(NuksmSimilarityPair)) {
+                continue;
+            }
+            room -= sizeof(NuksmSimilarityPair);
+            sketch_compare(&a->sketch, &b->sketch, &o);
+            out_pairs[nr_pairs++] = (NuksmSimilarityPair) {
+                .a = a->id,
+                .b = b->id,
+                .similarity_pm = sketch_similarity_pm(&o),
+                .shift = o.shift,
+                .sampled_a = o.sampled_a,
+                .alike_a = o.alike_a,
+                .sampled_b = o.sampled_b,
+                .alike_b = o.alike_b,
+                .merged_a = merged_pair(merged, a->id, b->id),
+                .merged_b = merged_pair(merged, b->id, a->id),
+            };
+        }
+    }
+    msg->nr_vms = nr_vms;
+    msg->total_vms = vms->len;
+    msg->nr_pairs = nr_pairs;
+    msg->total_pairs = total_pairs;
+    transport_send(client, NUKSM_MSG_SIMILARITY, seq, msg,
+                   sizeof(*msg) + nr_vms * sizeof(NuksmSimilarityVm) +
+                   nr_pairs * sizeof(NuksmSimilarityPair));
+}

@@ -1,0 +1,209 @@
+/*
+ * nuksmctl's connection to nuksmd and its output helpers (ctl.h).
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "ctl.h"
+
+
+void die(int status, const char *fmt, ...)
+{
+    char *text;
+    va_list ap;
+
+    va_start(ap, fmt);
+    text = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "nuksmctl: %s\n", text);
+    /* exit() skips g_autofree: LeakSanitizer would report the text. */
+    g_free(text);
+    exit(status);
+}
+
+void ctl_connect(Ctl *ctl)
+{
+    struct timeval tv = { .tv_sec = REPLY_TIMEOUT_SECONDS };
+    struct sockaddr_un addr = { .sun_family = AF_UNIX };
+
+    if (strlen(ctl->socket_path) >= sizeof(addr.sun_path)) {
+        die(2, "--socket: path too long (max %zu bytes)",
+            sizeof(addr.sun_path) - 1);
+    }
+    strcpy(addr.sun_path, ctl->socket_path);
+
+    ctl->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (ctl->fd < 0) {
+        die(1, "cannot create socket: %s", g_strerror(errno));
+    }
+    if (connect(ctl->fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+        die(1, "cannot connect to nuksmd at %s: %s", ctl->socket_path,
+            g_strerror(errno));
+    }
+    if (setsockopt(ctl->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+        setsockopt(ctl->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0) {
+        die(1, "cannot set socket timeouts: %s", g_strerror(errno));
+    }
+}
+
+static void G_GNUC_NORETURN die_on_error_reply(Ctl *ctl)
+{
+    const NuksmMsgError *err = nuksm_msg_payload(ctl->buf);
+
+    die(1, "nuksmd: %s", err->message);
+}
+
+/*
+ * nuksmd may have sent ERROR and closed the connection before our request
+ * went out (e.g. when it has too many clients): report that ERROR rather
+ * than the failed send.
+ */
+static void die_on_pending_error(Ctl *ctl)
+{
+    ssize_t n = recv(ctl->fd, ctl->buf, NUKSM_MSG_MAX,
+                     MSG_TRUNC | MSG_DONTWAIT);
+    NuksmMsgHeader hdr;
+
+    if (n > 0 && !nuksm_msg_check(ctl->buf, n)) {
+        memcpy(&hdr, ctl->buf, sizeof(hdr));
+        if (hdr.type == NUKSM_MSG_ERROR) {
+            die_on_error_reply(ctl);
+        }
+    }
+}
+
+const void *ctl_request(Ctl *ctl, NuksmMsgType type, const void *payload,
+                        uint32_t len, NuksmMsgType reply_type)
+{
+    /* HELLO is the largest request. */
+    char req[sizeof(NuksmMsgHeader) + sizeof(NuksmMsgHello)];
+    NuksmMsgHeader hdr;
+    const char *problem;
+    size_t size;
+    ssize_t n;
+
+    g_assert(len <= sizeof(NuksmMsgHello));
+    size = nuksm_msg_pack(req, type, ++ctl->seq, payload, len);
+    if (send(ctl->fd, req, size, MSG_NOSIGNAL) < 0) {
+        int err = errno;
+
+        die_on_pending_error(ctl);
+        die(1, "cannot send %s to nuksmd: %s", nuksm_msg_type_name(type),
+            g_strerror(err));
+    }
+
+    for (;;) {
+        n = recv(ctl->fd, ctl->buf, NUKSM_MSG_MAX, MSG_TRUNC);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            die(1, "no reply from nuksmd within %d s",
+                REPLY_TIMEOUT_SECONDS);
+        }
+        if (n < 0) {
+            die(1, "cannot receive from nuksmd: %s", g_strerror(errno));
+        }
+        if (n == 0) {
+            die(1, "nuksmd closed the connection");
+        }
+        problem = nuksm_msg_check(ctl->buf, n);
+        if (problem) {
+            die(1, "invalid reply from nuksmd: %s", problem);
+        }
+        memcpy(&hdr, ctl->buf, sizeof(hdr));
+        /* Policy broadcasts (seq 0) are not replies to us. */
+        if (hdr.type == NUKSM_MSG_POLICY && hdr.seq == 0) {
+            continue;
+        }
+        break;
+    }
+
+    if (hdr.type == NUKSM_MSG_ERROR) {
+        die_on_error_reply(ctl);
+    }
+    if (hdr.type != reply_type || hdr.seq != ctl->seq) {
+        die(1, "unexpected %s (seq %u) from nuksmd in reply to %s (seq %u)",
+            nuksm_msg_type_name(hdr.type), hdr.seq,
+            nuksm_msg_type_name(type), ctl->seq);
+    }
+    return nuksm_msg_payload(ctl->buf);
+}
+
+void ctl_hello(Ctl *ctl)
+{
+    NuksmMsgHello hello = {
+        .version = NUKSM_PROTO_VERSION,
+        .role = NUKSM_ROLE_CONTROL,
+    };
+
+    ctl_request(ctl, NUKSM_MSG_HELLO, &hello, sizeof(hello),
+                NUKSM_MSG_HELLO_ACK);
+}
+
+void json_string(GString *out, const char *s)
+{
+    g_autofree char *valid = g_utf8_make_valid(s, -1);
+
+    g_string_append_c(out, '"');
+    for (const char *p = valid; *p; p++) {
+        switch (*p) {
+        case '"':
+            g_string_append(out, "\\\"");
+            break;
+        case '\\':
+            g_string_append(out, "\\\\");
+            break;
+        case '\n':
+            g_string_append(out, "\\n");
+            break;
+        case '\r':
+            g_string_append(out, "\\r");
+            break;
+        case '\t':
+            g_string_append(out, "\\t");
+            break;
+        default:
+            if ((unsigned char)*p < 0x20) {
+                g_string_append_printf(out, "\\u%04x", (unsigned char)*p);
+            } else {
+                g_string_append_c(out, *p);
+            }
+        }
+    }
+    g_string_append_c(out, '"');
+}
+
+void print_json(GString *out)
+{
+    g_string_append_c(out, '\n');
+    fputs(out->str, stdout);
+}
+
+char *table_text(const char *s)
+{
+    g_autofree char *valid = g_utf8_make_valid(s[0] ? s : "-", -1);
+    GString *text = g_string_new(NULL);
+
+    for (const char *p = valid; *p; p = g_utf8_next_char(p)) {
+        gunichar c = g_utf8_get_char(p);
+
+        if (g_unichar_iscntrl(c)) {
+            g_string_append_c(text, '?');
+        } else {
+            g_string_append_unichar(text, c);
+        }
+    }
+    return g_string_free(text, FALSE);
+}

@@ -1,0 +1,53 @@
+/*
+ * nuksmctl's connection to nuksmd (one request at a time, each reply in
+ * one buffer) and what its commands print with.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSMCTL_CTL_H
+#define NUKSMCTL_CTL_H
+
+#include <stdint.h>
+
+#include <glib.h>
+
+#include "nuksm-proto.h"
+
+/* How long to wait for any reply before giving up on nuksmd. */
+#define REPLY_TIMEOUT_SECONDS 5
+
+typedef struct Ctl {
+    const char *socket_path;
+    int fd;
+    uint32_t seq;               /* of the last request */
+    void *buf;                  /* NUKSM_MSG_MAX bytes */
+} Ctl;
+
+/* Print "nuksmctl: " and the message on stderr, and exit with @status. */
+void G_GNUC_NORETURN G_GNUC_PRINTF(2, 3) die(int status, const char *fmt,
+                                             ...);
+
+void ctl_connect(Ctl *ctl);
+
+/*
+ * Send a request and return the payload of its @reply_type reply, in
+ * ctl->buf: the next request overwrites it.  An ERROR reply, or any
+ * other failure, ends the program with its text.
+ */
+const void *ctl_request(Ctl *ctl, NuksmMsgType type, const void *payload,
+                        uint32_t len, NuksmMsgType reply_type);
+
+void ctl_hello(Ctl *ctl);
+
+/* Append @s as a JSON string; invalid UTF-8 becomes U+FFFD. */
+void json_string(GString *out, const char *s);
+
+/* Print @out and a newline. */
+void print_json(GString *out);
+
+/* A client-supplied name made safe for a terminal; "-" when empty. */
+char *table_text(const char *s);
+
+#endif
