@@ -81,6 +81,7 @@
 
 #include "assign.h"
 #include "clients.h"
+#include "colocate.h"
 #include "domains.h"
 #include "mappers.h"
 #include "memcg.h"
@@ -166,6 +167,9 @@ typedef struct AgentPlacement {
     gint64 reads_pass_at;    /* monotonic us of the last re-placement */
                              /* pass read hotness asked for (reads.c) */
     guint reads_pass_timer;  /* the next one, held back till its time */
+    ColocateParams colocate; /* the co-location plan's (colocation.c) */
+    bool colocate_move_pinned;   /* it may move VMs their operator */
+                                 /* pinned (--colocate-pins=move) */
 } AgentPlacement;
 
 /*

@@ -26,6 +26,10 @@
 #define COLD_WINDOWS_MAX NUKSM_IDLE_NEVER
 /* --replace-rate: pages moved per second, at most. */
 #define REPLACE_RATE_MAX 1000000
+/* --colocate-min-gain: MiB a move must gain, at most 1 TiB. */
+#define COLOCATE_MIN_GAIN_MAX (1u << 20)
+/* --colocate-vcpus-per-cpu: overcommit a plan may go to, at most. */
+#define COLOCATE_VCPUS_PER_CPU_MAX 64
 /* --memory-max: MiB of heap for nuksmd's tables, 16 MiB to 1 TiB. */
 #define MEMORY_MAX_MIN 16
 #define MEMORY_MAX_MAX (1u << 20)
@@ -317,6 +321,40 @@ static bool set_max_cpu(NuksmdConfig *cfg, const char *origin,
     return true;
 }
 
+static bool set_colocate_threshold(NuksmdConfig *cfg, const char *origin,
+                                   const char *value)
+{
+    return parse_number(origin, value, 1, 100, "similarity", "%",
+                        &cfg->colocate_threshold);
+}
+
+static bool set_colocate_min_gain(NuksmdConfig *cfg, const char *origin,
+                                  const char *value)
+{
+    return parse_number(origin, value, 0, COLOCATE_MIN_GAIN_MAX, "gain",
+                        " MiB", &cfg->colocate_min_gain_mib);
+}
+
+static bool set_colocate_pins(NuksmdConfig *cfg, const char *origin,
+                              const char *value)
+{
+    if (g_str_equal(value, "keep") || g_str_equal(value, "move")) {
+        cfg->colocate_move_pinned = g_str_equal(value, "move");
+        return true;
+    }
+    usage_error(origin, "unknown value '%s' (allowed: keep, move)", value);
+    return false;
+}
+
+static bool set_colocate_vcpus_per_cpu(NuksmdConfig *cfg,
+                                       const char *origin,
+                                       const char *value)
+{
+    return parse_number(origin, value, 0, COLOCATE_VCPUS_PER_CPU_MAX,
+                        "overcommit", " vCPUs per CPU, 0: no limit",
+                        &cfg->colocate_vcpus_per_cpu);
+}
+
 static bool set_domain_cpu_max(NuksmdConfig *cfg, const char *origin,
                                const char *value)
 {
@@ -358,6 +396,10 @@ static const struct {
     { "domain-queue-max", set_domain_queue_max },
     { "domain-cpu-max", set_domain_cpu_max },
     { "max-cpu", set_max_cpu },
+    { "colocate-threshold", set_colocate_threshold },
+    { "colocate-min-gain", set_colocate_min_gain },
+    { "colocate-vcpus-per-cpu", set_colocate_vcpus_per_cpu },
+    { "colocate-pins", set_colocate_pins },
 };
 
 enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
@@ -636,6 +678,18 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
           "The replies a merge domain's VMs leave unread may take at most "
           "N% of --memory-max, or N MiB (default 50%; [domain NAME] "
           "queue-max sets one domain's)", "N%|N" },
+        { "colocate-threshold", 0, 0, G_OPTION_ARG_STRING, &cli[20],
+          "VMs are similar, for the co-location plan, from N% of the "
+          "smaller's pages alike (1..100, default 40)", "N" },
+        { "colocate-min-gain", 0, 0, G_OPTION_ARG_STRING, &cli[21],
+          "The plan moves a VM only to merge at least MIB more locally "
+          "(default 16)", "MIB" },
+        { "colocate-vcpus-per-cpu", 0, 0, G_OPTION_ARG_STRING, &cli[22],
+          "The plan moves VMs to a node only while it has at most N vCPUs "
+          "per CPU (default 1, 0: no limit)", "N" },
+        { "colocate-pins", 0, 0, G_OPTION_ARG_STRING, &cli[23],
+          "A VM its operator pinned to a node: keep it there (default) "
+          "or let the plan move it", "keep|move" },
         { "domain-cpu-max", 0, 0, G_OPTION_ARG_STRING, &cli[18],
           "While VMs of another merge domain wait, a domain's VMs may take "
           "at most N% of a core of nuksmd (default 50%; [domain NAME] "
@@ -663,6 +717,9 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         .replace_rate = 1000,
         .memory_max_mib = default_memory_max(),
         .max_cpu = 100,
+        .colocate_threshold = 40,
+        .colocate_min_gain_mib = 16,
+        .colocate_vcpus_per_cpu = 1,
         .libvirt_dir = g_strdup(NUKSM_DEFAULT_LIBVIRT_DIR),
         .socket_gid = (gid_t)-1,
         .admin_gid = (gid_t)-1,
@@ -677,11 +734,12 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         "log-level, state-dir, restore-grace, cold-windows,\n"
         "replace-rate, memory-max, max-cpu, libvirt-dir, socket-group,\n"
         "admin-group, isolation, vm-domains, vm-set-policy,\n"
-        "domain-store-max, domain-unstable-max, domain-queue-max and\n"
-        "domain-cpu-max in a [nuksmd] group, and merge domains VMs are\n"
-        "assigned to in [domain NAME] groups (users, groups, cgroups,\n"
-        "libvirt-names, max-priority, store-max, unstable-max,\n"
-        "queue-max, cpu-max);\n"
+        "domain-store-max, domain-unstable-max, domain-queue-max,\n"
+        "domain-cpu-max, colocate-threshold, colocate-min-gain,\n"
+        "colocate-vcpus-per-cpu and colocate-pins in a [nuksmd] group,\n"
+        "and merge domains VMs are assigned to in [domain NAME] groups\n"
+        "(users, groups, cgroups, libvirt-names, max-priority,\n"
+        "store-max, unstable-max, queue-max, cpu-max);\n"
         "command-line options override it.\n");
     if (!g_option_context_parse(ctx, &argc, &argv, &err)) {
         fprintf(stderr, "nuksmd: %s (see --help)\n", err->message);

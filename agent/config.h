@@ -28,6 +28,10 @@ typedef struct NuksmdConfig {
     uint32_t memory_max_mib;   /* heap budget of nuksmd's tables */
     uint32_t max_cpu;          /* percent of a core its VMs' messages */
                                /* may take: 100 is no cap */
+    uint32_t colocate_threshold;       /* similar from this percent on */
+    uint32_t colocate_min_gain_mib;    /* a planned move gains at least */
+    uint32_t colocate_vcpus_per_cpu;   /* 0: no limit */
+    bool colocate_move_pinned;         /* --colocate-pins=move */
     char *libvirt_dir;         /* libvirt hook's registrations */
     gid_t socket_gid;          /* group of the socket, or -1: ours */
     gid_t admin_gid;           /* its members administer, or -1: none */

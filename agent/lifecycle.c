@@ -126,6 +126,13 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
         .clients.next_id = 1,
         .placement.policy = cfg->policy,
         .placement.cold_windows = cfg->cold_windows,
+        .placement.colocate = {
+            .threshold_pm = cfg->colocate_threshold * 10,
+            .min_gain_pages = ((uint64_t)cfg->colocate_min_gain_mib << 20) /
+                              NUKSM_PAGE_SIZE,
+            .vcpus_per_cpu = cfg->colocate_vcpus_per_cpu,
+        },
+        .placement.colocate_move_pinned = cfg->colocate_move_pinned,
         .conditions.memory_max = (uint64_t)cfg->memory_max_mib << 20,
         .throttle.max_cpu = cfg->max_cpu,
     };

@@ -17,6 +17,7 @@
 #include "ctl.h"
 #include "nuksm-config.h"
 #include "nuksm-proto.h"
+#include "plan.h"
 #include "similarity.h"
 
 /* INFO's scope, as nuksmctl status names it. */
@@ -480,13 +481,16 @@ int main(int argc, char **argv)
     }
 
     octx = g_option_context_new(
-        "status|vms|similarity|policy [NAME]|libvirt ...");
+        "status|vms|similarity|plan|policy [NAME]|libvirt ...");
     g_option_context_set_summary(octx,
         "  status         agent version, policy, nodes, VMs, page counts\n"
         "  vms            the connected VMs, their merged pages and the\n"
         "                 reads of them, and the NUMA-tax fairness\n"
         "  similarity     how much of their memory the VMs of each merge\n"
         "                 domain hold alike (administrators only)\n"
+        "  plan           the moves that would bring similar VMs onto one\n"
+        "                 node, and why others are refused (administrators\n"
+        "                 only)\n"
         "  policy         the placement policy in force\n"
         "  policy NAME    switch every VM to policy NAME\n"
         "  libvirt attach|detach DOMAIN ...\n"
@@ -503,19 +507,19 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc < 2) {
-        die(2, "missing command (allowed: status, vms, similarity, policy, "
-            "libvirt)");
+        die(2, "missing command (allowed: status, vms, similarity, plan, "
+            "policy, libvirt)");
     }
 
     cmd = argv[1];
     if (g_str_equal(cmd, "policy")) {
         max_argc = 3;
     } else if (g_str_equal(cmd, "status") || g_str_equal(cmd, "vms") ||
-               g_str_equal(cmd, "similarity")) {
+               g_str_equal(cmd, "similarity") || g_str_equal(cmd, "plan")) {
         max_argc = 2;
     } else {
         die(2, "unknown command '%s' (allowed: status, vms, similarity, "
-            "policy, libvirt)", cmd);
+            "plan, policy, libvirt)", cmd);
     }
     if (argc > max_argc) {
         die(2, "unexpected argument '%s' (see --help)", argv[max_argc]);
@@ -540,6 +544,8 @@ int main(int argc, char **argv)
         cmd_vms(&ctl, json);
     } else if (g_str_equal(cmd, "similarity")) {
         cmd_similarity(&ctl, json);
+    } else if (g_str_equal(cmd, "plan")) {
+        cmd_plan(&ctl, json);
     } else {
         cmd_policy(&ctl, policy, json);
     }

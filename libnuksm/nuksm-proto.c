@@ -44,6 +44,8 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_LIST_VMS]     = "LIST_VMS",
     [NUKSM_MSG_GET_SIMILARITY] = "GET_SIMILARITY",
     [NUKSM_MSG_SIMILARITY]   = "SIMILARITY",
+    [NUKSM_MSG_GET_PLAN]     = "GET_PLAN",
+    [NUKSM_MSG_PLAN]         = "PLAN",
     [NUKSM_MSG_VMS]          = "VMS",
     [NUKSM_MSG_STORE]        = "STORE",
     [NUKSM_MSG_CANDIDATES]   = "CANDIDATES",
@@ -140,6 +142,17 @@ const char *nuksm_domain_source_name(uint32_t source)
     case NUKSM_DOMAIN_RULE:    return "rule";
     case NUKSM_DOMAIN_REQUEST: return "request";
     default:                   return NULL;
+    }
+}
+
+const char *nuksm_plan_verdict_name(uint32_t verdict)
+{
+    switch (verdict) {
+    case NUKSM_PLAN_PLANNED:    return "planned";
+    case NUKSM_PLAN_PINNED:     return "pinned";
+    case NUKSM_PLAN_NO_ROOM:    return "no-room";
+    case NUKSM_PLAN_SMALL_GAIN: return "small-gain";
+    default:                    return NULL;
     }
 }
 
@@ -469,6 +482,28 @@ static const char *check_similarity(const void *p, size_t len)
     return NULL;
 }
 
+static const char *check_plan(const void *p, size_t len)
+{
+    const NuksmMsgPlan *m = p;
+    const NuksmPlanMove *mv = (const NuksmPlanMove *)(m + 1);
+
+    if (len < sizeof(*m) ||
+        len - sizeof(*m) != (size_t)m->count * sizeof(NuksmPlanMove)) {
+        return "PLAN size does not match its count";
+    }
+    if (m->count > m->total || m->threshold_pm > 1000) {
+        return "PLAN counts out of range";
+    }
+    for (uint32_t n = 0; n < m->count; n++) {
+        if (mv[n].verdict >= NUKSM_PLAN__MAX ||
+            mv[n].from >= NUKSM_MAX_NODES || mv[n].to >= NUKSM_MAX_NODES ||
+            mv[n].group >= m->groups) {
+            return "PLAN move out of range";
+        }
+    }
+    return NULL;
+}
+
 static const char *check_vms(const void *p, size_t len)
 {
     const NuksmMsgVms *v = p;
@@ -550,9 +585,12 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
     case NUKSM_MSG_GET_INFO:
     case NUKSM_MSG_LIST_VMS:
     case NUKSM_MSG_GET_SIMILARITY:
+    case NUKSM_MSG_GET_PLAN:
         return len == 0 ? NULL : "unexpected payload";
     case NUKSM_MSG_SIMILARITY:
         return check_similarity(p, len);
+    case NUKSM_MSG_PLAN:
+        return check_plan(p, len);
     case NUKSM_MSG_INFO:
         return check_info(p);
     case NUKSM_MSG_VM_LIMIT:

@@ -131,6 +131,8 @@ typedef enum NuksmMsgType {
     /* Similarity (since protocol 14) */
     NUKSM_MSG_GET_SIMILARITY = 30, /* control -> agent; reply SIMILARITY */
     NUKSM_MSG_SIMILARITY   = 31, /* agent -> control */
+    NUKSM_MSG_GET_PLAN     = 32, /* control -> agent; reply PLAN */
+    NUKSM_MSG_PLAN         = 33, /* agent -> control */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -430,6 +432,47 @@ typedef struct NuksmMsgSimilarity {
     uint32_t nr_pairs;
     uint32_t total_pairs;
 } NuksmMsgSimilarity;
+
+/*
+ * PLAN (since protocol 14), the reply to GET_PLAN (no payload;
+ * administrators only): the co-location plan (AdaptMD-S,
+ * agent/core/colocate.h) for the VMs as they are now, one entry for each
+ * VM of a group of similar VMs that is not on its group's node, planned
+ * or refused.
+ */
+typedef enum NuksmPlanVerdict {
+    NUKSM_PLAN_PLANNED    = 0,
+    NUKSM_PLAN_PINNED     = 1,   /* its operator pinned it to its node */
+    NUKSM_PLAN_NO_ROOM    = 2,   /* no node has room for its group */
+    NUKSM_PLAN_SMALL_GAIN = 3,   /* it would gain less than the minimum */
+    NUKSM_PLAN__MAX,
+} NuksmPlanVerdict;
+
+typedef struct NuksmPlanMove {
+    uint32_t client_id;
+    uint32_t group;          /* groups are numbered from 0, largest first */
+    uint32_t from, to;       /* nodes; @to is its group's */
+    uint32_t verdict;        /* NuksmPlanVerdict */
+    uint32_t vcpus;
+    uint64_t pages;          /* its memory */
+    uint64_t gain_pages;     /* its pages alike with the group on @to: */
+                             /* they would merge there, locally */
+    uint64_t remote_pages;   /* its merged pages whose copy is remote now */
+} NuksmPlanMove;
+
+/* A NuksmMsgPlan, then count NuksmPlanMove (total: before the cut). */
+typedef struct NuksmMsgPlan {
+    uint32_t count;
+    uint32_t total;
+    uint32_t vms;            /* VMs the plan weighed */
+    uint32_t groups;         /* groups of similar VMs among them */
+    uint32_t threshold_pm;   /* --colocate-threshold */
+    uint32_t vcpus_per_cpu;  /* --colocate-vcpus-per-cpu */
+    uint64_t min_gain_pages; /* --colocate-min-gain */
+} NuksmMsgPlan;
+
+/* "planned", "pinned", "no-room", "small-gain"; NULL if unknown. */
+const char *nuksm_plan_verdict_name(uint32_t verdict);
 
 /*
  * STORE: sent for every node right after HELLO_ACK, with the store file's

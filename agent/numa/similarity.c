@@ -9,29 +9,6 @@
 #include "similarity.h"
 #include "transport.h"
 
-static gint compare_ids(gconstpointer x, gconstpointer y)
-{
-    const NuksmClient *a = *(NuksmClient *const *)x;
-    const NuksmClient *b = *(NuksmClient *const *)y;
-
-    return a->id < b->id ? -1 : a->id > b->id;
-}
-
-/* The VMs the merge engine knows, by client id. */
-static GPtrArray *joined_vms(NuksmAgent *agent)
-{
-    GPtrArray *vms = g_ptr_array_new();
-    GHashTableIter it;
-    gpointer vm;
-
-    g_hash_table_iter_init(&it, agent->ledger.vms);
-    while (g_hash_table_iter_next(&it, NULL, &vm)) {
-        g_ptr_array_add(vms, vm);
-    }
-    g_ptr_array_sort(vms, compare_ids);
-    return vms;
-}
-
 static uint64_t pair_key(uint32_t v, uint32_t u)
 {
     return (uint64_t)v << 32 | u;
@@ -116,7 +93,7 @@ static uint64_t merged_pair(GHashTable *counts, uint32_t v, uint32_t u)
 void similarity_handle_get(NuksmAgent *agent, NuksmClient *client,
                            uint32_t seq, const void *payload)
 {
-    g_autoptr(GPtrArray) vms = joined_vms(agent);
+    g_autoptr(GPtrArray) vms = clients_list_vms(&agent->clients);
     g_autoptr(GHashTable) merged = NULL;
     g_autofree NuksmMsgSimilarity *msg = NULL;
     size_t room = NUKSM_MSG_MAX - sizeof(NuksmMsgHeader) - sizeof(*msg);
@@ -125,10 +102,10 @@ void similarity_handle_get(NuksmAgent *agent, NuksmClient *client,
     uint32_t nr_vms, nr_pairs = 0, total_pairs = 0;
 
     if (!client->admin) {
-        transport_reject(client, seq, NUKSM_ERR_DENIED,
-                         "the similarity of VMs names every tenant's VMs: "
-                         "administrators only (root, nuksmd's user or a "
-                         "member of its admin-group)");
+        transport_deny(client, seq,
+                       "the similarity of VMs names every tenant's VMs: "
+                       "administrators only (root, nuksmd's user or a "
+                       "member of its admin-group)");
         return;
     }
     nr_vms = MIN(vms->len, room / sizeof(NuksmSimilarityVm));

@@ -51,6 +51,27 @@ void topology_init(Topology *t, uint32_t fake_nodes)
     }
 }
 
+uint32_t topology_node_cpus(const Topology *t, uint32_t node)
+{
+    uint32_t cpus = 0;
+
+    for (uint32_t c = 0; c < t->nr_cpus; c++) {
+        cpus += t->cpu_node[c] == node;
+    }
+    return cpus;
+}
+
+uint64_t topology_node_free_pages(const Topology *t, uint32_t node)
+{
+    long long free_bytes = 0;
+
+    if (t->fake || numa_available() < 0 ||
+        numa_node_size64(node, &free_bytes) < 0 || free_bytes < 0) {
+        return UINT64_MAX;
+    }
+    return (uint64_t)free_bytes / NUKSM_PAGE_SIZE;
+}
+
 uint64_t topology_nodes_of(const Topology *t, const cpu_set_t *cpus)
 {
     uint64_t nodes = 0;

@@ -31,6 +31,15 @@ typedef struct Topology {
  */
 void topology_init(Topology *t, uint32_t fake_nodes);
 
+/* The CPUs of @node. */
+uint32_t topology_node_cpus(const Topology *t, uint32_t node);
+
+/*
+ * The free memory of @node, in pages; UINT64_MAX where it is not known
+ * (logical nodes, no NUMA support).
+ */
+uint64_t topology_node_free_pages(const Topology *t, uint32_t node);
+
 /* Bitmap of the nodes whose CPUs @cpus contains. */
 uint64_t topology_nodes_of(const Topology *t, const cpu_set_t *cpus);
 

@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "colocation.h"
 #include "conditions.h"
 #include "detached.h"
 #include "dispatch.h"
@@ -18,9 +19,9 @@
 #include "merge.h"
 #include "nuksm-config.h"
 #include "reads.h"
-#include "similarity.h"
 #include "recovery.h"
 #include "relocate.h"
+#include "similarity.h"
 #include "transport.h"
 
 /* Handler of one request type; @payload passed nuksm_msg_check(). */
@@ -406,6 +407,7 @@ static const RequestHandler handlers[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_VM_LIMIT]     = handle_vm_limit,
     [NUKSM_MSG_READS]        = reads_handle_reads,
     [NUKSM_MSG_GET_SIMILARITY] = similarity_handle_get,
+    [NUKSM_MSG_GET_PLAN]     = colocation_handle_get_plan,
 };
 
 /* Requests of the merge engine, which only VMs take part in. */

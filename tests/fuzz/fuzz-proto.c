@@ -139,8 +139,22 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
     case NUKSM_MSG_GET_INFO:
     case NUKSM_MSG_LIST_VMS:
     case NUKSM_MSG_GET_SIMILARITY:
+    case NUKSM_MSG_GET_PLAN:
         REQUIRE(len == 0);
         break;
+    case NUKSM_MSG_PLAN: {
+        const NuksmMsgPlan *m = p;
+        const NuksmPlanMove *mv = (const NuksmPlanMove *)(m + 1);
+
+        REQUIRE(len >= sizeof(*m));
+        REQUIRE(len - sizeof(*m) == (uint64_t)m->count * sizeof(*mv));
+        for (uint32_t n = 0; n < m->count; n++) {
+            REQUIRE(nuksm_plan_verdict_name(mv[n].verdict) != NULL);
+            REQUIRE(mv[n].group < m->groups);
+            sink += mv[n].pages + mv[n].gain_pages + mv[n].remote_pages;
+        }
+        break;
+    }
     case NUKSM_MSG_SIMILARITY: {
         const NuksmMsgSimilarity *m = p;
         const NuksmSimilarityVm *v = (const NuksmSimilarityVm *)(m + 1);

@@ -99,6 +99,7 @@ def proto_seeds():
                                             b"store full")),
         "list-vms": msg(h.MSG_LIST_VMS),
         "get-similarity": msg(h.MSG_GET_SIMILARITY),
+        "get-plan": msg(h.MSG_GET_PLAN),
         "vms": msg(h.MSG_VMS, h.VMS.pack(2, 3) + vm_entry * 2),
         "store": msg(h.MSG_STORE, h.STORE.pack(1, 0, 1 << 36), seq=0),
         "candidates": msg(h.MSG_CANDIDATES, h.pack_candidates(

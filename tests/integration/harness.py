@@ -56,7 +56,8 @@ from nuksm_proto import (  # noqa: E402,F401 (re-exported for the tests)
     GUEST_NODE, HEADER, HELLO, HELLO_ACK, IDLE_NEVER, INFO, MAX_GNODES,
     MAX_RANGES, MAX_VCPUS, MSG_CANDIDATES, MSG_CHARGE, MSG_CONDITION,
     MSG_ERROR,
-    MSG_GET_INFO, MSG_GET_POLICY, MSG_GET_SIMILARITY, MSG_SIMILARITY,
+    MSG_GET_INFO, MSG_GET_PLAN, MSG_GET_POLICY, MSG_GET_SIMILARITY,
+    MSG_PLAN, MSG_SIMILARITY,
     MSG_HELLO, MSG_HELLO_ACK, MSG_HOME,
     MSG_INFO, MSG_LIST_VMS, MSG_MAX, MSG_MERGE, MSG_MERGED, MSG_MOVE,
     MSG_MOVED, MSG_POLICY, MSG_REFUSED, MSG_RESTORE, MSG_RETRY, MSG_SET_POLICY,
@@ -906,6 +907,15 @@ def write_big(qtest, addr, data, chunk=QTEST_CHUNK):
 def read_big(qtest, addr, size, chunk=QTEST_CHUNK):
     return b"".join(b64read(qtest, addr + off, min(chunk, size - off))
                     for off in range(0, size, chunk))
+
+
+def write_alike(vm, shared, shared_bytes, own_seed, size, at=64 << 20):
+    """Write the first @shared_bytes of @shared at guest address @at of
+    qtest VM @vm, then random bytes of its own (@own_seed) up to @size."""
+    own = random.Random(own_seed).randbytes(size - shared_bytes)
+    q = Qtest(vm.qtest_path)
+    write_big(q, at, shared[:shared_bytes] + own)
+    q.close()
 
 
 def merge_identical(vms, seed, size=4 << 20, at=64 << 20):

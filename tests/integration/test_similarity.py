@@ -11,23 +11,17 @@ that share a copy with the other), and the similarity within 3 points of
 the exact one.  VMs of two domains make no pair.
 """
 
-import harness
-from harness import Qtest, ctl_json, ctl_ok, wait_until, write_big
+import random
+
+from harness import ctl_json, ctl_ok, wait_until, write_alike
 
 SHARED = 16 << 20           # the content a and b hold alike
 OWN = 16 << 20              # then each VM's own
-AT = 64 << 20
 PAGE = 4096
 
 
 def fill(vm, shared, shared_bytes, own_seed):
-    """Write the first @shared_bytes of @shared at AT, then contents of
-    the VM's own up to SHARED + OWN bytes."""
-    own = harness.random.Random(own_seed).randbytes(SHARED + OWN -
-                                                    shared_bytes)
-    q = Qtest(vm.qtest_path)
-    write_big(q, AT, shared[:shared_bytes] + own)
-    q.close()
+    write_alike(vm, shared, shared_bytes, own_seed, SHARED + OWN)
 
 
 def by_name(report):
@@ -47,7 +41,7 @@ def by_name(report):
 
 def test_sketches_estimate_what_vms_share(start_agent, qtest_vm):
     agent = start_agent("--vm-domains=allow")
-    shared = harness.random.Random(1).randbytes(SHARED)
+    shared = random.Random(1).randbytes(SHARED)
     vms = {name: qtest_vm(name, agent=agent.sock, domain=domain)
            for name, domain in (("a", "default"), ("b", "default"),
                                 ("c", "default"), ("d", "blue"))}

@@ -24,8 +24,9 @@ import pytest
 import xxhash
 
 from harness import (DEFAULT_DOMAIN, ERR_DENIED, HELLO_ACK, INFO_DOMAIN,
-                     INFO_HOST, INFO_NONE, MSG_GET_INFO, MSG_GET_SIMILARITY,
-                     MSG_HELLO, MSG_HELLO_ACK, MSG_SIMILARITY,
+                     INFO_HOST, INFO_NONE, MSG_GET_INFO, MSG_GET_PLAN,
+                     MSG_GET_SIMILARITY, MSG_HELLO, MSG_HELLO_ACK, MSG_PLAN,
+                     MSG_SIMILARITY,
                      MSG_INFO, MSG_LIST_VMS, MSG_MERGE, MSG_POLICY,
                      MSG_SET_POLICY, MSG_SET_PRIORITY, MSG_UPLOAD_REQ,
                      MSG_VMS, NUKSM_PAGE_SIZE, POLICIES, POLICY, PRIORITY,
@@ -118,10 +119,10 @@ def list_vms(client, seq=50):
     return entries
 
 
-def similarity_denied(client, seq=70):
-    """GET_SIMILARITY's ERROR text, or None if it answered SIMILARITY."""
-    reply = client.request(MSG_GET_SIMILARITY, seq)
-    if reply.type == MSG_SIMILARITY:
+def admin_only_denied(client, request, reply_type, seq=70):
+    """The ERROR text @request gets, or None if it got its @reply_type."""
+    reply = client.request(request, seq)
+    if reply.type == reply_type:
         return None
     code, message = reply.error()
     assert code == ERR_DENIED, message
@@ -382,7 +383,7 @@ def test_only_administrators_change_the_host(start_agent, workdir):
     """root and members of admin-group administer; another user's
     control client may read the policy, sees its own VMs and no host
     counters, and may neither set the policy nor see the similarity of
-    VMs, which names every tenant's."""
+    VMs or the co-location plan, which name every tenant's."""
     agent = start_agent(*open_to(workdir))
     root_vm = VmClient(agent.sock)
 
@@ -391,13 +392,16 @@ def test_only_administrators_change_the_host(start_agent, workdir):
         denied = set_policy(client, "fair")
         info, scope = get_info(client)
         vms = list_vms(client)
-        similarity = similarity_denied(client)
-        return (admin, denied, info, scope, vms, similarity), client
+        similarity = admin_only_denied(client, MSG_GET_SIMILARITY,
+                                       MSG_SIMILARITY)
+        plan = admin_only_denied(client, MSG_GET_PLAN, MSG_PLAN, seq=71)
+        return (admin, denied, info, scope, vms, similarity, plan), client
     with in_process(as_nobody, user=NOBODY) as (admin, denied, info, scope,
-                                                 vms, similarity):
+                                                 vms, similarity, plan):
         assert not admin
         assert "needs an administrator" in denied
         assert "administrators only" in similarity
+        assert "administrators only" in plan
         assert scope == INFO_NONE
         assert (info.vms, info.pages_shared, info.store_pages) == (0, 0, [0])
         assert vms == []        # root's VM is not its own
@@ -405,7 +409,8 @@ def test_only_administrators_change_the_host(start_agent, workdir):
     assert admin
     assert get_info(root)[1] == INFO_HOST
     assert len(list_vms(root)) == 1
-    assert similarity_denied(root) is None
+    assert admin_only_denied(root, MSG_GET_SIMILARITY, MSG_SIMILARITY) is None
+    assert admin_only_denied(root, MSG_GET_PLAN, MSG_PLAN, seq=71) is None
     assert set_policy(root, "fair") is None
     root_vm.close()
 

@@ -194,6 +194,32 @@ static size_t pack_similarity(void *buf, uint32_t seq)
     return nuksm_msg_pack(buf, NUKSM_MSG_SIMILARITY, seq, &s, sizeof(s));
 }
 
+/* Pack a PLAN of two moves of group 0: one planned, one refused. */
+static size_t pack_plan(void *buf, uint32_t seq)
+{
+    struct {
+        NuksmMsgPlan m;
+        NuksmPlanMove moves[2];
+    } p = {
+        .m = { .count = 2, .total = 2, .vms = 3, .groups = 1,
+               .threshold_pm = 400, .vcpus_per_cpu = 1,
+               .min_gain_pages = 4096 },
+        .moves = {
+            { .client_id = 4, .from = 1, .to = 0, .vcpus = 2,
+              .pages = 32768, .gain_pages = 8192, .remote_pages = 8000 },
+            { .client_id = 5, .from = 1, .to = 0,
+              .verdict = NUKSM_PLAN_PINNED },
+        },
+    };
+
+    return nuksm_msg_pack(buf, NUKSM_MSG_PLAN, seq, &p, sizeof(p));
+}
+
+static NuksmPlanMove *plan_moves_of(void *buf)
+{
+    return (NuksmPlanMove *)((NuksmMsgPlan *)payload_of(buf) + 1);
+}
+
 static NuksmMsgSimilarity *similarity_of(void *buf)
 {
     return payload_of(buf);
@@ -279,9 +305,12 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
     case NUKSM_MSG_GET_INFO:
     case NUKSM_MSG_LIST_VMS:
     case NUKSM_MSG_GET_SIMILARITY:
+    case NUKSM_MSG_GET_PLAN:
         return nuksm_msg_pack(buf, type, seq, NULL, 0);
     case NUKSM_MSG_SIMILARITY:
         return pack_similarity(buf, seq);
+    case NUKSM_MSG_PLAN:
+        return pack_plan(buf, seq);
     case NUKSM_MSG_INFO: {
         NuksmMsgInfo i = info_msg();
         return nuksm_msg_pack(buf, type, seq, &i, sizeof(i));
@@ -1100,6 +1129,31 @@ static void test_reject_similarity(void)
     assert_rejected(BUF, size, "SIMILARITY pair out of range");
 }
 
+/* PLAN: a count that matches its size, verdicts, nodes, groups. */
+static void test_reject_plan(void)
+{
+    size_t size = pack_plan(BUF, 0);
+
+    assert_valid(BUF, size);
+    ((NuksmMsgPlan *)payload_of(BUF))->count = 1;
+    assert_rejected(BUF, size, "PLAN size does not match its count");
+    size = pack_plan(BUF, 0);
+    ((NuksmMsgPlan *)payload_of(BUF))->total = 1;
+    assert_rejected(BUF, size, "PLAN counts out of range");
+    size = pack_plan(BUF, 0);
+    plan_moves_of(BUF)[1].verdict = NUKSM_PLAN__MAX;
+    assert_rejected(BUF, size, "PLAN move out of range");
+    size = pack_plan(BUF, 0);
+    plan_moves_of(BUF)[0].to = NUKSM_MAX_NODES;
+    assert_rejected(BUF, size, "PLAN move out of range");
+    size = pack_plan(BUF, 0);
+    plan_moves_of(BUF)[0].group = 1;
+    assert_rejected(BUF, size, "PLAN move out of range");
+    g_assert_cmpstr(nuksm_plan_verdict_name(NUKSM_PLAN_NO_ROOM), ==,
+                    "no-room");
+    g_assert_null(nuksm_plan_verdict_name(NUKSM_PLAN__MAX));
+}
+
 static void test_reject_store(void)
 {
     NuksmMsgStore st = { .node = NUKSM_MAX_NODES, .size = 1ull << 30 };
@@ -1225,6 +1279,7 @@ int main(int argc, char **argv)
     g_test_add_func("/proto/reads", test_reads);
     g_test_add_func("/proto/reject/reads", test_reject_reads);
     g_test_add_func("/proto/reject/similarity", test_reject_similarity);
+    g_test_add_func("/proto/reject/plan", test_reject_plan);
     g_test_add_func("/proto/vms-max-entries", test_vms_max_entries);
     g_test_add_func("/proto/policy-names", test_policy_names);
     g_test_add_func("/proto/msg-type-names", test_msg_type_names);

@@ -1,0 +1,292 @@
+/*
+ * nuksmd co-location plan (colocate.h).
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "colocate.h"
+
+/* What the plan knows while it works. */
+typedef struct Planner {
+    const ColocateVm *vms;
+    ColocateNode *nodes;
+    uint32_t nr_nodes;
+    const ColocatePair *pairs;
+    GHashTable *pair_of;     /* pair_key() -> index into pairs + 1 */
+    const ColocateParams *params;
+} Planner;
+
+/* What moving a group to one node would take. */
+typedef struct Landing {
+    uint32_t node;
+    uint64_t staying_pages;  /* the group's memory already there */
+    uint64_t pages;          /* of the VMs that would move there */
+    uint32_t vcpus;
+    uint32_t movers;
+    bool fits;
+} Landing;
+
+static uint64_t pair_key(uint32_t a, uint32_t b)
+{
+    return a < b ? (uint64_t)a << 32 | b : (uint64_t)b << 32 | a;
+}
+
+static uint32_t root_of(uint32_t *parent, uint32_t x)
+{
+    while (parent[x] != x) {
+        parent[x] = parent[parent[x]];
+        x = parent[x];
+    }
+    return x;
+}
+
+/* How many of @v's pages @u holds alike: 0 without a pair. */
+static uint64_t alike(const Planner *p, uint32_t v, uint32_t u)
+{
+    uint64_t key = pair_key(v, u);
+    guint i = GPOINTER_TO_UINT(g_hash_table_lookup(p->pair_of, &key));
+    const ColocatePair *pair;
+
+    if (!i) {
+        return 0;
+    }
+    pair = &p->pairs[i - 1];
+    return pair->a == v ? pair->alike_a : pair->alike_b;
+}
+
+/* What @v gains on @node: the most it holds alike with a VM there. */
+static uint64_t gain_on(const Planner *p, const GArray *group, uint32_t v,
+                        uint32_t node)
+{
+    uint64_t gain = 0;
+
+    for (guint i = 0; i < group->len; i++) {
+        uint32_t u = g_array_index(group, uint32_t, i);
+
+        if (u != v && p->vms[u].node == node) {
+            gain = MAX(gain, alike(p, v, u));
+        }
+    }
+    return gain;
+}
+
+/* Would @v move to @node with its group, were it the target? */
+static bool would_move(const Planner *p, const GArray *group, uint32_t v,
+                       uint32_t node)
+{
+    return p->vms[v].node != node && !p->vms[v].pinned &&
+           gain_on(p, group, v, node) >= p->params->min_gain_pages;
+}
+
+static bool has_room(const Planner *p, const Landing *l)
+{
+    const ColocateNode *n = &p->nodes[l->node];
+    uint32_t per_cpu = p->params->vcpus_per_cpu;
+
+    return (n->free_pages == UINT64_MAX || l->pages <= n->free_pages) &&
+           (!per_cpu ||
+            (uint64_t)n->vcpus + l->vcpus <= (uint64_t)n->cpus * per_cpu);
+}
+
+static Landing land(const Planner *p, const GArray *group, uint32_t node)
+{
+    Landing l = { .node = node };
+
+    for (guint i = 0; i < group->len; i++) {
+        uint32_t v = g_array_index(group, uint32_t, i);
+
+        if (p->vms[v].node == node) {
+            l.staying_pages += p->vms[v].pages;
+        } else if (would_move(p, group, v, node)) {
+            l.pages += p->vms[v].pages;
+            l.vcpus += p->vms[v].vcpus;
+            l.movers++;
+        }
+    }
+    l.fits = has_room(p, &l);
+    return l;
+}
+
+/* Is @a the better landing: more memory staying, fewer VMs moving? */
+static bool better(const Landing *a, const Landing *b)
+{
+    if (a->staying_pages != b->staying_pages) {
+        return a->staying_pages > b->staying_pages;
+    }
+    if (a->movers != b->movers) {
+        return a->movers < b->movers;
+    }
+    return a->node < b->node;
+}
+
+/*
+ * The group's target: among the nodes of its pinned VMs if it has any,
+ * else among the nodes it is on, the best that has room, else the best.
+ */
+static Landing choose_target(const Planner *p, const GArray *group)
+{
+    bool pinned = false;
+    Landing best = { .node = UINT32_MAX }, best_fit = { .node = UINT32_MAX };
+
+    for (guint i = 0; i < group->len; i++) {
+        pinned |= p->vms[g_array_index(group, uint32_t, i)].pinned;
+    }
+    for (guint i = 0; i < group->len; i++) {
+        const ColocateVm *v = &p->vms[g_array_index(group, uint32_t, i)];
+        Landing l;
+
+        if ((pinned && !v->pinned) || v->node >= p->nr_nodes) {
+            continue;
+        }
+        l = land(p, group, v->node);
+        if (best.node == UINT32_MAX || better(&l, &best)) {
+            best = l;
+        }
+        if (l.fits && (best_fit.node == UINT32_MAX || better(&l, &best_fit))) {
+            best_fit = l;
+        }
+    }
+    return best_fit.node != UINT32_MAX ? best_fit : best;
+}
+
+static void plan_group(const Planner *p, const GArray *group, uint32_t nr,
+                       GArray *moves)
+{
+    Landing target = choose_target(p, group);
+    ColocateNode *to = &p->nodes[target.node];
+
+    for (guint i = 0; i < group->len; i++) {
+        uint32_t v = g_array_index(group, uint32_t, i);
+        const ColocateVm *vm = &p->vms[v];
+        ColocateMove mv = {
+            .vm = v, .group = nr, .from = vm->node, .to = target.node,
+            .gain_pages = gain_on(p, group, v, target.node),
+        };
+
+        if (vm->node == target.node) {
+            continue;
+        }
+        if (vm->pinned) {
+            mv.verdict = NUKSM_PLAN_PINNED;
+        } else if (mv.gain_pages < p->params->min_gain_pages) {
+            mv.verdict = NUKSM_PLAN_SMALL_GAIN;
+        } else if (!target.fits) {
+            mv.verdict = NUKSM_PLAN_NO_ROOM;
+        } else {
+            mv.verdict = NUKSM_PLAN_PLANNED;
+            if (to->free_pages != UINT64_MAX) {
+                to->free_pages -= vm->pages;
+            }
+            to->vcpus += vm->vcpus;
+            if (vm->node < p->nr_nodes) {
+                ColocateNode *from = &p->nodes[vm->node];
+
+                if (from->free_pages != UINT64_MAX) {
+                    from->free_pages += vm->pages;
+                }
+                from->vcpus -= MIN(from->vcpus, vm->vcpus);
+            }
+        }
+        g_array_append_val(moves, mv);
+    }
+}
+
+/* A group's memory, for the order groups are planned in. */
+static uint64_t group_pages(const Planner *p, const GArray *group)
+{
+    uint64_t pages = 0;
+
+    for (guint i = 0; i < group->len; i++) {
+        pages += p->vms[g_array_index(group, uint32_t, i)].pages;
+    }
+    return pages;
+}
+
+static gint compare_groups(gconstpointer x, gconstpointer y, gpointer opaque)
+{
+    const Planner *p = opaque;
+    const GArray *a = *(GArray *const *)x, *b = *(GArray *const *)y;
+    uint64_t pa = group_pages(p, a), pb = group_pages(p, b);
+
+    if (pa != pb) {
+        return pa > pb ? -1 : 1;
+    }
+    /* Members are in index order: the first decides. */
+    return g_array_index(a, uint32_t, 0) < g_array_index(b, uint32_t, 0) ?
+           -1 : 1;
+}
+
+/* The groups of two VMs or more, each its members in index order. */
+static GPtrArray *find_groups(const Planner *p, size_t nr_vms,
+                              size_t nr_pairs)
+{
+    g_autofree uint32_t *parent = g_new(uint32_t, nr_vms);
+    g_autoptr(GHashTable) by_root = g_hash_table_new(NULL, NULL);
+    GPtrArray *groups = g_ptr_array_new_with_free_func(
+        (GDestroyNotify)g_array_unref);
+    g_autoptr(GPtrArray) all = g_ptr_array_new();
+
+    for (size_t i = 0; i < nr_vms; i++) {
+        parent[i] = i;
+    }
+    for (size_t i = 0; i < nr_pairs; i++) {
+        const ColocatePair *pair = &p->pairs[i];
+
+        if (pair->similarity_pm >= p->params->threshold_pm &&
+            p->vms[pair->a].domain == p->vms[pair->b].domain) {
+            parent[root_of(parent, pair->a)] = root_of(parent, pair->b);
+        }
+    }
+    for (size_t i = 0; i < nr_vms; i++) {
+        gpointer root = GUINT_TO_POINTER(root_of(parent, i) + 1);
+        GArray *group = g_hash_table_lookup(by_root, root);
+        uint32_t v = i;
+
+        if (!group) {
+            group = g_array_new(FALSE, FALSE, sizeof(uint32_t));
+            g_hash_table_insert(by_root, root, group);
+            g_ptr_array_add(all, group);
+        }
+        g_array_append_val(group, v);
+    }
+    for (guint i = 0; i < all->len; i++) {
+        GArray *group = g_ptr_array_index(all, i);
+
+        if (group->len > 1) {
+            g_ptr_array_add(groups, group);
+        } else {
+            g_array_unref(group);
+        }
+    }
+    return groups;
+}
+
+GArray *colocate_plan(const ColocateVm *vms, size_t nr_vms,
+                      ColocateNode *nodes, uint32_t nr_nodes,
+                      const ColocatePair *pairs, size_t nr_pairs,
+                      const ColocateParams *params, uint32_t *nr_groups)
+{
+    g_autoptr(GHashTable) pair_of = g_hash_table_new_full(
+        g_int64_hash, g_int64_equal, g_free, NULL);
+    Planner p = {
+        .vms = vms, .nodes = nodes, .nr_nodes = nr_nodes, .pairs = pairs,
+        .pair_of = pair_of, .params = params,
+    };
+    GArray *moves = g_array_new(FALSE, FALSE, sizeof(ColocateMove));
+    g_autoptr(GPtrArray) groups = NULL;
+
+    for (size_t i = 0; i < nr_pairs; i++) {
+        uint64_t key = pair_key(pairs[i].a, pairs[i].b);
+
+        g_hash_table_insert(pair_of, g_memdup2(&key, sizeof(key)),
+                            GUINT_TO_POINTER(i + 1));
+    }
+    groups = find_groups(&p, nr_vms, nr_pairs);
+    g_ptr_array_sort_with_data(groups, compare_groups, &p);
+    for (guint g = 0; g < groups->len; g++) {
+        plan_group(&p, g_ptr_array_index(groups, g), g, moves);
+    }
+    *nr_groups = groups->len;
+    return moves;
+}

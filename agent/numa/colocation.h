@@ -1,0 +1,30 @@
+/*
+ * nuksmd co-location (AdaptMD-S): the plan that would bring similar VMs
+ * onto one node, from the VMs as they are now.  GET_PLAN answers
+ * administrators only, like GET_SIMILARITY: the plan names every
+ * tenant's VMs.
+ *
+ * The VMs weighed are those with one guest node and a TOPOLOGY: where
+ * they are is their home node; their memory, the RAM their TOPOLOGY
+ * reports; their vCPUs, its threads.  One whose home comes from its
+ * operator (vCPUs pinned to one node, a bound memory backend, cpuset
+ * mems) is pinned there, unless --colocate-pins=move lets the plan move
+ * it.  Each node's room is its free memory
+ * (libnuma; not known on logical nodes: no limit) and its CPUs.  The
+ * similarities are the sketches' (similarity.h); the thresholds,
+ * --colocate-threshold, --colocate-min-gain and
+ * --colocate-vcpus-per-cpu.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSMD_COLOCATION_H
+#define NUKSMD_COLOCATION_H
+
+#include "agent.h"
+
+void colocation_handle_get_plan(NuksmAgent *agent, NuksmClient *client,
+                                uint32_t seq, const void *payload);
+
+#endif

@@ -1,0 +1,88 @@
+"""The co-location plan (AdaptMD-S) on real VMs, with --fake-numa 2.
+
+Each qtest VM is pinned to a CPU of its node, which makes that node its
+home, pinned by its operator.  VMs a and b hold the same 24 MiB (of 32
+MiB written) on nodes 0 and 1; c holds contents of its own, on node 1.
+
+- With --colocate-pins=move the plan may move pinned VMs: b (as much
+  memory as a: the lower node wins the tie) goes to node 0, gaining what
+  it holds alike with a; c stays.  With one vCPU per CPU allowed (the
+  default), node 0 has no room for b's vCPU: refused.
+- With the default, --colocate-pins=keep, a twin d of a pinned to node 1
+  beside b draws the group there, and a, pinned to node 0, is refused.
+"""
+
+import random
+
+from harness import ctl_json, ctl_ok, wait_until, write_alike
+from test_placement import home, node_cpus, pin
+
+SIZE = 32 << 20
+SHARED = 24 << 20
+PAGE = 4096
+
+
+def start_vms(qtest_vm, agent, layout, prefix=""):
+    """Start a qtest VM for each (name, node, shared bytes, seed) of
+    @layout on @agent, pinned to its node, and write its contents; wait
+    until the shared pages merged.  Returns the VMs by name."""
+    cpus = node_cpus()
+    shared = random.Random(7).randbytes(SHARED)
+    vms = {}
+    for name, node, alike, seed in layout:
+        vm = vms[name] = qtest_vm(prefix + name, agent=agent.sock)
+        pin(vm.pid, cpus[node])
+        wait_until(lambda: home(vm) == [(node, "pinned")], 10,
+                   f"{vm.name}'s home to become node {node}")
+        write_alike(vm, shared, alike, seed, SIZE)
+    for name, _, alike, _ in layout:
+        if alike:
+            vms[name].wait_nuksm(
+                lambda i: i["merged-pages"] - i["zero-pages"] >=
+                SHARED // PAGE, "the shared pages to merge", timeout=120)
+    return vms
+
+
+def settled_plan(agent, groups, moves):
+    """The plan once the sketches show @groups groups and @moves moves."""
+    def planned():
+        plan = ctl_json(agent.sock, "plan")
+        return (plan["groups"] == groups and len(plan["moves"]) == moves
+                and plan)
+    return wait_until(planned, 30, f"a plan of {moves} moves")
+
+
+LAYOUT = (("a", 0, SHARED, 1), ("b", 1, SHARED, 2), ("c", 1, 0, 3))
+
+
+def test_plan_moves_the_twin_where_there_is_room(start_agent, qtest_vm):
+    agent = start_agent("--fake-numa", "2", "--colocate-min-gain", "8",
+                        "--colocate-pins", "move",
+                        "--colocate-vcpus-per-cpu", "2")
+    tight = start_agent("--fake-numa", "2", "--colocate-min-gain", "8",
+                        "--colocate-pins", "move", name="tight")
+    start_vms(qtest_vm, agent, LAYOUT)
+    start_vms(qtest_vm, tight, LAYOUT, prefix="t")
+
+    plan = settled_plan(agent, 1, 1)
+    assert plan["vms"] == 3
+    (move,) = plan["moves"]
+    assert (move["name"], move["from"], move["to"], move["verdict"]) == \
+        ("b", 1, 0, "planned"), move
+    assert abs(move["gain_pages"] - SHARED // PAGE) <= 0.05 * SIZE // PAGE
+    assert move["vcpus"] == 1 and move["pages"] >= SIZE // PAGE
+    assert "b, node 1 -> node 0: planned" in ctl_ok(agent.sock, "plan")
+
+    (move,) = settled_plan(tight, 1, 1)["moves"]
+    assert (move["name"], move["verdict"]) == ("tb", "no-room"), move
+    assert "no node has room" in ctl_ok(tight.sock, "plan")
+
+
+def test_plan_keeps_pinned_vms(start_agent, qtest_vm):
+    agent = start_agent("--fake-numa", "2", "--colocate-min-gain", "8",
+                        "--colocate-vcpus-per-cpu", "0")
+    start_vms(qtest_vm, agent, (*LAYOUT, ("d", 1, SHARED, 4)))
+    (move,) = settled_plan(agent, 1, 1)["moves"]
+    assert (move["name"], move["from"], move["to"], move["verdict"]) == \
+        ("a", 0, 1, "pinned"), move
+    assert "its operator pinned it" in ctl_ok(agent.sock, "plan")
