@@ -13,6 +13,9 @@
 #                   counted in sampled reads, and what read sampling
 #                   costs a reading KVM guest (about 17 minutes; also
 #                   part of make bench)
+#   make bench-fleet  what placing a fleet's VMs by their content sketches
+#                   saves against random placement (a simulation, under
+#                   a minute; also part of make bench)
 #   make soak       ... and churn eight VMs for SOAK_SECONDS (default 1800)
 #                   while the agent is killed again and again
 #   make install    install nuksmd, nuksmctl, the patched QEMU (as
@@ -158,11 +161,15 @@ soak: all
 
 # Benchmarks against kernel KSM (docs/benchmarks.rst): root, since KSM's
 # settings are global (they are restored).  Results in bench/results/.
-.PHONY: bench bench-quick bench-placement
+.PHONY: bench bench-quick bench-placement bench-fleet
 bench: all guest
 	@echo "==> benchmarks: nuksm and kernel KSM side by side (about two and a half hours)"
 	@$(VENV)/bin/python bench/run.py
 	@$(MAKE) --no-print-directory bench-placement
+	@$(MAKE) --no-print-directory bench-fleet
+bench-fleet: all
+	@echo "==> placing a fleet by content sketches against random (under a minute)"
+	@$(VENV)/bin/python bench/fleet.py
 bench-placement: all
 	@echo "==> placement by reads under each policy, and read sampling's cost (about 17 min)"
 	@$(VENV)/bin/python bench/placement.py

@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <unistd.h>
 
+#include "colocation.h"
 #include "conditions.h"
 #include "detached.h"
 #include "effects.h"
@@ -166,6 +167,7 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
     agent->loop = g_main_loop_new(NULL, FALSE);
     relocate_init(agent, cfg->replace_rate);
     home_start(agent);
+    colocation_start(agent);
     effects_start(agent);
     return true;
 }
@@ -177,6 +179,7 @@ void agent_stop(NuksmAgent *agent)
     effects_stop(agent);
     merge_stop(agent);
     home_stop(agent);
+    colocation_stop(agent);
     reads_stop(agent);
     relocate_destroy(agent);
     server_stop(agent);

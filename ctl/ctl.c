@@ -83,8 +83,9 @@ static void die_on_pending_error(Ctl *ctl)
     }
 }
 
-const void *ctl_request(Ctl *ctl, NuksmMsgType type, const void *payload,
-                        uint32_t len, NuksmMsgType reply_type)
+const void *ctl_try_request(Ctl *ctl, NuksmMsgType type,
+                            const void *payload, uint32_t len,
+                            NuksmMsgType reply_type, const char **error)
 {
     /* HELLO is the largest request. */
     char req[sizeof(NuksmMsgHeader) + sizeof(NuksmMsgHello)];
@@ -131,7 +132,11 @@ const void *ctl_request(Ctl *ctl, NuksmMsgType type, const void *payload,
     }
 
     if (hdr.type == NUKSM_MSG_ERROR) {
-        die_on_error_reply(ctl);
+        if (hdr.seq != ctl->seq) {
+            die_on_error_reply(ctl);
+        }
+        *error = ((const NuksmMsgError *)nuksm_msg_payload(ctl->buf))->message;
+        return NULL;
     }
     if (hdr.type != reply_type || hdr.seq != ctl->seq) {
         die(1, "unexpected %s (seq %u) from nuksmd in reply to %s (seq %u)",
@@ -139,6 +144,19 @@ const void *ctl_request(Ctl *ctl, NuksmMsgType type, const void *payload,
             nuksm_msg_type_name(type), ctl->seq);
     }
     return nuksm_msg_payload(ctl->buf);
+}
+
+const void *ctl_request(Ctl *ctl, NuksmMsgType type, const void *payload,
+                        uint32_t len, NuksmMsgType reply_type)
+{
+    const char *error;
+    const void *reply = ctl_try_request(ctl, type, payload, len, reply_type,
+                                        &error);
+
+    if (!reply) {
+        die(1, "nuksmd: %s", error);
+    }
+    return reply;
 }
 
 void ctl_hello(Ctl *ctl)

@@ -39,6 +39,14 @@ void ctl_connect(Ctl *ctl);
 const void *ctl_request(Ctl *ctl, NuksmMsgType type, const void *payload,
                         uint32_t len, NuksmMsgType reply_type);
 
+/*
+ * ctl_request(), but an ERROR reply to this request returns NULL with
+ * its text in *@error (valid until the next request).
+ */
+const void *ctl_try_request(Ctl *ctl, NuksmMsgType type,
+                            const void *payload, uint32_t len,
+                            NuksmMsgType reply_type, const char **error);
+
 void ctl_hello(Ctl *ctl);
 
 /* Append @s as a JSON string; invalid UTF-8 becomes U+FFFD. */

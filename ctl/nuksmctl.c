@@ -99,7 +99,7 @@ static void cmd_status(Ctl *ctl, bool json)
 }
 
 
-enum { VM_COLUMNS = 18 };
+enum { VM_COLUMNS = 20 };
 
 static void print_row(char **cells, const size_t *widths)
 {
@@ -228,6 +228,15 @@ static void print_read_fairness(const NuksmMsgVms *vms,
     }
 }
 
+/* "to 1" for a planned move, "pinned" for a refused one, else "-". */
+static char *plan_text(const NuksmVmEntry *e)
+{
+    if (e->plan_verdict == NUKSM_PLAN_PLANNED) {
+        return g_strdup_printf("to %u", e->plan_to);
+    }
+    return g_strdup(nuksm_plan_verdict_name(e->plan_verdict) ?: "-");
+}
+
 static void print_vms_table(const NuksmMsgVms *vms,
                             const NuksmVmEntry *entries,
                             const AgentConditions *agent)
@@ -235,7 +244,7 @@ static void print_vms_table(const NuksmMsgVms *vms,
     static const char *const header[VM_COLUMNS] = {
         "ID", "PID", "UID", "DOMAIN", "FROM", "NAME", "OBJECT", "PRIORITY",
         "MERGED", "LOCAL", "REMOTE", "READS", "WINDOW", "HOT", "HOME",
-        "LIMIT", "LIBVIRT", "UPLOADS",
+        "LIMIT", "LIBVIRT", "UPLOADS", "TWIN", "PLAN",
     };
     g_autoptr(GPtrArray) rows = g_ptr_array_new_with_free_func(
         (GDestroyNotify)g_strfreev);
@@ -268,6 +277,11 @@ static void print_vms_table(const NuksmMsgVms *vms,
                                      : g_strdup("-");
         /* How its new slots get their content: read by the agent or sent. */
         row[17] = g_strdup(e->read_errno ? "sent" : "read");
+        /* Co-location: its most similar VM, and where the plan moves it. */
+        row[18] = e->twin_id ? g_strdup_printf("%u:%.0f%%", e->twin_id,
+                                               e->twin_pm / 10.0)
+                             : g_strdup("-");
+        row[19] = plan_text(e);
         g_ptr_array_add(rows, row);
     }
 
@@ -399,6 +413,22 @@ static void cmd_vms(Ctl *ctl, bool json)
         } else {
             g_string_append(out, "null");
         }
+        /* Co-location's last look: twin, and the plan's move. */
+        g_string_append(out, ", \"twin\": ");
+        if (e->twin_id) {
+            g_string_append_printf(out, "{\"id\": %u, \"similarity\": "
+                                   "%.3f}", e->twin_id, e->twin_pm / 1000.0);
+        } else {
+            g_string_append(out, "null");
+        }
+        g_string_append(out, ", \"plan\": ");
+        if (e->plan_verdict < NUKSM_PLAN__MAX) {
+            g_string_append_printf(out, "{\"to\": %u, \"verdict\": \"%s\"}",
+                                   e->plan_to,
+                                   nuksm_plan_verdict_name(e->plan_verdict));
+        } else {
+            g_string_append(out, "null");
+        }
         g_string_append_c(out, '}');
     }
     g_string_append(out, "]}");
@@ -459,12 +489,16 @@ int main(int argc, char **argv)
 {
     g_autofree char *socket_path = NULL;
     gboolean json = FALSE;
+    gboolean sketches = FALSE;
     gboolean version = FALSE;
     GOptionEntry entries[] = {
         { "socket", 0, 0, G_OPTION_ARG_FILENAME, &socket_path,
           "nuksmd socket (default " NUKSM_DEFAULT_SOCKET ")", "PATH" },
         { "json", 0, 0, G_OPTION_ARG_NONE, &json,
           "Print JSON instead of text", NULL },
+        { "sketches", 0, 0, G_OPTION_ARG_NONE, &sketches,
+          "With similarity and --json: every VM's content sketch, to "
+          "compare VMs across hosts", NULL },
         { "version", 0, 0, G_OPTION_ARG_NONE, &version,
           "Print the version and exit", NULL },
         { NULL },
@@ -521,6 +555,9 @@ int main(int argc, char **argv)
         die(2, "unknown command '%s' (allowed: status, vms, similarity, "
             "plan, policy, libvirt)", cmd);
     }
+    if (sketches && (!g_str_equal(cmd, "similarity") || !json)) {
+        die(2, "--sketches goes with --json similarity");
+    }
     if (argc > max_argc) {
         die(2, "unexpected argument '%s' (see --help)", argv[max_argc]);
     }
@@ -542,6 +579,8 @@ int main(int argc, char **argv)
         cmd_status(&ctl, json);
     } else if (g_str_equal(cmd, "vms")) {
         cmd_vms(&ctl, json);
+    } else if (g_str_equal(cmd, "similarity") && sketches) {
+        cmd_sketches(&ctl);
     } else if (g_str_equal(cmd, "similarity")) {
         cmd_similarity(&ctl, json);
     } else if (g_str_equal(cmd, "plan")) {

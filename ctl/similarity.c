@@ -176,6 +176,75 @@ static void print_json_reply(const Similarity *sim, const NuksmMsgVms *list)
     print_json(out);
 }
 
+/* The format of nuksmctl --json similarity --sketches (docs/operations.rst). */
+#define SKETCHES_FORMAT "nuksm-sketches"
+#define SKETCHES_VERSION 1
+
+/* One VM's entry of the export; false if it left meanwhile. */
+static bool append_sketch(Ctl *ctl, GString *out, const NuksmVmEntry *e)
+{
+    NuksmMsgGetSketch req = { .client_id = e->client_id };
+    const char *error;
+    const NuksmMsgSketch *sk = ctl_try_request(ctl, NUKSM_MSG_GET_SKETCH,
+                                               &req, sizeof(req),
+                                               NUKSM_MSG_SKETCH, &error);
+    const uint64_t *entries;
+
+    if (!sk) {
+        return false;
+    }
+    entries = (const uint64_t *)(sk + 1);
+    g_string_append_printf(out, "{\"id\": %u, \"name\": ", e->client_id);
+    json_string(out, e->vm_name);
+    g_string_append(out, ", \"libvirt_uuid\": ");
+    json_string(out, e->libvirt_uuid);
+    g_string_append(out, ", \"domain\": ");
+    json_string(out, e->domain);
+    g_string_append_printf(out, ", \"pages\": %" PRIu64 ", \"shift\": %u, "
+                           "\"sample\": [", sk->pages, sk->shift);
+    for (uint32_t i = 0; i < sk->count; i++) {
+        g_string_append_printf(out, "%s[%" PRIu64 ", %" PRIu64 "]",
+                               i ? ", " : "", entries[i] >> 24,
+                               entries[i] & 0xffffff);
+    }
+    g_string_append(out, "]}");
+    return true;
+}
+
+void cmd_sketches(Ctl *ctl)
+{
+    const NuksmMsgVms *reply = ctl_request(ctl, NUKSM_MSG_LIST_VMS, NULL, 0,
+                                           NUKSM_MSG_VMS);
+    g_autofree NuksmMsgVms *list =
+        g_memdup2(reply, sizeof(*reply) +
+                         reply->count * sizeof(NuksmVmEntry));
+    const NuksmVmEntry *e = (const NuksmVmEntry *)(list + 1);
+    g_autoptr(GString) out = g_string_new(NULL);
+    bool first = true;
+
+    g_string_append_printf(out, "{\"format\": \"%s\", \"version\": %d, "
+                           "\"seed\": %" PRIu64 ", \"fingerprint_bits\": "
+                           "%d, \"host\": ", SKETCHES_FORMAT,
+                           SKETCHES_VERSION, (uint64_t)NUKSM_SKETCH_SEED,
+                           NUKSM_SKETCH_FINGERPRINT_BITS);
+    json_string(out, g_get_host_name());
+    g_string_append(out, ", \"vms\": [");
+    for (uint32_t i = 0; i < list->count; i++) {
+        gsize mark = out->len;
+
+        if (!first) {
+            g_string_append(out, ", ");
+        }
+        if (append_sketch(ctl, out, &e[i])) {
+            first = false;
+        } else {
+            g_string_truncate(out, mark);
+        }
+    }
+    g_string_append(out, "]}");
+    print_json(out);
+}
+
 void cmd_similarity(Ctl *ctl, bool json)
 {
     const NuksmMsgSimilarity *reply = ctl_request(ctl,

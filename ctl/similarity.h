@@ -16,4 +16,11 @@
 
 void cmd_similarity(Ctl *ctl, bool json);
 
+/*
+ * nuksmctl --json similarity --sketches: every VM's content sketch, in
+ * the documented, versioned form fleets compare VMs across hosts by
+ * (docs/operations.rst, "For fleets").
+ */
+void cmd_sketches(Ctl *ctl);
+
 #endif

@@ -246,7 +246,11 @@ static void emit_structs(void)
            MEMBER(NuksmVmEntry, reads_local, "Q"),
            MEMBER(NuksmVmEntry, reads_remote, "Q"),
            MEMBER(NuksmVmEntry, read_window_ms, "I"),
-           MEMBER(NuksmVmEntry, read_hot_regions, "I"));
+           MEMBER(NuksmVmEntry, read_hot_regions, "I"),
+           MEMBER(NuksmVmEntry, twin_id, "I"),
+           MEMBER(NuksmVmEntry, twin_pm, "I"),
+           MEMBER(NuksmVmEntry, plan_to, "I"),
+           MEMBER(NuksmVmEntry, plan_verdict, "I"));
     STRUCT("VM_LIMIT", NuksmMsgVmLimit,
            MEMBER(NuksmMsgVmLimit, limit, "I"),
            MEMBER(NuksmMsgVmLimit, reserved, "I"),

@@ -46,6 +46,8 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_SIMILARITY]   = "SIMILARITY",
     [NUKSM_MSG_GET_PLAN]     = "GET_PLAN",
     [NUKSM_MSG_PLAN]         = "PLAN",
+    [NUKSM_MSG_GET_SKETCH]   = "GET_SKETCH",
+    [NUKSM_MSG_SKETCH]       = "SKETCH",
     [NUKSM_MSG_VMS]          = "VMS",
     [NUKSM_MSG_STORE]        = "STORE",
     [NUKSM_MSG_CANDIDATES]   = "CANDIDATES",
@@ -195,6 +197,7 @@ static size_t fixed_payload_size(uint16_t type)
     case NUKSM_MSG_CONDITION:    return sizeof(NuksmMsgCondition);
     case NUKSM_MSG_VM_LIMIT:     return sizeof(NuksmMsgVmLimit);
     case NUKSM_MSG_CHARGE:       return sizeof(NuksmMsgCharge);
+    case NUKSM_MSG_GET_SKETCH:   return sizeof(NuksmMsgGetSketch);
     default:                     return 0;
     }
 }
@@ -482,6 +485,27 @@ static const char *check_similarity(const void *p, size_t len)
     return NULL;
 }
 
+static const char *check_sketch(const void *p, size_t len)
+{
+    const NuksmMsgSketch *m = p;
+    const uint64_t *e = (const uint64_t *)(m + 1);
+
+    if (len < sizeof(*m) ||
+        len - sizeof(*m) != (size_t)m->count * sizeof(uint64_t)) {
+        return "SKETCH size does not match its count";
+    }
+    if (m->count > NUKSM_SKETCH_MAX_ENTRIES || m->shift > 40 ||
+        m->reserved) {
+        return "SKETCH out of range";
+    }
+    for (uint32_t n = 1; n < m->count; n++) {
+        if (e[n] >> 24 <= e[n - 1] >> 24) {
+            return "SKETCH fingerprints not ascending";
+        }
+    }
+    return NULL;
+}
+
 static const char *check_plan(const void *p, size_t len)
 {
     const NuksmMsgPlan *m = p;
@@ -522,6 +546,10 @@ static const char *check_vms(const void *p, size_t len)
 
         if (e[n].nr_gnodes > NUKSM_MAX_GNODES) {
             return "bad guest node count in VMS";
+        }
+        if (e[n].twin_pm > 1000 || e[n].plan_verdict > NUKSM_PLAN__MAX ||
+            e[n].plan_to >= NUKSM_MAX_NODES) {
+            return "co-location out of range in VMS";
         }
         if (!strfield_ok(e[n].domain, sizeof(e[n].domain)) ||
             !strfield_ok(e[n].vm_name, sizeof(e[n].vm_name)) ||
@@ -591,6 +619,11 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
         return check_similarity(p, len);
     case NUKSM_MSG_PLAN:
         return check_plan(p, len);
+    case NUKSM_MSG_GET_SKETCH:
+        return ((const NuksmMsgGetSketch *)p)->reserved ?
+               "reserved field set in GET_SKETCH" : NULL;
+    case NUKSM_MSG_SKETCH:
+        return check_sketch(p, len);
     case NUKSM_MSG_INFO:
         return check_info(p);
     case NUKSM_MSG_VM_LIMIT:

@@ -133,6 +133,8 @@ typedef enum NuksmMsgType {
     NUKSM_MSG_SIMILARITY   = 31, /* agent -> control */
     NUKSM_MSG_GET_PLAN     = 32, /* control -> agent; reply PLAN */
     NUKSM_MSG_PLAN         = 33, /* agent -> control */
+    NUKSM_MSG_GET_SKETCH   = 34, /* control -> agent; reply SKETCH */
+    NUKSM_MSG_SKETCH       = 35, /* agent -> control */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -386,6 +388,11 @@ typedef struct NuksmVmEntry {
     uint32_t read_window_ms; /* 0: no READS yet (sampling off) */
     uint32_t read_hot_regions;  /* regions read in the last */
                                 /* --cold-windows samples */
+    /* Since protocol 14: co-location's last look (agent/numa/colocation.h) */
+    uint32_t twin_id;        /* its most similar VM of its domain, or 0 */
+    uint32_t twin_pm;        /* their similarity, per mille */
+    uint32_t plan_to;        /* the node the plan moves it to, */
+    uint32_t plan_verdict;   /* and whether; NUKSM_PLAN__MAX: no move */
 } NuksmVmEntry;
 
 /* VMS: a NuksmMsgVms followed by count NuksmVmEntry records */
@@ -432,6 +439,36 @@ typedef struct NuksmMsgSimilarity {
     uint32_t nr_pairs;
     uint32_t total_pairs;
 } NuksmMsgSimilarity;
+
+/*
+ * GET_SKETCH (since protocol 14; administrators only): VM @client_id's
+ * content sketch, for comparing VMs across hosts.  SKETCH answers with
+ * its sample (agent/core/sketch.h, sketch_export()): count entries, each
+ * a 40-bit fingerprint << 24 | the sampled pages holding it, ascending.
+ */
+typedef struct NuksmMsgGetSketch {
+    uint32_t client_id;
+    uint32_t reserved;
+} NuksmMsgGetSketch;
+
+typedef struct NuksmMsgSketch {
+    uint32_t client_id;
+    uint32_t shift;          /* sampled: the hash's top shift bits 0 */
+    uint64_t pages;          /* the pages it stands for */
+    uint32_t count;
+    uint32_t reserved;
+} NuksmMsgSketch;
+
+/* A sketch holds at most 4096 sampled pages (SKETCH_PAGES). */
+#define NUKSM_SKETCH_MAX_ENTRIES 4096u
+
+/*
+ * What a page's fingerprint is: the top NUKSM_SKETCH_FINGERPRINT_BITS of
+ * nuksm_mix64(XXH3-64 of the page ^ NUKSM_SKETCH_SEED).  Fixed, not
+ * secret, so that sketches of VMs on two hosts compare.
+ */
+#define NUKSM_SKETCH_SEED 0x6e756b736d736b74ull
+#define NUKSM_SKETCH_FINGERPRINT_BITS 40
 
 /*
  * PLAN (since protocol 14), the reply to GET_PLAN (no payload;

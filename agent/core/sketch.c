@@ -10,9 +10,6 @@
 #include "nuksm-digest.h"
 #include "sketch.h"
 
-/* Fixed, not secret: sketches of two hosts' VMs sample alike. */
-#define SKETCH_SEED 0x6e756b736d736b74ull
-
 /* A sampled page's fingerprint: the top 40 bits of its content's hash. */
 static uint64_t fingerprint(const KeyMapEntry *e)
 {
@@ -22,7 +19,7 @@ static uint64_t fingerprint(const KeyMapEntry *e)
 /* Is a content whose fingerprint is @fp in the sample of @shift? */
 static bool in_sample(uint64_t fp, uint32_t shift)
 {
-    return !shift || !(fp >> (40 - shift));
+    return !shift || !(fp >> (NUKSM_SKETCH_FINGERPRINT_BITS - shift));
 }
 
 void sketch_init(ContentSketch *sk, uint64_t seed)
@@ -58,9 +55,15 @@ static void tighten(ContentSketch *sk)
     sk->pages = kept;
 }
 
+uint64_t sketch_fingerprint(uint64_t digest)
+{
+    return nuksm_mix64(digest ^ NUKSM_SKETCH_SEED) >>
+           (64 - NUKSM_SKETCH_FINGERPRINT_BITS);
+}
+
 void sketch_note(ContentSketch *sk, uint64_t page, uint64_t digest)
 {
-    uint64_t fp = nuksm_mix64(digest ^ SKETCH_SEED) >> 24;
+    uint64_t fp = sketch_fingerprint(digest);
     KeyMapEntry *e = keymap_lookup(&sk->pages, page, 0);
     bool added;
 
@@ -74,7 +77,8 @@ void sketch_note(ContentSketch *sk, uint64_t page, uint64_t digest)
     e->value = fp >> 8;
     e->tag = fp & 0xff;
     /* 40 bits: a sample of one content in 2^40 is as far as it goes. */
-    while (sk->pages.count > SKETCH_PAGES && sk->shift < 40) {
+    while (sk->pages.count > SKETCH_PAGES &&
+           sk->shift < NUKSM_SKETCH_FINGERPRINT_BITS) {
         tighten(sk);
     }
 }
@@ -84,36 +88,102 @@ uint64_t sketch_pages(const ContentSketch *sk)
     return (uint64_t)sk->pages.count << MIN(sk->shift, 32u);
 }
 
-/* The fingerprints of @sk in the sample of @shift, as a set. */
-static GHashTable *sample_set(const ContentSketch *sk, uint32_t shift)
+static gint compare_u64(gconstpointer x, gconstpointer y)
 {
-    GHashTable *set = g_hash_table_new_full(g_int64_hash, g_int64_equal,
-                                            g_free, NULL);
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
 
-    for (size_t i = 0; i < sk->pages.size; i++) {
-        const KeyMapEntry *e = &sk->pages.entries[i];
-        uint64_t fp = fingerprint(e);
-
-        if (e->used && in_sample(fp, shift) &&
-            !g_hash_table_contains(set, &fp)) {
-            g_hash_table_add(set, g_memdup2(&fp, sizeof(fp)));
-        }
-    }
-    return set;
+    return a < b ? -1 : a > b;
 }
 
-/* @sk's sampled pages in the sample of @shift, and how many are in @set. */
-static void count_alike(const ContentSketch *sk, uint32_t shift,
-                        GHashTable *set, uint64_t *sampled, uint64_t *alike)
+GArray *sketch_export(const ContentSketch *sk)
 {
-    *sampled = *alike = 0;
+    GArray *out = g_array_new(FALSE, FALSE, sizeof(uint64_t));
+    guint n = 0;
+
     for (size_t i = 0; i < sk->pages.size; i++) {
         const KeyMapEntry *e = &sk->pages.entries[i];
-        uint64_t fp = fingerprint(e);
+        uint64_t fp = fingerprint(e) << 24 | 1;
 
-        if (e->used && in_sample(fp, shift)) {
-            ++*sampled;
-            *alike += g_hash_table_contains(set, &fp);
+        if (e->used) {
+            g_array_append_val(out, fp);
+        }
+    }
+    g_array_sort(out, compare_u64);
+    /* Fold the pages of each fingerprint into one entry. */
+    for (guint i = 0; i < out->len; i++) {
+        uint64_t fp = g_array_index(out, uint64_t, i) >> 24;
+
+        if (n && g_array_index(out, uint64_t, n - 1) >> 24 == fp) {
+            g_array_index(out, uint64_t, n - 1)++;
+        } else {
+            g_array_index(out, uint64_t, n++) = fp << 24 | 1;
+        }
+    }
+    g_array_set_size(out, n);
+    return out;
+}
+
+/* Entry @e of an export: its fingerprint, and its sampled pages. */
+static uint64_t entry_fp(uint64_t e)
+{
+    return e >> 24;
+}
+
+static uint64_t entry_pages(uint64_t e)
+{
+    return e & 0xffffff;
+}
+
+/*
+ * The end of the entries of @s that are in the sample of @shift: they
+ * are the smallest fingerprints, so a prefix of the ascending export.
+ */
+static guint sample_end(const GArray *s, uint32_t shift)
+{
+    uint64_t limit = 1ull << (NUKSM_SKETCH_FINGERPRINT_BITS - shift);
+    guint lo = 0, hi = s->len;
+
+    while (lo < hi) {
+        guint mid = lo + (hi - lo) / 2;
+
+        if (entry_fp(g_array_index(s, uint64_t, mid)) < limit) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+void sketch_compare_samples(const GArray *a, uint32_t shift_a,
+                            const GArray *b, uint32_t shift_b,
+                            SketchOverlap *out)
+{
+    uint32_t shift = MAX(shift_a, shift_b);
+    guint end_a = sample_end(a, shift), end_b = sample_end(b, shift);
+    guint i = 0, j = 0;
+
+    *out = (SketchOverlap) { .shift = shift };
+    for (guint k = 0; k < end_a; k++) {
+        out->sampled_a += entry_pages(g_array_index(a, uint64_t, k));
+    }
+    for (guint k = 0; k < end_b; k++) {
+        out->sampled_b += entry_pages(g_array_index(b, uint64_t, k));
+    }
+    /* Both ascending: one merge finds the fingerprints they share. */
+    while (i < end_a && j < end_b) {
+        uint64_t ea = g_array_index(a, uint64_t, i);
+        uint64_t eb = g_array_index(b, uint64_t, j);
+
+        if (entry_fp(ea) < entry_fp(eb)) {
+            i++;
+        } else if (entry_fp(eb) < entry_fp(ea)) {
+            j++;
+        } else {
+            out->alike_a += entry_pages(ea);
+            out->alike_b += entry_pages(eb);
+            i++;
+            j++;
         }
     }
 }
@@ -121,15 +191,10 @@ static void count_alike(const ContentSketch *sk, uint32_t shift,
 void sketch_compare(const ContentSketch *a, const ContentSketch *b,
                     SketchOverlap *out)
 {
-    uint32_t shift = MAX(a->shift, b->shift);
-    GHashTable *in_a = sample_set(a, shift);
-    GHashTable *in_b = sample_set(b, shift);
+    g_autoptr(GArray) ea = sketch_export(a);
+    g_autoptr(GArray) eb = sketch_export(b);
 
-    out->shift = shift;
-    count_alike(a, shift, in_b, &out->sampled_a, &out->alike_a);
-    count_alike(b, shift, in_a, &out->sampled_b, &out->alike_b);
-    g_hash_table_destroy(in_a);
-    g_hash_table_destroy(in_b);
+    sketch_compare_samples(ea, a->shift, eb, b->shift, out);
 }
 
 uint32_t sketch_similarity_pm(const SketchOverlap *o)

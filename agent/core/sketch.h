@@ -26,7 +26,7 @@
  * fills many pages.  It
  * also forgets: a page's old content leaves the sketch when a new one
  * comes, which neither a MinHash nor a bitmap can do.  The hash that
- * samples is not keyed by a secret (SKETCH_SEED is fixed), so that
+ * samples is not keyed by a secret (NUKSM_SKETCH_SEED is fixed), so that
  * sketches of VMs on two hosts compare too.
  *
  * Two sketches compare at the stricter of their two samples.  A false
@@ -46,6 +46,7 @@
 
 /* Sampled pages a sketch keeps at most. */
 #define SKETCH_PAGES 4096u
+
 
 typedef struct ContentSketch {
     KeyMap pages;            /* sampled page -> fingerprint: bits 63..32 */
@@ -73,6 +74,29 @@ typedef struct SketchOverlap {
 
 void sketch_compare(const ContentSketch *a, const ContentSketch *b,
                     SketchOverlap *out);
+
+/*
+ * The same, from two sketches' exports (sketch_export()) and shifts: to
+ * compare many pairs, export each sketch once.  A merge of the two
+ * sorted exports: 10 us for two of about 2000 entries here, where an
+ * export takes 0.3 ms.
+ */
+void sketch_compare_samples(const GArray *a, uint32_t shift_a,
+                            const GArray *b, uint32_t shift_b,
+                            SketchOverlap *out);
+
+/*
+ * @sk as others may compare it: each fingerprint in its sample, once,
+ * with the number of sampled pages that hold it (< 2^24), ascending by
+ * fingerprint, packed as fingerprint << 24 | pages.  The fingerprint
+ * is the top 40 bits of splitmix64's finaliser of (XXH3-64 of the page
+ * ^ NUKSM_SKETCH_SEED); a page is sampled while its top @shift bits are
+ * 0.
+ */
+GArray *sketch_export(const ContentSketch *sk);
+
+/* The fingerprint (top 40 bits of the hash) sketches sample by. */
+uint64_t sketch_fingerprint(uint64_t digest);
 
 /*
  * AdaptMD's similarity of the VMs of @o, per mille: the pages of the

@@ -7,7 +7,17 @@
 
 #include "colocation.h"
 #include "ledger.h"
+#include "similarity.h"
 #include "transport.h"
+
+/* What the plan weighed and decided, for one look. */
+typedef struct Colocation {
+    GPtrArray *vms;          /* NuksmClient *, by client id */
+    ColocateVm *cvms;        /* the same, as the planner sees them */
+    GArray *pairs;           /* ColocatePair */
+    GArray *moves;           /* ColocateMove */
+    uint32_t groups;
+} Colocation;
 
 /* Was @vm's home node given by its operator, not by where it ran? */
 static bool pinned_by_operator(const NuksmClient *vm)
@@ -52,6 +62,7 @@ static GPtrArray *plan_vms(NuksmAgent *agent)
 static GArray *plan_pairs(GPtrArray *vms)
 {
     GArray *pairs = g_array_new(FALSE, FALSE, sizeof(ColocatePair));
+    g_autoptr(GPtrArray) exports = similarity_exports(vms);
 
     for (guint i = 0; i < vms->len; i++) {
         const NuksmClient *a = g_ptr_array_index(vms, i);
@@ -64,7 +75,10 @@ static GArray *plan_pairs(GPtrArray *vms)
             if (a->domain_id != b->domain_id) {
                 continue;
             }
-            sketch_compare(&a->sketch, &b->sketch, &o);
+            sketch_compare_samples(g_ptr_array_index(exports, i),
+                                   a->sketch.shift,
+                                   g_ptr_array_index(exports, j),
+                                   b->sketch.shift, &o);
             pair = (ColocatePair) {
                 .a = i, .b = j,
                 .similarity_pm = sketch_similarity_pm(&o),
@@ -77,36 +91,22 @@ static GArray *plan_pairs(GPtrArray *vms)
     return pairs;
 }
 
-void colocation_handle_get_plan(NuksmAgent *agent, NuksmClient *client,
-                                uint32_t seq, const void *payload)
+/* The plan for the VMs as they are now. */
+static void colocation_look(NuksmAgent *agent, Colocation *c)
 {
-    g_autoptr(GPtrArray) vms = NULL;
-    g_autoptr(GArray) pairs = NULL;
-    g_autoptr(GArray) moves = NULL;
-    g_autofree ColocateVm *cvms = NULL;
-    g_autofree NuksmMsgPlan *msg = NULL;
     ColocateNode nodes[NUKSM_MAX_NODES] = { { 0 } };
-    const ColocateParams *params = &agent->placement.colocate;
-    NuksmPlanMove *out;
-    uint32_t groups = 0, count;
 
-    if (!client->admin) {
-        transport_deny(client, seq,
-                       "the co-location plan names every tenant's VMs: "
-                       "administrators only (root, nuksmd's user or a "
-                       "member of its admin-group)");
-        return;
-    }
-    vms = plan_vms(agent);
-    cvms = g_new0(ColocateVm, vms->len);
+    c->vms = plan_vms(agent);
+    c->cvms = g_new0(ColocateVm, c->vms->len);
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
         nodes[n].free_pages = topology_node_free_pages(&agent->topology, n);
         nodes[n].cpus = topology_node_cpus(&agent->topology, n);
     }
-    for (guint i = 0; i < vms->len; i++) {
-        const NuksmClient *vm = g_ptr_array_index(vms, i);
+    for (guint i = 0; i < c->vms->len; i++) {
+        const NuksmClient *vm = g_ptr_array_index(c->vms, i);
+        ColocateVm *cv = &c->cvms[i];
 
-        cvms[i] = (ColocateVm) {
+        *cv = (ColocateVm) {
             .id = vm->id,
             .domain = vm->domain_id,
             .node = client_home(vm, 0),
@@ -115,21 +115,49 @@ void colocation_handle_get_plan(NuksmAgent *agent, NuksmClient *client,
             .pinned = !agent->placement.colocate_move_pinned &&
                       pinned_by_operator(vm),
         };
-        if (cvms[i].node < agent->nr_nodes) {
-            nodes[cvms[i].node].vcpus += cvms[i].vcpus;
+        if (cv->node < agent->nr_nodes) {
+            nodes[cv->node].vcpus += cv->vcpus;
         }
     }
-    pairs = plan_pairs(vms);
-    moves = colocate_plan(cvms, vms->len, nodes, agent->nr_nodes,
-                          (const ColocatePair *)pairs->data, pairs->len,
-                          params, &groups);
-    count = MIN(moves->len, (NUKSM_MSG_MAX - sizeof(NuksmMsgHeader) -
-                             sizeof(*msg)) / sizeof(NuksmPlanMove));
+    c->pairs = plan_pairs(c->vms);
+    c->moves = colocate_plan(c->cvms, c->vms->len, nodes, agent->nr_nodes,
+                             (const ColocatePair *)c->pairs->data,
+                             c->pairs->len, &agent->placement.colocate,
+                             &c->groups);
+}
+
+static void colocation_clear(Colocation *c)
+{
+    g_ptr_array_unref(c->vms);
+    g_free(c->cvms);
+    g_array_unref(c->pairs);
+    g_array_unref(c->moves);
+}
+
+void colocation_handle_get_plan(NuksmAgent *agent, NuksmClient *client,
+                                uint32_t seq, const void *payload)
+{
+    g_autofree NuksmMsgPlan *msg = NULL;
+    const ColocateParams *params = &agent->placement.colocate;
+    NuksmPlanMove *out;
+    Colocation c;
+    uint32_t count;
+
+    if (!client->admin) {
+        transport_deny(client, seq,
+                       "the co-location plan names every tenant's VMs: "
+                       "administrators only (root, nuksmd's user or a "
+                       "member of its admin-group)");
+        return;
+    }
+    colocation_look(agent, &c);
+    count = MIN(c.moves->len, (NUKSM_MSG_MAX - sizeof(NuksmMsgHeader) -
+                               sizeof(*msg)) / sizeof(NuksmPlanMove));
     msg = g_malloc0(sizeof(*msg) + count * sizeof(NuksmPlanMove));
     out = (NuksmPlanMove *)(msg + 1);
     for (uint32_t i = 0; i < count; i++) {
-        const ColocateMove *mv = &g_array_index(moves, ColocateMove, i);
-        const NuksmClient *vm = g_ptr_array_index(vms, mv->vm);
+        const ColocateMove *mv = &g_array_index(c.moves, ColocateMove, i);
+        const NuksmClient *vm = g_ptr_array_index(c.vms, mv->vm);
         uint64_t local;
 
         out[i] = (NuksmPlanMove) {
@@ -138,21 +166,76 @@ void colocation_handle_get_plan(NuksmAgent *agent, NuksmClient *client,
             .from = mv->from,
             .to = mv->to,
             .verdict = mv->verdict,
-            .vcpus = cvms[mv->vm].vcpus,
-            .pages = cvms[mv->vm].pages,
+            .vcpus = c.cvms[mv->vm].vcpus,
+            .pages = c.cvms[mv->vm].pages,
             .gain_pages = mv->gain_pages,
         };
         ledger_locality(vm, &local, &out[i].remote_pages);
     }
     *msg = (NuksmMsgPlan) {
         .count = count,
-        .total = moves->len,
-        .vms = vms->len,
-        .groups = groups,
+        .total = c.moves->len,
+        .vms = c.vms->len,
+        .groups = c.groups,
         .threshold_pm = params->threshold_pm,
         .vcpus_per_cpu = params->vcpus_per_cpu,
         .min_gain_pages = params->min_gain_pages,
     };
     transport_send(client, NUKSM_MSG_PLAN, seq, msg,
                    sizeof(*msg) + count * sizeof(NuksmPlanMove));
+    colocation_clear(&c);
+}
+
+/*
+ * Each VM's best twin and planned move, from a fresh look: what
+ * LIST_VMS shows of them.
+ */
+static gboolean on_refresh(gpointer opaque)
+{
+    NuksmAgent *agent = opaque;
+    g_autoptr(GPtrArray) all = clients_list_vms(&agent->clients);
+    Colocation c;
+
+    for (guint i = 0; i < all->len; i++) {
+        NuksmClient *vm = g_ptr_array_index(all, i);
+
+        vm->twin_id = 0;
+        vm->twin_pm = 0;
+        vm->plan_verdict = NUKSM_PLAN__MAX;
+    }
+    colocation_look(agent, &c);
+    for (guint i = 0; i < c.pairs->len; i++) {
+        const ColocatePair *p = &g_array_index(c.pairs, ColocatePair, i);
+        NuksmClient *a = g_ptr_array_index(c.vms, p->a);
+        NuksmClient *b = g_ptr_array_index(c.vms, p->b);
+
+        if (p->similarity_pm > a->twin_pm) {
+            a->twin_id = b->id;
+            a->twin_pm = p->similarity_pm;
+        }
+        if (p->similarity_pm > b->twin_pm) {
+            b->twin_id = a->id;
+            b->twin_pm = p->similarity_pm;
+        }
+    }
+    for (guint i = 0; i < c.moves->len; i++) {
+        const ColocateMove *mv = &g_array_index(c.moves, ColocateMove, i);
+        NuksmClient *vm = g_ptr_array_index(c.vms, mv->vm);
+
+        vm->plan_to = mv->to;
+        vm->plan_verdict = mv->verdict;
+    }
+    colocation_clear(&c);
+    return G_SOURCE_CONTINUE;
+}
+
+void colocation_start(NuksmAgent *agent)
+{
+    agent->placement.colocate_timer =
+        g_timeout_add_seconds(COLOCATION_PERIOD_S, on_refresh, agent);
+}
+
+void colocation_stop(NuksmAgent *agent)
+{
+    g_clear_handle_id(&agent->placement.colocate_timer, g_source_remove);
 }

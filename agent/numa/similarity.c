@@ -5,6 +5,8 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
+#include <string.h>
+
 #include "ledger.h"
 #include "similarity.h"
 #include "transport.h"
@@ -90,22 +92,74 @@ static uint64_t merged_pair(GHashTable *counts, uint32_t v, uint32_t u)
     return n ? *n : 0;
 }
 
+/* The answer to a client that does not administer. */
+static bool deny_unless_admin(NuksmClient *client, uint32_t seq)
+{
+    if (!client->admin) {
+        transport_deny(client, seq,
+                       "the similarity of VMs names every tenant's VMs: "
+                       "administrators only (root, nuksmd's user or a "
+                       "member of its admin-group)");
+    }
+    return !client->admin;
+}
+
+GPtrArray *similarity_exports(GPtrArray *vms)
+{
+    GPtrArray *exports = g_ptr_array_new_with_free_func(
+        (GDestroyNotify)g_array_unref);
+
+    for (guint i = 0; i < vms->len; i++) {
+        const NuksmClient *vm = g_ptr_array_index(vms, i);
+
+        g_ptr_array_add(exports, sketch_export(&vm->sketch));
+    }
+    return exports;
+}
+
+void similarity_handle_get_sketch(NuksmAgent *agent, NuksmClient *client,
+                                  uint32_t seq, const void *payload)
+{
+    const NuksmMsgGetSketch *req = payload;
+    NuksmClient *vm = ledger_client(agent, req->client_id);
+    g_autoptr(GArray) entries = NULL;
+    g_autofree NuksmMsgSketch *msg = NULL;
+    size_t len;
+
+    if (deny_unless_admin(client, seq)) {
+        return;
+    }
+    if (!vm) {
+        transport_send_error(client, seq, NUKSM_ERR_BAD_MESSAGE,
+                             "GET_SKETCH: no VM has that client id");
+        return;
+    }
+    entries = sketch_export(&vm->sketch);
+    len = sizeof(*msg) + entries->len * sizeof(uint64_t);
+    msg = g_malloc0(len);
+    *msg = (NuksmMsgSketch) {
+        .client_id = vm->id,
+        .shift = vm->sketch.shift,
+        .pages = sketch_pages(&vm->sketch),
+        .count = entries->len,
+    };
+    memcpy(msg + 1, entries->data, entries->len * sizeof(uint64_t));
+    transport_send(client, NUKSM_MSG_SKETCH, seq, msg, len);
+}
+
 void similarity_handle_get(NuksmAgent *agent, NuksmClient *client,
                            uint32_t seq, const void *payload)
 {
     g_autoptr(GPtrArray) vms = clients_list_vms(&agent->clients);
     g_autoptr(GHashTable) merged = NULL;
+    g_autoptr(GPtrArray) exports = NULL;
     g_autofree NuksmMsgSimilarity *msg = NULL;
     size_t room = NUKSM_MSG_MAX - sizeof(NuksmMsgHeader) - sizeof(*msg);
     NuksmSimilarityVm *out_vms;
     NuksmSimilarityPair *out_pairs;
     uint32_t nr_vms, nr_pairs = 0, total_pairs = 0;
 
-    if (!client->admin) {
-        transport_deny(client, seq,
-                       "the similarity of VMs names every tenant's VMs: "
-                       "administrators only (root, nuksmd's user or a "
-                       "member of its admin-group)");
+    if (deny_unless_admin(client, seq)) {
         return;
     }
     nr_vms = MIN(vms->len, room / sizeof(NuksmSimilarityVm));
@@ -124,6 +178,7 @@ void similarity_handle_get(NuksmAgent *agent, NuksmClient *client,
         };
     }
     merged = count_merged_pairs(vms);
+    exports = similarity_exports(vms);
     for (uint32_t i = 0; i < nr_vms; i++) {
         const NuksmClient *a = g_ptr_array_index(vms, i);
 
@@ -140,7 +195,10 @@ void similarity_handle_get(NuksmAgent *agent, NuksmClient *client,
                 continue;
             }
             room -= sizeof(NuksmSimilarityPair);
-            sketch_compare(&a->sketch, &b->sketch, &o);
+            sketch_compare_samples(g_ptr_array_index(exports, i),
+                                   a->sketch.shift,
+                                   g_ptr_array_index(exports, j),
+                                   b->sketch.shift, &o);
             out_pairs[nr_pairs++] = (NuksmSimilarityPair) {
                 .a = a->id,
                 .b = b->id,

@@ -364,6 +364,10 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         e->reads_remote = vm->reads_remote;
         e->read_window_ms = vm->read_window_ms;
         e->read_hot_regions = vm->read_hot_regions;
+        e->twin_id = vm->twin_id;
+        e->twin_pm = vm->twin_pm;
+        e->plan_to = vm->plan_to;
+        e->plan_verdict = vm->plan_verdict;
         if (vm->paused_at) {
             e->throttled_ns += (g_get_monotonic_time() - vm->paused_at) * 1000;
         }
@@ -408,6 +412,7 @@ static const RequestHandler handlers[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_READS]        = reads_handle_reads,
     [NUKSM_MSG_GET_SIMILARITY] = similarity_handle_get,
     [NUKSM_MSG_GET_PLAN]     = colocation_handle_get_plan,
+    [NUKSM_MSG_GET_SKETCH]   = similarity_handle_get_sketch,
 };
 
 /* Requests of the merge engine, which only VMs take part in. */

@@ -142,6 +142,20 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
     case NUKSM_MSG_GET_PLAN:
         REQUIRE(len == 0);
         break;
+    case NUKSM_MSG_GET_SKETCH:
+        REQUIRE(!((const NuksmMsgGetSketch *)p)->reserved);
+        break;
+    case NUKSM_MSG_SKETCH: {
+        const NuksmMsgSketch *m = p;
+        const uint64_t *e = (const uint64_t *)(m + 1);
+
+        REQUIRE(len >= sizeof(*m));
+        REQUIRE(len - sizeof(*m) == (uint64_t)m->count * sizeof(*e));
+        for (uint32_t n = 1; n < m->count; n++) {
+            REQUIRE(e[n] >> 24 > e[n - 1] >> 24);
+        }
+        break;
+    }
     case NUKSM_MSG_PLAN: {
         const NuksmMsgPlan *m = p;
         const NuksmPlanMove *mv = (const NuksmPlanMove *)(m + 1);

@@ -75,7 +75,8 @@ def proto_seeds():
         libvirt_uuid=b"0c4f3a7e-2f7b-4e0c-9d1e-3a6b5c4d2e1f",
         agent_cpu_ns=2000000, throttled_ns=0, uploads_read=4,
         uploads_sent=1, read_errno=0, reserved2=0, reads_local=30,
-        reads_remote=12, read_window_ms=1000, read_hot_regions=2))
+        reads_remote=12, read_window_ms=1000, read_hot_regions=2,
+        twin_id=2, twin_pm=500, plan_to=1, plan_verdict=0))
     return {
         "hello-vm": msg(h.MSG_HELLO, h.hello(role=h.ROLE_VM, priority=10,
                                              domain=b"default",
@@ -100,6 +101,7 @@ def proto_seeds():
         "list-vms": msg(h.MSG_LIST_VMS),
         "get-similarity": msg(h.MSG_GET_SIMILARITY),
         "get-plan": msg(h.MSG_GET_PLAN),
+        "get-sketch": msg(h.MSG_GET_SKETCH, struct.pack("=II", 1, 0)),
         "vms": msg(h.MSG_VMS, h.VMS.pack(2, 3) + vm_entry * 2),
         "store": msg(h.MSG_STORE, h.STORE.pack(1, 0, 1 << 36), seq=0),
         "candidates": msg(h.MSG_CANDIDATES, h.pack_candidates(

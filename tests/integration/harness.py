@@ -300,7 +300,7 @@ VmEntry = collections.namedtuple(
     "merged_local merged_remote nr_gnodes limit home limit_reason "
     "libvirt_name libvirt_uuid agent_cpu_ns throttled_ns uploads_read "
     "uploads_sent read_errno reserved2 reads_local reads_remote "
-    "read_window_ms read_hot_regions")
+    "read_window_ms read_hot_regions twin_id twin_pm plan_to plan_verdict")
 
 
 def parse_vms(msg):

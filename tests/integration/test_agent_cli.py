@@ -129,6 +129,11 @@ def test_vms_lists_connected_vms(agent, qtest_vm):
     # Each VM's HELLO took the agent's CPU; nothing left it unread.
     assert by_pid[blue.pid].pop("agent_cpu_seconds") > 0
     assert by_pid[blue.pid].pop("throttled_seconds") == 0
+    # Its twin, once the agent's periodic look ran, can only be the other
+    # VM; on one node there is nothing to plan.
+    twin = by_pid[blue.pid].pop("twin")
+    assert twin is None or twin["id"] == by_pid[plain.pid]["id"], twin
+    assert by_pid[blue.pid].pop("plan") is None
     assert by_pid[blue.pid] == {
         "id": int(rows[blue.pid]["ID"]), "pid": blue.pid,
         "uid": os.getuid(),

@@ -10,6 +10,9 @@ MiB written) on nodes 0 and 1; c holds contents of its own, on node 1.
   default), node 0 has no room for b's vCPU: refused.
 - With the default, --colocate-pins=keep, a twin d of a pinned to node 1
   beside b draws the group there, and a, pinned to node 0, is refused.
+
+`nuksmctl vms` shows each VM's twin and planned move from the agent's
+periodic look.
 """
 
 import random
@@ -17,6 +20,7 @@ import random
 from harness import ctl_json, ctl_ok, wait_until, write_alike
 from test_placement import home, node_cpus, pin
 
+COLOCATION_PERIOD_S = 10     # agent/numa/colocation.h
 SIZE = 32 << 20
 SHARED = 24 << 20
 PAGE = 4096
@@ -72,6 +76,18 @@ def test_plan_moves_the_twin_where_there_is_room(start_agent, qtest_vm):
     assert abs(move["gain_pages"] - SHARED // PAGE) <= 0.05 * SIZE // PAGE
     assert move["vcpus"] == 1 and move["pages"] >= SIZE // PAGE
     assert "b, node 1 -> node 0: planned" in ctl_ok(agent.sock, "plan")
+
+    def listed():
+        vms = {v["name"]: v for v in ctl_json(agent.sock, "vms")["vms"]}
+        return all(vms[n]["twin"] for n in "ab") and vms
+    vms = wait_until(listed, 2 * COLOCATION_PERIOD_S, "twins in the list")
+    assert vms["b"]["twin"]["id"] == vms["a"]["id"]
+    assert vms["a"]["twin"]["id"] == vms["b"]["id"]
+    assert vms["b"]["twin"]["similarity"] >= 0.6, vms["b"]
+    assert vms["b"]["plan"] == {"to": 0, "verdict": "planned"}
+    assert vms["a"]["plan"] is None and vms["c"]["plan"] is None
+    assert vms["c"]["twin"] is None or \
+        vms["c"]["twin"]["similarity"] < 0.1, vms["c"]
 
     (move,) = settled_plan(tight, 1, 1)["moves"]
     assert (move["name"], move["verdict"]) == ("tb", "no-room"), move

@@ -8,12 +8,17 @@ merged, `nuksmctl similarity` estimates, from samples of the candidates'
 digests, how many pages of each VM the other holds: each estimate must be
 within 4% of the VM's pages of the exact figure (the merged pages of one
 that share a copy with the other), and the similarity within 3 points of
-the exact one.  VMs of two domains make no pair.
+the exact one.  VMs of two domains make no pair.  The sketches exported
+for fleets (`nuksmctl --json similarity --sketches`), compared by the
+reference reader scripts/sketches.py, give exactly nuksmd's figures, and
+a's twin in the other domain (which nuksmd never pairs) as alike as it
+is.
 """
 
 import random
 
-from harness import ctl_json, ctl_ok, wait_until, write_alike
+import sketches
+from harness import ctl, ctl_json, ctl_ok, wait_until, write_alike
 
 SHARED = 16 << 20           # the content a and b hold alike
 OWN = 16 << 20              # then each VM's own
@@ -93,3 +98,22 @@ def test_sketches_estimate_what_vms_share(start_agent, qtest_vm):
     text = ctl_ok(agent.sock, "similarity")
     assert "merge domain default:" in text and "merge domain blue:" in text
     assert "a ~ b:" in text
+
+    export = ctl_json(agent.sock, "similarity", "--sketches")
+    assert (export["format"], export["version"]) == ("nuksm-sketches", 1)
+    assert export["seed"] == sketches.SEED
+    exported = {vm["name"]: {**vm, "sample": dict(map(tuple, vm["sample"]))}
+                for vm in export["vms"]}
+    report = ctl_json(agent.sock, "similarity")
+    names = {v["id"]: v["name"] for v in report["vms"]}
+    for p in report["pairs"]:
+        a, b = exported[names[p["a"]]], exported[names[p["b"]]]
+        assert sketches.compare(a, b) == (
+            p["similarity"], p["alike_a"] << p["shift"],
+            p["alike_b"] << p["shift"]), (names[p["a"]], names[p["b"]])
+    across, _, _ = sketches.compare(exported["a"], exported["d"])
+    assert across >= 0.95, across
+
+    misuse = ctl(agent.sock, "similarity", "--sketches")
+    assert misuse.returncode == 2
+    assert "--sketches goes with --json similarity" in misuse.stderr

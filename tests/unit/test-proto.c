@@ -102,8 +102,14 @@ static size_t pack_vms(void *buf, uint32_t count, uint32_t total)
         nuksm_strfield_set(e[n].vm_name, sizeof(e[n].vm_name), "vm");
         nuksm_strfield_set(e[n].object_id, sizeof(e[n].object_id), "obj");
         e[n].merged_pages = n * 100;
+        e[n].plan_verdict = NUKSM_PLAN__MAX;
     }
     return nuksm_msg_pack(buf, NUKSM_MSG_VMS, 42, v, len);
+}
+
+static NuksmVmEntry *entries_of_vms(void *buf)
+{
+    return (NuksmVmEntry *)((NuksmMsgVms *)payload_of(buf) + 1);
 }
 
 /*
@@ -215,6 +221,20 @@ static size_t pack_plan(void *buf, uint32_t seq)
     return nuksm_msg_pack(buf, NUKSM_MSG_PLAN, seq, &p, sizeof(p));
 }
 
+/* Pack a SKETCH of three fingerprints, 5, 9 and 12, 1, 2 and 1 pages. */
+static size_t pack_sketch(void *buf, uint32_t seq)
+{
+    struct {
+        NuksmMsgSketch m;
+        uint64_t entries[3];
+    } s = {
+        .m = { .client_id = 3, .shift = 2, .pages = 16, .count = 3 },
+        .entries = { 5ull << 24 | 1, 9ull << 24 | 2, 12ull << 24 | 1 },
+    };
+
+    return nuksm_msg_pack(buf, NUKSM_MSG_SKETCH, seq, &s, sizeof(s));
+}
+
 static NuksmPlanMove *plan_moves_of(void *buf)
 {
     return (NuksmPlanMove *)((NuksmMsgPlan *)payload_of(buf) + 1);
@@ -311,6 +331,12 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
         return pack_similarity(buf, seq);
     case NUKSM_MSG_PLAN:
         return pack_plan(buf, seq);
+    case NUKSM_MSG_GET_SKETCH: {
+        NuksmMsgGetSketch g = { .client_id = 3 };
+        return nuksm_msg_pack(buf, type, seq, &g, sizeof(g));
+    }
+    case NUKSM_MSG_SKETCH:
+        return pack_sketch(buf, seq);
     case NUKSM_MSG_INFO: {
         NuksmMsgInfo i = info_msg();
         return nuksm_msg_pack(buf, type, seq, &i, sizeof(i));
@@ -763,6 +789,17 @@ static void test_reject_vms_count(void)
     assert_valid(BUF, size);
     size = pack_vms(BUF, 1, 1000);
     assert_valid(BUF, size);
+
+    /* Co-location: a similarity, a verdict and a node in range. */
+    size = pack_vms(BUF, 1, 1);
+    entries_of_vms(BUF)->plan_verdict = NUKSM_PLAN__MAX + 1;
+    assert_rejected(BUF, size, "co-location out of range in VMS");
+    size = pack_vms(BUF, 1, 1);
+    entries_of_vms(BUF)->twin_pm = 1001;
+    assert_rejected(BUF, size, "co-location out of range in VMS");
+    size = pack_vms(BUF, 1, 1);
+    entries_of_vms(BUF)->plan_to = NUKSM_MAX_NODES;
+    assert_rejected(BUF, size, "co-location out of range in VMS");
 }
 
 static void test_batch_values(void)
@@ -1154,6 +1191,26 @@ static void test_reject_plan(void)
     g_assert_null(nuksm_plan_verdict_name(NUKSM_PLAN__MAX));
 }
 
+/* SKETCH: its count, its range, fingerprints strictly ascending. */
+static void test_reject_sketch(void)
+{
+    NuksmMsgGetSketch get = { .client_id = 1, .reserved = 1 };
+    size_t size = pack_sketch(BUF, 0);
+    uint64_t *entries = (uint64_t *)((NuksmMsgSketch *)payload_of(BUF) + 1);
+
+    assert_valid(BUF, size);
+    ((NuksmMsgSketch *)payload_of(BUF))->count = 2;
+    assert_rejected(BUF, size, "SKETCH size does not match its count");
+    size = pack_sketch(BUF, 0);
+    ((NuksmMsgSketch *)payload_of(BUF))->shift = 41;
+    assert_rejected(BUF, size, "SKETCH out of range");
+    size = pack_sketch(BUF, 0);
+    entries[2] = 9ull << 24 | 1;
+    assert_rejected(BUF, size, "SKETCH fingerprints not ascending");
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_GET_SKETCH, 1, &get, sizeof(get));
+    assert_rejected(BUF, size, "reserved field set in GET_SKETCH");
+}
+
 static void test_reject_store(void)
 {
     NuksmMsgStore st = { .node = NUKSM_MAX_NODES, .size = 1ull << 30 };
@@ -1280,6 +1337,7 @@ int main(int argc, char **argv)
     g_test_add_func("/proto/reject/reads", test_reject_reads);
     g_test_add_func("/proto/reject/similarity", test_reject_similarity);
     g_test_add_func("/proto/reject/plan", test_reject_plan);
+    g_test_add_func("/proto/reject/sketch", test_reject_sketch);
     g_test_add_func("/proto/vms-max-entries", test_vms_max_entries);
     g_test_add_func("/proto/policy-names", test_policy_names);
     g_test_add_func("/proto/msg-type-names", test_msg_type_names);

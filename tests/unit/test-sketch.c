@@ -12,6 +12,7 @@
 
 #include <glib.h>
 
+#include "nuksm-digest.h"
 #include "sketch.h"
 
 #define SEED 0x1234u
@@ -130,6 +131,38 @@ static void test_estimate(void)
     }
 }
 
+/*
+ * The export: one entry per fingerprint, ascending, with its pages; the
+ * fingerprint is the one documented (the top 40 bits of the keyed mix).
+ */
+static void test_export(void)
+{
+    ContentSketch a;
+    g_autoptr(GArray) out = NULL;
+    uint64_t pages = 0;
+
+    sketch_init(&a, SEED);
+    for (uint64_t p = 0; p < 300; p++) {
+        sketch_note(&a, p, content(p % 100));
+    }
+    out = sketch_export(&a);
+    g_assert_cmpuint(out->len, ==, 100);
+    for (guint i = 0; i < out->len; i++) {
+        uint64_t e = g_array_index(out, uint64_t, i);
+
+        g_assert_cmpuint(e & 0xffffff, ==, 3);
+        pages += e & 0xffffff;
+        if (i) {
+            g_assert_cmpuint(e >> 24, >, g_array_index(out, uint64_t,
+                                                       i - 1) >> 24);
+        }
+    }
+    g_assert_cmpuint(pages, ==, 300);
+    g_assert_cmpuint(sketch_fingerprint(content(0)), ==,
+                     nuksm_mix64(content(0) ^ NUKSM_SKETCH_SEED) >> 24);
+    sketch_destroy(&a);
+}
+
 /* Nothing sampled: no similarity, not a division by zero. */
 static void test_empty(void)
 {
@@ -153,6 +186,7 @@ int main(int argc, char **argv)
     g_test_add_func("/sketch/page-changes", test_page_changes);
     g_test_add_func("/sketch/bounded", test_bounded);
     g_test_add_func("/sketch/estimate", test_estimate);
+    g_test_add_func("/sketch/export", test_export);
     g_test_add_func("/sketch/empty", test_empty);
     return g_test_run();
 }
