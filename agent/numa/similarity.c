@@ -16,72 +16,87 @@ static uint64_t pair_key(uint32_t v, uint32_t u)
     return (uint64_t)v << 32 | u;
 }
 
+typedef void (*MergedPageFn)(const NuksmClient *vm, SlotId slot,
+                             void *opaque);
+
+/* Call @fn for every merged page of @vms, VM after VM. */
+static void foreach_merged_page(GPtrArray *vms, MergedPageFn fn,
+                                void *opaque)
+{
+    for (guint i = 0; i < vms->len; i++) {
+        const NuksmClient *vm = g_ptr_array_index(vms, i);
+
+        for (size_t k = 0; k < vm->pages.size; k++) {
+            const KeyMapEntry *e = &vm->pages.entries[k];
+
+            if (e->used && e->ns == LEDGER_NS_PAGE &&
+                e->tag == PAGE_MAPPED) {
+                fn(vm, e->value, opaque);
+            }
+        }
+    }
+}
+
+/* Slot -> the VMs that map it, each once (VMs come one after the other). */
+static void note_owner(const NuksmClient *vm, SlotId slot, void *owners)
+{
+    GArray *who = g_hash_table_lookup(owners, GUINT_TO_POINTER(slot));
+
+    if (!who) {
+        who = g_array_new(FALSE, FALSE, sizeof(uint32_t));
+        g_hash_table_insert(owners, GUINT_TO_POINTER(slot), who);
+    }
+    if (!who->len || g_array_index(who, uint32_t, who->len - 1) != vm->id) {
+        g_array_append_val(who, vm->id);
+    }
+}
+
+typedef struct PairCounts {
+    GHashTable *owners;      /* note_owner()'s */
+    GHashTable *counts;      /* pair_key(v, u) -> uint64_t */
+} PairCounts;
+
+/* One more page of @vm that maps a copy each other owner maps too. */
+static void count_pairs(const NuksmClient *vm, SlotId slot, void *opaque)
+{
+    PairCounts *pc = opaque;
+    GArray *who = g_hash_table_lookup(pc->owners, GUINT_TO_POINTER(slot));
+
+    for (guint o = 0; o < who->len; o++) {
+        uint32_t u = g_array_index(who, uint32_t, o);
+        uint64_t key = pair_key(vm->id, u);
+        uint64_t *n;
+
+        if (u == vm->id) {
+            continue;
+        }
+        n = g_hash_table_lookup(pc->counts, &key);
+        if (!n) {
+            n = g_new0(uint64_t, 1);
+            g_hash_table_insert(pc->counts, g_memdup2(&key, sizeof(key)), n);
+        }
+        ++*n;
+    }
+}
+
 /*
  * The exact figures: for every two VMs v and u, how many of v's merged
- * pages map a copy that a page of u maps too (key pair_key(v, u)).  One
- * walk of every merged page.
+ * pages map a copy that a page of u maps too (key pair_key(v, u)).  Two
+ * walks of every merged page.
  */
 static GHashTable *count_merged_pairs(GPtrArray *vms)
 {
     g_autoptr(GHashTable) owners = g_hash_table_new_full(
         NULL, NULL, NULL, (GDestroyNotify)g_array_unref);
-    GHashTable *counts = g_hash_table_new_full(g_int64_hash, g_int64_equal,
-                                               g_free, g_free);
+    PairCounts pc = {
+        .owners = owners,
+        .counts = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free,
+                                        g_free),
+    };
 
-    /* Who maps each slot, each VM once. */
-    for (guint i = 0; i < vms->len; i++) {
-        const NuksmClient *vm = g_ptr_array_index(vms, i);
-
-        for (size_t k = 0; k < vm->pages.size; k++) {
-            const KeyMapEntry *e = &vm->pages.entries[k];
-            GArray *who;
-
-            if (!e->used || e->ns != LEDGER_NS_PAGE ||
-                e->tag != PAGE_MAPPED) {
-                continue;
-            }
-            who = g_hash_table_lookup(owners, GUINT_TO_POINTER(e->value));
-            if (!who) {
-                who = g_array_new(FALSE, FALSE, sizeof(uint32_t));
-                g_hash_table_insert(owners, GUINT_TO_POINTER(e->value), who);
-            }
-            if (!who->len ||
-                g_array_index(who, uint32_t, who->len - 1) != vm->id) {
-                g_array_append_val(who, vm->id);
-            }
-        }
-    }
-    for (guint i = 0; i < vms->len; i++) {
-        const NuksmClient *vm = g_ptr_array_index(vms, i);
-
-        for (size_t k = 0; k < vm->pages.size; k++) {
-            const KeyMapEntry *e = &vm->pages.entries[k];
-            GArray *who;
-
-            if (!e->used || e->ns != LEDGER_NS_PAGE ||
-                e->tag != PAGE_MAPPED) {
-                continue;
-            }
-            who = g_hash_table_lookup(owners, GUINT_TO_POINTER(e->value));
-            for (guint o = 0; o < who->len; o++) {
-                uint32_t u = g_array_index(who, uint32_t, o);
-                uint64_t key = pair_key(vm->id, u);
-                uint64_t *n;
-
-                if (u == vm->id) {
-                    continue;
-                }
-                n = g_hash_table_lookup(counts, &key);
-                if (!n) {
-                    n = g_new0(uint64_t, 1);
-                    g_hash_table_insert(counts, g_memdup2(&key, sizeof(key)),
-                                        n);
-                }
-                ++*n;
-            }
-        }
-    }
-    return counts;
+    foreach_merged_page(vms, note_owner, owners);
+    foreach_merged_page(vms, count_pairs, &pc);
+    return pc.counts;
 }
 
 static uint64_t merged_pair(GHashTable *counts, uint32_t v, uint32_t u)
