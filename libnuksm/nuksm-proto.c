@@ -48,6 +48,7 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_PLAN]         = "PLAN",
     [NUKSM_MSG_GET_SKETCH]   = "GET_SKETCH",
     [NUKSM_MSG_SKETCH]       = "SKETCH",
+    [NUKSM_MSG_COLOCATION]   = "COLOCATION",
     [NUKSM_MSG_VMS]          = "VMS",
     [NUKSM_MSG_STORE]        = "STORE",
     [NUKSM_MSG_CANDIDATES]   = "CANDIDATES",
@@ -198,6 +199,7 @@ static size_t fixed_payload_size(uint16_t type)
     case NUKSM_MSG_VM_LIMIT:     return sizeof(NuksmMsgVmLimit);
     case NUKSM_MSG_CHARGE:       return sizeof(NuksmMsgCharge);
     case NUKSM_MSG_GET_SKETCH:   return sizeof(NuksmMsgGetSketch);
+    case NUKSM_MSG_COLOCATION:   return sizeof(NuksmMsgColocation);
     default:                     return 0;
     }
 }
@@ -485,6 +487,16 @@ static const char *check_similarity(const void *p, size_t len)
     return NULL;
 }
 
+static const char *check_colocation(const NuksmMsgColocation *m)
+{
+    if (m->twin_pm > 1000 || m->plan_verdict > NUKSM_PLAN__MAX ||
+        m->plan_to >= NUKSM_MAX_NODES || m->reserved) {
+        return "COLOCATION out of range";
+    }
+    return strfield_ok(m->twin, sizeof(m->twin)) ? NULL :
+           "unterminated twin name in COLOCATION";
+}
+
 static const char *check_sketch(const void *p, size_t len)
 {
     const NuksmMsgSketch *m = p;
@@ -624,6 +636,8 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
                "reserved field set in GET_SKETCH" : NULL;
     case NUKSM_MSG_SKETCH:
         return check_sketch(p, len);
+    case NUKSM_MSG_COLOCATION:
+        return check_colocation(p);
     case NUKSM_MSG_INFO:
         return check_info(p);
     case NUKSM_MSG_VM_LIMIT:

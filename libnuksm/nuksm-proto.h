@@ -135,6 +135,8 @@ typedef enum NuksmMsgType {
     NUKSM_MSG_PLAN         = 33, /* agent -> control */
     NUKSM_MSG_GET_SKETCH   = 34, /* control -> agent; reply SKETCH */
     NUKSM_MSG_SKETCH       = 35, /* agent -> control */
+    NUKSM_MSG_COLOCATION   = 36, /* agent -> VM: its twin, its planned */
+                                 /* move */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -477,19 +479,19 @@ typedef struct NuksmMsgSketch {
  * VM of a group of similar VMs that is not on its group's node, planned
  * or refused.
  */
-typedef enum NuksmPlanVerdict {
+typedef enum NuksmPlanVerdictId {
     NUKSM_PLAN_PLANNED    = 0,
     NUKSM_PLAN_PINNED     = 1,   /* its operator pinned it to its node */
     NUKSM_PLAN_NO_ROOM    = 2,   /* no node has room for its group */
     NUKSM_PLAN_SMALL_GAIN = 3,   /* it would gain less than the minimum */
     NUKSM_PLAN__MAX,
-} NuksmPlanVerdict;
+} NuksmPlanVerdictId;
 
 typedef struct NuksmPlanMove {
     uint32_t client_id;
     uint32_t group;          /* groups are numbered from 0, largest first */
     uint32_t from, to;       /* nodes; @to is its group's */
-    uint32_t verdict;        /* NuksmPlanVerdict */
+    uint32_t verdict;        /* NuksmPlanVerdictId */
     uint32_t vcpus;
     uint64_t pages;          /* its memory */
     uint64_t gain_pages;     /* its pages alike with the group on @to: */
@@ -507,6 +509,20 @@ typedef struct NuksmMsgPlan {
     uint32_t vcpus_per_cpu;  /* --colocate-vcpus-per-cpu */
     uint64_t min_gain_pages; /* --colocate-min-gain */
 } NuksmMsgPlan;
+
+/*
+ * COLOCATION (seq 0, since protocol 14): what co-location's last look
+ * (agent/numa/colocation.h) says of the VM, sent when it changes: its
+ * twin, the most similar VM of its merge domain, and where the plan
+ * would move it.
+ */
+typedef struct NuksmMsgColocation {
+    uint32_t twin_pm;        /* similarity to the twin, per mille; 0: none */
+    uint32_t plan_to;        /* the node the plan moves it to, */
+    uint32_t plan_verdict;   /* and whether; NUKSM_PLAN__MAX: no move */
+    uint32_t reserved;
+    char twin[NUKSM_NAME_LEN];   /* the twin's VM name, "" if none given */
+} NuksmMsgColocation;
 
 /* "planned", "pinned", "no-room", "small-gain"; NULL if unknown. */
 const char *nuksm_plan_verdict_name(uint32_t verdict);

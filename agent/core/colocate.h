@@ -78,7 +78,7 @@ typedef struct ColocateMove {
     uint32_t group;          /* groups are numbered from 0 */
     uint32_t from, to;       /* @to: its group's target */
     uint64_t gain_pages;
-    NuksmPlanVerdict verdict;
+    NuksmPlanVerdictId verdict;
 } ColocateMove;
 
 /*

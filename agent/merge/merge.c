@@ -42,7 +42,7 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     keymap_init(&client->pages, agent->index.seed);
     keymap_init(&client->read_regions, agent->index.seed);
     sketch_init(&client->sketch, agent->index.seed);
-    client->plan_verdict = NUKSM_PLAN__MAX;
+    client->colocation.plan_verdict = NUKSM_PLAN__MAX;
     lines_init(&client->lines);
     client->to_merge = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_upload = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));

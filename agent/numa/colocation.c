@@ -5,6 +5,8 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
+#include <string.h>
+
 #include "colocation.h"
 #include "ledger.h"
 #include "similarity.h"
@@ -186,22 +188,44 @@ void colocation_handle_get_plan(NuksmAgent *agent, NuksmClient *client,
     colocation_clear(&c);
 }
 
+/* Tell @vm its twin and planned move (COLOCATION). */
+static void tell(NuksmAgent *agent, NuksmClient *vm)
+{
+    const ClientColocation *co = &vm->colocation;
+    NuksmClient *twin = co->twin_id ? ledger_client(agent, co->twin_id)
+                                    : NULL;
+    NuksmMsgColocation msg = {
+        .twin_pm = co->twin_pm,
+        .plan_to = co->plan_to,
+        .plan_verdict = co->plan_verdict,
+    };
+
+    if (twin) {
+        memcpy(msg.twin, twin->vm_name, sizeof(msg.twin));
+    }
+    transport_send(vm, NUKSM_MSG_COLOCATION, 0, &msg, sizeof(msg));
+}
+
 /*
  * Each VM's best twin and planned move, from a fresh look: what
- * LIST_VMS shows of them.
+ * LIST_VMS shows of them, and what a VM is told when it changes.
  */
 static gboolean on_refresh(gpointer opaque)
 {
     NuksmAgent *agent = opaque;
     g_autoptr(GPtrArray) all = clients_list_vms(&agent->clients);
+    g_autofree ClientColocation *before = g_new(ClientColocation, all->len);
     Colocation c;
 
     for (guint i = 0; i < all->len; i++) {
         NuksmClient *vm = g_ptr_array_index(all, i);
 
-        vm->twin_id = 0;
-        vm->twin_pm = 0;
-        vm->plan_verdict = NUKSM_PLAN__MAX;
+        before[i] = vm->colocation;
+        /* plan_to stays while no move: only a real change is told. */
+        vm->colocation = (ClientColocation) {
+            .plan_to = vm->colocation.plan_to,
+            .plan_verdict = NUKSM_PLAN__MAX,
+        };
     }
     colocation_look(agent, &c);
     for (guint i = 0; i < c.pairs->len; i++) {
@@ -209,23 +233,30 @@ static gboolean on_refresh(gpointer opaque)
         NuksmClient *a = g_ptr_array_index(c.vms, p->a);
         NuksmClient *b = g_ptr_array_index(c.vms, p->b);
 
-        if (p->similarity_pm > a->twin_pm) {
-            a->twin_id = b->id;
-            a->twin_pm = p->similarity_pm;
+        if (p->similarity_pm > a->colocation.twin_pm) {
+            a->colocation.twin_id = b->id;
+            a->colocation.twin_pm = p->similarity_pm;
         }
-        if (p->similarity_pm > b->twin_pm) {
-            b->twin_id = a->id;
-            b->twin_pm = p->similarity_pm;
+        if (p->similarity_pm > b->colocation.twin_pm) {
+            b->colocation.twin_id = a->id;
+            b->colocation.twin_pm = p->similarity_pm;
         }
     }
     for (guint i = 0; i < c.moves->len; i++) {
         const ColocateMove *mv = &g_array_index(c.moves, ColocateMove, i);
         NuksmClient *vm = g_ptr_array_index(c.vms, mv->vm);
 
-        vm->plan_to = mv->to;
-        vm->plan_verdict = mv->verdict;
+        vm->colocation.plan_to = mv->to;
+        vm->colocation.plan_verdict = mv->verdict;
     }
     colocation_clear(&c);
+    for (guint i = 0; i < all->len; i++) {
+        NuksmClient *vm = g_ptr_array_index(all, i);
+
+        if (memcmp(&vm->colocation, &before[i], sizeof(before[i]))) {
+            tell(agent, vm);
+        }
+    }
     return G_SOURCE_CONTINUE;
 }
 

@@ -17,7 +17,8 @@
  *
  * Every COLOCATION_PERIOD_S it looks again, to keep each VM's most
  * similar VM of its domain (its twin) and its planned move, if any, for
- * LIST_VMS.  A look exports each VM's sketch once and compares every two
+ * LIST_VMS, and to tell each VM whose twin or move changed
+ * (COLOCATION, which query-nuksm shows).  A look exports each VM's sketch once and compares every two
  * VMs of a domain by a merge of their exports (core/sketch.h): some 80
  * ms of CPU for 100 VMs of one domain, every period, about 1% of a core.
  *

@@ -42,6 +42,14 @@
 
 struct NuksmAgent;
 
+/* What co-location's last look said of a VM (colocation.h). */
+typedef struct ClientColocation {
+    uint32_t twin_id;        /* its most similar VM of its domain, or 0 */
+    uint32_t twin_pm;        /* their similarity, per mille */
+    uint32_t plan_to;        /* the node the plan moves it to, */
+    uint32_t plan_verdict;   /* and whether; NUKSM_PLAN__MAX: no move */
+} ClientColocation;
+
 typedef struct NuksmClient {
     struct NuksmAgent *agent;
     int fd;
@@ -138,11 +146,7 @@ typedef struct NuksmClient {
 
     /* What its memory holds, sampled by content (sketch.h) */
     ContentSketch sketch;
-    /* Co-location's last look (colocation.h) */
-    uint32_t twin_id;        /* its most similar VM of its domain, or 0 */
-    uint32_t twin_pm;        /* their similarity, per mille */
-    uint32_t plan_to;        /* the node the plan moves it to, */
-    uint32_t plan_verdict;   /* and whether; NUKSM_PLAN__MAX: no move */
+    ClientColocation colocation;    /* co-location's last look */
 } NuksmClient;
 
 typedef struct ClientRegistry {

@@ -364,10 +364,10 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         e->reads_remote = vm->reads_remote;
         e->read_window_ms = vm->read_window_ms;
         e->read_hot_regions = vm->read_hot_regions;
-        e->twin_id = vm->twin_id;
-        e->twin_pm = vm->twin_pm;
-        e->plan_to = vm->plan_to;
-        e->plan_verdict = vm->plan_verdict;
+        e->twin_id = vm->colocation.twin_id;
+        e->twin_pm = vm->colocation.twin_pm;
+        e->plan_to = vm->colocation.plan_to;
+        e->plan_verdict = vm->colocation.plan_verdict;
         if (vm->paused_at) {
             e->throttled_ns += (g_get_monotonic_time() - vm->paused_at) * 1000;
         }

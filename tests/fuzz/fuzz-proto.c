@@ -145,6 +145,13 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
     case NUKSM_MSG_GET_SKETCH:
         REQUIRE(!((const NuksmMsgGetSketch *)p)->reserved);
         break;
+    case NUKSM_MSG_COLOCATION: {
+        const NuksmMsgColocation *c = p;
+
+        read_string(c->twin, sizeof(c->twin));
+        REQUIRE(c->twin_pm <= 1000 && c->plan_verdict <= NUKSM_PLAN__MAX);
+        break;
+    }
     case NUKSM_MSG_SKETCH: {
         const NuksmMsgSketch *m = p;
         const uint64_t *e = (const uint64_t *)(m + 1);

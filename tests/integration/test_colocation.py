@@ -12,7 +12,7 @@ MiB written) on nodes 0 and 1; c holds contents of its own, on node 1.
   beside b draws the group there, and a, pinned to node 0, is refused.
 
 `nuksmctl vms` shows each VM's twin and planned move from the agent's
-periodic look.
+periodic look, and the VM's own query-nuksm what the agent told it.
 """
 
 import random
@@ -65,7 +65,7 @@ def test_plan_moves_the_twin_where_there_is_room(start_agent, qtest_vm):
                         "--colocate-vcpus-per-cpu", "2")
     tight = start_agent("--fake-numa", "2", "--colocate-min-gain", "8",
                         "--colocate-pins", "move", name="tight")
-    start_vms(qtest_vm, agent, LAYOUT)
+    vms_of_agent = start_vms(qtest_vm, agent, LAYOUT)
     start_vms(qtest_vm, tight, LAYOUT, prefix="t")
 
     plan = settled_plan(agent, 1, 1)
@@ -88,6 +88,15 @@ def test_plan_moves_the_twin_where_there_is_room(start_agent, qtest_vm):
     assert vms["a"]["plan"] is None and vms["c"]["plan"] is None
     assert vms["c"]["twin"] is None or \
         vms["c"]["twin"]["similarity"] < 0.1, vms["c"]
+
+    # Each VM is told (COLOCATION): query-nuksm and info nuksm show it.
+    b = vms_of_agent["b"]
+    co = wait_until(lambda: b.nuksm().get("colocation"), 10,
+                    "b's query-nuksm to show its twin")
+    assert (co["twin"], co["plan-node"], co["plan"]) == ("a", 0, "planned")
+    assert abs(co["similarity"] - vms["b"]["twin"]["similarity"]) < 0.05
+    assert "co-location: twin a" in b.hmp("info nuksm")
+    assert "plan" not in vms_of_agent["a"].nuksm()["colocation"]
 
     (move,) = settled_plan(tight, 1, 1)["moves"]
     assert (move["name"], move["verdict"]) == ("tb", "no-room"), move

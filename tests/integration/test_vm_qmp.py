@@ -39,8 +39,8 @@ def test_disconnected_without_agent(workdir, qtest_vm):
     assert info["eligible-pages"] == VM_PAGES
     assert (info["domain"], info["priority"]) == ("default", 100)
     # What the agent decides is there only while connected.
-    assert not {"merge-domain", "domain-source", "priority-limit"} & \
-        info.keys()
+    assert not {"merge-domain", "domain-source", "priority-limit",
+                "colocation"} & info.keys()
 
     assert qmp_error(vm, "query-nuksm-agent") == \
         "no nuksm object is connected to its agent"
@@ -387,8 +387,8 @@ def test_merge_domain_in_query_nuksm(start_agent, qtest_vm, agent_args,
 
     agent.stop()
     vm.wait_event("NUKSM_AGENT_DISCONNECTED")
-    assert not {"merge-domain", "domain-source", "priority-limit"} & \
-        vm.nuksm().keys()
+    assert not {"merge-domain", "domain-source", "priority-limit",
+                "colocation"} & vm.nuksm().keys()
 
 
 def test_private_domains_apart(start_agent, qtest_vm):

@@ -337,6 +337,12 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
     }
     case NUKSM_MSG_SKETCH:
         return pack_sketch(buf, seq);
+    case NUKSM_MSG_COLOCATION: {
+        NuksmMsgColocation c = { .twin_pm = 750, .plan_to = 1,
+                                 .plan_verdict = NUKSM_PLAN_PLANNED };
+        nuksm_strfield_set(c.twin, sizeof(c.twin), "web2");
+        return nuksm_msg_pack(buf, type, seq, &c, sizeof(c));
+    }
     case NUKSM_MSG_INFO: {
         NuksmMsgInfo i = info_msg();
         return nuksm_msg_pack(buf, type, seq, &i, sizeof(i));
@@ -1191,6 +1197,27 @@ static void test_reject_plan(void)
     g_assert_null(nuksm_plan_verdict_name(NUKSM_PLAN__MAX));
 }
 
+/* COLOCATION: figures in range, a terminated name. */
+static void test_reject_colocation(void)
+{
+    NuksmMsgColocation c = { .plan_verdict = NUKSM_PLAN__MAX };
+    size_t size;
+
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_COLOCATION, 0, &c, sizeof(c));
+    assert_valid(BUF, size);
+    c.twin_pm = 1001;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_COLOCATION, 0, &c, sizeof(c));
+    assert_rejected(BUF, size, "COLOCATION out of range");
+    c.twin_pm = 0;
+    c.plan_verdict = NUKSM_PLAN__MAX + 1;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_COLOCATION, 0, &c, sizeof(c));
+    assert_rejected(BUF, size, "COLOCATION out of range");
+    c.plan_verdict = NUKSM_PLAN_PINNED;
+    memset(c.twin, 'x', sizeof(c.twin));
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_COLOCATION, 0, &c, sizeof(c));
+    assert_rejected(BUF, size, "unterminated twin name in COLOCATION");
+}
+
 /* SKETCH: its count, its range, fingerprints strictly ascending. */
 static void test_reject_sketch(void)
 {
@@ -1338,6 +1365,7 @@ int main(int argc, char **argv)
     g_test_add_func("/proto/reject/similarity", test_reject_similarity);
     g_test_add_func("/proto/reject/plan", test_reject_plan);
     g_test_add_func("/proto/reject/sketch", test_reject_sketch);
+    g_test_add_func("/proto/reject/colocation", test_reject_colocation);
     g_test_add_func("/proto/vms-max-entries", test_vms_max_entries);
     g_test_add_func("/proto/policy-names", test_policy_names);
     g_test_add_func("/proto/msg-type-names", test_msg_type_names);

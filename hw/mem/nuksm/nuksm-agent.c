@@ -77,12 +77,15 @@ static void nuksm_agent_set_error(Nuksm *s, const char *reason)
     s->conn.last_error = g_strdup(reason);
 }
 
-/* Forget what the agent decided for us (HELLO_ACK). */
+/* Forget what the agent decided for us (HELLO_ACK, COLOCATION). */
 static void nuksm_agent_clear_assignment(NuksmAgentConn *c)
 {
     g_clear_pointer(&c->merge_domain, g_free);
     c->domain_source = NUKSM_DOMAIN_SOURCE_SHARED;
     c->priority_limit = 0;
+    c->colocation = (NuksmMsgColocation) {
+        .plan_verdict = NUKSM_PLAN__MAX,
+    };
 }
 
 /*
@@ -374,6 +377,14 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
         nuksm_agent_handle_condition(s, payload);
         return;
     }
+    if (hdr->type == NUKSM_MSG_COLOCATION && hdr->seq == 0) {
+        const NuksmMsgColocation *co = payload;
+
+        trace_nuksm_agent_colocation(s->id, co->twin, co->twin_pm,
+                                     co->plan_to, co->plan_verdict);
+        c->colocation = *co;
+        return;
+    }
     if (hdr->type == NUKSM_MSG_CHARGE && hdr->seq == 0) {
         nuksm_control_charge(s->control,
                              ((const NuksmMsgCharge *)payload)->cpu_ns);
@@ -539,6 +550,7 @@ void nuksm_agent_init(Nuksm *s)
     c->fd = -1;
     c->policy = -1;
     c->next_seq = 1;
+    nuksm_agent_clear_assignment(c);
     c->backoff_ms = NUKSM_BACKOFF_MIN_MS;
     QLIST_INIT(&c->requests);
     nuksm_outbox_init(&s->outbox);

@@ -32,6 +32,14 @@ QEMU_BUILD_BUG_ON((int)NUKSM_INFO_SCOPE_HOST != NUKSM_INFO_HOST ||
                   (int)NUKSM_INFO_SCOPE_NONE != NUKSM_INFO_NONE ||
                   (int)NUKSM_INFO_SCOPE__MAX != NUKSM_INFO__MAX);
 
+/* A planned move's verdict: QAPI's NuksmPlanVerdict, libnuksm's Id. */
+QEMU_BUILD_BUG_ON((int)NUKSM_PLAN_VERDICT_PLANNED != NUKSM_PLAN_PLANNED ||
+                  (int)NUKSM_PLAN_VERDICT_PINNED != NUKSM_PLAN_PINNED ||
+                  (int)NUKSM_PLAN_VERDICT_NO_ROOM != NUKSM_PLAN_NO_ROOM ||
+                  (int)NUKSM_PLAN_VERDICT_SMALL_GAIN !=
+                  NUKSM_PLAN_SMALL_GAIN ||
+                  (int)NUKSM_PLAN_VERDICT__MAX != NUKSM_PLAN__MAX);
+
 static Nuksm *nuksm_first_connected(Error **errp)
 {
     g_autoptr(GPtrArray) all = nuksm_objects();
@@ -67,6 +75,26 @@ static NuksmRegions *nuksm_regions_info(Nuksm *s, const NuksmStats *stats)
     return info;
 }
 
+/* What the agent's last COLOCATION said, or NULL if nothing yet. */
+static NuksmColocation *nuksm_get_colocation(const NuksmMsgColocation *co)
+{
+    NuksmColocation *info;
+
+    if (!co->twin_pm && co->plan_verdict >= NUKSM_PLAN__MAX) {
+        return NULL;
+    }
+    info = g_new0(NuksmColocation, 1);
+    info->twin = g_strdup(co->twin);
+    info->similarity = co->twin_pm / 1000.0;
+    if (co->plan_verdict < NUKSM_PLAN__MAX) {
+        info->has_plan_node = true;
+        info->plan_node = co->plan_to;
+        info->has_plan = true;
+        info->plan = (NuksmPlanVerdict)co->plan_verdict;
+    }
+    return info;
+}
+
 static NuksmInfo *nuksm_get_info(Nuksm *s)
 {
     NuksmInfo *info = g_new0(NuksmInfo, 1);
@@ -91,6 +119,7 @@ static NuksmInfo *nuksm_get_info(Nuksm *s)
         info->has_policy = true;
         info->policy = s->conn.policy;
     }
+    info->colocation = nuksm_get_colocation(&s->conn.colocation);
     if (info->state == NUKSM_STATE_LIMITED) {
         info->has_limit = true;
         info->limit = nuksm_limit(s, &stats);
@@ -313,6 +342,17 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
                            NuksmDomainSource_str(i->domain_source),
                            MIN(i->priority, i->priority_limit),
                            i->priority_limit);
+        }
+        if (i->colocation) {
+            monitor_printf(mon, "  co-location: twin %s (%.0f%% alike)",
+                           i->colocation->twin[0] ? i->colocation->twin : "-",
+                           i->colocation->similarity * 100);
+            if (i->colocation->has_plan) {
+                monitor_printf(mon, ", plan: to node %u (%s)",
+                               i->colocation->plan_node,
+                               NuksmPlanVerdict_str(i->colocation->plan));
+            }
+            monitor_printf(mon, "\n");
         }
 
         monitor_printf(mon, "  governor %s: max-cpu %g%% (%s), scan-rate %"

@@ -144,6 +144,8 @@ typedef struct NuksmAgentConn {
     uint32_t priority_limit;
     uint32_t conditions;        /* NuksmCondition bits the agent reports */
     char *condition_reason;     /* why, while conditions is not 0 */
+    NuksmMsgColocation colocation;  /* the agent's last COLOCATION; */
+                                    /* no twin, no move before one */
     uint32_t vm_limit_sent;     /* NuksmVmLimit we last told the agent, */
                                 /* NUKSM_VM_LIMIT__MAX before we did */
     uint32_t next_seq;
