@@ -17,8 +17,8 @@ import pytest
 
 import harness
 from harness import wait_until
-from test_placement import (copy_nodes, home, node_cpus, pin,
-                            remote_share)
+from test_placement import (SHARE_READS, copy_nodes, home, node_cpus, pin,
+                            reads_caught, remote_share)
 
 REGION_START, REGION_PAGES = 4 << 20, 512
 PAGE = 4096
@@ -215,14 +215,18 @@ def test_kvm_fair_follows_vcpu_reads_five_pages(kvm, reader, start_agent,
         vm.wait_nuksm(lambda i: i["merged-pages"] - i["zero-pages"] >= pages,
                       "P0..P4 to merge", timeout=120)
 
-    def shares_over_ten_windows():
+    def shares():
+        """Each VM's remote share over ten read windows and SHARE_READS
+        reads at least."""
         before = [vm.nuksm() for vm in vms]
         for vm, b in zip(vms, before):
             vm.wait_nuksm(lambda i: i["hotness"]["reads"]["windows"] >=
-                          b["hotness"]["reads"]["windows"] + 10,
-                          "ten read windows", timeout=60)
+                          b["hotness"]["reads"]["windows"] + 10 and
+                          reads_caught(vm, b) >= SHARE_READS,
+                          f"{SHARE_READS} reads in ten read windows or more",
+                          timeout=120)
         return [remote_share(vm, b) for vm, b in zip(vms, before)]
-    ksm_order = shares_over_ten_windows()
+    ksm_order = shares()
 
     harness.ctl_ok(agent.sock, "policy", "fair")
     size = REGION_PAGES * PAGE
@@ -238,7 +242,7 @@ def test_kvm_fair_follows_vcpu_reads_five_pages(kvm, reader, start_agent,
         return a0 == REGION_PAGES and b1 == REGION_PAGES and \
             all(0.4 <= s <= 0.6 for s in split)
     wait_until(settled, 120, "fair to place the copies by the vCPUs' reads")
-    fair = shares_over_ten_windows()
+    fair = shares()
     print("remote shares of sampled reads: ksm-order", ksm_order,
           "fair", fair)
     assert max(fair) <= max(ksm_order) / 2, (ksm_order, fair)
