@@ -209,6 +209,26 @@ void print_json(GString *out)
     fputs(out->str, stdout);
 }
 
+const NuksmVmEntry *ctl_vm_entry(const NuksmMsgVms *list, uint32_t id)
+{
+    const NuksmVmEntry *e = (const NuksmVmEntry *)(list + 1);
+
+    for (uint32_t i = 0; i < list->count; i++) {
+        if (e[i].client_id == id) {
+            return &e[i];
+        }
+    }
+    return NULL;
+}
+
+char *ctl_vm_label(const NuksmMsgVms *list, uint32_t id)
+{
+    const NuksmVmEntry *e = ctl_vm_entry(list, id);
+
+    return e && e->vm_name[0] ? table_text(e->vm_name)
+                              : g_strdup_printf("client %u", id);
+}
+
 char *table_text(const char *s)
 {
     g_autofree char *valid = g_utf8_make_valid(s[0] ? s : "-", -1);

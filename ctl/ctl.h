@@ -58,4 +58,10 @@ void print_json(GString *out);
 /* A client-supplied name made safe for a terminal; "-" when empty. */
 char *table_text(const char *s);
 
+/* The LIST_VMS entry of client @id, or NULL if it left meanwhile. */
+const NuksmVmEntry *ctl_vm_entry(const NuksmMsgVms *list, uint32_t id);
+
+/* What to call client @id: its VM name, else "client ID" (table_text). */
+char *ctl_vm_label(const NuksmMsgVms *list, uint32_t id);
+
 #endif

@@ -30,18 +30,6 @@ static double mib(uint64_t pages)
     return pages * (double)NUKSM_PAGE_SIZE / (1 << 20);
 }
 
-static char *vm_name(const NuksmMsgVms *list, uint32_t id)
-{
-    const NuksmVmEntry *e = (const NuksmVmEntry *)(list + 1);
-
-    for (uint32_t i = 0; i < list->count; i++) {
-        if (e[i].client_id == id && e[i].vm_name[0]) {
-            return table_text(e[i].vm_name);
-        }
-    }
-    return g_strdup_printf("client %u", id);
-}
-
 static void print_text(const NuksmMsgPlan *plan, const NuksmPlanMove *mv,
                        const NuksmMsgVms *list)
 {
@@ -62,7 +50,7 @@ static void print_text(const NuksmMsgPlan *plan, const NuksmPlanMove *mv,
         return;
     }
     for (uint32_t i = 0; i < plan->count; i++) {
-        g_autofree char *name = vm_name(list, mv[i].client_id);
+        g_autofree char *name = ctl_vm_label(list, mv[i].client_id);
 
         printf("  group %u: %s, node %u -> node %u: ", mv[i].group, name,
                mv[i].from, mv[i].to);
@@ -96,17 +84,11 @@ static void print_json_plan(const NuksmMsgPlan *plan,
         plan->threshold_pm / 1000.0, plan->min_gain_pages,
         plan->vcpus_per_cpu, plan->total);
     for (uint32_t i = 0; i < plan->count; i++) {
-        const NuksmVmEntry *e = (const NuksmVmEntry *)(list + 1);
-        const char *name = "";
+        const NuksmVmEntry *e = ctl_vm_entry(list, mv[i].client_id);
 
-        for (uint32_t k = 0; k < list->count; k++) {
-            if (e[k].client_id == mv[i].client_id) {
-                name = e[k].vm_name;
-            }
-        }
         g_string_append_printf(out, "%s{\"id\": %u, \"name\": ",
                                i ? ", " : "", mv[i].client_id);
-        json_string(out, name);
+        json_string(out, e ? e->vm_name : "");
         g_string_append_printf(out,
             ", \"group\": %u, \"from\": %u, \"to\": %u, \"verdict\": \"%s\", "
             "\"pages\": %" PRIu64 ", \"vcpus\": %u, \"gain_pages\": %" PRIu64

@@ -17,31 +17,9 @@ typedef struct Similarity {
     const NuksmSimilarityPair *pairs;
 } Similarity;
 
-/* The LIST_VMS entry of client @id, or NULL if it left meanwhile. */
-static const NuksmVmEntry *vm_entry(const NuksmMsgVms *list, uint32_t id)
-{
-    const NuksmVmEntry *e = (const NuksmVmEntry *)(list + 1);
-
-    for (uint32_t i = 0; i < list->count; i++) {
-        if (e[i].client_id == id) {
-            return &e[i];
-        }
-    }
-    return NULL;
-}
-
-/* What to call client @id: its VM name, else "client ID". */
-static char *vm_label(const NuksmMsgVms *list, uint32_t id)
-{
-    const NuksmVmEntry *e = vm_entry(list, id);
-
-    return e && e->vm_name[0] ? table_text(e->vm_name)
-                              : g_strdup_printf("client %u", id);
-}
-
 static const char *vm_domain(const NuksmMsgVms *list, uint32_t id)
 {
-    const NuksmVmEntry *e = vm_entry(list, id);
+    const NuksmVmEntry *e = ctl_vm_entry(list, id);
 
     return e ? e->domain : "";
 }
@@ -90,14 +68,14 @@ static void print_text(const Similarity *sim, const NuksmMsgVms *list)
         shown = table_text(domain);
         printf("\nmerge domain %s:\n  %-16s", shown, "");
         for (guint c = 0; c < ids->len; c++) {
-            g_autofree char *l = vm_label(list, g_array_index(ids, uint32_t,
-                                                                c));
+            g_autofree char *l =
+                ctl_vm_label(list, g_array_index(ids, uint32_t, c));
             printf(" %10.10s", l);
         }
         putchar('\n');
         for (guint r = 0; r < ids->len; r++) {
             uint32_t a = g_array_index(ids, uint32_t, r);
-            g_autofree char *l = vm_label(list, a);
+            g_autofree char *l = ctl_vm_label(list, a);
 
             printf("  %-16.16s", l);
             for (guint c = 0; c < ids->len; c++) {
@@ -121,8 +99,8 @@ static void print_text(const Similarity *sim, const NuksmMsgVms *list)
     }
     for (uint32_t i = 0; i < sim->msg->nr_pairs; i++) {
         const NuksmSimilarityPair *p = &sim->pairs[i];
-        g_autofree char *a = vm_label(list, p->a);
-        g_autofree char *b = vm_label(list, p->b);
+        g_autofree char *a = ctl_vm_label(list, p->a);
+        g_autofree char *b = ctl_vm_label(list, p->b);
 
         printf("  %s ~ %s: %.1f%%, sample 1/%" PRIu64 ": %" PRIu64 " of %"
                PRIu64 " and %" PRIu64 " of %" PRIu64 " alike; merged %"
@@ -148,7 +126,7 @@ static void print_json_reply(const Similarity *sim, const NuksmMsgVms *list)
                            sim->msg->total_pairs);
     for (uint32_t i = 0; i < sim->msg->nr_vms; i++) {
         const NuksmSimilarityVm *v = &sim->vms[i];
-        const NuksmVmEntry *e = vm_entry(list, v->client_id);
+        const NuksmVmEntry *e = ctl_vm_entry(list, v->client_id);
 
         g_string_append_printf(out, "%s{\"id\": %u, \"name\": ",
                                i ? ", " : "", v->client_id);
