@@ -170,6 +170,7 @@ typedef struct AgentPlacement {
     ColocateParams colocate; /* the co-location plan's (colocation.c) */
     bool colocate_move_pinned;   /* it may move VMs their operator */
                                  /* pinned (--colocate-pins=move) */
+    ColocateApply colocate_apply;    /* which moves it carries out */
     guint colocate_timer;    /* colocation.c's periodic look */
 } AgentPlacement;
 

@@ -346,6 +346,26 @@ static bool set_colocate_pins(NuksmdConfig *cfg, const char *origin,
     return false;
 }
 
+static bool set_colocate_apply(NuksmdConfig *cfg, const char *origin,
+                               const char *value)
+{
+    static const char *const names[COLOCATE_APPLY__MAX] = {
+        [COLOCATE_APPLY_NONE] = "none",
+        [COLOCATE_APPLY_LIBVIRT] = "libvirt",
+        [COLOCATE_APPLY_ALL] = "all",
+    };
+
+    for (int i = 0; i < COLOCATE_APPLY__MAX; i++) {
+        if (g_str_equal(value, names[i])) {
+            cfg->colocate_apply = i;
+            return true;
+        }
+    }
+    usage_error(origin, "unknown value '%s' (allowed: none, libvirt, all)",
+                value);
+    return false;
+}
+
 static bool set_colocate_vcpus_per_cpu(NuksmdConfig *cfg,
                                        const char *origin,
                                        const char *value)
@@ -400,6 +420,7 @@ static const struct {
     { "colocate-min-gain", set_colocate_min_gain },
     { "colocate-vcpus-per-cpu", set_colocate_vcpus_per_cpu },
     { "colocate-pins", set_colocate_pins },
+    { "colocate-apply", set_colocate_apply },
 };
 
 enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
@@ -690,6 +711,11 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         { "colocate-pins", 0, 0, G_OPTION_ARG_STRING, &cli[23],
           "A VM its operator pinned to a node: keep it there (default) "
           "or let the plan move it", "keep|move" },
+        { "colocate-apply", 0, 0, G_OPTION_ARG_STRING, &cli[24],
+          "Which planned moves `nuksmctl plan --apply` may carry out: "
+          "none, libvirt domains' (through libvirt; the default) or all "
+          "(nuksmd moves other QEMUs' threads and memory itself)",
+          "none|libvirt|all" },
         { "domain-cpu-max", 0, 0, G_OPTION_ARG_STRING, &cli[18],
           "While VMs of another merge domain wait, a domain's VMs may take "
           "at most N% of a core of nuksmd (default 50%; [domain NAME] "
@@ -720,6 +746,7 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         .colocate_threshold = 40,
         .colocate_min_gain_mib = 16,
         .colocate_vcpus_per_cpu = 1,
+        .colocate_apply = COLOCATE_APPLY_LIBVIRT,
         .libvirt_dir = g_strdup(NUKSM_DEFAULT_LIBVIRT_DIR),
         .socket_gid = (gid_t)-1,
         .admin_gid = (gid_t)-1,
@@ -729,14 +756,16 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
     ctx = g_option_context_new("- nuksm host agent");
     g_option_context_add_main_entries(ctx, entries, NULL);
     g_option_context_set_description(ctx,
-        "Policies: global, ksm-order, local, fair, priority, adaptive.\n"
+        "Policies: global, ksm-order, local, fair, priority, adaptive,\n"
+        "auto.\n"
         "The --config FILE takes the keys socket, policy, fake-numa,\n"
         "log-level, state-dir, restore-grace, cold-windows,\n"
         "replace-rate, memory-max, max-cpu, libvirt-dir, socket-group,\n"
         "admin-group, isolation, vm-domains, vm-set-policy,\n"
         "domain-store-max, domain-unstable-max, domain-queue-max,\n"
         "domain-cpu-max, colocate-threshold, colocate-min-gain,\n"
-        "colocate-vcpus-per-cpu and colocate-pins in a [nuksmd] group,\n"
+        "colocate-vcpus-per-cpu, colocate-pins and colocate-apply in a\n"
+        "[nuksmd] group,\n"
         "and merge domains VMs are assigned to in [domain NAME] groups\n"
         "(users, groups, cgroups, libvirt-names, max-priority,\n"
         "store-max, unstable-max, queue-max, cpu-max);\n"

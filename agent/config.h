@@ -13,6 +13,7 @@
 #include <glib.h>
 
 #include "assign.h"
+#include "colocate.h"
 #include "log.h"
 #include "nuksm-proto.h"
 
@@ -32,6 +33,7 @@ typedef struct NuksmdConfig {
     uint32_t colocate_min_gain_mib;    /* a planned move gains at least */
     uint32_t colocate_vcpus_per_cpu;   /* 0: no limit */
     bool colocate_move_pinned;         /* --colocate-pins=move */
+    ColocateApply colocate_apply;      /* --colocate-apply */
     char *libvirt_dir;         /* libvirt hook's registrations */
     gid_t socket_gid;          /* group of the socket, or -1: ours */
     gid_t admin_gid;           /* its members administer, or -1: none */

@@ -134,6 +134,7 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
             .vcpus_per_cpu = cfg->colocate_vcpus_per_cpu,
         },
         .placement.colocate_move_pinned = cfg->colocate_move_pinned,
+        .placement.colocate_apply = cfg->colocate_apply,
         .conditions.memory_max = (uint64_t)cfg->memory_max_mib << 20,
         .throttle.max_cpu = cfg->max_cpu,
     };

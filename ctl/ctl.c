@@ -32,9 +32,19 @@ void die(int status, const char *fmt, ...)
     exit(status);
 }
 
+void ctl_set_reply_timeout(Ctl *ctl, int seconds)
+{
+    struct timeval tv = { .tv_sec = seconds };
+
+    if (setsockopt(ctl->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+        setsockopt(ctl->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0) {
+        die(1, "cannot set socket timeouts: %s", g_strerror(errno));
+    }
+    ctl->reply_timeout = seconds;
+}
+
 void ctl_connect(Ctl *ctl)
 {
-    struct timeval tv = { .tv_sec = REPLY_TIMEOUT_SECONDS };
     struct sockaddr_un addr = { .sun_family = AF_UNIX };
 
     if (strlen(ctl->socket_path) >= sizeof(addr.sun_path)) {
@@ -51,10 +61,7 @@ void ctl_connect(Ctl *ctl)
         die(1, "cannot connect to nuksmd at %s: %s", ctl->socket_path,
             g_strerror(errno));
     }
-    if (setsockopt(ctl->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
-        setsockopt(ctl->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0) {
-        die(1, "cannot set socket timeouts: %s", g_strerror(errno));
-    }
+    ctl_set_reply_timeout(ctl, REPLY_TIMEOUT_SECONDS);
 }
 
 static void G_GNUC_NORETURN die_on_error_reply(Ctl *ctl)
@@ -110,8 +117,7 @@ const void *ctl_try_request(Ctl *ctl, NuksmMsgType type,
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            die(1, "no reply from nuksmd within %d s",
-                REPLY_TIMEOUT_SECONDS);
+            die(1, "no reply from nuksmd within %d s", ctl->reply_timeout);
         }
         if (n < 0) {
             die(1, "cannot receive from nuksmd: %s", g_strerror(errno));

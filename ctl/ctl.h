@@ -23,6 +23,7 @@ typedef struct Ctl {
     int fd;
     uint32_t seq;               /* of the last request */
     void *buf;                  /* NUKSM_MSG_MAX bytes */
+    int reply_timeout;          /* seconds */
 } Ctl;
 
 /* Print "nuksmctl: " and the message on stderr, and exit with @status. */
@@ -30,6 +31,9 @@ void G_GNUC_NORETURN G_GNUC_PRINTF(2, 3) die(int status, const char *fmt,
                                              ...);
 
 void ctl_connect(Ctl *ctl);
+
+/* Wait at most @seconds for each reply from now on. */
+void ctl_set_reply_timeout(Ctl *ctl, int seconds);
 
 /*
  * Send a request and return the payload of its @reply_type reply, in

@@ -228,11 +228,17 @@ static void print_read_fairness(const NuksmMsgVms *vms,
     }
 }
 
-/* "to 1" for a planned move, "pinned" for a refused one, else "-". */
+/*
+ * "to 1" for a planned move, "pinned" for a refused one, "moved 1" for
+ * one carried out, else "-".
+ */
 static char *plan_text(const NuksmVmEntry *e)
 {
     if (e->plan_verdict == NUKSM_PLAN_PLANNED) {
         return g_strdup_printf("to %u", e->plan_to);
+    }
+    if (e->plan_verdict == NUKSM_PLAN__MAX && e->applied_to < NUKSM_MAX_NODES) {
+        return g_strdup_printf("moved %u", e->applied_to);
     }
     return g_strdup(nuksm_plan_verdict_name(e->plan_verdict) ?: "-");
 }
@@ -429,6 +435,13 @@ static void cmd_vms(Ctl *ctl, bool json)
         } else {
             g_string_append(out, "null");
         }
+        g_string_append_printf(out, ", \"scheme\": \"%s\", \"moved_to\": ",
+                               nuksm_scheme_name(e->scheme));
+        if (e->applied_to < NUKSM_MAX_NODES) {
+            g_string_append_printf(out, "%u", e->applied_to);
+        } else {
+            g_string_append(out, "null");
+        }
         g_string_append_c(out, '}');
     }
     g_string_append(out, "]}");
@@ -490,6 +503,7 @@ int main(int argc, char **argv)
     g_autofree char *socket_path = NULL;
     gboolean json = FALSE;
     gboolean sketches = FALSE;
+    gboolean apply = FALSE;
     gboolean version = FALSE;
     GOptionEntry entries[] = {
         { "socket", 0, 0, G_OPTION_ARG_FILENAME, &socket_path,
@@ -499,6 +513,9 @@ int main(int argc, char **argv)
         { "sketches", 0, 0, G_OPTION_ARG_NONE, &sketches,
           "With similarity and --json: every VM's content sketch, to "
           "compare VMs across hosts", NULL },
+        { "apply", 0, 0, G_OPTION_ARG_NONE, &apply,
+          "With plan: carry out the planned moves, of the VMs named or "
+          "all (through libvirt for libvirt domains)", NULL },
         { "version", 0, 0, G_OPTION_ARG_NONE, &version,
           "Print the version and exit", NULL },
         { NULL },
@@ -509,13 +526,15 @@ int main(int argc, char **argv)
     const char *cmd;
     int max_argc;
     int policy = -1;
+    int status = 0;
 
     if (argc >= 2 && g_str_equal(argv[1], "libvirt")) {
         run_libvirt_helper(argv + 1);
     }
 
     octx = g_option_context_new(
-        "status|vms|similarity|plan|policy [NAME]|libvirt ...");
+        "status|vms|similarity|plan [--apply [VM...]]|policy [NAME]|"
+        "libvirt ...");
     g_option_context_set_summary(octx,
         "  status         agent version, policy, nodes, VMs, page counts\n"
         "  vms            the connected VMs, their merged pages and the\n"
@@ -525,13 +544,17 @@ int main(int argc, char **argv)
         "  plan           the moves that would bring similar VMs onto one\n"
         "                 node, and why others are refused (administrators\n"
         "                 only)\n"
+        "  plan --apply [VM...]\n"
+        "                 carry out the planned moves, of the VMs named\n"
+        "                 or of all\n"
         "  policy         the placement policy in force\n"
         "  policy NAME    switch every VM to policy NAME\n"
         "  libvirt attach|detach DOMAIN ...\n"
         "                 add the nuksm object to a libvirt domain, or\n"
         "                 remove it (nuksmctl libvirt --help)");
     g_option_context_set_description(octx,
-        "Policies: global, ksm-order, local, fair, priority, adaptive.\n");
+        "Policies: global, ksm-order, local, fair, priority, adaptive,\n"
+        "auto.\n");
     g_option_context_add_main_entries(octx, entries, NULL);
     if (!g_option_context_parse(octx, &argc, &argv, &err)) {
         die(2, "%s (see --help)", err->message);
@@ -548,6 +571,8 @@ int main(int argc, char **argv)
     cmd = argv[1];
     if (g_str_equal(cmd, "policy")) {
         max_argc = 3;
+    } else if (g_str_equal(cmd, "plan") && apply) {
+        max_argc = argc;
     } else if (g_str_equal(cmd, "status") || g_str_equal(cmd, "vms") ||
                g_str_equal(cmd, "similarity") || g_str_equal(cmd, "plan")) {
         max_argc = 2;
@@ -558,10 +583,13 @@ int main(int argc, char **argv)
     if (sketches && (!g_str_equal(cmd, "similarity") || !json)) {
         die(2, "--sketches goes with --json similarity");
     }
+    if (apply && !g_str_equal(cmd, "plan")) {
+        die(2, "--apply goes with plan");
+    }
     if (argc > max_argc) {
         die(2, "unexpected argument '%s' (see --help)", argv[max_argc]);
     }
-    if (argc == 3) {
+    if (argc == 3 && g_str_equal(cmd, "policy")) {
         /* Reject a bad name here, without bothering nuksmd. */
         policy = nuksm_policy_parse(argv[2]);
         if (policy < 0) {
@@ -583,6 +611,8 @@ int main(int argc, char **argv)
         cmd_sketches(&ctl);
     } else if (g_str_equal(cmd, "similarity")) {
         cmd_similarity(&ctl, json);
+    } else if (g_str_equal(cmd, "plan") && apply) {
+        status = cmd_plan_apply(&ctl, argc > 2 ? argv + 2 : NULL, json);
     } else if (g_str_equal(cmd, "plan")) {
         cmd_plan(&ctl, json);
     } else {
@@ -591,5 +621,5 @@ int main(int argc, char **argv)
 
     close(ctl.fd);
     g_free(ctl.buf);
-    return 0;
+    return status;
 }

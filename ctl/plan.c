@@ -7,6 +7,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "plan.h"
 
@@ -23,6 +24,19 @@ static const char *refusal_text(uint32_t verdict)
     default:
         return "?";
     }
+}
+
+/* Is entry @i of @list the first of its merge domain there? */
+static bool first_of_domain(const NuksmMsgVms *list, uint32_t i)
+{
+    const NuksmVmEntry *e = (const NuksmVmEntry *)(list + 1);
+
+    for (uint32_t j = 0; j < i; j++) {
+        if (g_str_equal(e[j].domain, e[i].domain)) {
+            return false;
+        }
+    }
+    return true;
 }
 
 static double mib(uint64_t pages)
@@ -42,6 +56,15 @@ static void print_text(const NuksmMsgPlan *plan, const NuksmPlanMove *mv,
         printf("at most %u)\n", plan->vcpus_per_cpu);
     } else {
         printf("no limit)\n");
+    }
+    for (uint32_t i = 0; i < list->count; i++) {
+        const NuksmVmEntry *e = &((const NuksmVmEntry *)(list + 1))[i];
+        g_autofree char *domain = table_text(e->domain);
+
+        if (first_of_domain(list, i)) {
+            printf("adaptive scheme (policy auto), merge domain %s: %s\n",
+                   domain, nuksm_scheme_name(e->scheme));
+        }
     }
     if (!plan->count) {
         printf("nothing to move: %s\n", plan->groups ?
@@ -96,7 +119,18 @@ static void print_json_plan(const NuksmMsgPlan *plan,
             mv[i].to, nuksm_plan_verdict_name(mv[i].verdict), mv[i].pages,
             mv[i].vcpus, mv[i].gain_pages, mv[i].remote_pages);
     }
-    g_string_append(out, "]}");
+    g_string_append(out, "], \"schemes\": {");
+    for (uint32_t i = 0, n = 0; i < list->count; i++) {
+        const NuksmVmEntry *e = &((const NuksmVmEntry *)(list + 1))[i];
+
+        if (first_of_domain(list, i)) {
+            g_string_append(out, n++ ? ", " : "");
+            json_string(out, e->domain);
+            g_string_append_printf(out, ": \"%s\"",
+                                   nuksm_scheme_name(e->scheme));
+        }
+    }
+    g_string_append(out, "}}");
     print_json(out);
 }
 
@@ -117,4 +151,307 @@ void cmd_plan(Ctl *ctl, bool json)
     } else {
         print_text(plan, moves, list);
     }
+}
+
+/* A planned move's memory move may take minutes for a large VM. */
+#define APPLY_TIMEOUT_SECONDS 600
+
+/* "0-3,8" for a bitmap of @words 64-bit words. */
+static char *list_text(const uint64_t *bits, size_t words)
+{
+    GString *out = g_string_new(NULL);
+    size_t n = words * 64;
+
+    for (size_t i = 0; i < n; i++) {
+        size_t j = i;
+
+        if (!(bits[i / 64] & (1ull << (i % 64)))) {
+            continue;
+        }
+        while (j + 1 < n && (bits[(j + 1) / 64] & (1ull << ((j + 1) % 64)))) {
+            j++;
+        }
+        g_string_append_printf(out, out->len ? ",%zu" : "%zu", i);
+        if (j > i) {
+            g_string_append_printf(out, "-%zu", j);
+        }
+        i = j;
+    }
+    return g_string_free(out, FALSE);
+}
+
+/* Was VM @e named on the command line (@names: NULL for every VM)? */
+static bool named(char **names, const NuksmVmEntry *e)
+{
+    if (!names || !names[0]) {
+        return true;
+    }
+    for (char **n = names; *n; n++) {
+        g_autofree char *id = g_strdup_printf("%u", e->client_id);
+
+        if (g_str_equal(*n, e->vm_name) || g_str_equal(*n, e->libvirt_name) ||
+            g_str_equal(*n, id)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Run @argv (virsh), its command line into @commands; false if it failed. */
+static bool run(GPtrArray *argv, GString *commands, GString *problem)
+{
+    g_autofree char *line = NULL;
+    g_autofree char *err_text = NULL;
+    g_autoptr(GError) err = NULL;
+    int status;
+
+    g_ptr_array_add(argv, NULL);
+    line = g_strjoinv(" ", (char **)argv->pdata);
+    g_string_append_printf(commands, "%s%s", commands->len ? "\n" : "",
+                           line);
+    if (!g_spawn_sync(NULL, (char **)argv->pdata, NULL,
+                      G_SPAWN_SEARCH_PATH | G_SPAWN_STDOUT_TO_DEV_NULL, NULL,
+                      NULL, NULL, &err_text, &status, &err) ||
+        !g_spawn_check_wait_status(status, &err)) {
+        g_string_printf(problem, "%s: %s%s%s", line,
+                        err ? err->message : "failed",
+                        err_text && *err_text ? ": " : "",
+                        err_text ? g_strstrip(err_text) : "");
+        return false;
+    }
+    return true;
+}
+
+static GPtrArray *virsh(const char *uuid, const char *cmd)
+{
+    GPtrArray *argv = g_ptr_array_new_with_free_func(g_free);
+
+    g_ptr_array_add(argv, g_strdup("virsh"));
+    g_ptr_array_add(argv, g_strdup(cmd));
+    g_ptr_array_add(argv, g_strdup(uuid));
+    return argv;
+}
+
+#define ADD(argv, ...) \
+    g_ptr_array_add((argv), g_strdup_printf(__VA_ARGS__))
+
+/*
+ * Move libvirt domain @uuid with @vcpus vCPUs as @a says, through
+ * libvirt, live: each vCPU and the emulator threads to node @a->to's
+ * CPUs, then its memory to the node's memory (the memory moves along).
+ */
+static bool move_through_libvirt(const char *uuid, uint32_t vcpus,
+                                 const NuksmMsgApplied *a, GString *commands,
+                                 GString *problem)
+{
+    g_autofree char *cpus = list_text(a->cpus, NUKSM_APPLY_CPU_WORDS);
+    g_autofree char *mems = list_text(&a->mems, 1);
+
+    for (uint32_t v = 0; v < vcpus; v++) {
+        g_autoptr(GPtrArray) argv = virsh(uuid, "vcpupin");
+
+        ADD(argv, "--vcpu");
+        ADD(argv, "%u", v);
+        ADD(argv, "--cpulist");
+        ADD(argv, "%s", cpus);
+        ADD(argv, "--live");
+        if (!run(argv, commands, problem)) {
+            return false;
+        }
+    }
+    {
+        g_autoptr(GPtrArray) argv = virsh(uuid, "emulatorpin");
+
+        ADD(argv, "--cpulist");
+        ADD(argv, "%s", cpus);
+        ADD(argv, "--live");
+        if (!run(argv, commands, problem)) {
+            return false;
+        }
+    }
+    {
+        g_autoptr(GPtrArray) argv = virsh(uuid, "numatune");
+
+        ADD(argv, "--nodeset");
+        ADD(argv, "%s", mems);
+        ADD(argv, "--live");
+        return run(argv, commands, problem);
+    }
+}
+
+/* One planned move carried out, or why not. */
+typedef struct Applied {
+    uint32_t id;
+    char *name;
+    uint32_t from, to;
+    const char *how;         /* "libvirt", "nuksmd", NULL if refused */
+    GString *commands;       /* virsh's command lines */
+    GString *problem;        /* empty if it worked */
+    NuksmMsgApplied reply;
+} Applied;
+
+static void applied_clear(Applied *a)
+{
+    g_free(a->name);
+    g_string_free(a->commands, TRUE);
+    g_string_free(a->problem, TRUE);
+}
+
+static void apply_move(Ctl *ctl, const NuksmPlanMove *mv,
+                       const NuksmVmEntry *e, Applied *out)
+{
+    NuksmMsgApplyMove req = { .client_id = mv->client_id, .to = mv->to };
+    const NuksmMsgApplied *reply;
+    const char *error;
+
+    *out = (Applied) {
+        .id = mv->client_id, .from = mv->from, .to = mv->to,
+        .name = g_strdup(e->vm_name[0] ? e->vm_name : e->libvirt_name),
+        .commands = g_string_new(NULL), .problem = g_string_new(NULL),
+    };
+    if (mv->verdict != NUKSM_PLAN_PLANNED) {
+        g_string_printf(out->problem, "refused (%s): %s",
+                        nuksm_plan_verdict_name(mv->verdict),
+                        refusal_text(mv->verdict));
+        return;
+    }
+    reply = ctl_try_request(ctl, NUKSM_MSG_APPLY_MOVE, &req, sizeof(req),
+                            NUKSM_MSG_APPLIED, &error);
+    if (!reply) {
+        g_string_assign(out->problem, error);
+        return;
+    }
+    out->reply = *reply;
+    if (reply->how == NUKSM_APPLY_AGENT) {
+        out->how = "nuksmd";
+        return;
+    }
+    out->how = "libvirt";
+    move_through_libvirt(e->libvirt_uuid, mv->vcpus, &out->reply,
+                         out->commands, out->problem);
+}
+
+static void print_applied_text(const Applied *a)
+{
+    g_autofree char *name = table_text(a->name);
+    g_autofree char *cpus = list_text(a->reply.cpus, NUKSM_APPLY_CPU_WORDS);
+
+    printf("%s, node %u -> node %u: ", name, a->from, a->to);
+    if (!a->how) {
+        printf("not moved: %s\n", a->problem->str);
+        return;
+    }
+    if (a->commands->len) {
+        g_auto(GStrv) lines = g_strsplit(a->commands->str, "\n", -1);
+
+        printf("through libvirt:\n");
+        for (char **l = lines; *l; l++) {
+            printf("  $ %s\n", *l);
+        }
+    }
+    if (a->problem->len) {
+        printf("  failed: %s\n", a->problem->str);
+    } else if (a->reply.how == NUKSM_APPLY_AGENT) {
+        printf("moved by nuksmd: %u threads to CPUs %s; %s\n",
+               a->reply.threads, cpus, a->reply.memory_moved ?
+               "memory moved" : "its memory had no other node to leave");
+        if (a->reply.pages_left) {
+            printf("  %" PRIu64 " pages stayed behind (shared, or busy)\n",
+                   a->reply.pages_left);
+        }
+    } else {
+        printf("  moved\n");
+    }
+}
+
+static void json_applied(GString *out, const Applied *a)
+{
+    g_string_append_printf(out, "{\"id\": %u, \"name\": ", a->id);
+    json_string(out, a->name);
+    g_string_append_printf(out, ", \"from\": %u, \"to\": %u, \"how\": ",
+                           a->from, a->to);
+    if (a->how) {
+        json_string(out, a->how);
+    } else {
+        g_string_append(out, "null");
+    }
+    g_string_append(out, ", \"commands\": ");
+    json_string(out, a->commands->str);
+    g_string_append(out, ", \"error\": ");
+    if (a->problem->len) {
+        json_string(out, a->problem->str);
+    } else {
+        g_string_append(out, "null");
+    }
+    g_string_append_printf(out, ", \"threads\": %u, \"memory_moved\": %s}",
+                           a->reply.threads,
+                           a->reply.memory_moved ? "true" : "false");
+}
+
+/* Does the plan move, or refuse to move, the VM called @name? */
+static bool plan_names(const NuksmMsgPlan *plan, const NuksmPlanMove *moves,
+                       const NuksmMsgVms *list, const char *name)
+{
+    char *one[] = { (char *)name, NULL };
+
+    for (uint32_t i = 0; i < plan->count; i++) {
+        const NuksmVmEntry *e = ctl_vm_entry(list, moves[i].client_id);
+
+        if (e && named(one, e)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+int cmd_plan_apply(Ctl *ctl, char **names, bool json)
+{
+    const NuksmMsgPlan *reply = ctl_request(ctl, NUKSM_MSG_GET_PLAN, NULL,
+                                            0, NUKSM_MSG_PLAN);
+    g_autofree NuksmMsgPlan *plan =
+        g_memdup2(reply, sizeof(*reply) +
+                         reply->count * sizeof(NuksmPlanMove));
+    const NuksmPlanMove *moves = (const NuksmPlanMove *)(plan + 1);
+    const NuksmMsgVms *vms = ctl_request(ctl, NUKSM_MSG_LIST_VMS, NULL, 0,
+                                         NUKSM_MSG_VMS);
+    g_autofree NuksmMsgVms *list =
+        g_memdup2(vms, sizeof(*vms) + vms->count * sizeof(NuksmVmEntry));
+    g_autoptr(GString) out = g_string_new("{\"applied\": [");
+    guint found = 0;
+    int failed = 0;
+
+    ctl_set_reply_timeout(ctl, APPLY_TIMEOUT_SECONDS);
+    for (uint32_t i = 0; i < plan->count; i++) {
+        const NuksmVmEntry *e = ctl_vm_entry(list, moves[i].client_id);
+        Applied a;
+
+        if (!e || !named(names, e) ||
+            (!names && moves[i].verdict != NUKSM_PLAN_PLANNED)) {
+            continue;
+        }
+        apply_move(ctl, &moves[i], e, &a);
+        failed |= !a.how || a.problem->len;
+        if (json) {
+            g_string_append(out, found ? ", " : "");
+            json_applied(out, &a);
+        } else {
+            print_applied_text(&a);
+        }
+        found++;
+        applied_clear(&a);
+    }
+    if (json) {
+        g_string_append(out, "]}");
+        print_json(out);
+    } else if (!found && !names) {
+        printf("nothing to move: the plan moves no VM\n");
+    }
+    for (char **n = names; n && *n; n++) {
+        if (!plan_names(plan, moves, list, *n)) {
+            fprintf(stderr, "nuksmctl: %s: the plan moves no such VM (see "
+                    "nuksmctl plan)\n", *n);
+            failed = 1;
+        }
+    }
+    return failed;
 }

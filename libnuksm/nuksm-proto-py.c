@@ -250,7 +250,12 @@ static void emit_structs(void)
            MEMBER(NuksmVmEntry, twin_id, "I"),
            MEMBER(NuksmVmEntry, twin_pm, "I"),
            MEMBER(NuksmVmEntry, plan_to, "I"),
-           MEMBER(NuksmVmEntry, plan_verdict, "I"));
+           MEMBER(NuksmVmEntry, plan_verdict, "I"),
+           MEMBER(NuksmVmEntry, scheme, "I"),
+           MEMBER(NuksmVmEntry, applied_to, "I"));
+    STRUCT("APPLY_MOVE", NuksmMsgApplyMove,
+           MEMBER(NuksmMsgApplyMove, client_id, "I"),
+           MEMBER(NuksmMsgApplyMove, to, "I"));
     STRUCT("VM_LIMIT", NuksmMsgVmLimit,
            MEMBER(NuksmMsgVmLimit, limit, "I"),
            MEMBER(NuksmMsgVmLimit, reserved, "I"),

@@ -29,6 +29,7 @@ static const char *const policy_names[NUKSM_POLICY_ID__MAX] = {
     [NUKSM_POLICY_ID_FAIR]      = "fair",
     [NUKSM_POLICY_ID_PRIORITY]  = "priority",
     [NUKSM_POLICY_ID_ADAPTIVE]  = "adaptive",
+    [NUKSM_POLICY_ID_AUTO]      = "auto",
 };
 
 static const char *const msg_type_names[NUKSM_MSG__MAX] = {
@@ -49,6 +50,8 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_GET_SKETCH]   = "GET_SKETCH",
     [NUKSM_MSG_SKETCH]       = "SKETCH",
     [NUKSM_MSG_COLOCATION]   = "COLOCATION",
+    [NUKSM_MSG_APPLY_MOVE]   = "APPLY_MOVE",
+    [NUKSM_MSG_APPLIED]      = "APPLIED",
     [NUKSM_MSG_VMS]          = "VMS",
     [NUKSM_MSG_STORE]        = "STORE",
     [NUKSM_MSG_CANDIDATES]   = "CANDIDATES",
@@ -92,7 +95,7 @@ int nuksm_policy_parse(const char *name)
 
 const char *nuksm_policy_names(void)
 {
-    return "global, ksm-order, local, fair, priority, adaptive";
+    return "global, ksm-order, local, fair, priority, adaptive, auto";
 }
 
 void nuksm_strfield_set(char *field, size_t field_len, const char *src)
@@ -159,6 +162,16 @@ const char *nuksm_plan_verdict_name(uint32_t verdict)
     }
 }
 
+const char *nuksm_scheme_name(uint32_t scheme)
+{
+    switch (scheme) {
+    case NUKSM_SCHEME_ID_GLOBAL:    return "global";
+    case NUKSM_SCHEME_ID_COLOCATE:  return "colocate";
+    case NUKSM_SCHEME_ID_HOT_LOCAL: return "hot-local";
+    default:                        return NULL;
+    }
+}
+
 bool nuksm_domain_name_valid(const char *name)
 {
     size_t len = strlen(name);
@@ -200,6 +213,8 @@ static size_t fixed_payload_size(uint16_t type)
     case NUKSM_MSG_CHARGE:       return sizeof(NuksmMsgCharge);
     case NUKSM_MSG_GET_SKETCH:   return sizeof(NuksmMsgGetSketch);
     case NUKSM_MSG_COLOCATION:   return sizeof(NuksmMsgColocation);
+    case NUKSM_MSG_APPLY_MOVE:   return sizeof(NuksmMsgApplyMove);
+    case NUKSM_MSG_APPLIED:      return sizeof(NuksmMsgApplied);
     default:                     return 0;
     }
 }
@@ -490,11 +505,20 @@ static const char *check_similarity(const void *p, size_t len)
 static const char *check_colocation(const NuksmMsgColocation *m)
 {
     if (m->twin_pm > 1000 || m->plan_verdict > NUKSM_PLAN__MAX ||
-        m->plan_to >= NUKSM_MAX_NODES || m->reserved) {
+        m->plan_to >= NUKSM_MAX_NODES || m->scheme >= NUKSM_SCHEME_ID__MAX) {
         return "COLOCATION out of range";
     }
     return strfield_ok(m->twin, sizeof(m->twin)) ? NULL :
            "unterminated twin name in COLOCATION";
+}
+
+static const char *check_applied(const NuksmMsgApplied *m)
+{
+    if (m->to >= NUKSM_MAX_NODES || m->how >= NUKSM_APPLY__MAX ||
+        m->memory_moved > 1 || m->reserved) {
+        return "APPLIED out of range";
+    }
+    return NULL;
 }
 
 static const char *check_sketch(const void *p, size_t len)
@@ -560,7 +584,9 @@ static const char *check_vms(const void *p, size_t len)
             return "bad guest node count in VMS";
         }
         if (e[n].twin_pm > 1000 || e[n].plan_verdict > NUKSM_PLAN__MAX ||
-            e[n].plan_to >= NUKSM_MAX_NODES) {
+            e[n].plan_to >= NUKSM_MAX_NODES ||
+            e[n].scheme >= NUKSM_SCHEME_ID__MAX ||
+            e[n].applied_to > NUKSM_MAX_NODES) {
             return "co-location out of range in VMS";
         }
         if (!strfield_ok(e[n].domain, sizeof(e[n].domain)) ||
@@ -638,6 +664,11 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
         return check_sketch(p, len);
     case NUKSM_MSG_COLOCATION:
         return check_colocation(p);
+    case NUKSM_MSG_APPLY_MOVE:
+        return ((const NuksmMsgApplyMove *)p)->to < NUKSM_MAX_NODES ? NULL :
+               "APPLY_MOVE node out of range";
+    case NUKSM_MSG_APPLIED:
+        return check_applied(p);
     case NUKSM_MSG_INFO:
         return check_info(p);
     case NUKSM_MSG_VM_LIMIT:

@@ -65,7 +65,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 14u
+#define NUKSM_PROTO_VERSION 15u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -137,6 +137,10 @@ typedef enum NuksmMsgType {
     NUKSM_MSG_SKETCH       = 35, /* agent -> control */
     NUKSM_MSG_COLOCATION   = 36, /* agent -> VM: its twin, its planned */
                                  /* move */
+    /* Co-location moves (since protocol 15) */
+    NUKSM_MSG_APPLY_MOVE   = 37, /* control -> agent; reply APPLIED or */
+                                 /* ERROR */
+    NUKSM_MSG_APPLIED      = 38, /* agent -> control */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -159,6 +163,7 @@ typedef enum NuksmPolicyId {
     NUKSM_POLICY_ID_FAIR      = 3,
     NUKSM_POLICY_ID_PRIORITY  = 4,
     NUKSM_POLICY_ID_ADAPTIVE  = 5,
+    NUKSM_POLICY_ID_AUTO      = 6,   /* since protocol 15 */
     NUKSM_POLICY_ID__MAX,
 } NuksmPolicyId;
 
@@ -395,6 +400,10 @@ typedef struct NuksmVmEntry {
     uint32_t twin_pm;        /* their similarity, per mille */
     uint32_t plan_to;        /* the node the plan moves it to, */
     uint32_t plan_verdict;   /* and whether; NUKSM_PLAN__MAX: no move */
+    /* Since protocol 15 */
+    uint32_t scheme;         /* NuksmSchemeId of its merge domain */
+    uint32_t applied_to;     /* the node nuksm moved it to and holds it */
+                             /* on, NUKSM_MAX_NODES if none */
 } NuksmVmEntry;
 
 /* VMS: a NuksmMsgVms followed by count NuksmVmEntry records */
@@ -520,12 +529,68 @@ typedef struct NuksmMsgColocation {
     uint32_t twin_pm;        /* similarity to the twin, per mille; 0: none */
     uint32_t plan_to;        /* the node the plan moves it to, */
     uint32_t plan_verdict;   /* and whether; NUKSM_PLAN__MAX: no move */
-    uint32_t reserved;
+    uint32_t scheme;         /* NuksmSchemeId of its merge domain */
+                             /* (since protocol 15) */
     char twin[NUKSM_NAME_LEN];   /* the twin's VM name, "" if none given */
 } NuksmMsgColocation;
 
 /* "planned", "pinned", "no-room", "small-gain"; NULL if unknown. */
 const char *nuksm_plan_verdict_name(uint32_t verdict);
+
+/*
+ * The adaptive scheme (AdaptMD §III-D, policy auto): what co-location's
+ * last look chose for a merge domain.
+ */
+typedef enum NuksmSchemeId {
+    NUKSM_SCHEME_ID_GLOBAL    = 0,   /* no similar VMs on different nodes */
+    NUKSM_SCHEME_ID_COLOCATE  = 1,   /* some are, and a move is planned */
+                                     /* (AdaptMD-S) */
+    NUKSM_SCHEME_ID_HOT_LOCAL = 2,   /* some are, and none may move */
+                                     /* (AdaptMD-H) */
+    NUKSM_SCHEME_ID__MAX,
+} NuksmSchemeId;
+
+/* "global", "colocate", "hot-local"; NULL if unknown. */
+const char *nuksm_scheme_name(uint32_t scheme);
+
+/*
+ * APPLY_MOVE (since protocol 15; administrators only): carry out the
+ * planned move of VM @client_id to node @to.  The agent checks it
+ * against a fresh plan; a move that is not planned now (refused, or the
+ * plan changed) is refused with ERROR DENIED, which says why.  APPLIED
+ * answers how it was carried out.
+ */
+typedef struct NuksmMsgApplyMove {
+    uint32_t client_id;
+    uint32_t to;
+} NuksmMsgApplyMove;
+
+typedef enum NuksmApplyHowId {
+    NUKSM_APPLY_LIBVIRT = 0,     /* a libvirt domain: the caller moves it */
+                                 /* through libvirt, to @cpus and node @to */
+    NUKSM_APPLY_AGENT   = 1,     /* nuksmd moved its threads and memory */
+    NUKSM_APPLY__MAX,
+} NuksmApplyHowId;
+
+/* CPUs in APPLIED's bitmap: as many as a cpu_set_t holds. */
+#define NUKSM_APPLY_CPU_WORDS 16
+
+typedef struct NuksmMsgApplied {
+    uint32_t client_id;
+    uint32_t to;
+    uint32_t how;            /* NuksmApplyHowId */
+    uint32_t threads;        /* NUKSM_APPLY_AGENT: threads moved */
+    uint64_t pages_left;     /* NUKSM_APPLY_AGENT: pages migrate_pages */
+                             /* could not move */
+    uint64_t mems;           /* node @to's host memory nodes, a bitmap: */
+                             /* @to, or with logical nodes (--fake-numa) */
+                             /* the real nodes its CPUs are on */
+    uint32_t memory_moved;   /* NUKSM_APPLY_AGENT: 1 if its memory was */
+                             /* moved (0: no other node held it) */
+    uint32_t reserved;
+    uint64_t cpus[NUKSM_APPLY_CPU_WORDS];  /* node @to's CPUs, bit c of */
+                                           /* word c / 64 */
+} NuksmMsgApplied;
 
 /*
  * STORE: sent for every node right after HELLO_ACK, with the store file's
@@ -763,7 +828,8 @@ const char *nuksm_policy_name(uint32_t policy);
 /* Policy id for @name, or -1 if @name is not a policy. */
 int nuksm_policy_parse(const char *name);
 
-/* "global, ksm-order, local, fair, priority, adaptive" for error messages. */
+/* "global, ksm-order, local, fair, priority, adaptive, auto" for error
+ * messages. */
 const char *nuksm_policy_names(void);
 
 #endif /* NUKSM_PROTO_H */

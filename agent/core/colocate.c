@@ -290,3 +290,36 @@ GArray *colocate_plan(const ColocateVm *vms, size_t nr_vms,
     *nr_groups = groups->len;
     return moves;
 }
+
+NuksmSchemeId colocate_scheme(const GArray *moves, const ColocateVm *vms,
+                              uint16_t domain)
+{
+    NuksmSchemeId scheme = NUKSM_SCHEME_ID_GLOBAL;
+
+    for (guint i = 0; i < moves->len; i++) {
+        const ColocateMove *mv = &g_array_index(moves, ColocateMove, i);
+
+        if (vms[mv->vm].domain != domain) {
+            continue;
+        }
+        if (mv->verdict == NUKSM_PLAN_PLANNED) {
+            return NUKSM_SCHEME_ID_COLOCATE;
+        }
+        scheme = NUKSM_SCHEME_ID_HOT_LOCAL;
+    }
+    return scheme;
+}
+
+bool colocate_pinned_by_operator(NuksmHomeSourceId source, uint32_t home,
+                                 uint32_t colocated_to)
+{
+    switch (source) {
+    case NUKSM_HOME_PINNED:
+    case NUKSM_HOME_MEMORY:
+        return home != colocated_to;
+    case NUKSM_HOME_BACKEND:
+        return true;
+    default:
+        return false;
+    }
+}

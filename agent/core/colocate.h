@@ -73,6 +73,14 @@ typedef struct ColocateParams {
                              /* most; 0: no limit */
 } ColocateParams;
 
+/* Which planned moves nuksmd may carry out (--colocate-apply). */
+typedef enum ColocateApply {
+    COLOCATE_APPLY_NONE,     /* none: the plan is only shown */
+    COLOCATE_APPLY_LIBVIRT,  /* libvirt domains', through libvirt */
+    COLOCATE_APPLY_ALL,      /* and other QEMUs', by nuksmd itself */
+    COLOCATE_APPLY__MAX,
+} ColocateApply;
+
 typedef struct ColocateMove {
     uint32_t vm;             /* index of the VM */
     uint32_t group;          /* groups are numbered from 0 */
@@ -91,5 +99,25 @@ GArray *colocate_plan(const ColocateVm *vms, size_t nr_vms,
                       ColocateNode *nodes, uint32_t nr_nodes,
                       const ColocatePair *pairs, size_t nr_pairs,
                       const ColocateParams *params, uint32_t *nr_groups);
+
+/*
+ * The adaptive scheme's choice (AdaptMD §III-D, Fig. 9) for merge domain
+ * @domain, from @moves, the plan colocate_plan() made for @vms:
+ * colocate (AdaptMD-S) while a move of one of its VMs is planned;
+ * hot-local (AdaptMD-H) while some of its similar VMs sit apart and
+ * none may move; global while none sit apart.
+ */
+NuksmSchemeId colocate_scheme(const GArray *moves, const ColocateVm *vms,
+                              uint16_t domain);
+
+/*
+ * Does a VM whose home node @home came from @source count as pinned there
+ * by its operator?  vCPUs pinned to one node, or memory a cpuset binds,
+ * do, unless they hold it on @colocated_to, the node a planned move took
+ * it to (NUKSM_MAX_NODES: none): those pins are nuksm's own.  A memory
+ * backend bound to nodes always does; a home from where it ran, never.
+ */
+bool colocate_pinned_by_operator(NuksmHomeSourceId source, uint32_t home,
+                                 uint32_t colocated_to);
 
 #endif

@@ -39,6 +39,8 @@ bool policy_may_map(NuksmPolicyId policy, const PolicyOwner *o,
         return false;
     case NUKSM_POLICY_ID_ADAPTIVE:
         return !o->hot;
+    case NUKSM_POLICY_ID_AUTO:
+        return !o->warm;
     default:
         return true;
     }
@@ -47,8 +49,14 @@ bool policy_may_map(NuksmPolicyId policy, const PolicyOwner *o,
 bool policy_may_share(NuksmPolicyId policy, const PolicyOwner *a,
                       const PolicyOwner *b)
 {
-    return policy_may_map(policy, a, b->home) &&
-           policy_may_map(policy, b, a->home);
+    bool a_there = policy_may_map(policy, a, b->home);
+    bool b_there = policy_may_map(policy, b, a->home);
+
+    /* auto: a copy on the warm page's node, if the other may map it. */
+    if (policy == NUKSM_POLICY_ID_AUTO) {
+        return a_there || b_there;
+    }
+    return a_there && b_there;
 }
 
 uint32_t policy_emptier(const PolicyLoad *load, uint32_t x, uint32_t y)
@@ -153,6 +161,14 @@ uint32_t policy_new_copy(NuksmPolicyId policy, const PolicyLoad *load,
         return owners[draw_owner(owners, 2, digest, true, false)].home;
     case NUKSM_POLICY_ID_ADAPTIVE:
         return policy_emptier(load, a->home, b->home);
+    case NUKSM_POLICY_ID_AUTO:
+        if (!policy_may_map(policy, a, b->home)) {
+            return a->home;
+        }
+        if (!policy_may_map(policy, b, a->home)) {
+            return b->home;
+        }
+        return policy_emptier(load, a->home, b->home);
     case NUKSM_POLICY_ID_GLOBAL:
     case NUKSM_POLICY_ID_LOCAL:    /* never across nodes */
     default:
@@ -169,7 +185,24 @@ bool policy_moves_copies(NuksmPolicyId policy)
 bool policy_moves_by_hotness(NuksmPolicyId policy)
 {
     return policy == NUKSM_POLICY_ID_FAIR ||
-           policy == NUKSM_POLICY_ID_PRIORITY;
+           policy == NUKSM_POLICY_ID_PRIORITY ||
+           policy == NUKSM_POLICY_ID_AUTO;
+}
+
+bool policy_moves_pages(NuksmPolicyId policy)
+{
+    return policy == NUKSM_POLICY_ID_LOCAL ||
+           policy == NUKSM_POLICY_ID_AUTO;
+}
+
+uint32_t policy_relocate_page(NuksmPolicyId policy, const PolicyOwner *o,
+                              uint32_t node, bool owner_there)
+{
+    if (!policy_may_map(policy, o, node)) {
+        return o->home;
+    }
+    /* auto: a copy no owner is at home with is remote for all of them. */
+    return policy == NUKSM_POLICY_ID_AUTO && !owner_there ? o->home : node;
 }
 
 /*

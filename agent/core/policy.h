@@ -28,6 +28,15 @@
  *   adaptive   AdaptMD-H: hot pages share only within their node, cold
  *              pages across nodes, placed as fair places cold ones;
  *              copies are never moved
+ *   auto       the adaptive scheme (AdaptMD §III-D) with nuksm's rule
+ *              that no warm merged page is read remotely: cold pages
+ *              share across nodes; a warm page maps only a copy on its
+ *              home, and may share it with cold pages of other nodes;
+ *              a merged page that turns warm away from home moves home,
+ *              to a copy of its own there if need be, and so do the
+ *              pages of a copy whose owners all live on other nodes.  The scheme's
+ *              other half, moving similar VMs together, is the
+ *              co-location plan's (colocate.h)
  *
  * Three words have one meaning each:
  *   hot      the guest accessed the page lately: wrote it in one of the
@@ -61,7 +70,8 @@ typedef struct PolicyOwner {
     uint32_t home;           /* home node of the page's guest node */
     uint32_t priority;       /* its VM's, NUKSM_PRIORITY_MIN..MAX */
     bool hot;                /* policy_page_hot(): adaptive weighs it */
-    bool warm;               /* policy_page_warm(): the draws weigh it */
+    bool warm;               /* policy_page_warm(): the draws and auto */
+                             /* weigh it */
 } PolicyOwner;
 
 /* The nodes, as placement sees them. */
@@ -127,10 +137,26 @@ bool policy_moves_copies(NuksmPolicyId policy);
 
 /*
  * Does where @policy wants a merged copy depend on whether its owners
- * are warm (fair and priority)?  Then a change in who reads what calls
- * for a re-placement pass.
+ * are warm (fair, priority and auto)?  Then a change in who reads what
+ * calls for a re-placement pass.
  */
 bool policy_moves_by_hotness(NuksmPolicyId policy);
+
+/*
+ * Does @policy move each page of a copy by itself (local and auto),
+ * rather than the whole copy (policy_relocate_node())?
+ */
+bool policy_moves_pages(NuksmPolicyId policy);
+
+/*
+ * Under a policy that moves pages by themselves: the node page @o, which
+ * maps a copy on @node, should map a copy on: its home if it may not map
+ * it there; under auto its home too if no page of the copy has its home
+ * on @node (@owner_there false), as when the VMs that share it all moved
+ * to another node; else @node.
+ */
+uint32_t policy_relocate_page(NuksmPolicyId policy, const PolicyOwner *o,
+                              uint32_t node, bool owner_there);
 
 /*
  * Re-placement of a copy of content @digest on @node that the @n pages

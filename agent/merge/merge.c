@@ -43,6 +43,7 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     keymap_init(&client->read_regions, agent->index.seed);
     sketch_init(&client->sketch, agent->index.seed);
     client->colocation.plan_verdict = NUKSM_PLAN__MAX;
+    client->colocated_to = NUKSM_MAX_NODES;
     lines_init(&client->lines);
     client->to_merge = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
     client->to_upload = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
@@ -426,6 +427,17 @@ static bool join_copy(NuksmAgent *agent, NuksmClient *v,
     return false;
 }
 
+/* Is page @o kept from a copy on @node only by being hot (or warm)? */
+static bool kept_by_hotness(NuksmAgent *agent, const PolicyOwner *o,
+                            uint32_t node)
+{
+    PolicyOwner cold = *o;
+
+    cold.hot = cold.warm = false;
+    return !policy_may_map(agent->placement.policy, o, node) &&
+           policy_may_map(agent->placement.policy, &cold, node);
+}
+
 /*
  * Pair @c with an unstable entry of the same content that @v's page may
  * share a copy with, starting its upload; false if none.  Within a VM
@@ -448,13 +460,13 @@ static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
         if (!policy_may_share(agent->placement.policy, pv, &pu)) {
             /*
              * Only hotness keeps two pages of one content from sharing
-             * across nodes: the hot ones are offered again, to pair
-             * once they have cooled down.
+             * across nodes: those it keeps from the other's node are
+             * offered again, to pair once they have cooled down.
              */
-            if (pu.hot) {
+            if (kept_by_hotness(agent, &pu, pv->home)) {
                 outbox_add_retry(agent, u, ue->page);
             }
-            if (pv->hot) {
+            if (kept_by_hotness(agent, pv, pu.home)) {
                 outbox_add_retry(agent, v, c->page);
             }
             continue;

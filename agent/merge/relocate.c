@@ -151,10 +151,17 @@ static void plan_slot(NuksmAgent *agent, SlotId id, const MergedPage *sh,
                                      cold_windows),
         };
     }
-    if (agent->placement.policy == NUKSM_POLICY_ID_LOCAL) {
+    if (policy_moves_pages(agent->placement.policy)) {
+        bool owner_there = false;
+
         for (size_t i = 0; i < n; i++) {
-            if (o[i].home != node) {
-                plan_move(agent, id, &sh[i], o[i].home);
+            owner_there |= o[i].home == node;
+        }
+        for (size_t i = 0; i < n; i++) {
+            target = policy_relocate_page(agent->placement.policy, &o[i],
+                                          node, owner_there);
+            if (target != node) {
+                plan_move(agent, id, &sh[i], target);
             }
         }
         return;

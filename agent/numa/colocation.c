@@ -21,19 +21,6 @@ typedef struct Colocation {
     uint32_t groups;
 } Colocation;
 
-/* Was @vm's home node given by its operator, not by where it ran? */
-static bool pinned_by_operator(const NuksmClient *vm)
-{
-    switch (vm->home_source[0]) {
-    case NUKSM_HOME_PINNED:
-    case NUKSM_HOME_BACKEND:
-    case NUKSM_HOME_MEMORY:
-        return true;
-    default:
-        return false;
-    }
-}
-
 /* The RAM @vm's TOPOLOGY reports, in pages. */
 static uint64_t vm_pages(const NuksmClient *vm)
 {
@@ -115,7 +102,9 @@ static void colocation_look(NuksmAgent *agent, Colocation *c)
             .pages = vm_pages(vm),
             .vcpus = vm->topology->nr_vcpus,
             .pinned = !agent->placement.colocate_move_pinned &&
-                      pinned_by_operator(vm),
+                      colocate_pinned_by_operator(vm->home_source[0],
+                                                  client_home(vm, 0),
+                                                  vm->colocated_to),
         };
         if (cv->node < agent->nr_nodes) {
             nodes[cv->node].vcpus += cv->vcpus;
@@ -134,6 +123,25 @@ static void colocation_clear(Colocation *c)
     g_free(c->cvms);
     g_array_unref(c->pairs);
     g_array_unref(c->moves);
+}
+
+bool colocation_move_of(NuksmAgent *agent, const NuksmClient *vm,
+                        ColocateMove *move)
+{
+    Colocation c;
+    bool found = false;
+
+    colocation_look(agent, &c);
+    for (guint i = 0; i < c.moves->len && !found; i++) {
+        const ColocateMove *mv = &g_array_index(c.moves, ColocateMove, i);
+
+        if (g_ptr_array_index(c.vms, mv->vm) == vm) {
+            *move = *mv;
+            found = true;
+        }
+    }
+    colocation_clear(&c);
+    return found;
 }
 
 void colocation_handle_get_plan(NuksmAgent *agent, NuksmClient *client,
@@ -198,6 +206,7 @@ static void tell(NuksmAgent *agent, NuksmClient *vm)
         .twin_pm = co->twin_pm,
         .plan_to = co->plan_to,
         .plan_verdict = co->plan_verdict,
+        .scheme = co->scheme,
     };
 
     if (twin) {
@@ -248,6 +257,12 @@ static gboolean on_refresh(gpointer opaque)
 
         vm->colocation.plan_to = mv->to;
         vm->colocation.plan_verdict = mv->verdict;
+    }
+    for (guint i = 0; i < all->len; i++) {
+        NuksmClient *vm = g_ptr_array_index(all, i);
+
+        vm->colocation.scheme = colocate_scheme(c.moves, c.cvms,
+                                                vm->domain_id);
     }
     colocation_clear(&c);
     for (guint i = 0; i < all->len; i++) {

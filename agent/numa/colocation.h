@@ -18,7 +18,8 @@
  * Every COLOCATION_PERIOD_S it looks again, to keep each VM's most
  * similar VM of its domain (its twin) and its planned move, if any, for
  * LIST_VMS, and to tell each VM whose twin or move changed
- * (COLOCATION, which query-nuksm shows).  A look exports each VM's sketch once and compares every two
+ * (COLOCATION, which query-nuksm shows), with the adaptive scheme's
+ * choice for its merge domain (colocate_scheme()).  A look exports each VM's sketch once and compares every two
  * VMs of a domain by a merge of their exports (core/sketch.h): some 80
  * ms of CPU for 100 VMs of one domain, every period, about 1% of a core.
  *
@@ -36,6 +37,13 @@
 
 void colocation_handle_get_plan(NuksmAgent *agent, NuksmClient *client,
                                 uint32_t seq, const void *payload);
+
+/*
+ * What a fresh look plans for @vm: into *@move (its verdict, its
+ * target), false if it is in no group that needs a move.
+ */
+bool colocation_move_of(NuksmAgent *agent, const NuksmClient *vm,
+                        ColocateMove *move);
 
 void colocation_start(NuksmAgent *agent);
 void colocation_stop(NuksmAgent *agent);

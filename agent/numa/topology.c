@@ -61,6 +61,33 @@ uint32_t topology_node_cpus(const Topology *t, uint32_t node)
     return cpus;
 }
 
+void topology_node_cpu_set(const Topology *t, uint32_t node, cpu_set_t *cpus)
+{
+    CPU_ZERO(cpus);
+    for (uint32_t c = 0; c < t->nr_cpus; c++) {
+        if (t->cpu_node[c] == node) {
+            CPU_SET(c, cpus);
+        }
+    }
+}
+
+uint64_t topology_node_mems(const Topology *t, uint32_t node)
+{
+    uint64_t mems = 0;
+
+    if (!t->fake) {
+        return 1ull << node;
+    }
+    for (uint32_t c = 0; c < t->nr_cpus; c++) {
+        int real = numa_available() < 0 ? 0 : numa_node_of_cpu(c);
+
+        if (t->cpu_node[c] == node && real >= 0 && real < 64) {
+            mems |= 1ull << real;
+        }
+    }
+    return mems;
+}
+
 uint64_t topology_node_free_pages(const Topology *t, uint32_t node)
 {
     long long free_bytes = 0;

@@ -34,6 +34,15 @@ void topology_init(Topology *t, uint32_t fake_nodes);
 /* The CPUs of @node. */
 uint32_t topology_node_cpus(const Topology *t, uint32_t node);
 
+/* The CPUs of @node, into @cpus. */
+void topology_node_cpu_set(const Topology *t, uint32_t node, cpu_set_t *cpus);
+
+/*
+ * The host memory nodes of @node, as a bitmap: @node itself, or with
+ * logical nodes the real nodes its CPUs are on.
+ */
+uint64_t topology_node_mems(const Topology *t, uint32_t node);
+
 /*
  * The free memory of @node, in pages; UINT64_MAX where it is not known
  * (logical nodes, no NUMA support).

@@ -244,6 +244,18 @@ static gint compare_ids(gconstpointer a, gconstpointer b)
     return ca->id < cb->id ? -1 : ca->id > cb->id;
 }
 
+NuksmClient *clients_find(const ClientRegistry *reg, uint32_t id)
+{
+    for (GList *l = reg->list.head; l; l = l->next) {
+        NuksmClient *client = l->data;
+
+        if (client->hello_done && client->id == id) {
+            return client;
+        }
+    }
+    return NULL;
+}
+
 GPtrArray *clients_list_vms(const ClientRegistry *reg)
 {
     GPtrArray *vms = g_ptr_array_new();

@@ -48,6 +48,7 @@ typedef struct ClientColocation {
     uint32_t twin_pm;        /* their similarity, per mille */
     uint32_t plan_to;        /* the node the plan moves it to, */
     uint32_t plan_verdict;   /* and whether; NUKSM_PLAN__MAX: no move */
+    NuksmSchemeId scheme;    /* the adaptive scheme's, for its domain */
 } ClientColocation;
 
 typedef struct NuksmClient {
@@ -147,6 +148,9 @@ typedef struct NuksmClient {
     /* What its memory holds, sampled by content (sketch.h) */
     ContentSketch sketch;
     ClientColocation colocation;    /* co-location's last look */
+    uint32_t colocated_to;   /* the node a planned move (APPLY_MOVE) took */
+                             /* it to, NUKSM_MAX_NODES if none: its pins */
+                             /* there are nuksm's, not its operator's */
 } NuksmClient;
 
 typedef struct ClientRegistry {
@@ -202,6 +206,9 @@ unsigned clients_count_vms_reading(const ClientRegistry *reg, int domain_id);
 
 /* The clients_is_vm() clients sorted by id; free with g_ptr_array_unref. */
 GPtrArray *clients_list_vms(const ClientRegistry *reg);
+
+/* The client, VM or control, that HELLO gave @id; NULL if none now. */
+NuksmClient *clients_find(const ClientRegistry *reg, uint32_t id);
 
 /*
  * The home node of @client's guest node @gnode (home.h; 0 before

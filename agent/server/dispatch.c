@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "apply.h"
 #include "colocation.h"
 #include "conditions.h"
 #include "detached.h"
@@ -368,6 +369,8 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         e->twin_pm = vm->colocation.twin_pm;
         e->plan_to = vm->colocation.plan_to;
         e->plan_verdict = vm->colocation.plan_verdict;
+        e->scheme = vm->colocation.scheme;
+        e->applied_to = vm->colocated_to;
         if (vm->paused_at) {
             e->throttled_ns += (g_get_monotonic_time() - vm->paused_at) * 1000;
         }
@@ -412,6 +415,7 @@ static const RequestHandler handlers[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_READS]        = reads_handle_reads,
     [NUKSM_MSG_GET_SIMILARITY] = similarity_handle_get,
     [NUKSM_MSG_GET_PLAN]     = colocation_handle_get_plan,
+    [NUKSM_MSG_APPLY_MOVE]   = apply_handle_apply_move,
     [NUKSM_MSG_GET_SKETCH]   = similarity_handle_get_sketch,
 };
 

@@ -150,6 +150,17 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
 
         read_string(c->twin, sizeof(c->twin));
         REQUIRE(c->twin_pm <= 1000 && c->plan_verdict <= NUKSM_PLAN__MAX);
+        REQUIRE(nuksm_scheme_name(c->scheme) != NULL);
+        break;
+    }
+    case NUKSM_MSG_APPLY_MOVE:
+        REQUIRE(((const NuksmMsgApplyMove *)p)->to < NUKSM_MAX_NODES);
+        break;
+    case NUKSM_MSG_APPLIED: {
+        const NuksmMsgApplied *a = p;
+
+        REQUIRE(a->how < NUKSM_APPLY__MAX && a->to < NUKSM_MAX_NODES);
+        sink += a->pages_left + a->mems + a->cpus[0];
         break;
     }
     case NUKSM_MSG_SKETCH: {

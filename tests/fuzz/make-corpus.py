@@ -76,7 +76,8 @@ def proto_seeds():
         agent_cpu_ns=2000000, throttled_ns=0, uploads_read=4,
         uploads_sent=1, read_errno=0, reserved2=0, reads_local=30,
         reads_remote=12, read_window_ms=1000, read_hot_regions=2,
-        twin_id=2, twin_pm=500, plan_to=1, plan_verdict=0))
+        twin_id=2, twin_pm=500, plan_to=1, plan_verdict=0, scheme=1,
+        applied_to=1))
     return {
         "hello-vm": msg(h.MSG_HELLO, h.hello(role=h.ROLE_VM, priority=10,
                                              domain=b"default",
@@ -101,6 +102,7 @@ def proto_seeds():
         "list-vms": msg(h.MSG_LIST_VMS),
         "get-similarity": msg(h.MSG_GET_SIMILARITY),
         "get-plan": msg(h.MSG_GET_PLAN),
+        "apply-move": msg(h.MSG_APPLY_MOVE, h.APPLY_MOVE.pack(1, 1)),
         "get-sketch": msg(h.MSG_GET_SKETCH, struct.pack("=II", 1, 0)),
         "vms": msg(h.MSG_VMS, h.VMS.pack(2, 3) + vm_entry * 2),
         "store": msg(h.MSG_STORE, h.STORE.pack(1, 0, 1 << 36), seq=0),

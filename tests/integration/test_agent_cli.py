@@ -134,6 +134,8 @@ def test_vms_lists_connected_vms(agent, qtest_vm):
     twin = by_pid[blue.pid].pop("twin")
     assert twin is None or twin["id"] == by_pid[plain.pid]["id"], twin
     assert by_pid[blue.pid].pop("plan") is None
+    assert by_pid[blue.pid].pop("scheme") == "global"
+    assert by_pid[blue.pid].pop("moved_to") is None
     assert by_pid[blue.pid] == {
         "id": int(rows[blue.pid]["ID"]), "pid": blue.pid,
         "uid": os.getuid(),

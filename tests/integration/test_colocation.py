@@ -15,9 +15,10 @@ MiB written) on nodes 0 and 1; c holds contents of its own, on node 1.
 periodic look, and the VM's own query-nuksm what the agent told it.
 """
 
+import os
 import random
 
-from harness import ctl_json, ctl_ok, wait_until, write_alike
+from harness import ctl, ctl_json, ctl_ok, wait_until, write_alike
 from test_placement import home, node_cpus, pin
 
 COLOCATION_PERIOD_S = 10     # agent/numa/colocation.h
@@ -102,6 +103,20 @@ def test_plan_moves_the_twin_where_there_is_room(start_agent, qtest_vm):
     assert (move["name"], move["verdict"]) == ("tb", "no-room"), move
     assert "no node has room" in ctl_ok(tight.sock, "plan")
 
+    # --apply carries out nothing it may not: b is no libvirt domain and
+    # --colocate-apply is libvirt's (the default); tb has no room; a
+    # VM the plan does not move is named as such.
+    refused = ctl(agent.sock, "plan", "--apply")
+    assert refused.returncode == 1, refused
+    assert "b, node 1 -> node 0: not moved: client" in refused.stdout
+    assert "not a libvirt domain" in refused.stdout, refused.stdout
+    refused = ctl(tight.sock, "plan", "--apply", "tb", "ta")
+    assert refused.returncode == 1, refused
+    assert "tb, node 1 -> node 0: not moved: refused (no-room)" in \
+        refused.stdout, refused.stdout
+    assert "ta: the plan moves no such VM" in refused.stderr
+    assert home(b) == [(1, "pinned")]
+
 
 def test_plan_keeps_pinned_vms(start_agent, qtest_vm):
     agent = start_agent("--fake-numa", "2", "--colocate-min-gain", "8",
@@ -111,3 +126,61 @@ def test_plan_keeps_pinned_vms(start_agent, qtest_vm):
     assert (move["name"], move["from"], move["to"], move["verdict"]) == \
         ("a", 0, 1, "pinned"), move
     assert "its operator pinned it" in ctl_ok(agent.sock, "plan")
+
+
+def allowed_cpus(pid):
+    """The CPUs each thread of @pid may run on."""
+    return {tid: frozenset(os.sched_getaffinity(int(tid)))
+            for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+def test_apply_moves_a_plain_qemu(start_agent, qtest_vm):
+    """nuksmctl plan --apply with --colocate-apply=all: nuksmd moves b's
+    threads to node 0's CPUs (the memory stays: one real node here); b's
+    home follows, its pins count as nuksm's, the plan empties and the
+    scheme turns from colocate to global; under auto the copies b and a
+    share end up on node 0, local to both."""
+    agent = start_agent("--fake-numa", "2", "--colocate-min-gain", "8",
+                        "--colocate-pins", "move",
+                        "--colocate-vcpus-per-cpu", "2",
+                        "--colocate-apply", "all", "--policy", "auto")
+    vms = start_vms(qtest_vm, agent, LAYOUT)
+    a, b, c = vms["a"], vms["b"], vms["c"]
+    (move,) = settled_plan(agent, 1, 1)["moves"]
+    assert (move["name"], move["to"]) == ("b", 0), move
+    wait_until(lambda: (b.nuksm().get("colocation") or {}).get("scheme") ==
+               "colocate", 2 * COLOCATION_PERIOD_S,
+               "b to hear that the scheme plans a move")
+    c_cpus = allowed_cpus(c.pid)
+
+    out = ctl_ok(agent.sock, "plan", "--apply")
+    assert "b, node 1 -> node 0: moved by nuksmd:" in out, out
+    assert "its memory had no other node to leave" in out, out
+    cpus = os.sysconf("SC_NPROCESSORS_CONF")
+    node0 = {cpu for cpu in range(cpus) if cpu * 2 // cpus == 0}
+    assert set(allowed_cpus(b.pid).values()) == {frozenset(node0)}
+    assert allowed_cpus(c.pid) == c_cpus, "c moved too"
+    wait_until(lambda: home(b) == [(0, "pinned")], 10,
+               "b's home to follow its threads")
+
+    settled_plan(agent, 1, 0)
+
+    def told():
+        vm = {v["name"]: v for v in ctl_json(agent.sock, "vms")["vms"]}["b"]
+        co = b.nuksm().get("colocation") or {}
+        return (vm["plan"] is None and vm["moved_to"] == 0 and
+                vm["scheme"] == "global" and co.get("scheme") == "global"
+                and "plan" not in co)
+    wait_until(told, 3 * COLOCATION_PERIOD_S,
+               "the list and b to show the move done, the scheme global")
+    assert "moved 0" in ctl_ok(agent.sock, "vms")
+    assert "scheme global" in b.hmp("info nuksm")
+    # Nothing left to carry out.
+    again = ctl(agent.sock, "plan", "--apply", "b")
+    assert again.returncode == 1 and "moves no such VM" in again.stderr
+
+    # auto re-places what a and b share onto node 0, where both now are.
+    wait_until(lambda: all(
+        (i := vm.nuksm())["merged-remote"] == 0 and
+        i["merged-local"] >= SHARED // PAGE for vm in (a, b)), 60,
+        "a's and b's merged pages to be local")

@@ -23,8 +23,9 @@ import traceback
 import pytest
 import xxhash
 
-from harness import (DEFAULT_DOMAIN, ERR_DENIED, HELLO_ACK, INFO_DOMAIN,
-                     INFO_HOST, INFO_NONE, MSG_GET_INFO, MSG_GET_PLAN,
+from harness import (APPLY_MOVE, DEFAULT_DOMAIN, ERR_DENIED, HELLO_ACK, INFO_DOMAIN,
+                     INFO_HOST, INFO_NONE, MSG_APPLIED, MSG_APPLY_MOVE,
+                     MSG_GET_INFO, MSG_GET_PLAN,
                      MSG_GET_SIMILARITY, MSG_HELLO, MSG_HELLO_ACK, MSG_PLAN,
                      MSG_SIMILARITY,
                      MSG_INFO, MSG_LIST_VMS, MSG_MERGE, MSG_POLICY,
@@ -119,9 +120,9 @@ def list_vms(client, seq=50):
     return entries
 
 
-def admin_only_denied(client, request, reply_type, seq=70):
+def admin_only_denied(client, request, reply_type, seq=70, payload=b""):
     """The ERROR text @request gets, or None if it got its @reply_type."""
-    reply = client.request(request, seq)
+    reply = client.request(request, seq, payload)
     if reply.type == reply_type:
         return None
     code, message = reply.error()
@@ -395,13 +396,18 @@ def test_only_administrators_change_the_host(start_agent, workdir):
         similarity = admin_only_denied(client, MSG_GET_SIMILARITY,
                                        MSG_SIMILARITY)
         plan = admin_only_denied(client, MSG_GET_PLAN, MSG_PLAN, seq=71)
-        return (admin, denied, info, scope, vms, similarity, plan), client
+        apply = admin_only_denied(client, MSG_APPLY_MOVE, MSG_APPLIED,
+                                  seq=72, payload=APPLY_MOVE.pack(1, 0))
+        return (admin, denied, info, scope, vms, similarity, plan,
+                apply), client
     with in_process(as_nobody, user=NOBODY) as (admin, denied, info, scope,
-                                                 vms, similarity, plan):
+                                                 vms, similarity, plan,
+                                                 apply):
         assert not admin
         assert "needs an administrator" in denied
         assert "administrators only" in similarity
         assert "administrators only" in plan
+        assert "administrators only" in apply
         assert scope == INFO_NONE
         assert (info.vms, info.pages_shared, info.store_pages) == (0, 0, [0])
         assert vms == []        # root's VM is not its own

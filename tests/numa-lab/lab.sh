@@ -24,6 +24,16 @@
 # (about 3): the VMs' hot-window is 6 s, so that a region read every
 # round is read in every window.
 #
+# Last, AdaptMD-S: a third VM C, unlike the two, starts on node 1.  Under
+# global, nuksmd's saving is the reference.  Under auto, the co-location
+# plan moves B to A's node (nuksmd runs with --colocate-pins=move: the
+# lab's taskset pins count as the operator's), `nuksmctl plan --apply`
+# carries it out (--colocate-apply=all: B is no libvirt domain), and
+# then: B's memory is on node 0 (numa_maps), A's and B's merged pages
+# are all local, the store pages physically on their node (move_pages()),
+# C has not moved, and the saving is at least 96% of global's (AdaptMD-S
+# reaches 96% on 8 nodes).
+#
 # Prints progress lines "numa-lab: ..." and ends with exactly one verdict,
 # "numa-lab: PASS: ..." (exit 0) or "numa-lab: FAIL: ..." (exit 1).
 #
@@ -61,7 +71,7 @@ say() {
 
 # The last lines of the agent's and the VMs' logs, less nuksmctl's visits.
 show_logs() {
-    for log in nuksmd vmA vmB; do
+    for log in nuksmd vmA vmB vmC; do
         if [ -s "$LOGS/$log.log" ]; then
             say "--- last lines of $log's log:"
             grep -v -e ': control client$' -e ': info: connection from pid' \
@@ -155,7 +165,8 @@ done
 
 # ---------------------------------------------------------------- agent
 nuksmd --policy priority --replace-rate 20000 --state-dir "$STATE" \
-    --socket "$SOCK" \
+    --socket "$SOCK" --colocate-pins move --colocate-apply all \
+    --colocate-vcpus-per-cpu 0 --colocate-min-gain 8 \
     --log-level info >"$LOGS/nuksmd.log" 2>&1 &
 AGENT=$!
 i=0
@@ -172,17 +183,19 @@ say "nuksmd (pid $AGENT) up: policy $(echo "$STATUS" |
 
 # ---------------------------------------------------------------- VMs
 store-nodes --blob "$BLOB" "$PAGES" || abort "cannot write $BLOB"
-say "wrote $BLOB: $PAGES distinct pages ($((PAGES / 256)) MiB)"
+store-nodes --blob "$BLOB.c" "$PAGES" 1000000 || abort "cannot write $BLOB.c"
+say "wrote $BLOB: $PAGES distinct pages ($((PAGES / 256)) MiB), and" \
+    "$BLOB.c, as many others"
 
-# start_vm NAME CPU PRIORITY: a qtest VM pinned (every thread) to CPU, its
-# RAM at 16 MiB holding the blob (QEMU's generic loader writes it in at
-# reset).  Sets VM_PID.
+# start_vm NAME CPU PRIORITY [BLOB]: a qtest VM pinned (every thread) to
+# CPU, its RAM at 16 MiB holding the blob (QEMU's generic loader writes it
+# in at reset).  Sets VM_PID.
 start_vm() {
     taskset -c "$2" qemu-system-x86_64 -L /lab/share/qemu \
         -accel qtest -machine q35 -m 256M -nodefaults -display none \
         -monitor none -qtest unix:"/tmp/$1.qtest",server=on,wait=off \
         -name "$1" \
-        -device loader,file="$BLOB",addr=0x1000000,force-raw=on \
+        -device loader,file="${4:-$BLOB}",addr=0x1000000,force-raw=on \
         -object nuksm,id=dedup0,agent="$SOCK",priority="$3",max-cpu=$MAX_CPU,hot-window=$HOT_WINDOW \
         >"$LOGS/$1.log" 2>&1 &
     VM_PID=$!
@@ -443,9 +456,113 @@ else
             "ksm-order's, both stores used, every page on its node"
 fi
 
+# 6. AdaptMD-S.  A third VM, unlike A and B, on node 1.
+start_vm vmC "$CPU1" 1 "$BLOB.c"
+VMC=$VM_PID
+say "vmC: pid $VMC, its own contents, pinned to cpu $CPU1 (node 1)"
+nuksmctl --socket "$SOCK" policy global >/dev/null ||
+    abort "nuksmctl policy global failed"
+
+# settle WHAT: until nothing is pending and pages_sharing and the stores
+# hold still for three looks 2 s apart.  Sets SAVED (pages_sharing -
+# pages_shared).
+settle() {
+    start=$(date +%s)
+    last=
+    stable=0
+    while :; do
+        for pid in $VMA $VMB $VMC; do
+            kill -0 "$pid" 2>/dev/null || abort "a VM (pid $pid) exited"
+        done
+        read_status || abort "nuksmctl status: $STATUS"
+        now="$(status_num vms) $(status_num pages_sharing) $(status_store)"
+        now="$now $(status_num moves_pending)"
+        say "$1: vms, pages_sharing, store_pages, pending: $now"
+        if [ "$now" = "$last" ] && [ "$(status_num moves_pending)" = 0 ] &&
+           [ "$(status_num vms)" = 3 ]; then
+            stable=$((stable + 1))
+            [ "$stable" -ge 3 ] && break
+        else
+            stable=0
+        fi
+        [ $(($(date +%s) - start)) -lt "$TIMEOUT" ] ||
+            abort "$1 did not settle within ${TIMEOUT}s"
+        last=$now
+        sleep 2
+    done
+    SAVED=$(($(status_num pages_sharing) - $(status_num pages_shared)))
+}
+settle global
+SAVED_GLOBAL=$SAVED
+say "global saves $SAVED_GLOBAL pages"
+
+nuksmctl --socket "$SOCK" policy auto >/dev/null ||
+    abort "nuksmctl policy auto failed"
+i=0
+until nuksmctl --socket "$SOCK" --json plan | grep -q '"verdict": "planned"'
+do
+    i=$((i + 1))
+    [ "$i" -lt 60 ] || abort "no move planned in 60 s:" \
+        "$(nuksmctl --socket "$SOCK" plan)"
+    sleep 1
+done
+nuksmctl --socket "$SOCK" plan | sed 's/^/numa-lab:   /'
+APPLY=$(nuksmctl --socket "$SOCK" plan --apply 2>&1)
+APPLY_RC=$?
+echo "$APPLY" | sed 's/^/numa-lab:   /'
+settle "auto after the move"
+SAVED_S=$SAVED
+locate_stores
+nuksmctl --socket "$SOCK" vms | sed 's/^/numa-lab:   /'
+
+# vm_column VM COLUMN: a column of `nuksmctl vms` for VM.
+vm_column() {
+    nuksmctl --socket "$SOCK" vms | awk -v vm="$1" -v c="$2" '
+        NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+        $col["NAME"] == vm { print $col[c] }'
+}
+# anon_pages PID NODE: pages of PID's private anonymous memory on NODE.
+anon_pages() {
+    grep ' anon=' "/proc/$1/numa_maps" | grep -o " N$2=[0-9]*" |
+        awk -F= '{ n += $2 } END { print n + 0 }'
+}
+B_ON0=$(anon_pages "$VMB" 0)
+B_ON1=$(anon_pages "$VMB" 1)
+C_ON1=$(anon_pages "$VMC" 1)
+REMOTE_A=$(vm_column vmA REMOTE)
+REMOTE_B=$(vm_column vmB REMOTE)
+MERGED_B=$(vm_column vmB MERGED)
+S0_PAGES=$(field pages "$L0")
+S0_ON0=$(field node0 "$L0")
+S1_PAGES=$(field pages "$L1")
+S1_ON1=$(field node1 "$L1")
+colocated="vmB moved to node 0 (its memory: $B_ON0 pages on node 0,"
+colocated="$colocated $B_ON1 on node 1); merged pages remote: vmA"
+colocated="$colocated $REMOTE_A, vmB $REMOTE_B of $MERGED_B; store-node0"
+colocated="$colocated $S0_PAGES ($S0_ON0 on node 0), store-node1 $S1_PAGES"
+colocated="$colocated ($S1_ON1 on node 1); saving $SAVED_S pages, global's"
+colocated="$colocated $SAVED_GLOBAL"
+if [ "$APPLY_RC" = 0 ] &&
+   echo "$APPLY" | grep -q "vmB, node 1 -> node 0: moved by nuksmd" &&
+   echo "$APPLY" | grep -q "memory moved" &&
+   [ $((B_ON1 * 100)) -le "$B_ON0" ] && [ "$C_ON1" -gt 0 ] &&
+   [ "$REMOTE_A" = 0 ] && [ "$REMOTE_B" = 0 ] &&
+   [ "$MERGED_B" -ge "$MIN_SHARING" ] &&
+   [ "$S0_ON0" = "$S0_PAGES" ] && [ "$S1_ON1" = "$S1_PAGES" ] &&
+   [ $((SAVED_S * 100)) -ge $((SAVED_GLOBAL * 96)) ] &&
+   nuksmctl --socket "$SOCK" --json plan | grep -q '"moves": \[\]'; then
+    say "check ok: AdaptMD-S: $colocated"
+else
+    problem "AdaptMD-S: $colocated; the move (exit $APPLY_RC), its memory" \
+            "on node 0 (at most 1% left), no remote merged page, every" \
+            "store page on its node, at least 96% of global's saving and" \
+            "an empty plan expected"
+fi
+
 summary="2 nodes, pages_sharing=$SHARING, store-node0=$F0 store-node1=$F1"
 if [ -z "$problems" ]; then
-    say "PASS: $summary, $physical, $split; $moved; $reads"
+    say "PASS: $summary, $physical, $split; $moved; $reads; AdaptMD-S:" \
+        "$colocated"
     exit 0
 fi
 say "FAIL: $problems ($summary; $physical)"

@@ -15,9 +15,11 @@
  *       page was found on some node, 1 if some page could not be placed
  *       (errors > 0), 2 on usage or system errors.
  *
- *   store-nodes --blob FILE PAGES
+ *   store-nodes --blob FILE PAGES [FIRST]
  *       Write PAGES pages of 4 KiB, each one distinct and non-zero, to
- *       FILE: the identical content the lab loads into two VMs.
+ *       FILE: the identical content the lab loads into two VMs.  The
+ *       pages are numbered from FIRST (default 0): blobs whose numbers
+ *       do not overlap have no page alike.
  *
  * Holes are never touched: a read fault on a hole of a tmpfs file maps
  * a freshly allocated page into the file, which would add a page to the
@@ -67,10 +69,12 @@ static uint64_t splitmix64(uint64_t *x)
     return z ^ (z >> 31);
 }
 
-static int write_blob(const char *path, const char *pages_arg)
+static int write_blob(const char *path, const char *pages_arg,
+                      const char *first_arg)
 {
     char *end;
     unsigned long long pages = strtoull(pages_arg, &end, 10);
+    unsigned long long first;
     uint64_t buf[PAGE / 8];
     FILE *f;
 
@@ -79,12 +83,18 @@ static int write_blob(const char *path, const char *pages_arg)
                 pages_arg);
         return 2;
     }
+    first = strtoull(first_arg, &end, 10);
+    if (*first_arg == '\0' || *end != '\0' || first > (1ULL << 40)) {
+        fprintf(stderr, "store-nodes: --blob: bad first page '%s'\n",
+                first_arg);
+        return 2;
+    }
     f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "store-nodes: %s: %s\n", path, strerror(errno));
         return 2;
     }
-    for (unsigned long long p = 0; p < pages; p++) {
+    for (unsigned long long p = first; p < first + pages; p++) {
         uint64_t seed = 0x6e756b736dULL ^ (p << 20);
 
         for (size_t w = 0; w < PAGE / 8; w++) {
@@ -254,12 +264,12 @@ int main(int argc, char **argv)
     int nodes = 1;
     int ret = 0;
 
-    if (argc == 4 && strcmp(argv[1], "--blob") == 0) {
-        return write_blob(argv[2], argv[3]);
+    if ((argc == 4 || argc == 5) && strcmp(argv[1], "--blob") == 0) {
+        return write_blob(argv[2], argv[3], argc == 5 ? argv[4] : "0");
     }
     if (argc < 2 || argv[1][0] == '-') {
         fprintf(stderr, "usage: store-nodes FILE...\n"
-                        "       store-nodes --blob FILE PAGES\n");
+                        "       store-nodes --blob FILE PAGES [FIRST]\n");
         return 2;
     }
     if (numa_available() >= 0) {

@@ -491,7 +491,7 @@ static void test_policy(void)
     assert_error_contains(qtest_qmp(vm1, "{'execute': 'nuksm-set-policy', "
                                     "'arguments': {'policy': 'fastest'}}"),
                           "'policy'", "global, ksm-order, local, fair, "
-                          "priority, adaptive");
+                          "priority, adaptive, auto");
     assert_error_contains(qtest_qmp(vm1, "{'execute': 'nuksm-set-policy', "
                                     "'arguments': {'policy': 'local', "
                                     "'id': 'nope'}}"),

@@ -244,6 +244,60 @@ static void test_groups(void)
     g_assert_cmpuint(nodes[2].free_pages, ==, 0);
 }
 
+/*
+ * The adaptive scheme (AdaptMD Fig. 9), per merge domain: similar VMs
+ * apart with room is colocate (S), apart without is hot-local (H), none
+ * apart is global; another domain's plan does not count.
+ */
+static void test_scheme(void)
+{
+    ColocateVm vms[] = { vm(1, 0, 1000), vm(2, 1, 800), vm(3, 0, 1000),
+                         vm(4, 0, 800) };
+    ColocatePair apart = pair(0, 1, 500, 400), together = pair(2, 3, 500, 400);
+    ColocateNode room[] = { { .free_pages = FREE }, { .free_pages = FREE } };
+    ColocateNode full[] = { { .free_pages = 10 }, { .free_pages = 10 } };
+    g_autoptr(GArray) s_plan = NULL, h_plan = NULL, g_plan = NULL;
+
+    vms[2].domain = vms[3].domain = 1;
+    s_plan = plan(vms, 4, room, 2, &apart, 1, &params);
+    g_assert_cmpint(colocate_scheme(s_plan, vms, 0), ==,
+                    NUKSM_SCHEME_ID_COLOCATE);
+    g_assert_cmpint(colocate_scheme(s_plan, vms, 1), ==,
+                    NUKSM_SCHEME_ID_GLOBAL);
+
+    h_plan = plan(vms, 4, full, 2, &apart, 1, &params);
+    g_assert_cmpint(colocate_scheme(h_plan, vms, 0), ==,
+                    NUKSM_SCHEME_ID_HOT_LOCAL);
+
+    /* Similar, but on one node already: nothing to plan. */
+    g_plan = plan(vms, 4, room, 2, &together, 1, &params);
+    g_assert_cmpuint(g_plan->len, ==, 0);
+    g_assert_cmpint(colocate_scheme(g_plan, vms, 1), ==,
+                    NUKSM_SCHEME_ID_GLOBAL);
+}
+
+/*
+ * Pins are the operator's unless a planned move set them: until the VM's
+ * home leaves the node the move took it to.
+ */
+static void test_own_pins(void)
+{
+    const uint32_t none = NUKSM_MAX_NODES;
+
+    g_assert_true(colocate_pinned_by_operator(NUKSM_HOME_PINNED, 1, none));
+    g_assert_true(colocate_pinned_by_operator(NUKSM_HOME_MEMORY, 1, none));
+    g_assert_true(colocate_pinned_by_operator(NUKSM_HOME_BACKEND, 1, none));
+    g_assert_false(colocate_pinned_by_operator(NUKSM_HOME_RUNNING, 1, none));
+    g_assert_false(colocate_pinned_by_operator(NUKSM_HOME_DEFAULT, 0, none));
+    /* Moved to node 1 by nuksm, and held there: nuksm's own pins. */
+    g_assert_false(colocate_pinned_by_operator(NUKSM_HOME_PINNED, 1, 1));
+    g_assert_false(colocate_pinned_by_operator(NUKSM_HOME_MEMORY, 1, 1));
+    /* Its operator pinned it elsewhere since: the operator's. */
+    g_assert_true(colocate_pinned_by_operator(NUKSM_HOME_PINNED, 0, 1));
+    /* A bound memory backend is never nuksm's doing. */
+    g_assert_true(colocate_pinned_by_operator(NUKSM_HOME_BACKEND, 1, 1));
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -256,5 +310,7 @@ int main(int argc, char **argv)
     g_test_add_func("/colocate/small-gain", test_small_gain);
     g_test_add_func("/colocate/ties", test_ties);
     g_test_add_func("/colocate/groups", test_groups);
+    g_test_add_func("/colocate/scheme", test_scheme);
+    g_test_add_func("/colocate/own-pins", test_own_pins);
     return g_test_run();
 }

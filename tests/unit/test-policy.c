@@ -17,6 +17,7 @@
 static const NuksmPolicyId all_policies[] = {
     NUKSM_POLICY_ID_GLOBAL, NUKSM_POLICY_ID_KSM_ORDER, NUKSM_POLICY_ID_LOCAL,
     NUKSM_POLICY_ID_FAIR, NUKSM_POLICY_ID_PRIORITY, NUKSM_POLICY_ID_ADAPTIVE,
+    NUKSM_POLICY_ID_AUTO,
 };
 
 static PolicyOwner owner(uint32_t client, uint32_t home, bool hot)
@@ -107,7 +108,8 @@ static void test_may_map(void)
                 for (uint32_t node = 0; node < K; node++) {
                     bool expect = node == home ||
                         (policy != NUKSM_POLICY_ID_LOCAL &&
-                         !(policy == NUKSM_POLICY_ID_ADAPTIVE && hot));
+                         !((policy == NUKSM_POLICY_ID_ADAPTIVE ||
+                            policy == NUKSM_POLICY_ID_AUTO) && hot));
 
                     g_assert_cmpint(policy_may_map(policy, &o, node), ==,
                                     expect);
@@ -137,6 +139,10 @@ static void test_may_share(void)
                                     &cold2));
     g_assert_false(policy_may_share(NUKSM_POLICY_ID_ADAPTIVE, &hot0, &hot2));
     g_assert_true(policy_may_share(NUKSM_POLICY_ID_FAIR, &hot0, &hot2));
+    /* auto: a warm page shares its home's copy with a cold page only. */
+    g_assert_true(policy_may_share(NUKSM_POLICY_ID_AUTO, &cold0, &cold2));
+    g_assert_true(policy_may_share(NUKSM_POLICY_ID_AUTO, &hot0, &cold2));
+    g_assert_false(policy_may_share(NUKSM_POLICY_ID_AUTO, &hot0, &hot2));
     g_assert_true(policy_may_share(NUKSM_POLICY_ID_GLOBAL, &hot0, &cold2));
 }
 
@@ -227,6 +233,66 @@ static void test_new_copy_adaptive(void)
                                      &cold3, &cold0, 5), ==, 3);
 }
 
+/* auto: a new copy lives where the warm page may map it. */
+static void test_new_copy_auto(void)
+{
+    static const uint64_t copies[K] = { 10, 3, 7, 0 };
+    PolicyLoad load = load_of(copies);
+    PolicyOwner cold0 = owner(10, 0, false), cold3 = owner(13, 3, false);
+    PolicyOwner warm0 = owner(11, 0, true), warm3 = owner(14, 3, true);
+
+    /* Warm with cold: the warm page's home, however full. */
+    g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_AUTO, &load, &warm0,
+                                     &cold3, 5), ==, 0);
+    g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_AUTO, &load, &cold0,
+                                     &warm3, 5), ==, 3);
+    g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_AUTO, &load, &cold3,
+                                     &warm0, 5), ==, 0);
+    /* Both cold: the emptier node, as adaptive. */
+    g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_AUTO, &load, &cold0,
+                                     &cold3, 5), ==, 3);
+    /* A page only warm (hot a while ago) counts as warm. */
+    cold0.warm = true;
+    g_assert_cmpuint(policy_new_copy(NUKSM_POLICY_ID_AUTO, &load, &cold0,
+                                     &cold3, 5), ==, 0);
+}
+
+/*
+ * auto moves pages one by one: a warm page away from home goes home, a
+ * cold one stays while some page of its copy is at home there; local
+ * sends every page home.
+ */
+static void test_replace_auto_pages(void)
+{
+    PolicyOwner warm1 = owner(1, 1, true), cold1 = owner(2, 1, false);
+    PolicyOwner warm2 = owner(3, 2, true);
+
+    g_assert_true(policy_moves_pages(NUKSM_POLICY_ID_AUTO));
+    g_assert_true(policy_moves_pages(NUKSM_POLICY_ID_LOCAL));
+    g_assert_false(policy_moves_pages(NUKSM_POLICY_ID_ADAPTIVE));
+    g_assert_false(policy_moves_pages(NUKSM_POLICY_ID_FAIR));
+    g_assert_cmpuint(policy_relocate_page(NUKSM_POLICY_ID_AUTO, &warm1, 0,
+                                          true), ==, 1);
+    g_assert_cmpuint(policy_relocate_page(NUKSM_POLICY_ID_AUTO, &warm2, 0,
+                                          true), ==, 2);
+    g_assert_cmpuint(policy_relocate_page(NUKSM_POLICY_ID_AUTO, &warm1, 1,
+                                          true), ==, 1);
+    g_assert_cmpuint(policy_relocate_page(NUKSM_POLICY_ID_AUTO, &cold1, 0,
+                                          true), ==, 0);
+    /* Warm, not hot any more: still home (the hysteresis). */
+    warm1.hot = false;
+    g_assert_cmpuint(policy_relocate_page(NUKSM_POLICY_ID_AUTO, &warm1, 0,
+                                          true), ==, 1);
+    /* A cold copy none of whose pages is at home there: home too. */
+    g_assert_cmpuint(policy_relocate_page(NUKSM_POLICY_ID_AUTO, &cold1, 0,
+                                          false), ==, 1);
+    g_assert_cmpuint(policy_relocate_page(NUKSM_POLICY_ID_LOCAL, &cold1, 0,
+                                          true), ==, 1);
+    /* Other policies leave such a copy: global keeps copies in place. */
+    g_assert_cmpuint(policy_relocate_page(NUKSM_POLICY_ID_GLOBAL, &cold1, 0,
+                                          false), ==, 0);
+}
+
 /*
  * nuKSM's Table 5.3: two VMs with priorities P0:P1 get P0/(P0+P1) and
  * P1/(P0+P1) of the copies, whichever page came first.
@@ -287,6 +353,7 @@ static void test_moves_copies(void)
 {
     g_assert_false(policy_moves_copies(NUKSM_POLICY_ID_GLOBAL));
     g_assert_false(policy_moves_copies(NUKSM_POLICY_ID_ADAPTIVE));
+    g_assert_true(policy_moves_copies(NUKSM_POLICY_ID_AUTO));
     g_assert_true(policy_moves_copies(NUKSM_POLICY_ID_KSM_ORDER));
     g_assert_true(policy_moves_copies(NUKSM_POLICY_ID_LOCAL));
     g_assert_true(policy_moves_copies(NUKSM_POLICY_ID_FAIR));
@@ -300,7 +367,8 @@ static void test_moves_by_hotness(void)
 
         g_assert_cmpint(policy_moves_by_hotness(policy), ==,
                         policy == NUKSM_POLICY_ID_FAIR ||
-                        policy == NUKSM_POLICY_ID_PRIORITY);
+                        policy == NUKSM_POLICY_ID_PRIORITY ||
+                        policy == NUKSM_POLICY_ID_AUTO);
     }
 }
 
@@ -500,11 +568,13 @@ int main(int argc, char **argv)
                     test_new_copy_global_and_ksm_order);
     g_test_add_func("/policy/new-copy/fair", test_new_copy_fair);
     g_test_add_func("/policy/new-copy/adaptive", test_new_copy_adaptive);
+    g_test_add_func("/policy/new-copy/auto", test_new_copy_auto);
     g_test_add_func("/policy/priority/table-5.3", test_priority_table_5_3);
     g_test_add_func("/policy/priority/k-owners", test_priority_k_owners);
     g_test_add_func("/policy/moves-copies", test_moves_copies);
     g_test_add_func("/policy/moves-by-hotness", test_moves_by_hotness);
     g_test_add_func("/policy/replace", test_replace);
+    g_test_add_func("/policy/replace/auto-pages", test_replace_auto_pages);
     g_test_add_func("/policy/replace/fair-idle-balanced",
                     test_replace_fair_idle_balanced);
     g_test_add_func("/policy/replace/fair-read-by-one",

@@ -343,6 +343,17 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
         nuksm_strfield_set(c.twin, sizeof(c.twin), "web2");
         return nuksm_msg_pack(buf, type, seq, &c, sizeof(c));
     }
+    case NUKSM_MSG_APPLY_MOVE: {
+        NuksmMsgApplyMove m = { .client_id = 3, .to = 1 };
+        return nuksm_msg_pack(buf, type, seq, &m, sizeof(m));
+    }
+    case NUKSM_MSG_APPLIED: {
+        NuksmMsgApplied a = { .client_id = 3, .to = 1,
+                              .how = NUKSM_APPLY_AGENT, .threads = 4,
+                              .mems = 2, .memory_moved = 1,
+                              .cpus = { 0xf0 } };
+        return nuksm_msg_pack(buf, type, seq, &a, sizeof(a));
+    }
     case NUKSM_MSG_INFO: {
         NuksmMsgInfo i = info_msg();
         return nuksm_msg_pack(buf, type, seq, &i, sizeof(i));
@@ -1213,9 +1224,36 @@ static void test_reject_colocation(void)
     size = nuksm_msg_pack(BUF, NUKSM_MSG_COLOCATION, 0, &c, sizeof(c));
     assert_rejected(BUF, size, "COLOCATION out of range");
     c.plan_verdict = NUKSM_PLAN_PINNED;
+    c.scheme = NUKSM_SCHEME_ID__MAX;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_COLOCATION, 0, &c, sizeof(c));
+    assert_rejected(BUF, size, "COLOCATION out of range");
+    c.scheme = NUKSM_SCHEME_ID_HOT_LOCAL;
     memset(c.twin, 'x', sizeof(c.twin));
     size = nuksm_msg_pack(BUF, NUKSM_MSG_COLOCATION, 0, &c, sizeof(c));
     assert_rejected(BUF, size, "unterminated twin name in COLOCATION");
+    g_assert_cmpstr(nuksm_scheme_name(NUKSM_SCHEME_ID_HOT_LOCAL), ==,
+                    "hot-local");
+    g_assert_null(nuksm_scheme_name(NUKSM_SCHEME_ID__MAX));
+}
+
+/* APPLY_MOVE and APPLIED: nodes, ways and flags in range. */
+static void test_reject_apply(void)
+{
+    NuksmMsgApplyMove m = { .client_id = 1, .to = NUKSM_MAX_NODES };
+    NuksmMsgApplied a = { .to = 1, .how = NUKSM_APPLY__MAX };
+    size_t size;
+
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_APPLY_MOVE, 0, &m, sizeof(m));
+    assert_rejected(BUF, size, "APPLY_MOVE node out of range");
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_APPLIED, 0, &a, sizeof(a));
+    assert_rejected(BUF, size, "APPLIED out of range");
+    a.how = NUKSM_APPLY_LIBVIRT;
+    a.memory_moved = 2;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_APPLIED, 0, &a, sizeof(a));
+    assert_rejected(BUF, size, "APPLIED out of range");
+    a.memory_moved = 0;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_APPLIED, 0, &a, sizeof(a));
+    assert_valid(BUF, size);
 }
 
 /* SKETCH: its count, its range, fingerprints strictly ascending. */
@@ -1366,6 +1404,7 @@ int main(int argc, char **argv)
     g_test_add_func("/proto/reject/plan", test_reject_plan);
     g_test_add_func("/proto/reject/sketch", test_reject_sketch);
     g_test_add_func("/proto/reject/colocation", test_reject_colocation);
+    g_test_add_func("/proto/reject/apply", test_reject_apply);
     g_test_add_func("/proto/vms-max-entries", test_vms_max_entries);
     g_test_add_func("/proto/policy-names", test_policy_names);
     g_test_add_func("/proto/msg-type-names", test_msg_type_names);

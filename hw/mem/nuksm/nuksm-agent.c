@@ -381,7 +381,8 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
         const NuksmMsgColocation *co = payload;
 
         trace_nuksm_agent_colocation(s->id, co->twin, co->twin_pm,
-                                     co->plan_to, co->plan_verdict);
+                                     co->plan_to, co->plan_verdict,
+                                     co->scheme);
         c->colocation = *co;
         return;
     }

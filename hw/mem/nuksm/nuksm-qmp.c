@@ -40,6 +40,12 @@ QEMU_BUILD_BUG_ON((int)NUKSM_PLAN_VERDICT_PLANNED != NUKSM_PLAN_PLANNED ||
                   NUKSM_PLAN_SMALL_GAIN ||
                   (int)NUKSM_PLAN_VERDICT__MAX != NUKSM_PLAN__MAX);
 
+/* The adaptive scheme's choice: QAPI's NuksmScheme, libnuksm's Id. */
+QEMU_BUILD_BUG_ON((int)NUKSM_SCHEME_GLOBAL != NUKSM_SCHEME_ID_GLOBAL ||
+                  (int)NUKSM_SCHEME_COLOCATE != NUKSM_SCHEME_ID_COLOCATE ||
+                  (int)NUKSM_SCHEME_HOT_LOCAL != NUKSM_SCHEME_ID_HOT_LOCAL ||
+                  (int)NUKSM_SCHEME__MAX != NUKSM_SCHEME_ID__MAX);
+
 static Nuksm *nuksm_first_connected(Error **errp)
 {
     g_autoptr(GPtrArray) all = nuksm_objects();
@@ -80,12 +86,14 @@ static NuksmColocation *nuksm_get_colocation(const NuksmMsgColocation *co)
 {
     NuksmColocation *info;
 
-    if (!co->twin_pm && co->plan_verdict >= NUKSM_PLAN__MAX) {
+    if (!co->twin_pm && co->plan_verdict >= NUKSM_PLAN__MAX &&
+        co->scheme == NUKSM_SCHEME_ID_GLOBAL) {
         return NULL;
     }
     info = g_new0(NuksmColocation, 1);
     info->twin = g_strdup(co->twin);
     info->similarity = co->twin_pm / 1000.0;
+    info->scheme = (NuksmScheme)co->scheme;
     if (co->plan_verdict < NUKSM_PLAN__MAX) {
         info->has_plan_node = true;
         info->plan_node = co->plan_to;
@@ -352,7 +360,8 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
                                i->colocation->plan_node,
                                NuksmPlanVerdict_str(i->colocation->plan));
             }
-            monitor_printf(mon, "\n");
+            monitor_printf(mon, ", scheme %s\n",
+                           NuksmScheme_str(i->colocation->scheme));
         }
 
         monitor_printf(mon, "  governor %s: max-cpu %g%% (%s), scan-rate %"
