@@ -67,8 +67,11 @@ static gint compare_sharers(gconstpointer a, gconstpointer b)
     return x->slot < y->slot ? -1 : x->slot > y->slot;
 }
 
-/* Every mapped page of every VM that has nothing parked, by slot. */
-static GArray *find_sharers(NuksmAgent *agent)
+/*
+ * Every mapped page of every VM that has nothing parked, by slot; into
+ * *@moving, how many were left out because a MOVE is under way for them.
+ */
+static GArray *find_sharers(NuksmAgent *agent, uint64_t *moving)
 {
     GArray *sharers = g_array_new(FALSE, FALSE, sizeof(MergedPage));
     GHashTableIter it;
@@ -86,8 +89,13 @@ static GArray *find_sharers(NuksmAgent *agent)
             MergedPage s = { .slot = e->value, .client = client->id,
                          .page = e->key };
 
-            if (e->used && e->ns == LEDGER_NS_PAGE &&
-                e->tag == PAGE_MAPPED && !ledger_move(client, e->key)) {
+            if (!e->used || e->ns != LEDGER_NS_PAGE ||
+                e->tag != PAGE_MAPPED) {
+                continue;
+            }
+            if (ledger_move(client, e->key)) {
+                (*moving)++;
+            } else {
                 g_array_append_val(sharers, s);
             }
         }
@@ -182,7 +190,8 @@ static gboolean on_pass(gpointer opaque)
 {
     NuksmAgent *agent = opaque;
     Relocator *r = &agent->relocator;
-    g_autoptr(GArray) sharers = find_sharers(agent);
+    uint64_t moving = 0;
+    g_autoptr(GArray) sharers = find_sharers(agent, &moving);
     /* A copy: the plan moves copies between the nodes as it goes. */
     PolicyLoad load = *agent_policy_load(agent);
 
@@ -200,10 +209,14 @@ static gboolean on_pass(gpointer opaque)
         i += n;
     }
     log_info("re-placement: %u of %u merged pages to move under policy "
-             "%s, at most %u per second", r->plan->len, sharers->len,
-             nuksm_policy_name(agent->placement.policy), r->rate);
+             "%s, at most %u per second (%" PRIu64 " moving, looked at "
+             "later)", r->plan->len, sharers->len,
+             nuksm_policy_name(agent->placement.policy), r->rate, moving);
+    r->recheck = moving > 0;
     if (r->plan->len && !r->tick_timer) {
         r->tick_timer = g_timeout_add(RELOCATE_TICK_MS, on_tick, agent);
+    } else if (!r->plan->len && r->recheck) {
+        r->pass_timer = g_timeout_add(RELOCATE_RECHECK_MS, on_pass, agent);
     }
     return G_SOURCE_REMOVE;
 }
@@ -296,6 +309,9 @@ static gboolean on_tick(gpointer opaque)
     g_array_set_size(r->plan, 0);
     r->next = 0;
     r->tick_timer = 0;
+    if (r->recheck) {
+        relocate_request(agent, "pages were moving during the last pass");
+    }
     return G_SOURCE_REMOVE;
 }
 

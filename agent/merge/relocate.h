@@ -15,8 +15,17 @@
  *   fair       every page of a copy to a hot owner's node (the content
  *              draws between several), else to the emptier node of its
  *              owners when nodes are unbalanced
+ *   auto       each page warm away from home, and the pages of a copy
+ *              none of whose pages is at home there, to their homes
  *   global,    nothing: copies stay where they were made
  *   adaptive
+ *
+ * A pass skips pages a MOVE is still under way for: where they land is
+ * known only once they do.  If it skipped any, another pass looks at
+ * them once its plan is carried out (at once if empty, then every
+ * RELOCATE_RECHECK_MS while pages are still moving): a VM's move while
+ * its pages were moving would otherwise leave them where the old plan
+ * sent them.
  *
  * The moves are then carried out gradually, at most --replace-rate pages
  * per second: the agent copies the content to a slot on the target node
@@ -31,6 +40,7 @@
 #ifndef NUKSMD_RELOCATE_H
 #define NUKSMD_RELOCATE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <glib.h>
@@ -42,6 +52,8 @@ struct NuksmClient;
 #define RELOCATE_TICK_MS 100
 /* A pass waits this long for more reasons to come (policy, homes, reads) */
 #define RELOCATE_DEBOUNCE_MS 200
+/* A pass that skipped moving pages looks again after this long. */
+#define RELOCATE_RECHECK_MS 1000
 
 typedef struct Relocator {
     uint32_t rate;           /* pages moved per second, at most */
@@ -50,6 +62,7 @@ typedef struct Relocator {
     GArray *plan;            /* RelocateMove, in slot order */
     guint next;              /* first move of @plan not carried out */
     uint64_t moved;          /* pages moved (MOVED, MERGED) */
+    bool recheck;            /* the last pass skipped moving pages */
 } Relocator;
 
 void relocate_init(struct NuksmAgent *agent, uint32_t rate);

@@ -464,8 +464,8 @@ nuksmctl --socket "$SOCK" policy global >/dev/null ||
     abort "nuksmctl policy global failed"
 
 # settle WHAT: until nothing is pending and pages_sharing and the stores
-# hold still for three looks 2 s apart.  Sets SAVED (pages_sharing -
-# pages_shared).
+# hold still for three looks 2 s apart.  Sets SAVED, the guest pages
+# merging saves (pages_sharing, as KSM counts it).
 settle() {
     start=$(date +%s)
     last=
@@ -490,7 +490,7 @@ settle() {
         last=$now
         sleep 2
     done
-    SAVED=$(($(status_num pages_sharing) - $(status_num pages_shared)))
+    SAVED=$(status_num pages_sharing)
 }
 settle global
 SAVED_GLOBAL=$SAVED
