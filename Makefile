@@ -13,6 +13,9 @@
 #                   counted in sampled reads, and what read sampling
 #                   costs a reading KVM guest (about 17 minutes; also
 #                   part of make bench)
+#   make bench-scheme  co-location (AdaptMD-S) and the adaptive scheme on
+#                   AdaptMD's mirrored deployment, against global, local
+#                   and adaptive (about 15 minutes; also part of make bench)
 #   make bench-fleet  what placing a fleet's VMs by their content sketches
 #                   saves against random placement (a simulation, under
 #                   a minute; also part of make bench)
@@ -161,12 +164,16 @@ soak: all
 
 # Benchmarks against kernel KSM (docs/benchmarks.rst): root, since KSM's
 # settings are global (they are restored).  Results in bench/results/.
-.PHONY: bench bench-quick bench-placement bench-fleet
+.PHONY: bench bench-quick bench-placement bench-scheme bench-fleet
 bench: all guest
 	@echo "==> benchmarks: nuksm and kernel KSM side by side (about two and a half hours)"
 	@$(VENV)/bin/python bench/run.py
 	@$(MAKE) --no-print-directory bench-placement
+	@$(MAKE) --no-print-directory bench-scheme
 	@$(MAKE) --no-print-directory bench-fleet
+bench-scheme: all
+	@echo "==> co-location and the adaptive scheme on AdaptMD's mirrored deployment (about 15 min)"
+	@$(VENV)/bin/python bench/scheme.py
 bench-fleet: all
 	@echo "==> placing a fleet by content sketches against random (under a minute)"
 	@$(VENV)/bin/python bench/fleet.py

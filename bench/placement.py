@@ -86,7 +86,24 @@ def mirrored():
     return vms
 
 
-WORKLOADS = {"five-pages": five_pages, "mirrored": mirrored}
+def mirrored_apps():
+    """mirrored, with each application's data twice the base image: two
+    VMs of one application are alike (100%), two of different ones
+    below AdaptMD's 40% (a third), so that co-location groups VMs by
+    application."""
+    base, data = 64 * MIB, 64 * MIB + REGION
+    vms = []
+    for app in ("a", "b"):
+        for node in range(NODES):
+            regions = {base: 200, data: 300 + ord(app),
+                       data + REGION: 400 + ord(app)}
+            vms.append((f"{app}{node}", node, 100, regions,
+                        (data, data + REGION)))
+    return vms
+
+
+WORKLOADS = {"five-pages": five_pages, "mirrored": mirrored,
+             "mirrored-apps": mirrored_apps}
 
 
 def node_cpu(node):
@@ -112,16 +129,20 @@ def merged(vm):
     return info["merged-local"] + info["merged-remote"]
 
 
-def run_policy(workdir, workload, policy):
-    """One workload under one policy; returns its figures."""
+def run_policy(workdir, workload, policy, colocate=None, agent_args=()):
+    """One workload under one policy; returns its figures.  With
+    @colocate, a policy to merge under once merging settled: the
+    co-location plan is carried out first (nuksmctl plan --apply), its
+    re-placement waited for, then the policy set."""
     state_dir = Path(tempfile.mkdtemp(prefix="nuksm-placement-",
                                       dir="/dev/shm"))
     sock = workdir / "nuksmd.sock"
     agent = Agent(sock, workdir / "nuksmd.log",
                   ["--socket", sock, "--state-dir", state_dir,
                    "--fake-numa", NODES, "--policy", policy,
-                   "--log-level", "warning"]).start()
+                   "--log-level", "warning", *agent_args]).start()
     plan = WORKLOADS[workload]()
+    moved = []
     vms = []
     try:
         for name, node, priority, regions, reads in plan:
@@ -143,6 +164,8 @@ def run_policy(workdir, workload, policy):
             vm.cmd("qom-set", path="/objects/dedup0", property="enabled",
                    value=True)
         wait_merged(vms, plan, policy)
+        if colocate:
+            moved = apply_plan(agent, vms, plan, colocate)
         window_ms = set_read_window(vms, plan)
         stop = threading.Event()
         threads = [threading.Thread(target=read_forever,
@@ -160,13 +183,36 @@ def run_policy(workdir, workload, policy):
             for t in threads:
                 t.join()
         sharing = harness.status(agent)["pages_sharing"]
-        return {**figures(plan, before, after, sharing),
-                "read_window_ms": window_ms}
+        result = {**figures(plan, before, after, sharing),
+                  "read_window_ms": window_ms, "moved": moved}
+        for vm, info in zip(result["vms"], after):
+            vm["merged-remote"] = info["merged-remote"]
+            vm["home"] = info["home-nodes"][0]["host-node"]
+        return result
     finally:
         for vm in vms:
             vm.stop()
         agent.stop()
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def apply_plan(agent, vms, plan, then):
+    """Carry out the co-location plan, wait until every VM's home is
+    where it went and re-placement is done, then set policy @then and
+    wait for its merging.  The names of the VMs moved."""
+    planned = wait_until(
+        lambda: [m for m in harness.ctl_json(agent.sock, "plan")["moves"]
+                 if m["verdict"] == "planned"], 120, "a planned move")
+    harness.ctl_ok(agent.sock, "plan", "--apply")
+    for move in planned:
+        vm = next(v for v in vms if v.name == move["name"])
+        wait_until(lambda: vm.nuksm()["home-nodes"][0]["host-node"] ==
+                   move["to"], 30, f"{vm.name}'s home to follow its move")
+    harness.ctl_ok(agent.sock, "policy", then)
+    wait_until(lambda: harness.status(agent)["moves_pending"] == 0, 300,
+               "re-placement after the move")
+    wait_merged(vms, plan, then)
+    return sorted(m["name"] for m in planned)
 
 
 def wait_merged(vms, plan, policy):
@@ -309,13 +355,13 @@ def main():
     parser.add_argument("--no-docs", action="store_true")
     parser.add_argument("--policy", action="append", choices=POLICIES)
     parser.add_argument("--workload", action="append",
-                        choices=list(WORKLOADS))
+                        choices=["five-pages", "mirrored"])
     args = parser.parse_args()
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     results = {}
     with tempfile.TemporaryDirectory(prefix="nuksm-placement-") as tmp:
-        for workload in args.workload or WORKLOADS:
+        for workload in args.workload or ("five-pages", "mirrored"):
             results[workload] = {}
             for policy in args.policy or POLICIES:
                 print(f"placement: {workload} under {policy}", flush=True)

@@ -212,7 +212,12 @@ static gboolean on_pass(gpointer opaque)
              "%s, at most %u per second (%" PRIu64 " moving, looked at "
              "later)", r->plan->len, sharers->len,
              nuksm_policy_name(agent->placement.policy), r->rate, moving);
-    r->recheck = moving > 0;
+    /*
+     * Only while fewer pages are moving than at the last pass: a VM that
+     * never answers its MOVEs must not cost a pass a second.
+     */
+    r->recheck = moving > 0 && (!r->moving || moving < r->moving);
+    r->moving = moving;
     if (r->plan->len && !r->tick_timer) {
         r->tick_timer = g_timeout_add(RELOCATE_TICK_MS, on_tick, agent);
     } else if (!r->plan->len && r->recheck) {

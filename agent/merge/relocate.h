@@ -22,10 +22,10 @@
  *
  * A pass skips pages a MOVE is still under way for: where they land is
  * known only once they do.  If it skipped any, another pass looks at
- * them once its plan is carried out (at once if empty, then every
- * RELOCATE_RECHECK_MS while pages are still moving): a VM's move while
- * its pages were moving would otherwise leave them where the old plan
- * sent them.
+ * them once its plan is carried out (after RELOCATE_RECHECK_MS if it
+ * planned nothing), and so on while fewer pages are moving each time: a
+ * VM's move while its pages were moving would otherwise leave them where
+ * the old plan sent them, and a VM that never answers costs no pass.
  *
  * The moves are then carried out gradually, at most --replace-rate pages
  * per second: the agent copies the content to a slot on the target node
@@ -62,7 +62,9 @@ typedef struct Relocator {
     GArray *plan;            /* RelocateMove, in slot order */
     guint next;              /* first move of @plan not carried out */
     uint64_t moved;          /* pages moved (MOVED, MERGED) */
-    bool recheck;            /* the last pass skipped moving pages */
+    bool recheck;            /* the last pass skipped moving pages, */
+                             /* fewer than the one before */
+    uint64_t moving;         /* pages the last pass skipped */
 } Relocator;
 
 void relocate_init(struct NuksmAgent *agent, uint32_t rate);
