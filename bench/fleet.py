@@ -32,8 +32,6 @@ measure.
 """
 
 import argparse
-import datetime
-import json
 import os
 import random
 import sys
@@ -194,18 +192,10 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     results = [run(seed, args.hosts, args.per_host)
                for seed in range(1, args.seeds + 1)]
-    meta = report.machine(" ".join(sys.argv),
-                          datetime.datetime.now().isoformat())
-    meta["elapsed_s"] = time.monotonic() - started
-    (args.out / "fleet.json").write_text(
-        json.dumps({"meta": meta, "results": results}, indent=1))
-    image = args.out / "fleet.png"
-    plot(results, image)
-    if not args.no_docs:
-        doc = ROOT / "docs/benchmarks.rst"
-        report.update_docs(doc, "fleet", rst(meta, args, results, image,
-                                             doc.parent))
-
+    report.publish(args.out, "fleet", results, started, plot,
+                   lambda meta, image, docs_dir:
+                   rst(meta, args, results, image, docs_dir),
+                   docs=not args.no_docs)
 
 if __name__ == "__main__":
     main()

@@ -36,8 +36,6 @@ on the host: the readers' pace depends on the CPU they get.
 """
 
 import argparse
-import datetime
-import json
 import os
 import random
 import shutil
@@ -370,18 +368,10 @@ def main():
                 print(f"placement: {workload} under {policy}: fairness "
                       f"{results[workload][policy]['fairness']}",
                       flush=True)
-    meta = report.machine(" ".join(sys.argv),
-                          datetime.datetime.now().isoformat())
-    meta["elapsed_s"] = time.monotonic() - started
-    (args.out / "placement.json").write_text(
-        json.dumps({"meta": meta, "results": results}, indent=1))
-    image = args.out / "placement.png"
-    plot(results, image)
-    if not args.no_docs:
-        doc = ROOT / "docs/benchmarks.rst"
-        report.update_docs(doc, "placement",
-                           rst(meta, results, image, doc.parent))
-
+    report.publish(args.out, "placement", results, started, plot,
+                   lambda meta, image, docs_dir:
+                   rst(meta, results, image, docs_dir),
+                   docs=not args.no_docs)
 
 if __name__ == "__main__":
     main()

@@ -3,10 +3,13 @@
 of docs/benchmarks.rst that the run replaces (between its markers)."""
 
 import datetime
+import json
 import os
 import platform
 import re
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import stages
@@ -161,6 +164,23 @@ def machine(command, started):
             "date": datetime.datetime.now(datetime.timezone.utc)
             .strftime("%Y-%m-%d %H:%M UTC"),
             "command": command, "started": started}
+
+
+def publish(out, name, results, started, plot, rst, docs=True):
+    """What a benchmark that began at monotonic time @started leaves:
+    OUT/NAME.json (@results, with the machine, commit and time they come
+    from), the plot OUT/NAME.png (plot(results, path)), and unless not
+    @docs the text rst(meta, image, docs_dir) between the NAME markers of
+    docs/benchmarks.rst."""
+    meta = machine(" ".join(sys.argv), datetime.datetime.now().isoformat())
+    meta["elapsed_s"] = time.monotonic() - started
+    (out / f"{name}.json").write_text(
+        json.dumps({"meta": meta, "results": results}, indent=1))
+    image = out / f"{name}.png"
+    plot(results, image)
+    if docs:
+        doc = ROOT / "docs/benchmarks.rst"
+        update_docs(doc, name, rst(meta, image, doc.parent))
 
 
 def list_table(header, rows, widths=None):

@@ -28,8 +28,6 @@ each VM's merged pages whose copy is remote.  Must run alone on the host.
 """
 
 import argparse
-import datetime
-import json
 import os
 import sys
 import tempfile
@@ -137,18 +135,10 @@ def main():
             print(f"scheme: {run}: saved {results[run]['saved_mib']:.1f} "
                   f"MiB, fairness {results[run]['fairness']:.3f}, moved "
                   f"{results[run]['moved']}", flush=True)
-    meta = report.machine(" ".join(sys.argv),
-                          datetime.datetime.now().isoformat())
-    meta["elapsed_s"] = time.monotonic() - started
-    (args.out / "scheme.json").write_text(
-        json.dumps({"meta": meta, "results": results}, indent=1))
-    image = args.out / "scheme.png"
-    plot(results, image)
-    if not args.no_docs:
-        doc = ROOT / "docs/benchmarks.rst"
-        report.update_docs(doc, "scheme",
-                           rst(meta, results, image, doc.parent))
-
+    report.publish(args.out, "scheme", results, started, plot,
+                   lambda meta, image, docs_dir:
+                   rst(meta, results, image, docs_dir),
+                   docs=not args.no_docs)
 
 if __name__ == "__main__":
     main()

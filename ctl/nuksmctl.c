@@ -237,7 +237,8 @@ static char *plan_text(const NuksmVmEntry *e)
     if (e->plan_verdict == NUKSM_PLAN_PLANNED) {
         return g_strdup_printf("to %u", e->plan_to);
     }
-    if (e->plan_verdict == NUKSM_PLAN__MAX && e->applied_to < NUKSM_MAX_NODES) {
+    if (e->plan_verdict == NUKSM_PLAN__MAX &&
+        e->applied_to < NUKSM_MAX_NODES) {
         return g_strdup_printf("moved %u", e->applied_to);
     }
     return g_strdup(nuksm_plan_verdict_name(e->plan_verdict) ?: "-");

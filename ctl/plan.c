@@ -6,6 +6,7 @@
  */
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -222,18 +223,30 @@ static bool run(GPtrArray *argv, GString *commands, GString *problem)
     return true;
 }
 
-static GPtrArray *virsh(const char *uuid, const char *cmd)
+/*
+ * Run `virsh CMD UUID ARGS... --live` (ARGS NULL-terminated), its
+ * command line into @commands; false if it failed.
+ */
+static bool G_GNUC_NULL_TERMINATED virsh_live(GString *commands,
+                                             GString *problem,
+                                             const char *cmd,
+                                             const char *uuid, ...)
 {
-    GPtrArray *argv = g_ptr_array_new_with_free_func(g_free);
+    g_autoptr(GPtrArray) argv = g_ptr_array_new_with_free_func(g_free);
+    const char *arg;
+    va_list ap;
 
     g_ptr_array_add(argv, g_strdup("virsh"));
     g_ptr_array_add(argv, g_strdup(cmd));
     g_ptr_array_add(argv, g_strdup(uuid));
-    return argv;
+    va_start(ap, uuid);
+    while ((arg = va_arg(ap, const char *))) {
+        g_ptr_array_add(argv, g_strdup(arg));
+    }
+    va_end(ap);
+    g_ptr_array_add(argv, g_strdup("--live"));
+    return run(argv, commands, problem);
 }
-
-#define ADD(argv, ...) \
-    g_ptr_array_add((argv), g_strdup_printf(__VA_ARGS__))
 
 /*
  * Move libvirt domain @uuid with @vcpus vCPUs as @a says, through
@@ -248,35 +261,17 @@ static bool move_through_libvirt(const char *uuid, uint32_t vcpus,
     g_autofree char *mems = list_text(&a->mems, 1);
 
     for (uint32_t v = 0; v < vcpus; v++) {
-        g_autoptr(GPtrArray) argv = virsh(uuid, "vcpupin");
+        g_autofree char *vcpu = g_strdup_printf("%u", v);
 
-        ADD(argv, "--vcpu");
-        ADD(argv, "%u", v);
-        ADD(argv, "--cpulist");
-        ADD(argv, "%s", cpus);
-        ADD(argv, "--live");
-        if (!run(argv, commands, problem)) {
+        if (!virsh_live(commands, problem, "vcpupin", uuid, "--vcpu", vcpu,
+                        "--cpulist", cpus, NULL)) {
             return false;
         }
     }
-    {
-        g_autoptr(GPtrArray) argv = virsh(uuid, "emulatorpin");
-
-        ADD(argv, "--cpulist");
-        ADD(argv, "%s", cpus);
-        ADD(argv, "--live");
-        if (!run(argv, commands, problem)) {
-            return false;
-        }
-    }
-    {
-        g_autoptr(GPtrArray) argv = virsh(uuid, "numatune");
-
-        ADD(argv, "--nodeset");
-        ADD(argv, "%s", mems);
-        ADD(argv, "--live");
-        return run(argv, commands, problem);
-    }
+    return virsh_live(commands, problem, "emulatorpin", uuid, "--cpulist",
+                      cpus, NULL) &&
+           virsh_live(commands, problem, "numatune", uuid, "--nodeset",
+                      mems, NULL);
 }
 
 /* One planned move carried out, or why not. */

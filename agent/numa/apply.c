@@ -32,21 +32,6 @@ typedef struct MemoryMove {
     gint64 started;
 } MemoryMove;
 
-static void deny(NuksmClient *client, uint32_t seq, const char *fmt, ...)
-    G_GNUC_PRINTF(3, 4);
-
-static void deny(NuksmClient *client, uint32_t seq, const char *fmt, ...)
-{
-    g_autofree char *text = NULL;
-    va_list ap;
-
-    va_start(ap, fmt);
-    text = g_strdup_vprintf(fmt, ap);
-    va_end(ap);
-    log_info("%s: planned move refused: %s", client->label, text);
-    transport_deny(client, seq, text);
-}
-
 /* The thread ids of process @pid, sorted; NULL if it is gone. */
 static GArray *threads_of(pid_t pid)
 {
@@ -178,9 +163,9 @@ static bool move_vm(NuksmAgent *agent, NuksmClient *requester, uint32_t seq,
     topology_node_cpu_set(topo, reply->to, &cpus);
     threads = move_threads(vm->pid, &cpus);
     if (threads < 0) {
-        deny(requester, seq, "%s: its threads may not run on node %u's "
-             "CPUs (%s): nothing moved", vm->label, reply->to,
-             g_strerror(-threads));
+        transport_denyf(requester, seq, "%s: its threads may not run on "
+                        "node %u's CPUs (%s): nothing moved", vm->label,
+                        reply->to, g_strerror(-threads));
         return false;
     }
     reply->how = NUKSM_APPLY_AGENT;
@@ -224,27 +209,30 @@ void apply_handle_apply_move(NuksmAgent *agent, NuksmClient *client,
     }
     vm = ledger_client(agent, req->client_id);
     if (!vm) {
-        deny(client, seq, "no VM is client %u now", req->client_id);
+        transport_denyf(client, seq, "no VM is client %u now",
+                        req->client_id);
         return;
     }
     if (!colocation_move_of(agent, vm, &mv)) {
-        deny(client, seq, "%s: the plan moves it nowhere now (it is on its "
-             "similar VMs' node, or like none)", vm->label);
+        transport_denyf(client, seq, "%s: the plan moves it nowhere now (it "
+                        "is on its similar VMs' node, or like none)",
+                        vm->label);
         return;
     }
     if (mv.verdict != NUKSM_PLAN_PLANNED) {
-        deny(client, seq, "%s: the plan refuses to move it now (%s)",
-             vm->label, nuksm_plan_verdict_name(mv.verdict));
+        transport_denyf(client, seq, "%s: the plan refuses to move it now "
+                        "(%s)", vm->label,
+                        nuksm_plan_verdict_name(mv.verdict));
         return;
     }
     if (mv.to != req->to) {
-        deny(client, seq, "%s: the plan changed: it moves it to node %u now",
-             vm->label, mv.to);
+        transport_denyf(client, seq, "%s: the plan changed: it moves it to "
+                        "node %u now", vm->label, mv.to);
         return;
     }
     if (agent->placement.colocate_apply == COLOCATE_APPLY_NONE) {
-        deny(client, seq, "nuksmd carries out no planned move "
-             "(--colocate-apply=none)");
+        transport_denyf(client, seq, "nuksmd carries out no planned move "
+                        "(--colocate-apply=none)");
         return;
     }
     reply.mems = topology_node_mems(&agent->topology, req->to);
@@ -259,8 +247,9 @@ void apply_handle_apply_move(NuksmAgent *agent, NuksmClient *client,
         reply.how = NUKSM_APPLY_LIBVIRT;
         transport_send(client, NUKSM_MSG_APPLIED, seq, &reply, sizeof(reply));
     } else if (agent->placement.colocate_apply != COLOCATE_APPLY_ALL) {
-        deny(client, seq, "%s is not a libvirt domain: nuksmd moves other "
-             "QEMUs only with --colocate-apply=all", vm->label);
+        transport_denyf(client, seq, "%s is not a libvirt domain: nuksmd "
+                        "moves other QEMUs only with --colocate-apply=all",
+                        vm->label);
         return;
     } else if (!move_vm(agent, client, seq, vm, &reply)) {
         return;

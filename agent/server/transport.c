@@ -265,6 +265,18 @@ void transport_deny(NuksmClient *client, uint32_t seq, const char *text)
     transport_send_error(client, seq, NUKSM_ERR_DENIED, text);
 }
 
+void transport_denyf(NuksmClient *client, uint32_t seq, const char *fmt, ...)
+{
+    g_autofree char *text = NULL;
+    va_list ap;
+
+    va_start(ap, fmt);
+    text = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    log_info("%s: denied: %s", client->label, text);
+    transport_deny(client, seq, text);
+}
+
 /* Free the oldest queued datagram. */
 static void pop_datagram(NuksmClient *client)
 {

@@ -61,6 +61,10 @@ void transport_reject(NuksmClient *client, uint32_t seq, NuksmErrorCode code,
  */
 void transport_deny(NuksmClient *client, uint32_t seq, const char *text);
 
+/* transport_deny() of a formatted text, logged at info level. */
+void transport_denyf(NuksmClient *client, uint32_t seq, const char *fmt, ...)
+    G_GNUC_PRINTF(3, 4);
+
 /*
  * Send ERROR(HANDSHAKE, @text) to @fd, a connection not served: best
  * effort.
