@@ -135,13 +135,19 @@ static void print_json_plan(const NuksmMsgPlan *plan,
     print_json(out);
 }
 
-void cmd_plan(Ctl *ctl, bool json)
+/* The plan nuksmd makes now, a copy of its reply. */
+static NuksmMsgPlan *fetch_plan(Ctl *ctl)
 {
     const NuksmMsgPlan *reply = ctl_request(ctl, NUKSM_MSG_GET_PLAN, NULL,
                                             0, NUKSM_MSG_PLAN);
-    g_autofree NuksmMsgPlan *plan =
-        g_memdup2(reply, sizeof(*reply) +
-                         reply->count * sizeof(NuksmPlanMove));
+
+    return g_memdup2(reply, sizeof(*reply) +
+                            reply->count * sizeof(NuksmPlanMove));
+}
+
+void cmd_plan(Ctl *ctl, bool json)
+{
+    g_autofree NuksmMsgPlan *plan = fetch_plan(ctl);
     const NuksmPlanMove *moves = (const NuksmPlanMove *)(plan + 1);
     /* For names: the reply buffer is LIST_VMS's from here. */
     const NuksmMsgVms *list = ctl_request(ctl, NUKSM_MSG_LIST_VMS, NULL, 0,
@@ -401,11 +407,7 @@ static bool plan_names(const NuksmMsgPlan *plan, const NuksmPlanMove *moves,
 
 int cmd_plan_apply(Ctl *ctl, char **names, bool json)
 {
-    const NuksmMsgPlan *reply = ctl_request(ctl, NUKSM_MSG_GET_PLAN, NULL,
-                                            0, NUKSM_MSG_PLAN);
-    g_autofree NuksmMsgPlan *plan =
-        g_memdup2(reply, sizeof(*reply) +
-                         reply->count * sizeof(NuksmPlanMove));
+    g_autofree NuksmMsgPlan *plan = fetch_plan(ctl);
     const NuksmPlanMove *moves = (const NuksmPlanMove *)(plan + 1);
     const NuksmMsgVms *vms = ctl_request(ctl, NUKSM_MSG_LIST_VMS, NULL, 0,
                                          NUKSM_MSG_VMS);
