@@ -174,6 +174,25 @@ typedef struct AgentPlacement {
     guint colocate_timer;    /* colocation.c's periodic look */
 } AgentPlacement;
 
+/* Counts nothing else keeps, for the metrics (metrics.h). */
+typedef struct AgentCounters {
+    gint64 started_at;       /* wall-clock us (lifecycle.c) */
+    uint64_t protocol_errors;    /* clients disconnected for a bad */
+                                 /* message (transport.c) */
+    uint64_t refused_connections;    /* before a handshake (server.c) */
+    uint64_t restored_pages;     /* RESTORE entries taken (recovery.c) */
+    uint64_t refused_restores;   /* and refused */
+} AgentCounters;
+
+/* Where and how often the metrics are written (metrics.c). */
+typedef struct AgentMetrics {
+    const char *dir;         /* NULL: not written */
+    uint32_t interval_s;
+    gid_t gid;               /* may read the file; -1: only its owner */
+    guint timer;
+    bool failing;            /* the last write failed (logged once) */
+} AgentMetrics;
+
 /*
  * The agent: each part is changed by the module its comment names, and
  * read by others.
@@ -208,6 +227,8 @@ typedef struct NuksmAgent {
     AgentThrottle throttle;
     AgentOrphans orphans;
     AgentEffects effects;
+    AgentCounters counters;
+    AgentMetrics metrics;
 } NuksmAgent;
 
 /* The nodes as the placement policy sees them now (policy.h). */

@@ -30,6 +30,10 @@
 #define COLOCATE_MIN_GAIN_MAX (1u << 20)
 /* --colocate-vcpus-per-cpu: overcommit a plan may go to, at most. */
 #define COLOCATE_VCPUS_PER_CPU_MAX 64
+/* --metrics-interval: seconds between two writes of the metrics. */
+#define METRICS_INTERVAL_MAX 3600
+/* Who reads the metrics by default: node_exporter's user on Debian. */
+#define METRICS_GROUP "prometheus"
 /* --memory-max: MiB of heap for nuksmd's tables, 16 MiB to 1 TiB. */
 #define MEMORY_MAX_MIN 16
 #define MEMORY_MAX_MAX (1u << 20)
@@ -366,6 +370,38 @@ static bool set_colocate_apply(NuksmdConfig *cfg, const char *origin,
     return false;
 }
 
+/* METRICS_GROUP's gid, or -1 if there is no such group. */
+static gid_t default_metrics_gid(void)
+{
+    struct group *gr = getgrnam(METRICS_GROUP);
+
+    return gr ? gr->gr_gid : (gid_t)-1;
+}
+
+static bool set_metrics_dir(NuksmdConfig *cfg, const char *origin,
+                            const char *value)
+{
+    if (g_str_equal(value, "none")) {
+        g_clear_pointer(&cfg->metrics_dir, g_free);
+        return true;
+    }
+    return set_dir(&cfg->metrics_dir, origin, value, "metrics directory");
+}
+
+static bool set_metrics_interval(NuksmdConfig *cfg, const char *origin,
+                                 const char *value)
+{
+    return parse_number(origin, value, 1, METRICS_INTERVAL_MAX, "interval",
+                        " seconds", &cfg->metrics_interval);
+}
+
+static bool set_metrics_group(NuksmdConfig *cfg, const char *origin,
+                              const char *value)
+{
+    return set_group(&cfg->metrics_gid, origin, value,
+                     "may read the metrics, e.g. prometheus");
+}
+
 static bool set_colocate_vcpus_per_cpu(NuksmdConfig *cfg,
                                        const char *origin,
                                        const char *value)
@@ -421,6 +457,9 @@ static const struct {
     { "colocate-vcpus-per-cpu", set_colocate_vcpus_per_cpu },
     { "colocate-pins", set_colocate_pins },
     { "colocate-apply", set_colocate_apply },
+    { "metrics-dir", set_metrics_dir },
+    { "metrics-interval", set_metrics_interval },
+    { "metrics-group", set_metrics_group },
 };
 
 enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
@@ -716,6 +755,15 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
           "none, libvirt domains' (through libvirt; the default) or all "
           "(nuksmd moves other QEMUs' threads and memory itself)",
           "none|libvirt|all" },
+        { "metrics-dir", 0, 0, G_OPTION_ARG_STRING, &cli[25],
+          "Write Prometheus metrics to DIR/nuksm.prom for node_exporter's "
+          "textfile collector (default " NUKSM_DEFAULT_METRICS_DIR
+          "; none: do not)", "DIR|none" },
+        { "metrics-interval", 0, 0, G_OPTION_ARG_STRING, &cli[26],
+          "Write them every N seconds (1..3600, default 15)", "N" },
+        { "metrics-group", 0, 0, G_OPTION_ARG_STRING, &cli[27],
+          "Members of GROUP may read them (default prometheus, if there "
+          "is such a group)", "GROUP" },
         { "domain-cpu-max", 0, 0, G_OPTION_ARG_STRING, &cli[18],
           "While VMs of another merge domain wait, a domain's VMs may take "
           "at most N% of a core of nuksmd (default 50%; [domain NAME] "
@@ -747,6 +795,9 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         .colocate_min_gain_mib = 16,
         .colocate_vcpus_per_cpu = 1,
         .colocate_apply = COLOCATE_APPLY_LIBVIRT,
+        .metrics_dir = g_strdup(NUKSM_DEFAULT_METRICS_DIR),
+        .metrics_interval = 15,
+        .metrics_gid = default_metrics_gid(),
         .libvirt_dir = g_strdup(NUKSM_DEFAULT_LIBVIRT_DIR),
         .socket_gid = (gid_t)-1,
         .admin_gid = (gid_t)-1,
@@ -764,8 +815,9 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         "admin-group, isolation, vm-domains, vm-set-policy,\n"
         "domain-store-max, domain-unstable-max, domain-queue-max,\n"
         "domain-cpu-max, colocate-threshold, colocate-min-gain,\n"
-        "colocate-vcpus-per-cpu, colocate-pins and colocate-apply in a\n"
-        "[nuksmd] group,\n"
+        "colocate-vcpus-per-cpu, colocate-pins, colocate-apply,\n"
+        "metrics-dir, metrics-interval and metrics-group in a [nuksmd]\n"
+        "group,\n"
         "and merge domains VMs are assigned to in [domain NAME] groups\n"
         "(users, groups, cgroups, libvirt-names, max-priority,\n"
         "store-max, unstable-max, queue-max, cpu-max);\n"
@@ -810,5 +862,6 @@ void config_clear(NuksmdConfig *cfg)
     g_clear_pointer(&cfg->socket_path, g_free);
     g_clear_pointer(&cfg->state_dir, g_free);
     g_clear_pointer(&cfg->libvirt_dir, g_free);
+    g_clear_pointer(&cfg->metrics_dir, g_free);
     assign_config_clear(&cfg->assign);
 }

@@ -34,6 +34,9 @@ typedef struct NuksmdConfig {
     uint32_t colocate_vcpus_per_cpu;   /* 0: no limit */
     bool colocate_move_pinned;         /* --colocate-pins=move */
     ColocateApply colocate_apply;      /* --colocate-apply */
+    char *metrics_dir;         /* NULL: no metrics written */
+    uint32_t metrics_interval; /* seconds */
+    gid_t metrics_gid;         /* may read them, or -1: only we may */
     char *libvirt_dir;         /* libvirt hook's registrations */
     gid_t socket_gid;          /* group of the socket, or -1: ours */
     gid_t admin_gid;           /* its members administer, or -1: none */

@@ -19,6 +19,7 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "merge.h"
+#include "metrics.h"
 #include "outbox.h"
 #include "nuksm-config.h"
 #include "quotas.h"
@@ -136,6 +137,12 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
         .placement.colocate_move_pinned = cfg->colocate_move_pinned,
         .placement.colocate_apply = cfg->colocate_apply,
         .conditions.memory_max = (uint64_t)cfg->memory_max_mib << 20,
+        .counters.started_at = g_get_real_time(),
+        .metrics = {
+            .dir = cfg->metrics_dir,
+            .interval_s = cfg->metrics_interval,
+            .gid = cfg->metrics_gid,
+        },
         .throttle.max_cpu = cfg->max_cpu,
     };
     topology_init(&agent->topology, cfg->fake_numa);
@@ -170,6 +177,7 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
     home_start(agent);
     colocation_start(agent);
     effects_start(agent);
+    metrics_start(agent);
     return true;
 }
 
@@ -177,6 +185,7 @@ void agent_stop(NuksmAgent *agent)
 {
     /* What the last event left: the store must not keep freed pages. */
     effects_settle(agent);
+    metrics_stop(agent);
     effects_stop(agent);
     merge_stop(agent);
     home_stop(agent);

@@ -253,6 +253,20 @@ static void emit_structs(void)
            MEMBER(NuksmVmEntry, plan_verdict, "I"),
            MEMBER(NuksmVmEntry, scheme, "I"),
            MEMBER(NuksmVmEntry, applied_to, "I"));
+    STRUCT("VM_STATS", NuksmMsgVmStats,
+           MEMBER(NuksmMsgVmStats, eligible_pages, "Q"),
+           MEMBER(NuksmMsgVmStats, pages_scanned, "Q"),
+           MEMBER(NuksmMsgVmStats, full_scans, "Q"),
+           MEMBER(NuksmMsgVmStats, zero_pages, "Q"),
+           MEMBER(NuksmMsgVmStats, cow_breaks, "Q"),
+           MEMBER(NuksmMsgVmStats, pages_volatile, "Q"),
+           MEMBER(NuksmMsgVmStats, scan_rate, "Q"),
+           MEMBER(NuksmMsgVmStats, scan_cpu_ns, "Q"),
+           MEMBER(NuksmMsgVmStats, hints_received, "Q"),
+           MEMBER(NuksmMsgVmStats, hints_served, "Q"),
+           MEMBER(NuksmMsgVmStats, hints_merged, "Q"),
+           MEMBER(NuksmMsgVmStats, rest_ms, "I"),
+           MEMBER(NuksmMsgVmStats, max_cpu_pm, "I"));
     STRUCT("APPLY_MOVE", NuksmMsgApplyMove,
            MEMBER(NuksmMsgApplyMove, client_id, "I"),
            MEMBER(NuksmMsgApplyMove, to, "I"));

@@ -52,6 +52,7 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_COLOCATION]   = "COLOCATION",
     [NUKSM_MSG_APPLY_MOVE]   = "APPLY_MOVE",
     [NUKSM_MSG_APPLIED]      = "APPLIED",
+    [NUKSM_MSG_VM_STATS]     = "VM_STATS",
     [NUKSM_MSG_VMS]          = "VMS",
     [NUKSM_MSG_STORE]        = "STORE",
     [NUKSM_MSG_CANDIDATES]   = "CANDIDATES",
@@ -215,6 +216,7 @@ static size_t fixed_payload_size(uint16_t type)
     case NUKSM_MSG_COLOCATION:   return sizeof(NuksmMsgColocation);
     case NUKSM_MSG_APPLY_MOVE:   return sizeof(NuksmMsgApplyMove);
     case NUKSM_MSG_APPLIED:      return sizeof(NuksmMsgApplied);
+    case NUKSM_MSG_VM_STATS:     return sizeof(NuksmMsgVmStats);
     default:                     return 0;
     }
 }
@@ -669,6 +671,9 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
                "APPLY_MOVE node out of range";
     case NUKSM_MSG_APPLIED:
         return check_applied(p);
+    case NUKSM_MSG_VM_STATS:
+        return ((const NuksmMsgVmStats *)p)->max_cpu_pm <= 100000 ? NULL :
+               "VM_STATS CPU budget out of range";
     case NUKSM_MSG_INFO:
         return check_info(p);
     case NUKSM_MSG_VM_LIMIT:

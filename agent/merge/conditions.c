@@ -108,11 +108,7 @@ static void broadcast(NuksmAgent *agent)
  */
 #define HEAP_READING_US 10000
 
-/*
- * The bytes nuksmd's heap holds for its tables, read at most every
- * HEAP_READING_US.
- */
-static uint64_t heap_used(void)
+uint64_t conditions_heap_bytes(void)
 {
     static uint64_t used;
     static gint64 read_at;
@@ -191,7 +187,7 @@ static gboolean on_probe(gpointer opaque)
         conditions_clear(agent, NUKSM_COND_STORE_FULL);
     }
     if (conditions_hold(agent, NUKSM_COND_AGENT_MEMORY) &&
-        !memory_over(agent, heap_used())) {
+        !memory_over(agent, conditions_heap_bytes())) {
         conditions_clear(agent, NUKSM_COND_AGENT_MEMORY);
     }
     if (!agent->conditions.held) {
@@ -271,7 +267,7 @@ bool conditions_store_has_room(NuksmAgent *agent)
 
 bool conditions_memory_has_room(NuksmAgent *agent)
 {
-    uint64_t used = heap_used();
+    uint64_t used = conditions_heap_bytes();
 
     if (!memory_over(agent, used)) {
         conditions_clear(agent, NUKSM_COND_AGENT_MEMORY);

@@ -63,6 +63,12 @@ bool conditions_store_has_room(NuksmAgent *agent);
  */
 bool conditions_memory_has_room(NuksmAgent *agent);
 
+/*
+ * The bytes nuksmd's heap holds for its tables (what --memory-max
+ * limits), read at most every 10 ms.
+ */
+uint64_t conditions_heap_bytes(void);
+
 /* Why the conditions in force hold, into the string field @field. */
 void conditions_describe(const NuksmAgent *agent, char *field, size_t len);
 

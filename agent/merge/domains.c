@@ -175,6 +175,20 @@ uint32_t domains_record_key(const Domains *d, uint16_t id)
     return domain_of(d, id)->record_key;
 }
 
+GArray *domains_ids(const Domains *d)
+{
+    GArray *ids = g_array_new(FALSE, FALSE, sizeof(uint16_t));
+
+    for (guint i = 0; i < d->by_id->len; i++) {
+        uint16_t id = i;
+
+        if (g_ptr_array_index(d->by_id, i)) {
+            g_array_append_val(ids, id);
+        }
+    }
+    return ids;
+}
+
 DomainStats *domains_stats(Domains *d, uint16_t id)
 {
     return &domain_of(d, id)->stats;

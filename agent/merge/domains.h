@@ -81,6 +81,9 @@ uint32_t domains_record_key(const Domains *d, uint16_t id);
 
 DomainStats *domains_stats(Domains *d, uint16_t id);
 
+/* The ids of the domains that live now, ascending (uint16_t). */
+GArray *domains_ids(const Domains *d);
+
 /* The name of @id: "" if no VM of it joined since nuksmd started. */
 const char *domains_name(const Domains *d, uint16_t id);
 

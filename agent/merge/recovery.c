@@ -437,6 +437,8 @@ void recovery_handle_restore(NuksmAgent *agent, NuksmClient *client,
             first = problem;
         }
     }
+    agent->counters.restored_pages += batch->count - refused->count;
+    agent->counters.refused_restores += refused->count;
     log_debug("%s: restored %u of %u merged page%s", client->label,
               batch->count - refused->count, batch->count,
               batch->count == 1 ? "" : "s");

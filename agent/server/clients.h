@@ -148,6 +148,7 @@ typedef struct NuksmClient {
     /* What its memory holds, sampled by content (sketch.h) */
     ContentSketch sketch;
     ClientColocation colocation;    /* co-location's last look */
+    NuksmMsgVmStats scanner; /* its scanner's counters (VM_STATS) */
     uint32_t colocated_to;   /* the node a planned move (APPLY_MOVE) took */
                              /* it to, NUKSM_MAX_NODES if none: its pins */
                              /* there are nuksm's, not its operator's */

@@ -396,6 +396,13 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
     transport_send(client, NUKSM_MSG_VMS, seq, msg, len);
 }
 
+/* What the VM's scanner counts, for the metrics (metrics.h). */
+static void handle_vm_stats(NuksmAgent *agent, NuksmClient *client,
+                            uint32_t seq, const void *payload)
+{
+    client->scanner = *(const NuksmMsgVmStats *)payload;
+}
+
 /* Requests clients may send; NULL for the types only nuksmd sends. */
 static const RequestHandler handlers[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_HELLO]        = handle_hello,
@@ -416,6 +423,7 @@ static const RequestHandler handlers[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_GET_SIMILARITY] = similarity_handle_get,
     [NUKSM_MSG_GET_PLAN]     = colocation_handle_get_plan,
     [NUKSM_MSG_APPLY_MOVE]   = apply_handle_apply_move,
+    [NUKSM_MSG_VM_STATS]     = handle_vm_stats,
     [NUKSM_MSG_GET_SKETCH]   = similarity_handle_get_sketch,
 };
 
@@ -426,15 +434,15 @@ static bool vm_only(uint16_t type)
            type == NUKSM_MSG_MERGED || type == NUKSM_MSG_UNMERGED ||
            type == NUKSM_MSG_RESTORE || type == NUKSM_MSG_TOPOLOGY ||
            type == NUKSM_MSG_MOVED || type == NUKSM_MSG_VM_LIMIT ||
-           type == NUKSM_MSG_READS;
+           type == NUKSM_MSG_READS || type == NUKSM_MSG_VM_STATS;
 }
 
 /*
  * Messages that show a reconnected VM merging again, so that the pages
  * it took back and did not restore are no longer mapped.  Not TOPOLOGY,
- * VM_LIMIT or READS: QEMU sends them as it connects or as it samples,
- * maybe before its RESTOREs, and they say nothing of which slots its
- * pages map.
+ * VM_LIMIT, READS or VM_STATS: QEMU sends them as it connects or as it
+ * samples, maybe before its RESTOREs, and they say nothing of which
+ * slots its pages map.
  */
 static bool ends_restore(uint16_t type)
 {

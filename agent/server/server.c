@@ -456,6 +456,7 @@ static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque)
                     (long)cred.pid, (unsigned)cred.uid, problem);
         transport_refuse(cfd, problem);
         transport_close_refused(cfd);
+        agent->counters.refused_connections++;
         return G_SOURCE_CONTINUE;
     }
 

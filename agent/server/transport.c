@@ -258,6 +258,7 @@ void transport_reject(NuksmClient *client, uint32_t seq, NuksmErrorCode code,
     log_warning("%s: %s, disconnecting", client->label, text);
     transport_send_error(client, seq, code, text);
     client->dead = true;
+    client->agent->counters.protocol_errors++;
 }
 
 void transport_deny(NuksmClient *client, uint32_t seq, const char *text)

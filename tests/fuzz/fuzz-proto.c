@@ -156,6 +156,13 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
     case NUKSM_MSG_APPLY_MOVE:
         REQUIRE(((const NuksmMsgApplyMove *)p)->to < NUKSM_MAX_NODES);
         break;
+    case NUKSM_MSG_VM_STATS: {
+        const NuksmMsgVmStats *v = p;
+
+        REQUIRE(v->max_cpu_pm <= 100000);
+        sink += v->pages_scanned + v->scan_cpu_ns;
+        break;
+    }
     case NUKSM_MSG_APPLIED: {
         const NuksmMsgApplied *a = p;
 

@@ -103,6 +103,8 @@ def proto_seeds():
         "get-similarity": msg(h.MSG_GET_SIMILARITY),
         "get-plan": msg(h.MSG_GET_PLAN),
         "apply-move": msg(h.MSG_APPLY_MOVE, h.APPLY_MOVE.pack(1, 1)),
+        "vm-stats": msg(h.MSG_VM_STATS, h.VM_STATS.pack(
+            32768, 100, 2, 5, 1, 3, 0, 10 ** 9, 7, 6, 4, 500, 200), seq=0),
         "get-sketch": msg(h.MSG_GET_SKETCH, struct.pack("=II", 1, 0)),
         "vms": msg(h.MSG_VMS, h.VMS.pack(2, 3) + vm_entry * 2),
         "store": msg(h.MSG_STORE, h.STORE.pack(1, 0, 1 << 36), seq=0),

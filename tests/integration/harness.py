@@ -301,7 +301,8 @@ VmEntry = collections.namedtuple(
     "merged_local merged_remote nr_gnodes limit home limit_reason "
     "libvirt_name libvirt_uuid agent_cpu_ns throttled_ns uploads_read "
     "uploads_sent read_errno reserved2 reads_local reads_remote "
-    "read_window_ms read_hot_regions twin_id twin_pm plan_to plan_verdict")
+    "read_window_ms read_hot_regions twin_id twin_pm plan_to plan_verdict "
+    "scheme applied_to")
 
 
 def parse_vms(msg):
@@ -654,7 +655,9 @@ def connectable(path, kind=socket.SOCK_SEQPACKET):
 
 
 class Agent:
-    """A nuksmd process listening on @sock, its store in @state_dir."""
+    """A nuksmd process listening on @sock, its store in @state_dir.  It
+    writes no metrics unless @args say where (--metrics-dir): agents of
+    the tests must not share the host's textfile directory."""
 
     def __init__(self, sock, log, args, state_dir=None, user=None,
                  binary=None):
@@ -662,6 +665,8 @@ class Agent:
         self.binary = binary or NUKSMD
         self.log = Path(log)
         self.args = [str(a) for a in args]
+        if "--metrics-dir" not in self.args:
+            self.args += ["--metrics-dir", "none"]
         self.state_dir = state_dir and Path(state_dir)
         self.user = user
         self.proc = None

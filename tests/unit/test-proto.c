@@ -343,6 +343,11 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
         nuksm_strfield_set(c.twin, sizeof(c.twin), "web2");
         return nuksm_msg_pack(buf, type, seq, &c, sizeof(c));
     }
+    case NUKSM_MSG_VM_STATS: {
+        NuksmMsgVmStats v = { .eligible_pages = 32768, .pages_scanned = 9,
+                              .full_scans = 2, .max_cpu_pm = 200 };
+        return nuksm_msg_pack(buf, type, seq, &v, sizeof(v));
+    }
     case NUKSM_MSG_APPLY_MOVE: {
         NuksmMsgApplyMove m = { .client_id = 3, .to = 1 };
         return nuksm_msg_pack(buf, type, seq, &m, sizeof(m));
@@ -1236,6 +1241,19 @@ static void test_reject_colocation(void)
     g_assert_null(nuksm_scheme_name(NUKSM_SCHEME_ID__MAX));
 }
 
+/* VM_STATS: a CPU budget of at most 100 cores. */
+static void test_reject_vm_stats(void)
+{
+    NuksmMsgVmStats v = { .max_cpu_pm = 100000 };
+    size_t size;
+
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_VM_STATS, 0, &v, sizeof(v));
+    assert_valid(BUF, size);
+    v.max_cpu_pm = 100001;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_VM_STATS, 0, &v, sizeof(v));
+    assert_rejected(BUF, size, "VM_STATS CPU budget out of range");
+}
+
 /* APPLY_MOVE and APPLIED: nodes, ways and flags in range. */
 static void test_reject_apply(void)
 {
@@ -1405,6 +1423,7 @@ int main(int argc, char **argv)
     g_test_add_func("/proto/reject/sketch", test_reject_sketch);
     g_test_add_func("/proto/reject/colocation", test_reject_colocation);
     g_test_add_func("/proto/reject/apply", test_reject_apply);
+    g_test_add_func("/proto/reject/vm-stats", test_reject_vm_stats);
     g_test_add_func("/proto/vms-max-entries", test_vms_max_entries);
     g_test_add_func("/proto/policy-names", test_policy_names);
     g_test_add_func("/proto/msg-type-names", test_msg_type_names);

@@ -1224,6 +1224,18 @@ NuksmScanner *nuksm_scanner_new(Nuksm *s)
     return sc;
 }
 
+uint64_t nuksm_scanner_cpu_ns(NuksmScanner *sc)
+{
+    clockid_t clock;
+    struct timespec ts;
+
+    if (pthread_getcpuclockid(sc->thread.thread, &clock) ||
+        clock_gettime(clock, &ts)) {
+        return 0;
+    }
+    return ts.tv_sec * NANOSECONDS_PER_SECOND + ts.tv_nsec;
+}
+
 void nuksm_scanner_free(NuksmScanner *sc)
 {
     nuksm_control_quit(sc->ctl);

@@ -22,6 +22,8 @@
  */
 NuksmScanner *nuksm_scanner_new(Nuksm *s);
 void nuksm_scanner_free(NuksmScanner *sc);
+/* CPU the scanner thread took so far, in ns; any thread. */
+uint64_t nuksm_scanner_cpu_ns(NuksmScanner *sc);
 /*
  * Run (scan, merge, hold userfaultfd) for connection @epoch, or stop
  * and give userfaultfd back.  Main loop.

@@ -34,6 +34,7 @@
 #include "nuksm-governor.h"
 #include "nuksm-hints.h"
 #include "nuksm-hot.h"
+#include "nuksm-report.h"
 #include "nuksm-numa.h"
 #include "nuksm-pages.h"
 #include "nuksm-ram.h"
@@ -573,6 +574,7 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     migration_add_notifier(&s->migration_notifier, nuksm_migration_notify);
     s->vm_state = qemu_add_vm_change_state_handler(nuksm_vm_state_change, s);
     nuksm_hot_start(s);
+    nuksm_report_start(s);
     nuksm_agent_start(s);
 }
 
@@ -621,6 +623,7 @@ static void nuksm_instance_finalize(Object *obj)
             qemu_remove_machine_init_done_notifier(&s->machine_done);
         }
         nuksm_hot_stop(s);
+        nuksm_report_stop(s);
         nuksm_scanner_free(s->scanner);
         nuksm_hints_free(s->hints);
         nuksm_commit_free(s->commit);

@@ -15,6 +15,8 @@
  *   nuksm-agent.c   the connection to nuksmd: handshake, messages in,
  *                   each to the unit that acts on it     main loop, BQL
  *   nuksm-hot.c     write hotness from the dirty log     main loop, BQL
+ *   nuksm-report.c  the scanner's counters to the agent (VM_STATS)
+ *                                                        main loop, BQL
  *   nuksm-state.c   the object's state, the scanner run to match it,
  *                   the limits on merging and their events
  *                                                        main loop, BQL
@@ -167,6 +169,13 @@ typedef struct NuksmHot {
     char *error;                /* why dirty logging could not start */
 } NuksmHot;
 
+/* What the agent was last told of our counters (nuksm-report.c). */
+typedef struct NuksmReport {
+    QEMUTimer *timer;
+    uint32_t epoch;             /* of the connection told, 0: none */
+    NuksmMsgVmStats sent;
+} NuksmReport;
+
 struct Nuksm {
     Object parent_obj;
 
@@ -200,6 +209,7 @@ struct Nuksm {
     NuksmOutbox outbox;         /* messages to the agent, from any thread */
     NuksmMsgHome home;          /* from the agent; zero until it says */
     NuksmHot hot;
+    NuksmReport report;
     /* The units of the scanner thread, once complete */
     NuksmControl *control;      /* what it shares with the other threads */
     NuksmPages *pages;

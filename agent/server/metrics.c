@@ -1,0 +1,585 @@
+/*
+ * nuksmd metrics (metrics.h).
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "conditions.h"
+#include "ledger.h"
+#include "libvirt.h"
+#include "log.h"
+#include "metrics.h"
+#include "nuksm-config.h"
+
+/* "# HELP" and "# TYPE" of a metric family. */
+static void family(GString *out, const char *name, const char *type,
+                   const char *help)
+{
+    g_string_append_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help,
+                           name, type);
+}
+
+/* @value as a label value: valid UTF-8, with \, " and newline escaped. */
+static void label_value(GString *out, const char *value)
+{
+    g_autofree char *valid = g_utf8_make_valid(value, -1);
+
+    g_string_append_c(out, '"');
+    for (const char *c = valid; *c; c++) {
+        switch (*c) {
+        case '\\':
+            g_string_append(out, "\\\\");
+            break;
+        case '"':
+            g_string_append(out, "\\\"");
+            break;
+        case '\n':
+            g_string_append(out, "\\n");
+            break;
+        default:
+            g_string_append_c(out, *c);
+        }
+    }
+    g_string_append_c(out, '"');
+}
+
+/* A sample NAME{LABELS} VALUE; @labels "" for none. */
+static void sample(GString *out, const char *name, const char *labels,
+                   double value)
+{
+    g_string_append(out, name);
+    if (*labels) {
+        g_string_append_printf(out, "{%s}", labels);
+    }
+    g_string_append_printf(out, " %.17g\n", value);
+}
+
+/* A sample whose labels are @labels and one more, KEY="VALUE". */
+static void sample_with(GString *out, const char *name, const char *labels,
+                        const char *key, const char *value, double v)
+{
+    g_autoptr(GString) all = g_string_new(labels);
+
+    g_string_append_printf(all, "%s%s=", *labels ? "," : "", key);
+    label_value(all, value);
+    sample(out, name, all->str, v);
+}
+
+/* One VM as the per-VM families see it. */
+typedef struct VmRow {
+    NuksmClient *vm;
+    char *labels;            /* vm, id, libvirt_uuid, merge_domain */
+    uint64_t local, remote;  /* merged pages by where their copy is */
+} VmRow;
+
+static void vm_row_clear(gpointer p)
+{
+    g_free(((VmRow *)p)->labels);
+}
+
+/* The VMs, with their labels: a libvirt domain by libvirt's name. */
+static GArray *vm_rows(NuksmAgent *agent)
+{
+    g_autoptr(GPtrArray) vms = clients_list_vms(&agent->clients);
+    g_autoptr(GHashTable) libvirt = libvirt_registry_read(agent->libvirt_dir);
+    GArray *rows = g_array_sized_new(FALSE, FALSE, sizeof(VmRow), vms->len);
+
+    g_array_set_clear_func(rows, vm_row_clear);
+    for (guint i = 0; i < vms->len; i++) {
+        NuksmClient *vm = g_ptr_array_index(vms, i);
+        const LibvirtDomain *dom =
+            g_hash_table_lookup(libvirt, GINT_TO_POINTER(vm->pid));
+        g_autoptr(GString) labels = g_string_new("vm=");
+        VmRow row = { .vm = vm };
+
+        label_value(labels, dom ? dom->name : vm->vm_name);
+        g_string_append_printf(labels, ",id=\"%u\",libvirt_uuid=", vm->id);
+        label_value(labels, dom ? dom->uuid : "");
+        g_string_append(labels, ",merge_domain=");
+        label_value(labels, vm->domain);
+        row.labels = g_string_free(g_steal_pointer(&labels), FALSE);
+        ledger_locality(vm, &row.local, &row.remote);
+        g_array_append_val(rows, row);
+    }
+    return rows;
+}
+
+static const char *const limit_names[NUKSM_VM_LIMIT__MAX] = {
+    [NUKSM_VM_LIMIT_USERFAULTFD] = "userfaultfd",
+    [NUKSM_VM_LIMIT_MAP_COUNT] = "map-count",
+    [NUKSM_VM_LIMIT_DOMAIN_QUOTA] = "domain-quota",
+};
+
+static void vm_families(NuksmAgent *agent, GString *out)
+{
+    g_autoptr(GArray) rows = vm_rows(agent);
+
+/* Each VmRow *r of @rows. */
+#define EACH_VM(r) \
+    for (VmRow *r = (VmRow *)rows->data; \
+         r < (VmRow *)rows->data + rows->len; r++)
+
+    family(out, "nuksm_vm_merged_pages", "gauge",
+           "The VM's pages that map a merged copy, by whether the copy is "
+           "on the home node of the page's guest node (KSM: ksm_stat's "
+           "ksm_merging_pages).");
+    EACH_VM(r) {
+        sample_with(out, "nuksm_vm_merged_pages", r->labels, "copy",
+                    "local", r->local);
+        sample_with(out, "nuksm_vm_merged_pages", r->labels, "copy",
+                    "remote", r->remote);
+    }
+    family(out, "nuksm_vm_saved_bytes", "gauge",
+           "The VM's merged pages in bytes, memory they no longer take in "
+           "the VM (KSM: ksm_stat's ksm_process_profit, without the "
+           "metadata).");
+    EACH_VM(r) {
+        sample(out, "nuksm_vm_saved_bytes", r->labels,
+               (double)r->vm->merged_pages * NUKSM_PAGE_SIZE);
+    }
+    family(out, "nuksm_vm_reads_total", "counter",
+           "Reads of the VM's merged pages its read sampling caught, by "
+           "whether the copy read was local (the NUMA tax in accesses).");
+    EACH_VM(r) {
+        sample_with(out, "nuksm_vm_reads_total", r->labels, "copy", "local",
+                    r->vm->reads_local);
+        sample_with(out, "nuksm_vm_reads_total", r->labels, "copy",
+                    "remote", r->vm->reads_remote);
+    }
+    family(out, "nuksm_vm_read_hot_regions", "gauge",
+           "The VM's read regions of merged pages read lately (hot).");
+    EACH_VM(r) {
+        sample(out, "nuksm_vm_read_hot_regions", r->labels,
+               r->vm->read_hot_regions);
+    }
+    family(out, "nuksm_vm_limited", "gauge",
+           "1 while the VM's merging is held back for the reason given.");
+    EACH_VM(r) {
+        char *quota = domains_limits_text(&agent->domains, r->vm->domain_id);
+
+        for (uint32_t l = 1; l < NUKSM_VM_LIMIT__MAX; l++) {
+            bool held = r->vm->limit.limit == l ||
+                        (l == NUKSM_VM_LIMIT_DOMAIN_QUOTA && quota);
+
+            sample_with(out, "nuksm_vm_limited", r->labels, "reason",
+                        limit_names[l], held);
+        }
+        g_free(quota);
+    }
+    family(out, "nuksm_vm_priority", "gauge",
+           "The VM's placement priority in force (1..1000).");
+    EACH_VM(r) {
+        sample(out, "nuksm_vm_priority", r->labels,
+               MIN(r->vm->priority, r->vm->priority_limit));
+    }
+    family(out, "nuksm_vm_agent_cpu_seconds_total", "counter",
+           "CPU nuksmd spent on the VM's messages.");
+    EACH_VM(r) {
+        sample(out, "nuksm_vm_agent_cpu_seconds_total", r->labels,
+               r->vm->cpu_ns / 1e9);
+    }
+    family(out, "nuksm_vm_eligible_pages", "gauge",
+           "The VM's guest RAM its scanner looks at, in pages.");
+    EACH_VM(r) {
+        sample(out, "nuksm_vm_eligible_pages", r->labels,
+               r->vm->scanner.eligible_pages);
+    }
+    family(out, "nuksm_vm_pages_scanned_total", "counter",
+           "Pages the VM's scanner hashed.");
+    EACH_VM(r) {
+        sample(out, "nuksm_vm_pages_scanned_total", r->labels,
+               r->vm->scanner.pages_scanned);
+    }
+    family(out, "nuksm_vm_full_scans_total", "counter",
+           "Passes of the VM's scanner over all its eligible pages (KSM: "
+           "full_scans).");
+    EACH_VM(r) {
+        sample(out, "nuksm_vm_full_scans_total", r->labels,
+               r->vm->scanner.full_scans);
+    }
+    family(out, "nuksm_vm_zero_pages", "gauge",
+           "The VM's pages dropped as zeros (KSM: ksm_stat's "
+           "ksm_zero_pages).");
+    EACH_VM(r) {
+        sample(out, "nuksm_vm_zero_pages", r->labels,
+               r->vm->scanner.zero_pages);
+    }
+    family(out, "nuksm_vm_pages_volatile", "gauge",
+           "The VM's pages changing too often to be offered (KSM: "
+           "pages_volatile).");
+    EACH_VM(r) {
+        sample(out, "nuksm_vm_pages_volatile", r->labels,
+               r->vm->scanner.pages_volatile);
+    }
+    family(out, "nuksm_vm_cow_breaks_total", "counter",
+           "The VM's merged pages written, and so unmerged.");
+    EACH_VM(r) {
+        sample(out, "nuksm_vm_cow_breaks_total", r->labels,
+               r->vm->scanner.cow_breaks);
+    }
+    family(out, "nuksm_vm_scan_rate_max", "gauge",
+           "Pages per second the VM's scanner may hash, 0 for no cap "
+           "(KSM: pages_to_scan per sleep).");
+    EACH_VM(r) {
+        sample(out, "nuksm_vm_scan_rate_max", r->labels,
+               r->vm->scanner.scan_rate);
+    }
+    family(out, "nuksm_vm_rest_seconds", "gauge",
+           "The VM's scanner's rest between passes (KSM: sleep_millisecs).");
+    EACH_VM(r) {
+        sample(out, "nuksm_vm_rest_seconds", r->labels,
+               r->vm->scanner.rest_ms / 1e3);
+    }
+    family(out, "nuksm_vm_scanner_cpu_max_ratio", "gauge",
+           "The VM's scanner's CPU budget, in cores.");
+    EACH_VM(r) {
+        sample(out, "nuksm_vm_scanner_cpu_max_ratio", r->labels,
+               r->vm->scanner.max_cpu_pm / 1e3);
+    }
+    family(out, "nuksm_vm_scanner_cpu_seconds_total", "counter",
+           "CPU the VM's scanner thread took.");
+    EACH_VM(r) {
+        sample(out, "nuksm_vm_scanner_cpu_seconds_total", r->labels,
+               r->vm->scanner.scan_cpu_ns / 1e9);
+    }
+    family(out, "nuksm_vm_io_hint_pages_total", "counter",
+           "Pages the VM's I/O hints named (hinted), that its scanner "
+           "hashed first for them (served), and that merged so (merged).");
+    EACH_VM(r) {
+        sample_with(out, "nuksm_vm_io_hint_pages_total", r->labels, "state",
+                    "hinted", r->vm->scanner.hints_received);
+        sample_with(out, "nuksm_vm_io_hint_pages_total", r->labels, "state",
+                    "served", r->vm->scanner.hints_served);
+        sample_with(out, "nuksm_vm_io_hint_pages_total", r->labels, "state",
+                    "merged", r->vm->scanner.hints_merged);
+    }
+    family(out, "nuksm_vm_throttled_seconds_total", "counter",
+           "How long its merge domain's CPU quota left the VM's messages "
+           "unread.");
+    EACH_VM(r) {
+        sample(out, "nuksm_vm_throttled_seconds_total", r->labels,
+               r->vm->throttled_ns / 1e9);
+    }
+#undef EACH_VM
+}
+
+/* One merge domain as the per-domain families see it. */
+typedef struct DomainRow {
+    const DomainStats *stats;
+    char *labels;            /* merge_domain */
+} DomainRow;
+
+static void domain_row_clear(gpointer p)
+{
+    g_free(((DomainRow *)p)->labels);
+}
+
+/* The merge domains a VM joined since nuksmd started. */
+static GArray *domain_rows(NuksmAgent *agent)
+{
+    g_autoptr(GArray) ids = domains_ids(&agent->domains);
+    GArray *rows = g_array_new(FALSE, FALSE, sizeof(DomainRow));
+
+    g_array_set_clear_func(rows, domain_row_clear);
+    for (guint i = 0; i < ids->len; i++) {
+        uint16_t id = g_array_index(ids, uint16_t, i);
+        const char *name = domains_name(&agent->domains, id);
+        g_autoptr(GString) labels = g_string_new("merge_domain=");
+        DomainRow row = { .stats = domains_stats(&agent->domains, id) };
+
+        if (!*name) {
+            continue;       /* its pages are orphans, counted as such */
+        }
+        label_value(labels, name);
+        row.labels = g_string_free(g_steal_pointer(&labels), FALSE);
+        g_array_append_val(rows, row);
+    }
+    return rows;
+}
+
+static void domain_families(NuksmAgent *agent, GString *out)
+{
+    g_autoptr(GArray) rows = domain_rows(agent);
+
+/* Each DomainRow *r of @rows. */
+#define EACH_DOMAIN(r) \
+    for (DomainRow *r = (DomainRow *)rows->data; \
+         r < (DomainRow *)rows->data + rows->len; r++)
+
+    family(out, "nuksm_domain_vms", "gauge",
+           "VMs of the merge domain connected.");
+    EACH_DOMAIN(r) {
+        sample(out, "nuksm_domain_vms", r->labels, r->stats->vms);
+    }
+    family(out, "nuksm_domain_pages_shared", "gauge",
+           "The merge domain's merged copies that pages map.");
+    EACH_DOMAIN(r) {
+        sample(out, "nuksm_domain_pages_shared", r->labels,
+               r->stats->pages_shared);
+    }
+    family(out, "nuksm_domain_saved_bytes", "gauge",
+           "Memory merging saves the merge domain: pages mapping its "
+           "copies, less one per copy.");
+    EACH_DOMAIN(r) {
+        sample(out, "nuksm_domain_saved_bytes", r->labels,
+               (double)r->stats->pages_sharing * NUKSM_PAGE_SIZE);
+    }
+    family(out, "nuksm_domain_store_pages", "gauge",
+           "The merge domain's store pages in use, by NUMA node.");
+    EACH_DOMAIN(r) {
+        for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+            g_autofree char *node = g_strdup_printf("%u", n);
+
+            sample_with(out, "nuksm_domain_store_pages", r->labels, "node",
+                        node, r->stats->store_pages[n]);
+        }
+    }
+    family(out, "nuksm_domain_pages_moved_total", "counter",
+           "The merge domain's merged pages re-placement moved.");
+    EACH_DOMAIN(r) {
+        sample(out, "nuksm_domain_pages_moved_total", r->labels,
+               r->stats->pages_moved);
+    }
+#undef EACH_DOMAIN
+}
+
+/* The host's figures, as KSM's sysfs gives its own, and per node. */
+static void host_families(NuksmAgent *agent, GString *out)
+{
+    g_autoptr(GPtrArray) vms = clients_list_vms(&agent->clients);
+    uint64_t shared = 0, sharing = 0, volatile_pages = 0, full_scans = 0;
+    bool held = agent->conditions.held & (NUKSM_COND_STORE_FULL |
+                                          NUKSM_COND_AGENT_MEMORY);
+
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        shared += agent->ledger.slots[n].shared;
+        sharing += agent->ledger.slots[n].sharing;
+    }
+    for (guint i = 0; i < vms->len; i++) {
+        const NuksmClient *vm = g_ptr_array_index(vms, i);
+
+        volatile_pages += vm->scanner.pages_volatile;
+        full_scans += vm->scanner.full_scans;
+    }
+    family(out, "nuksm_pages_shared", "gauge",
+           "Merged copies that pages map (KSM: pages_shared).");
+    sample(out, "nuksm_pages_shared", "", shared);
+    family(out, "nuksm_pages_sharing", "gauge",
+           "Pages mapping merged copies, less one per copy: the pages "
+           "saved (KSM: pages_sharing).");
+    sample(out, "nuksm_pages_sharing", "", sharing);
+    family(out, "nuksm_pages_unshared", "gauge",
+           "Candidate pages waiting for a partner of the same content, "
+           "the unstable table's entries (KSM: pages_unshared).");
+    sample(out, "nuksm_pages_unshared", "", agent->unstable.count);
+    family(out, "nuksm_pages_volatile", "gauge",
+           "The VMs' pages changing too often to be offered (KSM: "
+           "pages_volatile).");
+    sample(out, "nuksm_pages_volatile", "", volatile_pages);
+    family(out, "nuksm_full_scans_total", "counter",
+           "Full passes of the VMs' scanners, summed over the VMs "
+           "connected (KSM: full_scans; it falls when a VM goes).");
+    sample(out, "nuksm_full_scans_total", "", full_scans);
+    family(out, "nuksm_general_profit_bytes", "gauge",
+           "Memory saved less what nuksmd's tables take (KSM: "
+           "general_profit).");
+    sample(out, "nuksm_general_profit_bytes", "",
+           (double)sharing * NUKSM_PAGE_SIZE -
+           (double)conditions_heap_bytes());
+    family(out, "nuksm_run", "gauge",
+           "1 while nuksmd merges, 0 while a condition of its own (store "
+           "full, memory budget) holds every merge back (KSM: run).");
+    sample(out, "nuksm_run", "", !held);
+    family(out, "nuksm_merge_across_nodes", "gauge",
+           "1 if the placement policy lets pages of different NUMA nodes "
+           "share a copy (KSM: merge_across_nodes).");
+    sample(out, "nuksm_merge_across_nodes", "",
+           agent->placement.policy != NUKSM_POLICY_ID_LOCAL);
+    family(out, "nuksm_pages_moved_total", "counter",
+           "Merged pages re-placement moved to another node's copy.");
+    sample(out, "nuksm_pages_moved_total", "", agent->relocator.moved);
+    family(out, "nuksm_moves_pending", "gauge",
+           "Moves of merged pages planned, not started yet.");
+    sample(out, "nuksm_moves_pending", "", relocate_pending(agent));
+    family(out, "nuksm_orphan_pages", "gauge",
+           "Store pages no VM has claimed since nuksmd started, kept while "
+           "a process may map them.");
+    sample(out, "nuksm_orphan_pages", "", agent->orphans.pages);
+    family(out, "nuksm_node_store_pages", "gauge",
+           "Store pages in use (merged copies and pages on their way), by "
+           "NUMA node.");
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        g_autofree char *node = g_strdup_printf("%u", n);
+
+        sample_with(out, "nuksm_node_store_pages", "", "node", node,
+                    agent->ledger.slots[n].nr_used);
+    }
+}
+
+static const char *const condition_names[NUKSM_COND_COUNT] = {
+    "store-full", "agent-memory", "domain-quota",
+};
+
+/* nuksmd itself. */
+static void agent_families(NuksmAgent *agent, GString *out)
+{
+    const AgentCounters *c = &agent->counters;
+    g_autoptr(GString) info = g_string_new("version=");
+    struct rusage ru;
+    unsigned vms = clients_count_vms(&agent->clients);
+
+    getrusage(RUSAGE_SELF, &ru);
+    family(out, "nuksm_agent_info", "gauge",
+           "nuksmd's version and placement policy, as labels.");
+    label_value(info, NUKSM_VERSION);
+    g_string_append(info, ",policy=");
+    label_value(info, nuksm_policy_name(agent->placement.policy));
+    sample(out, "nuksm_agent_info", info->str, 1);
+    family(out, "nuksm_agent_start_time_seconds", "gauge",
+           "When nuksmd started, in seconds since the epoch.");
+    sample(out, "nuksm_agent_start_time_seconds", "",
+           c->started_at / 1e6);
+    family(out, "nuksm_agent_condition", "gauge",
+           "1 while the condition holds merging back (a domain's quota: "
+           "for some domain).");
+    for (int i = 0; i < NUKSM_COND_COUNT; i++) {
+        sample_with(out, "nuksm_agent_condition", "", "condition",
+                    condition_names[i],
+                    !!(agent->conditions.held & (1u << i)));
+    }
+    family(out, "nuksm_agent_heap_bytes", "gauge",
+           "The heap nuksmd's tables take (what --memory-max limits).");
+    sample(out, "nuksm_agent_heap_bytes", "", conditions_heap_bytes());
+    family(out, "nuksm_agent_heap_max_bytes", "gauge",
+           "--memory-max.");
+    sample(out, "nuksm_agent_heap_max_bytes", "",
+           agent->conditions.memory_max);
+    family(out, "nuksm_agent_resident_bytes", "gauge",
+           "nuksmd's resident memory, at most (its peak RSS).");
+    sample(out, "nuksm_agent_resident_bytes", "", ru.ru_maxrss * 1024.0);
+    family(out, "nuksm_agent_cpu_seconds_total", "counter",
+           "CPU nuksmd used, user and system.");
+    sample(out, "nuksm_agent_cpu_seconds_total", "",
+           ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+           ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
+    family(out, "nuksm_agent_clients", "gauge",
+           "Clients connected, by role.");
+    sample_with(out, "nuksm_agent_clients", "", "role", "vm", vms);
+    sample_with(out, "nuksm_agent_clients", "", "role", "control",
+                clients_count(&agent->clients) - vms);
+    family(out, "nuksm_agent_protocol_errors_total", "counter",
+           "Clients disconnected for a message nuksmd does not accept.");
+    sample(out, "nuksm_agent_protocol_errors_total", "", c->protocol_errors);
+    family(out, "nuksm_agent_refused_connections_total", "counter",
+           "Connections refused before their handshake (too many from "
+           "one user, bad credentials).");
+    sample(out, "nuksm_agent_refused_connections_total", "",
+           c->refused_connections);
+    family(out, "nuksm_agent_restored_pages_total", "counter",
+           "Merged pages VMs took back after nuksmd restarted (RESTORE).");
+    sample(out, "nuksm_agent_restored_pages_total", "", c->restored_pages);
+    family(out, "nuksm_agent_refused_restores_total", "counter",
+           "RESTORE entries refused (not the slot's generation or "
+           "domain).");
+    sample(out, "nuksm_agent_refused_restores_total", "",
+           c->refused_restores);
+}
+
+GString *metrics_text(NuksmAgent *agent)
+{
+    GString *out = g_string_sized_new(16384);
+
+    host_families(agent, out);
+    domain_families(agent, out);
+    vm_families(agent, out);
+    agent_families(agent, out);
+    return out;
+}
+
+static char *metrics_path(const NuksmAgent *agent)
+{
+    return g_build_filename(agent->metrics.dir, METRICS_FILE, NULL);
+}
+
+/*
+ * Write the metrics to the file, atomically: a temporary file of the
+ * directory, readable by the owner and the metrics group only, renamed
+ * over it.  Logged once a failure starts, and once it ends.
+ */
+static void write_file(NuksmAgent *agent)
+{
+    AgentMetrics *m = &agent->metrics;
+    g_autoptr(GString) text = metrics_text(agent);
+    g_autofree char *path = metrics_path(agent);
+    g_autofree char *tmp = g_build_filename(m->dir, "." METRICS_FILE
+                                            ".XXXXXX", NULL);
+    int fd = g_mkstemp_full(tmp, O_WRONLY | O_CLOEXEC, 0600);
+    int err = 0;
+
+    if (fd < 0) {
+        err = errno;
+    } else {
+        errno = 0;
+        if ((m->gid != (gid_t)-1 &&
+             (fchown(fd, (uid_t)-1, m->gid) < 0 || fchmod(fd, 0640) < 0)) ||
+            write(fd, text->str, text->len) != (ssize_t)text->len) {
+            err = errno ? errno : EIO;      /* a short write sets none */
+        }
+        if (close(fd) < 0 && !err) {
+            err = errno;
+        }
+        if (!err && rename(tmp, path) < 0) {
+            err = errno;
+        }
+        if (err) {
+            unlink(tmp);
+        }
+    }
+    if (err && !m->failing) {
+        log_warning("metrics: cannot write %s: %s (trying again every "
+                    "%u s)", path, g_strerror(err), m->interval_s);
+    } else if (!err && m->failing) {
+        log_info("metrics: %s written again", path);
+    }
+    m->failing = err != 0;
+}
+
+static gboolean on_write(gpointer opaque)
+{
+    write_file(opaque);
+    return G_SOURCE_CONTINUE;
+}
+
+void metrics_start(NuksmAgent *agent)
+{
+    AgentMetrics *m = &agent->metrics;
+
+    if (!m->dir) {
+        return;
+    }
+    write_file(agent);
+    m->timer = g_timeout_add_seconds(m->interval_s, on_write, agent);
+}
+
+void metrics_stop(NuksmAgent *agent)
+{
+    g_autofree char *path = NULL;
+
+    if (!agent->metrics.timer) {
+        return;
+    }
+    g_clear_handle_id(&agent->metrics.timer, g_source_remove);
+    path = metrics_path(agent);
+    unlink(path);
+}

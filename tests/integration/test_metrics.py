@@ -1,0 +1,299 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""nuksmd's Prometheus metrics (agent/server/metrics.h) the way Debian
+hosts collect a daemon's: nuksmd writes nuksm.prom into node_exporter's
+textfile directory; Debian's prometheus-node-exporter serves it, with
+its ksmd collector beside it, and Debian's prometheus scrapes it.  The
+figures must equal what nuksmctl status and query-nuksm say."""
+
+import grp
+import json
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from harness import ctl_json, merge_identical, wait_until
+
+INTERVAL = 1                 # --metrics-interval of the tests' agents
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)",?')
+
+
+def need(tool, package):
+    """The path of @tool, which Debian's @package gives (make deps)."""
+    path = shutil.which(tool)
+    if not path:
+        pytest.fail(f"{tool} is missing: install Debian's {package} "
+                    f"(make deps)", pytrace=False)
+    return path
+
+
+def unescape(value):
+    return re.sub(r'\\(.)', lambda m: "\n" if m[1] == "n" else m[1], value)
+
+
+def parse(text):
+    """The samples of an exposition: {(name, ((label, value), ...)): value},
+    labels sorted."""
+    samples = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = SAMPLE.match(line)
+        assert match, f"not a sample line: {line!r}"
+        labels = tuple(sorted((k, unescape(v))
+                              for k, v in LABEL.findall(match[2] or "")))
+        samples[(match[1], labels)] = float(match[3])
+    return samples
+
+
+def value(samples, name, **labels):
+    """The one sample of @name whose labels include @labels."""
+    found = [v for (n, ls), v in samples.items()
+             if n == name and set(labels.items()) <= set(ls)]
+    assert len(found) == 1, f"{name}{labels}: {found}"
+    return found[0]
+
+
+def read_metrics(path):
+    return parse(path.read_text()) if path.exists() else {}
+
+
+@pytest.fixture
+def metrics_dir(workdir):
+    path = workdir / "textfile"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def reader_group():
+    """The group that may read the metrics: Debian's prometheus."""
+    try:
+        return grp.getgrnam("prometheus")
+    except KeyError:
+        pytest.fail("no group prometheus: install Debian's "
+                    "prometheus-node-exporter (make deps)", pytrace=False)
+
+
+def test_metrics_file_says_what_nuksmctl_says(start_agent, qtest_vm,
+                                              workdir, metrics_dir,
+                                              reader_group):
+    """The file is replaced atomically, readable by its owner and the
+    prometheus group only, valid for promtool; its host, domain and VM
+    figures equal nuksmctl's and query-nuksm's once merging settled; a
+    name with quotes and a backslash is escaped; another user cannot read
+    it; a VM's series go with it, and the file with the agent."""
+    promtool = need("promtool", "prometheus")
+    agent = start_agent("--metrics-dir", metrics_dir, "--metrics-interval",
+                        str(INTERVAL), "--metrics-group", reader_group.gr_name,
+                        "--fake-numa", "2")
+    path = metrics_dir / "nuksm.prom"
+    a = qtest_vm("web-a", agent=agent.sock)
+    b = qtest_vm('odd "b\\', agent=agent.sock)
+    pages = merge_identical([a, b], seed=34)
+
+    def settled():
+        status = ctl_json(agent.sock, "status")
+        samples = read_metrics(path)
+        return samples and value(samples, "nuksm_pages_sharing") == \
+            status["pages_sharing"] >= pages and \
+            value(samples, "nuksm_pages_shared") == status["pages_shared"] \
+            and (samples, status)
+    samples, status = wait_until(settled, 10 * INTERVAL,
+                                 "the metrics to say what nuksmctl does")
+
+    mode = path.stat()
+    assert stat.S_IMODE(mode.st_mode) == 0o640, oct(mode.st_mode)
+    assert mode.st_gid == reader_group.gr_gid
+    # Another user, who could reach the directory, may not read it.
+    workdir.chmod(0o755)
+    metrics_dir.chmod(0o755)
+    peek = subprocess.run(["runuser", "-u", "nobody", "--", "cat",
+                           str(path)], capture_output=True, text=True,
+                          timeout=30)
+    assert peek.returncode != 0 and "Permission denied" in peek.stderr, peek
+    assert not list(metrics_dir.glob(".nuksm.prom.*")), "a temporary file"
+    check = subprocess.run([promtool, "check", "metrics"],
+                           input=path.read_text(), capture_output=True,
+                           text=True, timeout=30)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    store = status["store_pages"]
+    for node, pages_on_node in enumerate(store):
+        assert value(samples, "nuksm_node_store_pages",
+                     node=str(node)) == pages_on_node
+        assert value(samples, "nuksm_domain_store_pages",
+                     merge_domain="default", node=str(node)) == pages_on_node
+    assert value(samples, "nuksm_domain_vms", merge_domain="default") == 2
+    assert value(samples, "nuksm_domain_saved_bytes",
+                 merge_domain="default") == status["pages_sharing"] * 4096
+    assert value(samples, "nuksm_run") == 1
+    assert value(samples, "nuksm_merge_across_nodes") == 1
+    assert value(samples, "nuksm_agent_clients", role="vm") == 2
+    assert value(samples, "nuksm_agent_condition",
+                 condition="store-full") == 0
+    assert value(samples, "nuksm_agent_info", policy="global") == 1
+    assert 0 < value(samples, "nuksm_agent_heap_bytes") < \
+        value(samples, "nuksm_agent_heap_max_bytes")
+    started = value(samples, "nuksm_agent_start_time_seconds")
+    assert time.time() - 600 < started <= time.time()
+
+    vms = {vm["name"]: vm for vm in ctl_json(agent.sock, "vms")["vms"]}
+    for vm in (a, b):
+        entry = vms[vm.name]
+        labels = {"vm": vm.name, "id": str(entry["id"]),
+                  "merge_domain": "default", "libvirt_uuid": ""}
+
+        def agrees():
+            now = read_metrics(path)
+            info = vm.nuksm()
+            local = value(now, "nuksm_vm_merged_pages", copy="local",
+                          **labels)
+            remote = value(now, "nuksm_vm_merged_pages", copy="remote",
+                           **labels)
+            scanner = [value(now, f"nuksm_vm_{name}", **labels)
+                       for name in ("eligible_pages", "zero_pages",
+                                    "full_scans_total",
+                                    "cow_breaks_total")]
+            return (local, remote) == (info["merged-local"],
+                                       info["merged-remote"]) and \
+                scanner == [info["eligible-pages"], info["zero-pages"],
+                            info["full-scans"], info["cow-breaks"]] and now
+        now = wait_until(agrees, 10 * INTERVAL,
+                         f"{vm.name}'s merged pages to agree")
+        assert value(now, "nuksm_vm_limited", reason="userfaultfd",
+                     **labels) == 0
+        assert value(now, "nuksm_vm_priority", **labels) == 100
+        budget = vm.nuksm()["budget"]
+        assert value(now, "nuksm_vm_scanner_cpu_max_ratio", **labels) == \
+            budget["max-cpu"] / 100
+        assert value(now, "nuksm_vm_rest_seconds", **labels) == \
+            budget["rest-ms"] / 1000
+        assert 0 < value(now, "nuksm_vm_scanner_cpu_seconds_total",
+                         **labels) < 600
+        assert value(now, "nuksm_vm_pages_scanned_total", **labels) > 0
+
+    # A VM's series go with it (SIGKILL: teardown has nothing to quit).
+    b.kill()
+    wait_until(lambda: not [k for k in read_metrics(path)
+                            if ("vm", b.name) in k[1]], 10 * INTERVAL,
+               "the stopped VM's series to go")
+    assert value(read_metrics(path), "nuksm_agent_clients", role="vm") == 1
+    agent.stop()
+    assert not path.exists(), "the stopped agent left its metrics"
+
+
+def test_alert_rules_pass_promtool():
+    promtool = need("promtool", "prometheus")
+    rules = Path(__file__).resolve().parents[2] / "monitoring/nuksm.rules.yml"
+    check = subprocess.run([promtool, "check", "rules", str(rules)],
+                           capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "SUCCESS: 6 rules found" in check.stdout, check.stdout
+
+
+def test_bad_metrics_settings_are_refused_by_name(start_agent, workdir,
+                                                  nuksmd_bin):
+    for option, bad, allowed in (("--metrics-interval", "0", "1..3600"),
+                                 ("--metrics-group", "no-such-group",
+                                  "prometheus"),
+                                 ("--metrics-dir", "", "must not be empty")):
+        result = subprocess.run([str(nuksmd_bin), option, bad],
+                                capture_output=True, text=True, timeout=10)
+        assert result.returncode == 2, result
+        assert option in result.stderr and allowed in result.stderr, \
+            result.stderr
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_json(url):
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+def promql(port, query):
+    """The instant vector @query gives, as {labels: value}."""
+    reply = http_json(f"http://127.0.0.1:{port}/api/v1/query?" +
+                      urllib.parse.urlencode({"query": query}))
+    assert reply["status"] == "success", reply
+    return {tuple(sorted((k, v) for k, v in r["metric"].items()
+                         if k not in ("instance", "job"))):
+            float(r["value"][1]) for r in reply["data"]["result"]}
+
+
+def test_prometheus_scrapes_the_metrics(start_agent, qtest_vm, metrics_dir,
+                                        workdir):
+    """Debian's node_exporter serves the file (its textfile collector)
+    beside its ksmd collector, and Debian's prometheus scrapes it every
+    second: PromQL gives nuksmctl's figures, within a scrape."""
+    exporter = need("prometheus-node-exporter", "prometheus-node-exporter")
+    prometheus = need("prometheus", "prometheus")
+    agent = start_agent("--metrics-dir", metrics_dir, "--metrics-interval",
+                        str(INTERVAL))
+    vms = [qtest_vm(f"scraped{i}", agent=agent.sock) for i in range(2)]
+    merge_identical(vms, seed=35)
+
+    exporter_port, prometheus_port = free_port(), free_port()
+    procs = []
+    try:
+        procs.append(subprocess.Popen(
+            [exporter, f"--web.listen-address=127.0.0.1:{exporter_port}",
+             "--collector.disable-defaults", "--collector.textfile",
+             f"--collector.textfile.directory={metrics_dir}",
+             "--collector.ksmd"],
+            stdout=subprocess.DEVNULL, stderr=open(workdir / "exporter.log",
+                                                   "w")))
+        config = workdir / "prometheus.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            "scrape_configs:\n  - job_name: node\n    static_configs:\n"
+            f"      - targets: ['127.0.0.1:{exporter_port}']\n")
+        data = Path(tempfile.mkdtemp(prefix="nuksm-prom-", dir=workdir))
+        procs.append(subprocess.Popen(
+            [prometheus, f"--config.file={config}",
+             f"--storage.tsdb.path={data}",
+             f"--web.listen-address=127.0.0.1:{prometheus_port}"],
+            stdout=subprocess.DEVNULL,
+            stderr=open(workdir / "prometheus.log", "w")))
+
+        def scraped():
+            status = ctl_json(agent.sock, "status")
+            try:
+                got = promql(prometheus_port, "nuksm_pages_sharing")
+            except OSError:
+                return False        # prometheus is not listening yet
+            return got and list(got.values()) == [status["pages_sharing"]] \
+                and status
+        try:
+            wait_until(scraped, 60, "prometheus to scrape nuksm's figures")
+        except AssertionError as e:
+            raise AssertionError(
+                f"{e}; node_exporter: {(workdir / 'exporter.log').read_text()}"
+                f"\nprometheus: {(workdir / 'prometheus.log').read_text()}")
+        # Both sides of the comparison a KSM dashboard ports.
+        ksm = promql(prometheus_port, "node_ksmd_pages_sharing")
+        assert len(ksm) == 1, ksm
+        per_vm = promql(prometheus_port,
+                        'sum by (vm) (nuksm_vm_merged_pages)')
+        merged = {vm["name"]: vm["merged_pages"]
+                  for vm in ctl_json(agent.sock, "vms")["vms"]}
+        assert per_vm == {(("vm", name),): pages
+                          for name, pages in merged.items()}, per_vm
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=30)
