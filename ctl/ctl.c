@@ -251,3 +251,31 @@ char *table_text(const char *s)
     }
     return g_string_free(text, FALSE);
 }
+
+void ctl_table(GString *out, const char *const *header, int columns,
+               GPtrArray *rows)
+{
+    g_autofree size_t *widths = g_new(size_t, columns);
+
+    for (int c = 0; c < columns; c++) {
+        widths[c] = g_utf8_strlen(header[c], -1);
+        for (guint r = 0; r < rows->len; r++) {
+            char **row = g_ptr_array_index(rows, r);
+
+            widths[c] = MAX(widths[c], (size_t)g_utf8_strlen(row[c], -1));
+        }
+    }
+    for (guint r = 0; r <= rows->len; r++) {
+        const char *const *cells = r ? g_ptr_array_index(rows, r - 1)
+                                     : (gpointer)header;
+
+        for (int c = 0; c < columns; c++) {
+            g_string_append(out, cells[c]);
+            if (c < columns - 1) {
+                g_string_append_printf(out, "%*s", (int)(widths[c] -
+                                       g_utf8_strlen(cells[c], -1)) + 2, "");
+            }
+        }
+        g_string_append_c(out, '\n');
+    }
+}

@@ -62,6 +62,13 @@ void print_json(GString *out);
 /* A client-supplied name made safe for a terminal; "-" when empty. */
 char *table_text(const char *s);
 
+/*
+ * Append a table to @out: @header, then @rows (GStrv of @columns cells
+ * each), every column as wide as its widest cell, two spaces apart.
+ */
+void ctl_table(GString *out, const char *const *header, int columns,
+               GPtrArray *rows);
+
 /* The LIST_VMS entry of client @id, or NULL if it left meanwhile. */
 const NuksmVmEntry *ctl_vm_entry(const NuksmMsgVms *list, uint32_t id);
 

@@ -19,6 +19,7 @@
 #include "nuksm-proto.h"
 #include "plan.h"
 #include "similarity.h"
+#include "top.h"
 
 /* INFO's scope, as nuksmctl status names it. */
 static const char *scope_name(uint32_t scope)
@@ -100,19 +101,6 @@ static void cmd_status(Ctl *ctl, bool json)
 
 
 enum { VM_COLUMNS = 20 };
-
-static void print_row(char **cells, const size_t *widths)
-{
-    for (int c = 0; c < VM_COLUMNS; c++) {
-        size_t pad = widths[c] - g_utf8_strlen(cells[c], -1);
-
-        fputs(cells[c], stdout);
-        if (c < VM_COLUMNS - 1) {
-            printf("%*s", (int)pad + 2, "");
-        }
-    }
-    putchar('\n');
-}
 
 /* "0" or "0,1": the home node of each guest node; "-" before TOPOLOGY. */
 static char *home_text(const NuksmVmEntry *e)
@@ -255,7 +243,7 @@ static void print_vms_table(const NuksmMsgVms *vms,
     };
     g_autoptr(GPtrArray) rows = g_ptr_array_new_with_free_func(
         (GDestroyNotify)g_strfreev);
-    size_t widths[VM_COLUMNS];
+    g_autoptr(GString) table = g_string_new(NULL);
 
     for (uint32_t i = 0; i < vms->count; i++) {
         const NuksmVmEntry *e = &entries[i];
@@ -292,18 +280,8 @@ static void print_vms_table(const NuksmMsgVms *vms,
         g_ptr_array_add(rows, row);
     }
 
-    for (int c = 0; c < VM_COLUMNS; c++) {
-        widths[c] = strlen(header[c]);
-        for (guint r = 0; r < rows->len; r++) {
-            char **row = g_ptr_array_index(rows, r);
-
-            widths[c] = MAX(widths[c], (size_t)g_utf8_strlen(row[c], -1));
-        }
-    }
-    print_row((char **)header, widths);
-    for (guint r = 0; r < rows->len; r++) {
-        print_row(g_ptr_array_index(rows, r), widths);
-    }
+    ctl_table(table, header, VM_COLUMNS, rows);
+    fputs(table->str, stdout);
     if (vms->total > vms->count) {
         printf("(%u of %u VMs listed)\n", vms->count, vms->total);
     }
@@ -443,6 +421,16 @@ static void cmd_vms(Ctl *ctl, bool json)
         } else {
             g_string_append(out, "null");
         }
+        /* What its scanner counts (VM_STATS), as query-nuksm has it. */
+        g_string_append_printf(out,
+            ", \"scanner\": {\"eligible_pages\": %" PRIu64
+            ", \"pages_scanned\": %" PRIu64 ", \"full_scans\": %" PRIu64
+            ", \"zero_pages\": %" PRIu64 ", \"cow_breaks\": %" PRIu64
+            ", \"pages_volatile\": %" PRIu64 ", \"cpu_seconds\": %.3f}",
+            e->scanner.eligible_pages, e->scanner.pages_scanned,
+            e->scanner.full_scans, e->scanner.zero_pages,
+            e->scanner.cow_breaks, e->scanner.pages_volatile,
+            e->scanner.scan_cpu_ns / 1e9);
         g_string_append_c(out, '}');
     }
     g_string_append(out, "]}");
@@ -505,6 +493,10 @@ int main(int argc, char **argv)
     gboolean json = FALSE;
     gboolean sketches = FALSE;
     gboolean apply = FALSE;
+    gboolean once = FALSE;
+    int interval = 2;
+    g_autofree char *sort_name = NULL;
+    int sort = TOP_SORT_SAVED;
     gboolean version = FALSE;
     GOptionEntry entries[] = {
         { "socket", 0, 0, G_OPTION_ARG_FILENAME, &socket_path,
@@ -517,6 +509,13 @@ int main(int argc, char **argv)
         { "apply", 0, 0, G_OPTION_ARG_NONE, &apply,
           "With plan: carry out the planned moves, of the VMs named or "
           "all (through libvirt for libvirt domains)", NULL },
+        { "interval", 0, 0, G_OPTION_ARG_INT, &interval,
+          "With top: refresh every N seconds (1..3600, default 2)", "N" },
+        { "sort", 0, 0, G_OPTION_ARG_STRING, &sort_name,
+          "With top: sort the VMs by saved (default), remote, cpu or name",
+          "KEY" },
+        { "once", 0, 0, G_OPTION_ARG_NONE, &once,
+          "With top: print one frame, after one interval, and exit", NULL },
         { "version", 0, 0, G_OPTION_ARG_NONE, &version,
           "Print the version and exit", NULL },
         { NULL },
@@ -534,12 +533,15 @@ int main(int argc, char **argv)
     }
 
     octx = g_option_context_new(
-        "status|vms|similarity|plan [--apply [VM...]]|policy [NAME]|"
+        "status|vms|top|similarity|plan [--apply [VM...]]|policy [NAME]|"
         "libvirt ...");
     g_option_context_set_summary(octx,
         "  status         agent version, policy, nodes, VMs, page counts\n"
         "  vms            the connected VMs, their merged pages and the\n"
         "                 reads of them, and the NUMA-tax fairness\n"
+        "  top            a live view of the agent, each merge domain and\n"
+        "                 each VM, refreshed in place (keys: s r c n sort,\n"
+        "                 q quits)\n"
         "  similarity     how much of their memory the VMs of each merge\n"
         "                 domain hold alike (administrators only)\n"
         "  plan           the moves that would bring similar VMs onto one\n"
@@ -565,8 +567,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc < 2) {
-        die(2, "missing command (allowed: status, vms, similarity, plan, "
-            "policy, libvirt)");
+        die(2, "missing command (allowed: status, vms, top, similarity, "
+            "plan, policy, libvirt)");
     }
 
     cmd = argv[1];
@@ -575,11 +577,26 @@ int main(int argc, char **argv)
     } else if (g_str_equal(cmd, "plan") && apply) {
         max_argc = argc;
     } else if (g_str_equal(cmd, "status") || g_str_equal(cmd, "vms") ||
-               g_str_equal(cmd, "similarity") || g_str_equal(cmd, "plan")) {
+               g_str_equal(cmd, "top") || g_str_equal(cmd, "similarity") ||
+               g_str_equal(cmd, "plan")) {
         max_argc = 2;
     } else {
-        die(2, "unknown command '%s' (allowed: status, vms, similarity, "
-            "plan, policy, libvirt)", cmd);
+        die(2, "unknown command '%s' (allowed: status, vms, top, "
+            "similarity, plan, policy, libvirt)", cmd);
+    }
+    if ((once || sort_name || interval != 2) && !g_str_equal(cmd, "top")) {
+        die(2, "--interval, --sort and --once go with top");
+    }
+    if (interval < 1 || interval > 3600) {
+        die(2, "--interval: %d is out of range (allowed: 1..3600)",
+            interval);
+    }
+    if (sort_name) {
+        sort = top_sort_parse(sort_name);
+        if (sort < 0) {
+            die(2, "--sort: unknown key '%s' (allowed: %s)", sort_name,
+                top_sort_names());
+        }
     }
     if (sketches && (!g_str_equal(cmd, "similarity") || !json)) {
         die(2, "--sketches goes with --json similarity");
@@ -608,6 +625,8 @@ int main(int argc, char **argv)
         cmd_status(&ctl, json);
     } else if (g_str_equal(cmd, "vms")) {
         cmd_vms(&ctl, json);
+    } else if (g_str_equal(cmd, "top")) {
+        status = cmd_top(&ctl, interval, sort, once);
     } else if (g_str_equal(cmd, "similarity") && sketches) {
         cmd_sketches(&ctl);
     } else if (g_str_equal(cmd, "similarity")) {

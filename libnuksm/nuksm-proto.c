@@ -514,6 +514,12 @@ static const char *check_colocation(const NuksmMsgColocation *m)
            "unterminated twin name in COLOCATION";
 }
 
+/* A CPU budget of at most 100 cores. */
+static const char *check_vm_stats(const NuksmMsgVmStats *m)
+{
+    return m->max_cpu_pm <= 100000 ? NULL : "VM_STATS CPU budget out of range";
+}
+
 static const char *check_applied(const NuksmMsgApplied *m)
 {
     if (m->to >= NUKSM_MAX_NODES || m->how >= NUKSM_APPLY__MAX ||
@@ -590,6 +596,9 @@ static const char *check_vms(const void *p, size_t len)
             e[n].scheme >= NUKSM_SCHEME_ID__MAX ||
             e[n].applied_to > NUKSM_MAX_NODES) {
             return "co-location out of range in VMS";
+        }
+        if (check_vm_stats(&e[n].scanner)) {
+            return "scanner figures out of range in VMS";
         }
         if (!strfield_ok(e[n].domain, sizeof(e[n].domain)) ||
             !strfield_ok(e[n].vm_name, sizeof(e[n].vm_name)) ||
@@ -672,8 +681,7 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
     case NUKSM_MSG_APPLIED:
         return check_applied(p);
     case NUKSM_MSG_VM_STATS:
-        return ((const NuksmMsgVmStats *)p)->max_cpu_pm <= 100000 ? NULL :
-               "VM_STATS CPU budget out of range";
+        return check_vm_stats(p);
     case NUKSM_MSG_INFO:
         return check_info(p);
     case NUKSM_MSG_VM_LIMIT:

@@ -361,6 +361,28 @@ typedef struct NuksmMsgInfo {
     char condition_reason[NUKSM_ERROR_LEN]; /* as in CONDITION */
 } NuksmMsgInfo;
 
+/*
+ * VM_STATS (VM -> agent, seq 0, since protocol 16): what only the VM's
+ * own scanner counts, as query-nuksm shows it, for the agent's metrics
+ * (agent/server/metrics.h); sent at most once a second, when it changed.
+ */
+typedef struct NuksmMsgVmStats {
+    uint64_t eligible_pages;     /* guest RAM the scanner looks at */
+    uint64_t pages_scanned;      /* pages it hashed, ever */
+    uint64_t full_scans;         /* passes over every eligible page */
+    uint64_t zero_pages;         /* pages it dropped as zeros */
+    uint64_t cow_breaks;         /* merged pages written, so unmerged */
+    uint64_t pages_volatile;     /* pages changing too often to offer */
+    uint64_t scan_rate;          /* pages per second it may hash, at */
+                                 /* most; 0: no cap */
+    uint64_t scan_cpu_ns;        /* CPU its scanner thread took */
+    uint64_t hints_received;     /* pages I/O hints named */
+    uint64_t hints_served;       /* of them, hashed first */
+    uint64_t hints_merged;       /* merges of such pages */
+    uint32_t rest_ms;            /* its rest between passes */
+    uint32_t max_cpu_pm;         /* its CPU budget, per mille of a core */
+} NuksmMsgVmStats;
+
 typedef struct NuksmVmEntry {
     uint32_t client_id;
     uint32_t pid;            /* from SO_PEERCRED */
@@ -406,6 +428,8 @@ typedef struct NuksmVmEntry {
     uint32_t scheme;         /* NuksmSchemeId of its merge domain */
     uint32_t applied_to;     /* the node nuksm moved it to and holds it */
                              /* on, NUKSM_MAX_NODES if none */
+    /* Since protocol 16: what its scanner counts (VM_STATS) */
+    NuksmMsgVmStats scanner;
 } NuksmVmEntry;
 
 /* VMS: a NuksmMsgVms followed by count NuksmVmEntry records */
@@ -535,28 +559,6 @@ typedef struct NuksmMsgColocation {
                              /* (since protocol 15) */
     char twin[NUKSM_NAME_LEN];   /* the twin's VM name, "" if none given */
 } NuksmMsgColocation;
-
-/*
- * VM_STATS (VM -> agent, seq 0, since protocol 16): what only the VM's
- * own scanner counts, as query-nuksm shows it, for the agent's metrics
- * (agent/server/metrics.h); sent at most once a second, when it changed.
- */
-typedef struct NuksmMsgVmStats {
-    uint64_t eligible_pages;     /* guest RAM the scanner looks at */
-    uint64_t pages_scanned;      /* pages it hashed, ever */
-    uint64_t full_scans;         /* passes over every eligible page */
-    uint64_t zero_pages;         /* pages it dropped as zeros */
-    uint64_t cow_breaks;         /* merged pages written, so unmerged */
-    uint64_t pages_volatile;     /* pages changing too often to offer */
-    uint64_t scan_rate;          /* pages per second it may hash, at */
-                                 /* most; 0: no cap */
-    uint64_t scan_cpu_ns;        /* CPU its scanner thread took */
-    uint64_t hints_received;     /* pages I/O hints named */
-    uint64_t hints_served;       /* of them, hashed first */
-    uint64_t hints_merged;       /* merges of such pages */
-    uint32_t rest_ms;            /* its rest between passes */
-    uint32_t max_cpu_pm;         /* its CPU budget, per mille of a core */
-} NuksmMsgVmStats;
 
 /* "planned", "pinned", "no-room", "small-gain"; NULL if unknown. */
 const char *nuksm_plan_verdict_name(uint32_t verdict);

@@ -371,6 +371,7 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         e->plan_verdict = vm->colocation.plan_verdict;
         e->scheme = vm->colocation.scheme;
         e->applied_to = vm->colocated_to;
+        e->scanner = vm->scanner;
         if (vm->paused_at) {
             e->throttled_ns += (g_get_monotonic_time() - vm->paused_at) * 1000;
         }

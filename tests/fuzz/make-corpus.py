@@ -77,7 +77,10 @@ def proto_seeds():
         uploads_sent=1, read_errno=0, reserved2=0, reads_local=30,
         reads_remote=12, read_window_ms=1000, read_hot_regions=2,
         twin_id=2, twin_pm=500, plan_to=1, plan_verdict=0, scheme=1,
-        applied_to=1))
+        applied_to=1, eligible_pages=32768, pages_scanned=100, full_scans=2,
+        zero_pages=5, cow_breaks=1, pages_volatile=3, scan_rate=0,
+        scan_cpu_ns=10 ** 9, hints_received=7, hints_served=6,
+        hints_merged=4, rest_ms=500, max_cpu_pm=200))
     return {
         "hello-vm": msg(h.MSG_HELLO, h.hello(role=h.ROLE_VM, priority=10,
                                              domain=b"default",

@@ -302,7 +302,9 @@ VmEntry = collections.namedtuple(
     "libvirt_name libvirt_uuid agent_cpu_ns throttled_ns uploads_read "
     "uploads_sent read_errno reserved2 reads_local reads_remote "
     "read_window_ms read_hot_regions twin_id twin_pm plan_to plan_verdict "
-    "scheme applied_to")
+    "scheme applied_to eligible_pages pages_scanned full_scans zero_pages "
+    "cow_breaks pages_volatile scan_rate scan_cpu_ns hints_received "
+    "hints_served hints_merged rest_ms max_cpu_pm")
 
 
 def parse_vms(msg):

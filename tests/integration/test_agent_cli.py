@@ -136,6 +136,15 @@ def test_vms_lists_connected_vms(agent, qtest_vm):
     assert by_pid[blue.pid].pop("plan") is None
     assert by_pid[blue.pid].pop("scheme") == "global"
     assert by_pid[blue.pid].pop("moved_to") is None
+    assert set(by_pid[blue.pid].pop("scanner")) == {
+        "eligible_pages", "pages_scanned", "full_scans", "zero_pages",
+        "cow_breaks", "pages_volatile", "cpu_seconds"}
+    # What its scanner counts, once it told the agent (VM_STATS).
+    eligible = blue.nuksm("dedup-b")["eligible-pages"]
+    wait_until(lambda: next(vm for vm in ctl_json(agent.sock, "vms")["vms"]
+                            if vm["pid"] == blue.pid)["scanner"]
+               ["eligible_pages"] == eligible > 0, 10,
+               "the VM's scanner figures in the list")
     assert by_pid[blue.pid] == {
         "id": int(rows[blue.pid]["ID"]), "pid": blue.pid,
         "uid": os.getuid(),

@@ -7,6 +7,9 @@ figures must equal what nuksmctl status and query-nuksm say."""
 
 import grp
 import json
+import os
+import pty
+import select
 import re
 import shutil
 import socket
@@ -20,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import ctl_json, merge_identical, wait_until
+from harness import NUKSMCTL, ctl_json, ctl_ok, merge_identical, wait_until
 
 INTERVAL = 1                 # --metrics-interval of the tests' agents
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
@@ -297,3 +300,64 @@ def test_prometheus_scrapes_the_metrics(start_agent, qtest_vm, metrics_dir,
         for proc in procs:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+def test_top_shows_the_same_figures_live(start_agent, qtest_vm):
+    """nuksmctl top: --once prints a frame of the host, each merge domain
+    and each VM with the figures nuksmctl vms has; on a terminal it
+    redraws in place, a key sorts the VMs anew, q quits."""
+    agent = start_agent()
+    vms = [qtest_vm(name, agent=agent.sock) for name in ("top-b", "top-a")]
+    pages = merge_identical(vms, seed=36)
+    listed = {vm["name"]: vm for vm in ctl_json(agent.sock, "vms")["vms"]}
+
+    frame = ctl_ok(agent.sock, "top", "--once", "--interval", "1",
+                   "--sort", "name")
+    assert "conditions: none; every 1 s, VMs by name" in frame, frame
+    host = re.search(r"host: ([\d.]+) MiB saved \((\d+) pages\)", frame)
+    assert host and int(host[2]) == ctl_json(agent.sock,
+                                             "status")["pages_sharing"]
+    lines = frame.splitlines()
+    vm_header = next(i for i, line in enumerate(lines)
+                     if line.startswith("ID "))
+    rows = [line.split() for line in lines[vm_header + 1:] if line]
+    assert [row[1] for row in rows] == ["top-a", "top-b"], frame
+    for row in rows:
+        assert int(row[0]) == listed[row[1]]["id"]
+        assert float(row[3]) == round(listed[row[1]]["merged_pages"] *
+                                      4096 / 2 ** 20, 1) >= pages / 256
+    domain_row = lines[lines.index(next(line for line in lines
+                                        if line.startswith("DOMAIN"))) + 1]
+    assert domain_row.split()[:2] == ["default", "2"], frame
+
+    bad = subprocess.run([str(NUKSMCTL), "--socket", str(agent.sock), "top",
+                          "--sort", "size"], capture_output=True, text=True,
+                         timeout=10)
+    assert bad.returncode == 2 and "saved, remote, cpu, name" in bad.stderr
+
+    # On a terminal: in place, sorted anew by a key, ended by q.
+    leader, follower = pty.openpty()
+    top = subprocess.Popen([str(NUKSMCTL), "--socket", str(agent.sock),
+                            "top", "--interval", "1"], stdin=follower,
+                           stdout=follower, stderr=follower)
+    os.close(follower)
+    seen = b""
+
+    def screen_shows(text):
+        nonlocal seen
+        while select.select([leader], [], [], 0.2)[0]:
+            seen += os.read(leader, 65536)
+        return text in seen
+    try:
+        wait_until(lambda: screen_shows(b"VMs by saved") and
+                   seen.count(b"\033[H\033[2J") >= 2, 15,
+                   "two frames drawn in place")
+        os.write(leader, b"n")
+        wait_until(lambda: screen_shows(b"VMs by name"), 10,
+                   "the VMs sorted by name")
+        os.write(leader, b"q")
+        assert top.wait(timeout=10) == 0
+    finally:
+        if top.poll() is None:
+            top.kill()
+        os.close(leader)
