@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Install what make built (make install): nuksmd, nuksmctl, the patched
 # QEMU in a tree of its own, the systemd units, a sysctl.d file raising
-# vm.max_map_count, a configuration file, Prometheus alert rules, the
-# AppArmor rules libvirt's QEMU profiles need, the libvirt hook and the
-# domain XML helper behind `nuksmctl libvirt`.
+# vm.max_map_count, a configuration file, Prometheus alert rules and a
+# Grafana dashboard, the AppArmor rules libvirt's QEMU profiles need, the
+# libvirt hook and the domain XML helper behind `nuksmctl libvirt`.
 #
 #   PREFIX=/usr/local   where it goes (bin, sbin, lib, share under it)
 #   DESTDIR=            staging root, prepended to every path (packaging)
@@ -95,9 +95,11 @@ fi
 install -d "$destdir$docdir"
 install -m 0644 "$top"/docs/*.rst "$top/README.rst" "$destdir$docdir/"
 
-step "installing the Prometheus alert rules into $destdir$monitoringdir"
-install -D -m 0644 "$top/monitoring/nuksm.rules.yml" \
-    "$destdir$monitoringdir/nuksm.rules.yml"
+step "installing the alert rules and the Grafana dashboard into" \
+     "$destdir$monitoringdir"
+install -d "$destdir$monitoringdir"
+install -m 0644 "$top/monitoring/nuksm.rules.yml" \
+    "$top/monitoring/nuksm-grafana.json" "$destdir$monitoringdir/"
 
 step "installing AppArmor rules into $destdir$apparmordir"
 install -d "$destdir$apparmordir/abstractions"

@@ -217,6 +217,27 @@ def test_bad_metrics_settings_are_refused_by_name(start_agent, workdir,
             result.stderr
 
 
+MONITORING = Path(__file__).resolve().parents[2] / "monitoring"
+RULE_NAMES = ["NuksmMergingLimited", "NuksmStoreFull", "NuksmAgentMemory",
+              "NuksmAgentRestarted", "NuksmRemoteReads", "NuksmMetricsStale"]
+
+
+def dashboard_exprs():
+    """The PromQL of every panel of the Grafana dashboard, every host."""
+    dashboard = json.loads((MONITORING / "nuksm-grafana.json").read_text())
+    return [target["expr"].replace("$instance", ".*")
+            for panel in dashboard["panels"] for target in panel["targets"]]
+
+
+def rule_exprs():
+    """The alert rules' expressions without their threshold."""
+    text = (MONITORING / "nuksm.rules.yml").read_text()
+    exprs = re.findall(r"expr: (?:>\n)?((?:.+\n)+?)\s+(?:for|labels):", text)
+    assert len(exprs) == len(RULE_NAMES), exprs
+    return [re.split(r" (?:==|>) [\d.]+\s*$", " ".join(e.split()))[0]
+            for e in exprs]
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -263,6 +284,7 @@ def test_prometheus_scrapes_the_metrics(start_agent, qtest_vm, metrics_dir,
         config = workdir / "prometheus.yml"
         config.write_text(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            f"rule_files:\n  - {MONITORING / 'nuksm.rules.yml'}\n"
             "scrape_configs:\n  - job_name: node\n    static_configs:\n"
             f"      - targets: ['127.0.0.1:{exporter_port}']\n")
         data = Path(tempfile.mkdtemp(prefix="nuksm-prom-", dir=workdir))
@@ -296,6 +318,15 @@ def test_prometheus_scrapes_the_metrics(start_agent, qtest_vm, metrics_dir,
                   for vm in ctl_json(agent.sock, "vms")["vms"]}
         assert per_vm == {(("vm", name),): pages
                           for name, pages in merged.items()}, per_vm
+
+        # Every expression of the dashboard, and of the alert rules (their
+        # left side: a rule that does not fire returns nothing), gives data.
+        for expr in dashboard_exprs() + rule_exprs():
+            wait_until(lambda: promql(prometheus_port, expr), 30,
+                       f"data for {expr}")
+        rules = http_json(f"http://127.0.0.1:{prometheus_port}/api/v1/rules")
+        assert [r["name"] for g in rules["data"]["groups"]
+                for r in g["rules"]] == [r for r in RULE_NAMES], rules
     finally:
         for proc in procs:
             proc.terminate()
