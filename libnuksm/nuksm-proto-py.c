@@ -30,6 +30,27 @@ typedef struct Member {
 #define MEMBER(type, member, code) \
     { code, offsetof(type, member), sizeof(((type *)0)->member) }
 
+/*
+ * The members of a NuksmMsgVmStats, in @type at @prefix (empty, or
+ * "scanner." within a NuksmVmEntry).
+ */
+#define VM_STATS_MEMBERS(type, prefix) \
+    MEMBER(type, prefix eligible_pages, "Q"), \
+    MEMBER(type, prefix pages_scanned, "Q"), \
+    MEMBER(type, prefix full_scans, "Q"), \
+    MEMBER(type, prefix zero_pages, "Q"), \
+    MEMBER(type, prefix cow_breaks, "Q"), \
+    MEMBER(type, prefix pages_volatile, "Q"), \
+    MEMBER(type, prefix scan_rate, "Q"), \
+    MEMBER(type, prefix scan_cpu_ns, "Q"), \
+    MEMBER(type, prefix hints_received, "Q"), \
+    MEMBER(type, prefix hints_served, "Q"), \
+    MEMBER(type, prefix hints_merged, "Q"), \
+    MEMBER(type, prefix rest_ms, "I"), \
+    MEMBER(type, prefix max_cpu_pm, "I"), \
+    MEMBER(type, prefix state, "I"), \
+    MEMBER(type, prefix reserved, "I")
+
 static int failures;
 
 /* Bytes a struct.Struct code takes with "=" (no alignment). */
@@ -253,33 +274,8 @@ static void emit_structs(void)
            MEMBER(NuksmVmEntry, plan_verdict, "I"),
            MEMBER(NuksmVmEntry, scheme, "I"),
            MEMBER(NuksmVmEntry, applied_to, "I"),
-           MEMBER(NuksmVmEntry, scanner.eligible_pages, "Q"),
-           MEMBER(NuksmVmEntry, scanner.pages_scanned, "Q"),
-           MEMBER(NuksmVmEntry, scanner.full_scans, "Q"),
-           MEMBER(NuksmVmEntry, scanner.zero_pages, "Q"),
-           MEMBER(NuksmVmEntry, scanner.cow_breaks, "Q"),
-           MEMBER(NuksmVmEntry, scanner.pages_volatile, "Q"),
-           MEMBER(NuksmVmEntry, scanner.scan_rate, "Q"),
-           MEMBER(NuksmVmEntry, scanner.scan_cpu_ns, "Q"),
-           MEMBER(NuksmVmEntry, scanner.hints_received, "Q"),
-           MEMBER(NuksmVmEntry, scanner.hints_served, "Q"),
-           MEMBER(NuksmVmEntry, scanner.hints_merged, "Q"),
-           MEMBER(NuksmVmEntry, scanner.rest_ms, "I"),
-           MEMBER(NuksmVmEntry, scanner.max_cpu_pm, "I"));
-    STRUCT("VM_STATS", NuksmMsgVmStats,
-           MEMBER(NuksmMsgVmStats, eligible_pages, "Q"),
-           MEMBER(NuksmMsgVmStats, pages_scanned, "Q"),
-           MEMBER(NuksmMsgVmStats, full_scans, "Q"),
-           MEMBER(NuksmMsgVmStats, zero_pages, "Q"),
-           MEMBER(NuksmMsgVmStats, cow_breaks, "Q"),
-           MEMBER(NuksmMsgVmStats, pages_volatile, "Q"),
-           MEMBER(NuksmMsgVmStats, scan_rate, "Q"),
-           MEMBER(NuksmMsgVmStats, scan_cpu_ns, "Q"),
-           MEMBER(NuksmMsgVmStats, hints_received, "Q"),
-           MEMBER(NuksmMsgVmStats, hints_served, "Q"),
-           MEMBER(NuksmMsgVmStats, hints_merged, "Q"),
-           MEMBER(NuksmMsgVmStats, rest_ms, "I"),
-           MEMBER(NuksmMsgVmStats, max_cpu_pm, "I"));
+           VM_STATS_MEMBERS(NuksmVmEntry, scanner.));
+    STRUCT("VM_STATS", NuksmMsgVmStats, VM_STATS_MEMBERS(NuksmMsgVmStats, ));
     STRUCT("APPLY_MOVE", NuksmMsgApplyMove,
            MEMBER(NuksmMsgApplyMove, client_id, "I"),
            MEMBER(NuksmMsgApplyMove, to, "I"));

@@ -163,6 +163,18 @@ const char *nuksm_plan_verdict_name(uint32_t verdict)
     }
 }
 
+const char *nuksm_vm_state_name(uint32_t state)
+{
+    switch (state) {
+    case NUKSM_VM_STATE_DISCONNECTED: return "disconnected";
+    case NUKSM_VM_STATE_ACTIVE:       return "active";
+    case NUKSM_VM_STATE_PAUSED:       return "paused";
+    case NUKSM_VM_STATE_DISABLED:     return "disabled";
+    case NUKSM_VM_STATE_LIMITED:      return "limited";
+    default:                          return NULL;
+    }
+}
+
 const char *nuksm_scheme_name(uint32_t scheme)
 {
     switch (scheme) {
@@ -514,10 +526,14 @@ static const char *check_colocation(const NuksmMsgColocation *m)
            "unterminated twin name in COLOCATION";
 }
 
-/* A CPU budget of at most 100 cores. */
+/* A CPU budget of at most 100 cores, a state of those there are. */
 static const char *check_vm_stats(const NuksmMsgVmStats *m)
 {
-    return m->max_cpu_pm <= 100000 ? NULL : "VM_STATS CPU budget out of range";
+    if (m->max_cpu_pm > 100000 || m->state >= NUKSM_VM_STATE__MAX ||
+        m->reserved) {
+        return "VM_STATS out of range";
+    }
+    return NULL;
 }
 
 static const char *check_applied(const NuksmMsgApplied *m)

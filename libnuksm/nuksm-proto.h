@@ -362,6 +362,22 @@ typedef struct NuksmMsgInfo {
 } NuksmMsgInfo;
 
 /*
+ * A VM's state as its query-nuksm shows it, numbered as QAPI's
+ * NuksmState (checked where QEMU is built).
+ */
+typedef enum NuksmVmStateId {
+    NUKSM_VM_STATE_DISCONNECTED = 0,
+    NUKSM_VM_STATE_ACTIVE       = 1,
+    NUKSM_VM_STATE_PAUSED       = 2,     /* migrating or snapshotting */
+    NUKSM_VM_STATE_DISABLED     = 3,     /* property enabled=off */
+    NUKSM_VM_STATE_LIMITED      = 4,
+    NUKSM_VM_STATE__MAX,
+} NuksmVmStateId;
+
+/* "disconnected", "active", ...; NULL if unknown. */
+const char *nuksm_vm_state_name(uint32_t state);
+
+/*
  * VM_STATS (VM -> agent, seq 0, since protocol 16): what only the VM's
  * own scanner counts, as query-nuksm shows it, for the agent's metrics
  * (agent/server/metrics.h); sent at most once a second, when it changed.
@@ -381,6 +397,8 @@ typedef struct NuksmMsgVmStats {
     uint64_t hints_merged;       /* merges of such pages */
     uint32_t rest_ms;            /* its rest between passes */
     uint32_t max_cpu_pm;         /* its CPU budget, per mille of a core */
+    uint32_t state;              /* NuksmVmStateId: its query-nuksm state */
+    uint32_t reserved;
 } NuksmMsgVmStats;
 
 typedef struct NuksmVmEntry {

@@ -571,3 +571,24 @@ void ledger_locality(const NuksmClient *client, uint64_t *local,
         }
     }
 }
+
+void ledger_remote_hot(const NuksmClient *client, uint32_t cold_windows,
+                       uint64_t *per_node)
+{
+    const KeyMap *m = &client->pages;
+
+    for (size_t i = 0; i < m->size; i++) {
+        const KeyMapEntry *e = &m->entries[i];
+        uint32_t node;
+
+        if (!e->used || e->ns != 0 || e->tag != PAGE_MAPPED) {
+            continue;
+        }
+        node = slot_id_node(e->value);
+        if (node != client_home_of_page(client, e->key) &&
+            policy_page_hot(NUKSM_IDLE_NEVER,
+                            client_read_idle(client, e->key), cold_windows)) {
+            per_node[node]++;
+        }
+    }
+}

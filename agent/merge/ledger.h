@@ -238,6 +238,14 @@ void ledger_confirm(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
 void ledger_drop_parked(NuksmAgent *agent, NuksmClient *client);
 
 /*
+ * Add to @per_node[N] @client's merged pages read lately (hot, over
+ * @cold_windows read samples) that map a copy on node N, not on their
+ * home: the hot pages it reads remotely, by where the copy is.
+ */
+void ledger_remote_hot(const NuksmClient *client, uint32_t cold_windows,
+                       uint64_t *per_node);
+
+/*
  * @client's merged pages whose copy is on their home node, and the
  * others.  Walks its whole table: for reports, not for hot paths.
  */

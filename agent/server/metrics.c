@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -121,14 +122,72 @@ static const char *const limit_names[NUKSM_VM_LIMIT__MAX] = {
     [NUKSM_VM_LIMIT_DOMAIN_QUOTA] = "domain-quota",
 };
 
+/* A figure of a VM's scanner (VM_STATS), one family each. */
+typedef struct ScannerFigure {
+    const char *name, *type, *help;
+    size_t offset;           /* in NuksmMsgVmStats */
+    size_t size;             /* of the field: 4 or 8 */
+    double scale;            /* to the metric's unit */
+} ScannerFigure;
+
+#define FIELD(f) offsetof(NuksmMsgVmStats, f), \
+                 sizeof(((NuksmMsgVmStats *)0)->f)
+
+static const ScannerFigure scanner_figures[] = {
+    { "nuksm_vm_eligible_pages", "gauge",
+      "The VM's guest RAM its scanner looks at, in pages.",
+      FIELD(eligible_pages), 1 },
+    { "nuksm_vm_pages_scanned_total", "counter",
+      "Pages the VM's scanner hashed.", FIELD(pages_scanned), 1 },
+    { "nuksm_vm_full_scans_total", "counter",
+      "Passes of the VM's scanner over all its eligible pages (KSM: "
+      "full_scans).", FIELD(full_scans), 1 },
+    { "nuksm_vm_zero_pages", "gauge",
+      "The VM's pages dropped as zeros (KSM: ksm_stat's ksm_zero_pages).",
+      FIELD(zero_pages), 1 },
+    { "nuksm_vm_pages_volatile", "gauge",
+      "The VM's pages changing too often to be offered (KSM: "
+      "pages_volatile).", FIELD(pages_volatile), 1 },
+    { "nuksm_vm_cow_breaks_total", "counter",
+      "The VM's merged pages written, and so unmerged.",
+      FIELD(cow_breaks), 1 },
+    { "nuksm_vm_scan_rate_max", "gauge",
+      "Pages per second the VM's scanner may hash, 0 for no cap (KSM: "
+      "pages_to_scan per sleep).", FIELD(scan_rate), 1 },
+    { "nuksm_vm_rest_seconds", "gauge",
+      "The VM's scanner's rest between passes (KSM: sleep_millisecs).",
+      FIELD(rest_ms), 1e-3 },
+    { "nuksm_vm_scanner_cpu_max_ratio", "gauge",
+      "The VM's scanner's CPU budget, in cores.", FIELD(max_cpu_pm), 1e-3 },
+    { "nuksm_vm_scanner_cpu_seconds_total", "counter",
+      "CPU the VM's scanner thread took.", FIELD(scan_cpu_ns), 1e-9 },
+};
+
+static double scanner_figure(const NuksmMsgVmStats *stats,
+                             const ScannerFigure *fig)
+{
+    const char *field = (const char *)stats + fig->offset;
+    uint64_t raw;
+
+    if (fig->size == sizeof(uint32_t)) {
+        uint32_t narrow;
+
+        memcpy(&narrow, field, sizeof(narrow));
+        raw = narrow;
+    } else {
+        memcpy(&raw, field, sizeof(raw));
+    }
+    return raw * fig->scale;
+}
+
 static void vm_families(NuksmAgent *agent, GString *out)
 {
     g_autoptr(GArray) rows = vm_rows(agent);
 
-/* Each VmRow *r of @rows. */
+/* Each VmRow *r of @rows (whose data is NULL while it is empty). */
 #define EACH_VM(r) \
-    for (VmRow *r = (VmRow *)rows->data; \
-         r < (VmRow *)rows->data + rows->len; r++)
+    for (VmRow *r = (VmRow *)(void *)rows->data, \
+         *end_ = r ? r + rows->len : NULL; r != end_; r++)
 
     family(out, "nuksm_vm_merged_pages", "gauge",
            "The VM's pages that map a merged copy, by whether the copy is "
@@ -177,6 +236,16 @@ static void vm_families(NuksmAgent *agent, GString *out)
         }
         g_free(quota);
     }
+    family(out, "nuksm_vm_state", "gauge",
+           "1 for the VM's state as its query-nuksm shows it (active, "
+           "paused for a migration or snapshot, disabled, limited).");
+    EACH_VM(r) {
+        for (uint32_t st = NUKSM_VM_STATE_ACTIVE; st < NUKSM_VM_STATE__MAX;
+             st++) {
+            sample_with(out, "nuksm_vm_state", r->labels, "state",
+                        nuksm_vm_state_name(st), r->vm->scanner.state == st);
+        }
+    }
     family(out, "nuksm_vm_priority", "gauge",
            "The VM's placement priority in force (1..1000).");
     EACH_VM(r) {
@@ -189,69 +258,14 @@ static void vm_families(NuksmAgent *agent, GString *out)
         sample(out, "nuksm_vm_agent_cpu_seconds_total", r->labels,
                r->vm->cpu_ns / 1e9);
     }
-    family(out, "nuksm_vm_eligible_pages", "gauge",
-           "The VM's guest RAM its scanner looks at, in pages.");
-    EACH_VM(r) {
-        sample(out, "nuksm_vm_eligible_pages", r->labels,
-               r->vm->scanner.eligible_pages);
-    }
-    family(out, "nuksm_vm_pages_scanned_total", "counter",
-           "Pages the VM's scanner hashed.");
-    EACH_VM(r) {
-        sample(out, "nuksm_vm_pages_scanned_total", r->labels,
-               r->vm->scanner.pages_scanned);
-    }
-    family(out, "nuksm_vm_full_scans_total", "counter",
-           "Passes of the VM's scanner over all its eligible pages (KSM: "
-           "full_scans).");
-    EACH_VM(r) {
-        sample(out, "nuksm_vm_full_scans_total", r->labels,
-               r->vm->scanner.full_scans);
-    }
-    family(out, "nuksm_vm_zero_pages", "gauge",
-           "The VM's pages dropped as zeros (KSM: ksm_stat's "
-           "ksm_zero_pages).");
-    EACH_VM(r) {
-        sample(out, "nuksm_vm_zero_pages", r->labels,
-               r->vm->scanner.zero_pages);
-    }
-    family(out, "nuksm_vm_pages_volatile", "gauge",
-           "The VM's pages changing too often to be offered (KSM: "
-           "pages_volatile).");
-    EACH_VM(r) {
-        sample(out, "nuksm_vm_pages_volatile", r->labels,
-               r->vm->scanner.pages_volatile);
-    }
-    family(out, "nuksm_vm_cow_breaks_total", "counter",
-           "The VM's merged pages written, and so unmerged.");
-    EACH_VM(r) {
-        sample(out, "nuksm_vm_cow_breaks_total", r->labels,
-               r->vm->scanner.cow_breaks);
-    }
-    family(out, "nuksm_vm_scan_rate_max", "gauge",
-           "Pages per second the VM's scanner may hash, 0 for no cap "
-           "(KSM: pages_to_scan per sleep).");
-    EACH_VM(r) {
-        sample(out, "nuksm_vm_scan_rate_max", r->labels,
-               r->vm->scanner.scan_rate);
-    }
-    family(out, "nuksm_vm_rest_seconds", "gauge",
-           "The VM's scanner's rest between passes (KSM: sleep_millisecs).");
-    EACH_VM(r) {
-        sample(out, "nuksm_vm_rest_seconds", r->labels,
-               r->vm->scanner.rest_ms / 1e3);
-    }
-    family(out, "nuksm_vm_scanner_cpu_max_ratio", "gauge",
-           "The VM's scanner's CPU budget, in cores.");
-    EACH_VM(r) {
-        sample(out, "nuksm_vm_scanner_cpu_max_ratio", r->labels,
-               r->vm->scanner.max_cpu_pm / 1e3);
-    }
-    family(out, "nuksm_vm_scanner_cpu_seconds_total", "counter",
-           "CPU the VM's scanner thread took.");
-    EACH_VM(r) {
-        sample(out, "nuksm_vm_scanner_cpu_seconds_total", r->labels,
-               r->vm->scanner.scan_cpu_ns / 1e9);
+    for (size_t f = 0; f < G_N_ELEMENTS(scanner_figures); f++) {
+        const ScannerFigure *fig = &scanner_figures[f];
+
+        family(out, fig->name, fig->type, fig->help);
+        EACH_VM(r) {
+            sample(out, fig->name, r->labels,
+                   scanner_figure(&r->vm->scanner, fig));
+        }
     }
     family(out, "nuksm_vm_io_hint_pages_total", "counter",
            "Pages the VM's I/O hints named (hinted), that its scanner "
@@ -312,10 +326,10 @@ static void domain_families(NuksmAgent *agent, GString *out)
 {
     g_autoptr(GArray) rows = domain_rows(agent);
 
-/* Each DomainRow *r of @rows. */
+/* Each DomainRow *r of @rows (whose data is NULL while it is empty). */
 #define EACH_DOMAIN(r) \
-    for (DomainRow *r = (DomainRow *)rows->data; \
-         r < (DomainRow *)rows->data + rows->len; r++)
+    for (DomainRow *r = (DomainRow *)(void *)rows->data, \
+         *end_ = r ? r + rows->len : NULL; r != end_; r++)
 
     family(out, "nuksm_domain_vms", "gauge",
            "VMs of the merge domain connected.");
@@ -359,6 +373,7 @@ static void host_families(NuksmAgent *agent, GString *out)
 {
     g_autoptr(GPtrArray) vms = clients_list_vms(&agent->clients);
     uint64_t shared = 0, sharing = 0, volatile_pages = 0, full_scans = 0;
+    uint64_t remote_hot[NUKSM_MAX_NODES] = { 0 };
     bool held = agent->conditions.held & (NUKSM_COND_STORE_FULL |
                                           NUKSM_COND_AGENT_MEMORY);
 
@@ -371,6 +386,7 @@ static void host_families(NuksmAgent *agent, GString *out)
 
         volatile_pages += vm->scanner.pages_volatile;
         full_scans += vm->scanner.full_scans;
+        ledger_remote_hot(vm, agent->placement.cold_windows, remote_hot);
     }
     family(out, "nuksm_pages_shared", "gauge",
            "Merged copies that pages map (KSM: pages_shared).");
@@ -416,6 +432,16 @@ static void host_families(NuksmAgent *agent, GString *out)
            "Store pages no VM has claimed since nuksmd started, kept while "
            "a process may map them.");
     sample(out, "nuksm_orphan_pages", "", agent->orphans.pages);
+    family(out, "nuksm_node_remote_hot_pages", "gauge",
+           "Merged pages read lately (hot) that map a copy on this node "
+           "from a VM whose home is another: the hot copies read "
+           "remotely.");
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        g_autofree char *node = g_strdup_printf("%u", n);
+
+        sample_with(out, "nuksm_node_remote_hot_pages", "", "node", node,
+                    remote_hot[n]);
+    }
     family(out, "nuksm_node_store_pages", "gauge",
            "Store pages in use (merged copies and pages on their way), by "
            "NUMA node.");

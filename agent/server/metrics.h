@@ -22,8 +22,8 @@
  *                                 merge_domain
  *   nuksm_agent_*                 nuksmd itself
  *
- * A VM's series go with it.  Cardinality: 26 series per VM, 4 plus one
- * per node per merge domain, one per node, about 30 for the host and the
+ * A VM's series go with it.  Cardinality: 30 series per VM, 4 plus one
+ * per node per merge domain, two per node, about 30 for the host and the
  * agent.  Label values are escaped as the format asks; names a
  * VM gives itself are made valid UTF-8.
  *

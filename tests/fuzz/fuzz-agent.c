@@ -58,6 +58,7 @@
 #include "config.h"
 #include "lifecycle.h"
 #include "log.h"
+#include "metrics.h"
 
 #define NR_CLIENTS 3
 enum { CLIENT_A, CLIENT_B, CLIENT_C };
@@ -80,6 +81,8 @@ typedef struct Client {
 } Client;
 
 static char *top_dir;        /* /dev/shm/nuksm-fuzz-XXXXXX */
+static char *metrics_dir;    /* its metrics/, where nuksmd writes its */
+                             /* metrics at each start (metrics.h) */
 static NuksmdConfig cfg;
 static NuksmAgent agent;
 static Client clients[NR_CLIENTS] = {
@@ -115,6 +118,7 @@ static void remove_top_dir(void)
 {
     empty_state_dir();
     g_rmdir(cfg.state_dir);
+    g_rmdir(metrics_dir);
     g_rmdir(top_dir);
 }
 
@@ -126,7 +130,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     NuksmdLogLevel log_level = NUKSMD_LOG_ERROR;
     g_autofree char *sock = NULL;
     g_autofree char *state = NULL;
-    char *args[9];
+    char *args[11];
 
     top_dir = g_strdup("/dev/shm/nuksm-fuzz-XXXXXX");
     if (!g_mkdtemp(top_dir)) {
@@ -135,6 +139,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     atexit(remove_top_dir);
     sock = g_build_filename(top_dir, "nuksmd.sock", NULL);
     state = g_build_filename(top_dir, "state", NULL);
+    metrics_dir = g_build_filename(top_dir, "metrics", NULL);
+    if (g_mkdir(metrics_dir, 0700) < 0) {
+        FAIL("cannot create %s: %s", metrics_dir, g_strerror(errno));
+    }
 
     /* nuksmd's own option parsing, so that the defaults are nuksmd's. */
     args[0] = "nuksmd";
@@ -144,8 +152,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     args[4] = state;
     args[5] = "--fake-numa";
     args[6] = "2";
-    args[7] = NULL;
-    if (!config_load(&cfg, 7, args)) {
+    args[7] = "--metrics-dir";
+    args[8] = metrics_dir;
+    args[9] = NULL;
+    if (!config_load(&cfg, 9, args)) {
         FAIL("bad nuksmd options");
     }
     if (level && !log_parse_level(level, &log_level)) {
@@ -416,6 +426,8 @@ static void start(void)
 
 static void stop(void)
 {
+    /* The metrics of whatever the input left: every family has rows. */
+    g_string_free(metrics_text(&agent), TRUE);
     for (int i = 0; i < NR_CLIENTS; i++) {
         disconnect(&clients[i]);
     }

@@ -160,6 +160,7 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
         const NuksmMsgVmStats *v = p;
 
         REQUIRE(v->max_cpu_pm <= 100000);
+        REQUIRE(nuksm_vm_state_name(v->state) != NULL);
         sink += v->pages_scanned + v->scan_cpu_ns;
         break;
     }

@@ -80,7 +80,7 @@ def proto_seeds():
         applied_to=1, eligible_pages=32768, pages_scanned=100, full_scans=2,
         zero_pages=5, cow_breaks=1, pages_volatile=3, scan_rate=0,
         scan_cpu_ns=10 ** 9, hints_received=7, hints_served=6,
-        hints_merged=4, rest_ms=500, max_cpu_pm=200))
+        hints_merged=4, rest_ms=500, max_cpu_pm=200, state=1, reserved3=0))
     return {
         "hello-vm": msg(h.MSG_HELLO, h.hello(role=h.ROLE_VM, priority=10,
                                              domain=b"default",
@@ -107,7 +107,8 @@ def proto_seeds():
         "get-plan": msg(h.MSG_GET_PLAN),
         "apply-move": msg(h.MSG_APPLY_MOVE, h.APPLY_MOVE.pack(1, 1)),
         "vm-stats": msg(h.MSG_VM_STATS, h.VM_STATS.pack(
-            32768, 100, 2, 5, 1, 3, 0, 10 ** 9, 7, 6, 4, 500, 200), seq=0),
+            32768, 100, 2, 5, 1, 3, 0, 10 ** 9, 7, 6, 4, 500, 200, 1, 0),
+            seq=0),
         "get-sketch": msg(h.MSG_GET_SKETCH, struct.pack("=II", 1, 0)),
         "vms": msg(h.MSG_VMS, h.VMS.pack(2, 3) + vm_entry * 2),
         "store": msg(h.MSG_STORE, h.STORE.pack(1, 0, 1 << 36), seq=0),

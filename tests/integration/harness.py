@@ -304,7 +304,7 @@ VmEntry = collections.namedtuple(
     "read_window_ms read_hot_regions twin_id twin_pm plan_to plan_verdict "
     "scheme applied_to eligible_pages pages_scanned full_scans zero_pages "
     "cow_breaks pages_volatile scan_rate scan_cpu_ns hints_received "
-    "hints_served hints_merged rest_ms max_cpu_pm")
+    "hints_served hints_merged rest_ms max_cpu_pm state reserved3")
 
 
 def parse_vms(msg):

@@ -136,6 +136,12 @@ def test_metrics_file_says_what_nuksmctl_says(start_agent, qtest_vm,
                      node=str(node)) == pages_on_node
         assert value(samples, "nuksm_domain_store_pages",
                      merge_domain="default", node=str(node)) == pages_on_node
+    # Hot pages read remotely are some of the merged pages remote.
+    remote = sum(v for (n, ls), v in samples.items()
+                 if n == "nuksm_vm_merged_pages" and ("copy", "remote") in ls)
+    assert 0 <= sum(value(samples, "nuksm_node_remote_hot_pages",
+                          node=str(node))
+                    for node in range(len(store))) <= remote
     assert value(samples, "nuksm_domain_vms", merge_domain="default") == 2
     assert value(samples, "nuksm_domain_saved_bytes",
                  merge_domain="default") == status["pages_sharing"] * 4096
@@ -176,6 +182,9 @@ def test_metrics_file_says_what_nuksmctl_says(start_agent, qtest_vm,
         assert value(now, "nuksm_vm_limited", reason="userfaultfd",
                      **labels) == 0
         assert value(now, "nuksm_vm_priority", **labels) == 100
+        assert [value(now, "nuksm_vm_state", state=state, **labels)
+                for state in ("active", "paused", "disabled", "limited")] \
+            == [1, 0, 0, 0]
         budget = vm.nuksm()["budget"]
         assert value(now, "nuksm_vm_scanner_cpu_max_ratio", **labels) == \
             budget["max-cpu"] / 100

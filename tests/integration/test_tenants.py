@@ -32,8 +32,9 @@ from harness import (APPLY_MOVE, DEFAULT_DOMAIN, ERR_DENIED, HELLO_ACK, INFO_DOM
                      MSG_SET_POLICY, MSG_SET_PRIORITY, MSG_UPLOAD_REQ,
                      MSG_VMS, NUKSM_PAGE_SIZE, POLICIES, POLICY, PRIORITY,
                      VM_ENTRY, VMS, RawClient, VmClient,
-                     ctl_json, cstr, hello, info_scope, pack, parse_info,
-                     run_nuksmd, store_path, store_paths, wait_until)
+                     ctl_json, ctl_ok, cstr, hello, info_scope, pack,
+                     parse_info, run_nuksmd, store_path, store_paths,
+                     wait_until)
 
 NOBODY = "nobody"
 NOGROUP = "nogroup"        # Debian's base-passwd has both
@@ -434,8 +435,9 @@ def test_only_administrators_change_the_host(start_agent, workdir):
 def test_nuksmctl_as_another_user_says_what_it_needs(start_agent, workdir,
                                                     installed):
     """The installed nuksmctl, which nobody can run wherever the checkout
-    is, run as nobody."""
+    is, run as nobody: nuksmctl top shows nobody root's VM either."""
     agent = start_agent(*open_to(workdir))
+    root_vm = VmClient(agent.sock, name="root-vm")
     nuksmctl = installed / "bin/nuksmctl"
 
     def run():
@@ -445,12 +447,21 @@ def test_nuksmctl_as_another_user_says_what_it_needs(start_agent, workdir,
         status = subprocess.run([str(nuksmctl), "--socket", str(agent.sock),
                                  "status"], capture_output=True, text=True,
                                 timeout=30)
+        top = subprocess.run([str(nuksmctl), "--socket", str(agent.sock),
+                              "top", "--once", "--interval", "1"],
+                             capture_output=True, text=True, timeout=30)
         return (policy.returncode, policy.stderr, status.returncode,
-                status.stdout), None
-    with in_process(run, user=NOBODY) as (rc, err, status_rc, status):
+                status.stdout, top.returncode, top.stdout), None
+    with in_process(run, user=NOBODY) as (rc, err, status_rc, status,
+                                          top_rc, top):
         assert rc != 0 and "needs an administrator" in err
         assert status_rc == 0
         assert "counters are for administrators" in status
+        assert top_rc == 0 and "its counters are for administrators" in top
+        assert "root-vm" not in top and "\nID " in top, top
+    assert "root-vm" in ctl_ok(agent.sock, "top", "--once", "--interval",
+                               "1")
+    root_vm.close()
 
 
 def test_a_vm_sees_its_own_domain_and_process_only(start_agent):

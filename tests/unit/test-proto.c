@@ -1241,17 +1241,24 @@ static void test_reject_colocation(void)
     g_assert_null(nuksm_scheme_name(NUKSM_SCHEME_ID__MAX));
 }
 
-/* VM_STATS: a CPU budget of at most 100 cores. */
+/* VM_STATS: a CPU budget of at most 100 cores, a known state. */
 static void test_reject_vm_stats(void)
 {
-    NuksmMsgVmStats v = { .max_cpu_pm = 100000 };
+    NuksmMsgVmStats v = { .max_cpu_pm = 100000,
+                          .state = NUKSM_VM_STATE_LIMITED };
     size_t size;
 
     size = nuksm_msg_pack(BUF, NUKSM_MSG_VM_STATS, 0, &v, sizeof(v));
     assert_valid(BUF, size);
     v.max_cpu_pm = 100001;
     size = nuksm_msg_pack(BUF, NUKSM_MSG_VM_STATS, 0, &v, sizeof(v));
-    assert_rejected(BUF, size, "VM_STATS CPU budget out of range");
+    assert_rejected(BUF, size, "VM_STATS out of range");
+    v.max_cpu_pm = 0;
+    v.state = NUKSM_VM_STATE__MAX;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_VM_STATS, 0, &v, sizeof(v));
+    assert_rejected(BUF, size, "VM_STATS out of range");
+    g_assert_cmpstr(nuksm_vm_state_name(NUKSM_VM_STATE_PAUSED), ==,
+                    "paused");
 }
 
 /* APPLY_MOVE and APPLIED: nodes, ways and flags in range. */

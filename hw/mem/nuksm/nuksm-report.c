@@ -17,6 +17,15 @@
 #include "nuksm-state.h"
 #include "trace.h"
 
+/* The state numbered alike: QAPI's NuksmState, libnuksm's Id. */
+QEMU_BUILD_BUG_ON((int)NUKSM_STATE_DISCONNECTED !=
+                  NUKSM_VM_STATE_DISCONNECTED ||
+                  (int)NUKSM_STATE_ACTIVE != NUKSM_VM_STATE_ACTIVE ||
+                  (int)NUKSM_STATE_PAUSED != NUKSM_VM_STATE_PAUSED ||
+                  (int)NUKSM_STATE_DISABLED != NUKSM_VM_STATE_DISABLED ||
+                  (int)NUKSM_STATE_LIMITED != NUKSM_VM_STATE_LIMITED ||
+                  (int)NUKSM_STATE__MAX != NUKSM_VM_STATE__MAX);
+
 /* The counters as query-nuksm shows them. */
 static void nuksm_report_collect(Nuksm *s, NuksmMsgVmStats *msg)
 {
@@ -43,6 +52,7 @@ static void nuksm_report_collect(Nuksm *s, NuksmMsgVmStats *msg)
         .hints_merged = stats.hints_merged,
         .rest_ms = budget.rest_ms,
         .max_cpu_pm = MIN(budget.max_cpu * 10, 100000),
+        .state = nuksm_state(s),
     };
 }
 
