@@ -24,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "integration"))
 import harness as h  # noqa: E402  (the protocol's constants and packers)
 
+P = h.proto                  # every message type and layout, generated
 MEMPOLICY_BIND = h.proto.MEMPOLICY_BIND
 HOME_BACKEND = h.proto.HOME_BACKEND
 
@@ -82,65 +83,65 @@ def proto_seeds():
         scan_cpu_ns=10 ** 9, hints_received=7, hints_served=6,
         hints_merged=4, rest_ms=500, max_cpu_pm=200, state=1, reserved3=0))
     return {
-        "hello-vm": msg(h.MSG_HELLO, h.hello(role=h.ROLE_VM, priority=10,
+        "hello-vm": msg(P.MSG_HELLO, h.hello(role=h.ROLE_VM, priority=10,
                                              domain=b"default",
                                              vm_name=b"vm0",
                                              object_id=b"dedup0")),
-        "hello-control": msg(h.MSG_HELLO, h.hello()),
-        "hello-ack": msg(h.MSG_HELLO_ACK,
+        "hello-control": msg(P.MSG_HELLO, h.hello()),
+        "hello-ack": msg(P.MSG_HELLO_ACK,
                          h.HELLO_ACK.pack(h.PROTO_VERSION, 1, 0, 2, b"0.1.0",
                                           0, 10, 500, 0, b"default")),
-        "error": msg(h.MSG_ERROR, h.ERROR.pack(h.ERR_BAD_MESSAGE, 0,
+        "error": msg(P.MSG_ERROR, h.ERROR.pack(h.ERR_BAD_MESSAGE, 0,
                                                b"malformed message")),
-        "set-policy": msg(h.MSG_SET_POLICY, h.POLICY.pack(3)),
-        "policy": msg(h.MSG_POLICY, h.POLICY.pack(4), seq=0),
-        "get-policy": msg(h.MSG_GET_POLICY),
-        "set-priority": msg(h.MSG_SET_PRIORITY, h.PRIORITY.pack(500)),
-        "get-info": msg(h.MSG_GET_INFO),
-        "info": msg(h.MSG_INFO, h.INFO.pack(b"0.1.0", 0, 2, 2,
+        "set-policy": msg(P.MSG_SET_POLICY, h.POLICY.pack(3)),
+        "policy": msg(P.MSG_POLICY, h.POLICY.pack(4), seq=0),
+        "get-policy": msg(P.MSG_GET_POLICY),
+        "set-priority": msg(P.MSG_SET_PRIORITY, h.PRIORITY.pack(500)),
+        "get-info": msg(P.MSG_GET_INFO),
+        "info": msg(P.MSG_INFO, h.INFO.pack(b"0.1.0", 0, 2, 2,
                                             h.COND_STORE_FULL, h.INFO_HOST, 0,
                                             10, 20, 3, 4,
                                             5, 7, 9, *[0] * 62,
                                             b"store full")),
-        "list-vms": msg(h.MSG_LIST_VMS),
-        "get-similarity": msg(h.MSG_GET_SIMILARITY),
-        "get-plan": msg(h.MSG_GET_PLAN),
-        "apply-move": msg(h.MSG_APPLY_MOVE, h.APPLY_MOVE.pack(1, 1)),
-        "vm-stats": msg(h.MSG_VM_STATS, h.VM_STATS.pack(
+        "list-vms": msg(P.MSG_LIST_VMS),
+        "get-similarity": msg(P.MSG_GET_SIMILARITY),
+        "get-plan": msg(P.MSG_GET_PLAN),
+        "apply-move": msg(P.MSG_APPLY_MOVE, h.APPLY_MOVE.pack(1, 1)),
+        "vm-stats": msg(P.MSG_VM_STATS, P.VM_STATS.pack(
             32768, 100, 2, 5, 1, 3, 0, 10 ** 9, 7, 6, 4, 500, 200, 1, 0),
             seq=0),
-        "get-sketch": msg(h.MSG_GET_SKETCH, struct.pack("=II", 1, 0)),
-        "vms": msg(h.MSG_VMS, h.VMS.pack(2, 3) + vm_entry * 2),
-        "store": msg(h.MSG_STORE, h.STORE.pack(1, 0, 1 << 36), seq=0),
-        "candidates": msg(h.MSG_CANDIDATES, h.pack_candidates(
+        "get-sketch": msg(P.MSG_GET_SKETCH, struct.pack("=II", 1, 0)),
+        "vms": msg(P.MSG_VMS, h.VMS.pack(2, 3) + vm_entry * 2),
+        "store": msg(P.MSG_STORE, h.STORE.pack(1, 0, 1 << 36), seq=0),
+        "candidates": msg(P.MSG_CANDIDATES, h.pack_candidates(
             [(1, DIGEST, 0, 255), (2, DIGEST ^ 1, 1, 0)])),
-        "upload-req": msg(h.MSG_UPLOAD_REQ, refs((1, 0, 0)), seq=0),
-        "upload": msg(h.MSG_UPLOAD, h.pack_slot_refs(
+        "upload-req": msg(P.MSG_UPLOAD_REQ, refs((1, 0, 0)), seq=0),
+        "upload": msg(P.MSG_UPLOAD, h.pack_slot_refs(
             [h.SlotRef(1, 0, 0, 7)], [PAGE])),
-        "merge": msg(h.MSG_MERGE, refs((1, 0, 0), (2, 1, 5)), seq=0),
-        "merged": msg(h.MSG_MERGED, h.pack_slot_refs(
+        "merge": msg(P.MSG_MERGE, refs((1, 0, 0), (2, 1, 5)), seq=0),
+        "merged": msg(P.MSG_MERGED, h.pack_slot_refs(
             [h.SlotRef(1, 0, 0, 7, h.STATUS_MERGED),
              h.SlotRef(2, 1, 5, 7, h.STATUS_FAILED)])),
-        "unmerged": msg(h.MSG_UNMERGED, h.pack_slot_refs(
+        "unmerged": msg(P.MSG_UNMERGED, h.pack_slot_refs(
             [h.SlotRef(1, 0, 0, 7, h.STATUS_COW),
              h.SlotRef(2, 1, 5, 7, h.STATUS_DISCARDED)])),
-        "restore": msg(h.MSG_RESTORE, refs((1, 0, 0), (9, 1, 2))),
-        "topology": msg(h.MSG_TOPOLOGY, topology(
+        "restore": msg(P.MSG_RESTORE, refs((1, 0, 0), (9, 1, 2))),
+        "topology": msg(P.MSG_TOPOLOGY, topology(
             [(0b01, MEMPOLICY_BIND), (0b10, 0)], [(1234, 0), (1235, 1)],
             [(0, 1024, 0), (1024, 1024, 1)])),
-        "home": msg(h.MSG_HOME, home([1, 0], [HOME_BACKEND, 0]), seq=0),
-        "move": msg(h.MSG_MOVE, batch([move(1, (0, 0), (1, 0),
+        "home": msg(P.MSG_HOME, home([1, 0], [HOME_BACKEND, 0]), seq=0),
+        "move": msg(P.MSG_MOVE, batch([move(1, (0, 0), (1, 0),
                                             h.STATUS_NONE)]), seq=0),
-        "moved": msg(h.MSG_MOVED, batch([move(1, (0, 0), (1, 0),
+        "moved": msg(P.MSG_MOVED, batch([move(1, (0, 0), (1, 0),
                                               h.STATUS_MERGED)])),
-        "refused": msg(h.MSG_REFUSED, refs((1, 0, 0)), seq=0),
-        "retry": msg(h.MSG_RETRY, refs((1, 0, 0)), seq=0),
-        "condition": msg(h.MSG_CONDITION, h.CONDITION.pack(
+        "refused": msg(P.MSG_REFUSED, refs((1, 0, 0)), seq=0),
+        "retry": msg(P.MSG_RETRY, refs((1, 0, 0)), seq=0),
+        "condition": msg(P.MSG_CONDITION, h.CONDITION.pack(
             h.COND_STORE_FULL, 0, b"store full"), seq=0),
-        "vm-limit": msg(h.MSG_VM_LIMIT, h.VM_LIMIT.pack(
+        "vm-limit": msg(P.MSG_VM_LIMIT, h.VM_LIMIT.pack(
             1, 0, b"no userfaultfd"), seq=0),
-        "charge": msg(h.MSG_CHARGE, h.CHARGE.pack(2000000), seq=0),
-        "reads": msg(h.MSG_READS, h.pack_reads([(0, 0), (1, 4), (2, 255)],
+        "charge": msg(P.MSG_CHARGE, h.CHARGE.pack(2000000), seq=0),
+        "reads": msg(P.MSG_READS, h.pack_reads([(0, 0), (1, 4), (2, 255)],
                                                local=30, remote=12), seq=0),
     }
 
@@ -173,12 +174,12 @@ def candidates(*entries):
 # A's page 1 and B's page 7 hold PAGE: B is asked to upload it to node 0
 # slot 0, then both map it.
 MERGE_ONE = [
-    a(h.MSG_CANDIDATES, candidates((1, DIGEST))),
-    b(h.MSG_CANDIDATES, candidates((7, DIGEST))),
-    b(h.MSG_UPLOAD, h.pack_slot_refs([h.SlotRef(7, 0, 0, GEN_CURRENT)],
+    a(P.MSG_CANDIDATES, candidates((1, DIGEST))),
+    b(P.MSG_CANDIDATES, candidates((7, DIGEST))),
+    b(P.MSG_UPLOAD, h.pack_slot_refs([h.SlotRef(7, 0, 0, GEN_CURRENT)],
                                      [PAGE])),
-    a(h.MSG_MERGED, refs((1, 0, 0), status=h.STATUS_MERGED)),
-    b(h.MSG_MERGED, refs((7, 0, 0), status=h.STATUS_MERGED)),
+    a(P.MSG_MERGED, refs((1, 0, 0), status=h.STATUS_MERGED)),
+    b(P.MSG_MERGED, refs((7, 0, 0), status=h.STATUS_MERGED)),
 ]
 
 
@@ -192,43 +193,43 @@ def page(n):
 # to node 0 slots 0..7 and both map them.
 BATCH_PAGES = [page(n) for n in range(1, 9)]
 MERGE_BATCH = [
-    a(h.MSG_CANDIDATES, candidates(*[(1 + i, d)
+    a(P.MSG_CANDIDATES, candidates(*[(1 + i, d)
                                      for i, (_, d) in enumerate(BATCH_PAGES)])),
-    b(h.MSG_CANDIDATES, candidates(*[(11 + i, d)
+    b(P.MSG_CANDIDATES, candidates(*[(11 + i, d)
                                      for i, (_, d) in enumerate(BATCH_PAGES)])),
-    b(h.MSG_UPLOAD, h.pack_slot_refs(
+    b(P.MSG_UPLOAD, h.pack_slot_refs(
         [h.SlotRef(11 + i, 0, i, GEN_CURRENT) for i in range(8)],
         [c for c, _ in BATCH_PAGES])),
-    a(h.MSG_MERGED, refs(*[(1 + i, 0, i) for i in range(8)],
+    a(P.MSG_MERGED, refs(*[(1 + i, 0, i) for i in range(8)],
                          status=h.STATUS_MERGED)),
-    b(h.MSG_MERGED, refs(*[(11 + i, 0, i) for i in range(8)],
+    b(P.MSG_MERGED, refs(*[(11 + i, 0, i) for i in range(8)],
                          status=h.STATUS_MERGED)),
 ]
 
 # The contents of MERGE_BATCH in A's and B's pages 0..7: A, which joined
 # first, keeps its pages in line with their slots, 0..7 of node 0.
 MERGE_IN_LINE = [
-    a(h.MSG_CANDIDATES, candidates(*[(i, d)
+    a(P.MSG_CANDIDATES, candidates(*[(i, d)
                                      for i, (_, d) in enumerate(BATCH_PAGES)])),
-    b(h.MSG_CANDIDATES, candidates(*[(i, d)
+    b(P.MSG_CANDIDATES, candidates(*[(i, d)
                                      for i, (_, d) in enumerate(BATCH_PAGES)])),
-    b(h.MSG_UPLOAD, h.pack_slot_refs(
+    b(P.MSG_UPLOAD, h.pack_slot_refs(
         [h.SlotRef(i, 0, i, GEN_CURRENT) for i in range(8)],
         [c for c, _ in BATCH_PAGES])),
-    a(h.MSG_MERGED, refs(*[(i, 0, i) for i in range(8)],
+    a(P.MSG_MERGED, refs(*[(i, 0, i) for i in range(8)],
                          status=h.STATUS_MERGED)),
-    b(h.MSG_MERGED, refs(*[(i, 0, i) for i in range(8)],
+    b(P.MSG_MERGED, refs(*[(i, 0, i) for i in range(8)],
                          status=h.STATUS_MERGED)),
 ]
 
 # A's only guest node is bound to host node 1, its home; B's home is 0.
-A_ON_NODE_1 = a(h.MSG_TOPOLOGY, topology([(0b10, MEMPOLICY_BIND)],
+A_ON_NODE_1 = a(P.MSG_TOPOLOGY, topology([(0b10, MEMPOLICY_BIND)],
                                          [(OWN_TID, 0)], [(0, 1 << 20, 0)]))
 POLICY_IDS = {name: i for i, name in enumerate(h.POLICIES)}
 
 
 def set_policy(name):
-    return c(h.MSG_SET_POLICY, h.POLICY.pack(POLICY_IDS[name]))
+    return c(P.MSG_SET_POLICY, h.POLICY.pack(POLICY_IDS[name]))
 
 
 def placement_seed(policy):
@@ -236,13 +237,13 @@ def placement_seed(policy):
     re-placement pass of the pages merged under global."""
     hot, cold = 0, 255
     return [
-        c(h.MSG_HELLO, h.hello()), A_ON_NODE_1, *MERGE_BATCH,
+        c(P.MSG_HELLO, h.hello()), A_ON_NODE_1, *MERGE_BATCH,
         set_policy(policy),
-        a(h.MSG_CANDIDATES, candidates((21, 1001, 0, hot), (22, 1002, 0, hot),
+        a(P.MSG_CANDIDATES, candidates((21, 1001, 0, hot), (22, 1002, 0, hot),
                                        (23, 1003, 0, cold))),
-        b(h.MSG_CANDIDATES, candidates((31, 1001, 0, hot), (32, 1002, 0, cold),
+        b(P.MSG_CANDIDATES, candidates((31, 1001, 0, hot), (32, 1002, 0, cold),
                                        (33, 1003, 0, cold))),
-        op(OP_TIMERS), op(OP_TIMERS), c(h.MSG_GET_INFO),
+        op(OP_TIMERS), op(OP_TIMERS), c(P.MSG_GET_INFO),
     ]
 
 
@@ -250,105 +251,105 @@ def agent_seeds():
     control = h.hello()
     seeds = {
         "control": [
-            c(h.MSG_HELLO, control), c(h.MSG_GET_INFO), c(h.MSG_LIST_VMS),
-            c(h.MSG_GET_POLICY), c(h.MSG_SET_POLICY, h.POLICY.pack(3)),
-            a(h.MSG_SET_PRIORITY, h.PRIORITY.pack(5)), b(h.MSG_LIST_VMS),
+            c(P.MSG_HELLO, control), c(P.MSG_GET_INFO), c(P.MSG_LIST_VMS),
+            c(P.MSG_GET_POLICY), c(P.MSG_SET_POLICY, h.POLICY.pack(3)),
+            a(P.MSG_SET_PRIORITY, h.PRIORITY.pack(5)), b(P.MSG_LIST_VMS),
         ],
         "version-mismatch": [
-            c(h.MSG_HELLO, h.hello(version=h.PROTO_VERSION - 1)),
+            c(P.MSG_HELLO, h.hello(version=h.PROTO_VERSION - 1)),
         ],
         "merge": [
             *MERGE_ONE,
-            a(h.MSG_UNMERGED, refs((1, 0, 0), status=h.STATUS_COW)),
-            c(h.MSG_HELLO, control), c(h.MSG_GET_INFO),
+            a(P.MSG_UNMERGED, refs((1, 0, 0), status=h.STATUS_COW)),
+            c(P.MSG_HELLO, control), c(P.MSG_GET_INFO),
         ],
         "merge-outcomes": [
             # Two pages of A: A uploads, B's page joins the ready slot.
-            a(h.MSG_CANDIDATES, candidates((1, DIGEST), (2, DIGEST))),
-            a(h.MSG_UPLOAD, h.pack_slot_refs([h.SlotRef(2, 0, 0, 0)],
+            a(P.MSG_CANDIDATES, candidates((1, DIGEST), (2, DIGEST))),
+            a(P.MSG_UPLOAD, h.pack_slot_refs([h.SlotRef(2, 0, 0, 0)],
                                              [PAGE])),
-            a(h.MSG_MERGED, refs((1, 0, 0), status=h.STATUS_CHANGED)),
-            b(h.MSG_CANDIDATES, candidates((7, DIGEST))),
-            b(h.MSG_MERGED, refs((7, 0, 0), status=h.STATUS_GONE)),
+            a(P.MSG_MERGED, refs((1, 0, 0), status=h.STATUS_CHANGED)),
+            b(P.MSG_CANDIDATES, candidates((7, DIGEST))),
+            b(P.MSG_MERGED, refs((7, 0, 0), status=h.STATUS_GONE)),
         ],
         "upload-changed": [
-            a(h.MSG_CANDIDATES, candidates((1, DIGEST))),
-            b(h.MSG_CANDIDATES, candidates((7, DIGEST))),
-            b(h.MSG_UPLOAD, h.pack_slot_refs([h.SlotRef(7, 0, 0, 0)],
+            a(P.MSG_CANDIDATES, candidates((1, DIGEST))),
+            b(P.MSG_CANDIDATES, candidates((7, DIGEST))),
+            b(P.MSG_UPLOAD, h.pack_slot_refs([h.SlotRef(7, 0, 0, 0)],
                                              [bytes(4096)])),
-            a(h.MSG_CANDIDATES, candidates((1, DIGEST))),
+            a(P.MSG_CANDIDATES, candidates((1, DIGEST))),
         ],
         "restart-restore": [
             *MERGE_ONE,
             op(OP_RESTART),
-            a(h.MSG_RESTORE, refs((1, 0, 0))),
-            b(h.MSG_RESTORE, refs((7, 0, 0))),
-            a(h.MSG_CANDIDATES, candidates((2, DIGEST))),
-            a(h.MSG_MERGED, refs((2, 0, 0), status=h.STATUS_MERGED)),
+            a(P.MSG_RESTORE, refs((1, 0, 0))),
+            b(P.MSG_RESTORE, refs((7, 0, 0))),
+            a(P.MSG_CANDIDATES, candidates((2, DIGEST))),
+            a(P.MSG_MERGED, refs((2, 0, 0), status=h.STATUS_MERGED)),
             op(OP_TIMERS),
-            c(h.MSG_HELLO, control), c(h.MSG_GET_INFO),
+            c(P.MSG_HELLO, control), c(P.MSG_GET_INFO),
         ],
         "restart-grace-over": [
             *MERGE_ONE,
             op(OP_RESTART),
             op(OP_TIMERS),
-            a(h.MSG_RESTORE, refs((1, 0, 0))),
+            a(P.MSG_RESTORE, refs((1, 0, 0))),
         ],
         "reconnect": [
             *MERGE_ONE,
             op(OP_RECONNECT_A),
-            a(h.MSG_RESTORE, refs((1, 0, 0))),
+            a(P.MSG_RESTORE, refs((1, 0, 0))),
             op(OP_RECONNECT_B),
-            b(h.MSG_CANDIDATES, candidates((8, DIGEST))),
-            a(h.MSG_UNMERGED, refs((1, 0, 0), status=h.STATUS_DISCARDED)),
+            b(P.MSG_CANDIDATES, candidates((8, DIGEST))),
+            a(P.MSG_UNMERGED, refs((1, 0, 0), status=h.STATUS_DISCARDED)),
         ],
         "batch-restart": [
             *MERGE_BATCH,
             op(OP_RESTART),
-            a(h.MSG_RESTORE, refs(*[(1 + i, 0, i) for i in range(0, 8, 2)])),
+            a(P.MSG_RESTORE, refs(*[(1 + i, 0, i) for i in range(0, 8, 2)])),
             op(OP_TIMERS),
-            c(h.MSG_HELLO, control), c(h.MSG_GET_INFO),
+            c(P.MSG_HELLO, control), c(P.MSG_GET_INFO),
         ],
         "topology-moves": [
-            c(h.MSG_HELLO, control),
+            c(P.MSG_HELLO, control),
             A_ON_NODE_1,
             *MERGE_ONE,
             # Under local, A's page moves to a copy on node 1.
-            c(h.MSG_SET_POLICY, h.POLICY.pack(2)),
+            c(P.MSG_SET_POLICY, h.POLICY.pack(2)),
             op(OP_TIMERS),
             op(OP_TIMERS),
-            a(h.MSG_MOVED, batch([move(1, (0, 0), (1, 0),
+            a(P.MSG_MOVED, batch([move(1, (0, 0), (1, 0),
                                        h.STATUS_MERGED)])),
-            c(h.MSG_LIST_VMS), c(h.MSG_GET_INFO),
+            c(P.MSG_LIST_VMS), c(P.MSG_GET_INFO),
         ],
         # fair: A (home 1) reads the merged pages, whose copies move to
         # node 1; then B reads them too, and A sends a READS outside its
         # TOPOLOGY.
         "reads-moves": [
-            c(h.MSG_HELLO, control),
+            c(P.MSG_HELLO, control),
             A_ON_NODE_1,
-            b(h.MSG_TOPOLOGY, topology([(0, 0)], [(OWN_TID, 0)],
+            b(P.MSG_TOPOLOGY, topology([(0, 0)], [(OWN_TID, 0)],
                                        [(0, 1 << 20, 0)])),
             *MERGE_IN_LINE,
             set_policy("fair"),
-            a(h.MSG_READS, h.pack_reads([(0, 0)], local=8)),
+            a(P.MSG_READS, h.pack_reads([(0, 0)], local=8)),
             op(OP_TIMERS), op(OP_TIMERS),
-            a(h.MSG_MOVED, batch([move(i, (0, i), (1, i), h.STATUS_MERGED)
+            a(P.MSG_MOVED, batch([move(i, (0, i), (1, i), h.STATUS_MERGED)
                                   for i in range(8)])),
-            b(h.MSG_MOVED, batch([move(i, (0, i), (1, i), h.STATUS_MERGED)
+            b(P.MSG_MOVED, batch([move(i, (0, i), (1, i), h.STATUS_MERGED)
                                   for i in range(8)])),
-            b(h.MSG_READS, h.pack_reads([(0, 1), (1, 255)], remote=8)),
+            b(P.MSG_READS, h.pack_reads([(0, 1), (1, 255)], remote=8)),
             op(OP_TIMERS), op(OP_TIMERS), op(OP_TIMERS),
-            c(h.MSG_LIST_VMS),
-            a(h.MSG_READS, h.pack_reads([(1 << 20, 0)])),
+            c(P.MSG_LIST_VMS),
+            a(P.MSG_READS, h.pack_reads([(1 << 20, 0)])),
         ],
         "rogue": [
-            a(h.MSG_MERGED, refs((1, 0, 0), status=h.STATUS_MERGED)),
-            b(h.MSG_HELLO, h.hello(role=h.ROLE_VM, priority=1,
+            a(P.MSG_MERGED, refs((1, 0, 0), status=h.STATUS_MERGED)),
+            b(P.MSG_HELLO, h.hello(role=h.ROLE_VM, priority=1,
                                    domain=b"default")),
-            c(h.MSG_CANDIDATES, candidates((1, DIGEST))),
+            c(P.MSG_CANDIDATES, candidates((1, DIGEST))),
             send(OP_SEND_A, b"NKSM" + bytes(12)),
-            a(h.MSG_MOVE, batch([move(1, (0, 0), (1, 0), h.STATUS_NONE)])),
+            a(P.MSG_MOVE, batch([move(1, (0, 0), (1, 0), h.STATUS_NONE)])),
         ],
     }
     for policy in ("ksm-order", "fair", "priority", "adaptive"):
