@@ -39,7 +39,13 @@ def test_install_layout(installed):
     assert os.access(installed / "lib/nuksm/nuksm-libvirt", os.X_OK)
     assert os.access(installed.parent / "libvirt-hooks/qemu.d/nuksm",
                      os.X_OK)
+    # Monitoring: the alert rules and the Grafana dashboard, and the unit
+    # may write node_exporter's textfile directory.
+    for name in ("nuksm.rules.yml", "nuksm-grafana.json"):
+        assert (installed / "share/nuksm/monitoring" / name).is_file()
     service = unit(installed / "lib/systemd/system/nuksmd.service")
+    assert service["Service"]["ReadWritePaths"] == \
+        "-/var/lib/prometheus/node-exporter"
     assert service["Service"]["ExecStart"] == \
         f"{installed}/sbin/nuksmd --config {installed}/etc/nuksm/nuksmd.conf"
     assert "@" not in (installed / "lib/systemd/system/nuksmd.service") \
