@@ -572,7 +572,11 @@ static void write_file(NuksmAgent *agent)
             unlink(tmp);
         }
     }
-    if (err && !m->failing) {
+    if (err == ENOENT && !m->failing) {
+        /* No node_exporter here, most likely: not a fault of ours. */
+        log_info("metrics: no directory %s: none written until there is "
+                 "(--metrics-dir)", m->dir);
+    } else if (err && !m->failing) {
         log_warning("metrics: cannot write %s: %s (trying again every "
                     "%u s)", path, g_strerror(err), m->interval_s);
     } else if (!err && m->failing) {
