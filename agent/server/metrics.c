@@ -180,15 +180,13 @@ static double scanner_figure(const NuksmMsgVmStats *stats,
     return raw * fig->scale;
 }
 
-static void vm_families(NuksmAgent *agent, GString *out)
-{
-    g_autoptr(GArray) rows = vm_rows(agent);
-
 /* Each VmRow *r of @rows (whose data is NULL while it is empty). */
 #define EACH_VM(r) \
     for (VmRow *r = (VmRow *)(void *)rows->data, \
          *end_ = r ? r + rows->len : NULL; r != end_; r++)
 
+static void vm_families(NuksmAgent *agent, GArray *rows, GString *out)
+{
     family(out, "nuksm_vm_merged_pages", "gauge",
            "The VM's pages that map a merged copy, by whether the copy is "
            "on the home node of the page's guest node (KSM: ksm_stat's "
@@ -285,7 +283,6 @@ static void vm_families(NuksmAgent *agent, GString *out)
         sample(out, "nuksm_vm_throttled_seconds_total", r->labels,
                r->vm->throttled_ns / 1e9);
     }
-#undef EACH_VM
 }
 
 /* One merge domain as the per-domain families see it. */
@@ -368,10 +365,12 @@ static void domain_families(NuksmAgent *agent, GString *out)
 #undef EACH_DOMAIN
 }
 
-/* The host's figures, as KSM's sysfs gives its own, and per node. */
-static void host_families(NuksmAgent *agent, GString *out)
+/*
+ * The host's figures, as KSM's sysfs gives its own, and per node; the
+ * VMs' scanners' summed from @rows.
+ */
+static void host_families(NuksmAgent *agent, GArray *rows, GString *out)
 {
-    g_autoptr(GPtrArray) vms = clients_list_vms(&agent->clients);
     uint64_t shared = 0, sharing = 0, volatile_pages = 0, full_scans = 0;
     uint64_t remote_hot[NUKSM_MAX_NODES] = { 0 };
     bool held = agent->conditions.held & (NUKSM_COND_STORE_FULL |
@@ -381,12 +380,10 @@ static void host_families(NuksmAgent *agent, GString *out)
         shared += agent->ledger.slots[n].shared;
         sharing += agent->ledger.slots[n].sharing;
     }
-    for (guint i = 0; i < vms->len; i++) {
-        const NuksmClient *vm = g_ptr_array_index(vms, i);
-
-        volatile_pages += vm->scanner.pages_volatile;
-        full_scans += vm->scanner.full_scans;
-        ledger_remote_hot(vm, agent->placement.cold_windows, remote_hot);
+    EACH_VM(r) {
+        volatile_pages += r->vm->scanner.pages_volatile;
+        full_scans += r->vm->scanner.full_scans;
+        ledger_remote_hot(r->vm, agent->placement.cold_windows, remote_hot);
     }
     family(out, "nuksm_pages_shared", "gauge",
            "Merged copies that pages map (KSM: pages_shared).");
@@ -525,10 +522,11 @@ static void agent_families(NuksmAgent *agent, GString *out)
 GString *metrics_text(NuksmAgent *agent)
 {
     GString *out = g_string_sized_new(16384);
+    g_autoptr(GArray) rows = vm_rows(agent);
 
-    host_families(agent, out);
+    host_families(agent, rows, out);
     domain_families(agent, out);
-    vm_families(agent, out);
+    vm_families(agent, rows, out);
     agent_families(agent, out);
     return out;
 }
