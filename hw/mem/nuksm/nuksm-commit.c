@@ -638,6 +638,7 @@ static void nuksm_commit_window_merge(NuksmCommit *c, NuksmWindow *w,
         if (merged[i]) {
             e->status = NUKSM_STATUS_MERGED;
             nuksm_pages_merged(c->pages, w->bs, w->idx + i, e);
+            nuksm_reads_merged(c->s->reads, w->bs, w->idx + i);
         } else if (err == ENOMEM) {
             nuksm_commit_hold(w->bs, w->idx + i, e);
         } else {

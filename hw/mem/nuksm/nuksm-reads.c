@@ -77,6 +77,11 @@ struct NuksmReads {
     uint64_t random;            /* xorshift64 state */
     uint32_t epoch;             /* connection told of every region */
     uint64_t reads_told;        /* stats.reads when last told */
+    GArray *merged_writes;      /* NuksmReadRegion: regions a merge of a */
+                                /* page written lately made warmer, to */
+                                /* tell at the next window */
+    int64_t unsampled_at;       /* ns: regions last aged while reads */
+                                /* cannot be sampled; 0: none to age */
 
     QemuMutex lock;             /* the fields below */
     uint32_t window_ms;
@@ -94,6 +99,7 @@ NuksmReads *nuksm_reads_new(Nuksm *s)
     r->probes = g_array_new(false, false, sizeof(uint64_t));
     r->unread = g_hash_table_new(g_direct_hash, g_direct_equal);
     r->read = g_hash_table_new(g_direct_hash, g_direct_equal);
+    r->merged_writes = g_array_new(false, false, sizeof(NuksmReadRegion));
     r->random = 0x9e3779b97f4a7c15ull ^ (uintptr_t)r;
     qemu_mutex_init(&r->lock);
     return r;
@@ -107,6 +113,7 @@ void nuksm_reads_free(NuksmReads *r)
     g_array_free(r->probes, true);
     g_hash_table_destroy(r->unread);
     g_hash_table_destroy(r->read);
+    g_array_free(r->merged_writes, true);
     qemu_mutex_destroy(&r->lock);
     g_free(r);
 }
@@ -221,6 +228,16 @@ static void nuksm_reads_set_idle(NuksmBlockState *bs, uint64_t region,
     }
 }
 
+void nuksm_reads_merged(NuksmReads *r, NuksmBlockState *bs, uint64_t idx)
+{
+    uint64_t region = nuksm_page_read_region(bs, idx);
+    uint8_t written = nuksm_page_idle(bs, idx);
+
+    if (written < *nuksm_pages_read_idle(bs, region)) {
+        nuksm_reads_set_idle(bs, region, written, r->merged_writes);
+    }
+}
+
 /*
  * The window is over: a probed region restarts its count if a page of
  * it was read, and counts one more sample if not; a region read without
@@ -295,7 +312,7 @@ static void nuksm_reads_scan_block(NuksmBlockState *bs, void *opaque)
  * knows none), and the reads counted.
  */
 static void nuksm_reads_report(NuksmReads *r, uint32_t epoch,
-                               GArray *changed)
+                               GArray *changed, bool sampled)
 {
     bool new_connection = epoch != r->epoch;
     NuksmReadsScan scan = { .regions = new_connection ? changed : NULL };
@@ -310,7 +327,7 @@ static void nuksm_reads_report(NuksmReads *r, uint32_t epoch,
     qemu_mutex_lock(&r->lock);
     r->stats.read_regions = scan.read_regions;
     head = (NuksmMsgReads) {
-        .window_ms = r->window_ms,
+        .window_ms = sampled ? r->window_ms : 0,
         .reads_local = r->stats.reads_local,
         .reads_remote = r->stats.reads_remote,
     };
@@ -460,6 +477,67 @@ static void nuksm_reads_probe(NuksmReads *r, int uffd, uint32_t samples,
     }
 }
 
+/* The regions merges made warmer since the last call, to tell. */
+static GArray *nuksm_reads_take_merged_writes(NuksmReads *r)
+{
+    GArray *changed = r->merged_writes;
+
+    r->merged_writes = g_array_new(false, false, sizeof(NuksmReadRegion));
+    return changed;
+}
+
+typedef struct NuksmReadsAge {
+    uint64_t windows;           /* to age every region by */
+    GArray *changed;
+    bool warm_left;             /* a region is still below NEVER */
+} NuksmReadsAge;
+
+static void nuksm_reads_age_block(NuksmBlockState *bs, void *opaque)
+{
+    NuksmReadsAge *age = opaque;
+    uint64_t first;
+    uint64_t n = nuksm_pages_read_regions(bs, &first);
+
+    for (uint64_t region = first; region < first + n; region++) {
+        uint8_t idle = *nuksm_pages_read_idle(bs, region);
+
+        if (idle < NUKSM_IDLE_NEVER) {
+            idle = MIN(NUKSM_IDLE_NEVER, idle + age->windows);
+            nuksm_reads_set_idle(bs, region, idle, age->changed);
+            age->warm_left |= idle < NUKSM_IDLE_NEVER;
+        }
+    }
+}
+
+/*
+ * Reads cannot be sampled, so no read can be seen: a region that merges
+ * of pages written lately made warm (nuksm_reads_merged()) counts one
+ * window more for every window that passes, as a region probed and not
+ * read does, so that its warmth ends.  Nothing to age, nothing to do.
+ */
+static void nuksm_reads_unsampled(NuksmReads *r, uint32_t window_ms,
+                                  uint32_t epoch, int64_t now)
+{
+    g_autoptr(GArray) changed = nuksm_reads_take_merged_writes(r);
+    int64_t window_ns = (int64_t)window_ms * SCALE_MS;
+    NuksmReadsAge age = { .changed = changed };
+
+    if (changed->len && !r->unsampled_at) {
+        r->unsampled_at = now;
+    }
+    if (window_ns && r->unsampled_at &&
+        (age.windows = (now - r->unsampled_at) / window_ns)) {
+        r->unsampled_at += age.windows * window_ns;
+        nuksm_pages_foreach(r->s->pages, nuksm_reads_age_block, &age);
+        if (!age.warm_left) {
+            r->unsampled_at = 0;
+        }
+    }
+    if (changed->len || epoch != r->epoch) {
+        nuksm_reads_report(r, epoch, changed, false);
+    }
+}
+
 void nuksm_reads_tick(NuksmReads *r, int uffd, uint32_t epoch)
 {
     g_autoptr(GArray) changed = NULL;
@@ -480,18 +558,21 @@ void nuksm_reads_tick(NuksmReads *r, int uffd, uint32_t epoch)
         g_array_set_size(r->probes, 0);
         g_hash_table_remove_all(r->unread);
         g_hash_table_remove_all(r->read);
+        nuksm_reads_unsampled(r, window_ms, epoch, now);
         return;
     }
+    r->unsampled_at = 0;
     if (r->window_start &&
         now - r->window_start < (int64_t)window_ms * SCALE_MS) {
         return;
     }
-    changed = g_array_new(false, false, sizeof(NuksmReadRegion));
+    /* First: the windows below see and change the counts merges set. */
+    changed = nuksm_reads_take_merged_writes(r);
     if (r->window_start) {
         nuksm_reads_close_window(r, changed);
     }
     nuksm_reads_probe(r, uffd, samples, changed);
-    nuksm_reads_report(r, epoch, changed);
+    nuksm_reads_report(r, epoch, changed, true);
     r->window_start = now;
     qemu_mutex_lock(&r->lock);
     r->stats.windows++;
@@ -502,15 +583,18 @@ void nuksm_reads_tick(NuksmReads *r, int uffd, uint32_t epoch)
 
 int64_t nuksm_reads_due_ns(NuksmReads *r)
 {
-    int64_t window_ns;
+    int64_t window_ns, start = r->window_start ?: r->unsampled_at;
 
     qemu_mutex_lock(&r->lock);
     window_ns = (int64_t)r->window_ms * SCALE_MS;
     qemu_mutex_unlock(&r->lock);
-    if (!r->window_start || !window_ns) {
+    if (!r->window_start && r->merged_writes->len) {
+        return 0;           /* not sampling: told at once */
+    }
+    if (!start || !window_ns) {
         return INT64_MAX;
     }
-    return MAX(0, r->window_start + window_ns - get_clock());
+    return MAX(0, start + window_ns - get_clock());
 }
 
 void nuksm_reads_get_stats(NuksmReads *r, NuksmReadStats *stats)

@@ -10,6 +10,7 @@
 #define HW_MEM_NUKSM_READS_H
 
 #include "nuksm.h"
+#include "nuksm-pages.h"
 
 #define NUKSM_DEFAULT_READ_SAMPLES 256
 #define NUKSM_READ_SAMPLES_MAX     65536
@@ -65,8 +66,19 @@ void nuksm_reads_note(NuksmReads *r, uint64_t addr, int tid);
 void nuksm_reads_tick(NuksmReads *r, int uffd, uint32_t epoch);
 
 /*
- * Scanner thread: how long until the open window is over (ns), or
- * INT64_MAX while none is open.
+ * Scanner thread, with page_lock held: page @idx of @bs merged.  The
+ * write that made it (its inactive counter, nuksm-hot.c) counts as an
+ * access of its read region: the region is as warm as the page was
+ * written lately, and the agent hears of it (READS) with the next
+ * window, so that placement weighs the writer as warm until its warmth
+ * ends like a read's.  Where reads cannot be sampled, the regions it
+ * warms age by one each window of hot-window ms.
+ */
+void nuksm_reads_merged(NuksmReads *r, NuksmBlockState *bs, uint64_t idx);
+
+/*
+ * Scanner thread: how long until the open window is over, or regions
+ * merges warmed are to age or be told (ns); INT64_MAX if neither.
  */
 int64_t nuksm_reads_due_ns(NuksmReads *r);
 
