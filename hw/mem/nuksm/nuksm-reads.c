@@ -21,7 +21,11 @@
  * was read (its read idle, AdaptMD's inactive counter) restarts if a page
  * of it was read, and grows by one if not; the agent gets the regions
  * whose count changed (READS) and decides by them what is hot
- * (docs/placement.rst).  Each read of a probed page is also counted
+ * (docs/placement.rst).  A merge counts the write that made its page as
+ * an access of its region (nuksm_reads_merged()), so that placement
+ * weighs the writer as warm until that warmth ends like a read's; where
+ * reads cannot be sampled, such regions age by one each window
+ * (nuksm_reads_unsampled()).  Each read of a probed page is also counted
  * local or remote, by whether the page's copy is on the home node of its
  * guest node: the NUMA tax in accesses.
  *
