@@ -339,6 +339,13 @@ static bool set_colocate_min_gain(NuksmdConfig *cfg, const char *origin,
                         " MiB", &cfg->colocate_min_gain_mib);
 }
 
+static bool set_colocate_domain_room(NuksmdConfig *cfg, const char *origin,
+                                     const char *value)
+{
+    return parse_number(origin, value, 1, 100, "share of a node's room",
+                        "%", &cfg->colocate_domain_room);
+}
+
 static bool set_colocate_pins(NuksmdConfig *cfg, const char *origin,
                               const char *value)
 {
@@ -460,6 +467,7 @@ static const struct {
     { "metrics-dir", set_metrics_dir },
     { "metrics-interval", set_metrics_interval },
     { "metrics-group", set_metrics_group },
+    { "colocate-domain-room", set_colocate_domain_room },
 };
 
 enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
@@ -747,6 +755,10 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         { "colocate-vcpus-per-cpu", 0, 0, G_OPTION_ARG_STRING, &cli[22],
           "The plan moves VMs to a node only while it has at most N vCPUs "
           "per CPU (default 1, 0: no limit)", "N" },
+        { "colocate-domain-room", 0, 0, G_OPTION_ARG_STRING, &cli[28],
+          "While VMs of several merge domains are weighed, each domain's "
+          "plan takes at most N% of each node's free memory and vCPU "
+          "slots (1..100, default 50)", "N" },
         { "colocate-pins", 0, 0, G_OPTION_ARG_STRING, &cli[23],
           "A VM its operator pinned to a node: keep it there (default) "
           "or let the plan move it", "keep|move" },
@@ -794,6 +806,7 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         .colocate_threshold = 40,
         .colocate_min_gain_mib = 16,
         .colocate_vcpus_per_cpu = 1,
+        .colocate_domain_room = 50,
         .colocate_apply = COLOCATE_APPLY_LIBVIRT,
         .metrics_dir = g_strdup(NUKSM_DEFAULT_METRICS_DIR),
         .metrics_interval = 15,
@@ -815,7 +828,8 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         "admin-group, isolation, vm-domains, vm-set-policy,\n"
         "domain-store-max, domain-unstable-max, domain-queue-max,\n"
         "domain-cpu-max, colocate-threshold, colocate-min-gain,\n"
-        "colocate-vcpus-per-cpu, colocate-pins, colocate-apply,\n"
+        "colocate-vcpus-per-cpu, colocate-domain-room, colocate-pins,\n"
+        "colocate-apply,\n"
         "metrics-dir, metrics-interval and metrics-group in a [nuksmd]\n"
         "group,\n"
         "and merge domains VMs are assigned to in [domain NAME] groups\n"

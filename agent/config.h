@@ -32,6 +32,8 @@ typedef struct NuksmdConfig {
     uint32_t colocate_threshold;       /* similar from this percent on */
     uint32_t colocate_min_gain_mib;    /* a planned move gains at least */
     uint32_t colocate_vcpus_per_cpu;   /* 0: no limit */
+    uint32_t colocate_domain_room;     /* percent of a node's room each */
+                                       /* merge domain's plan may take */
     bool colocate_move_pinned;         /* --colocate-pins=move */
     ColocateApply colocate_apply;      /* --colocate-apply */
     char *metrics_dir;         /* NULL: no metrics written */

@@ -133,6 +133,7 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
             .min_gain_pages = ((uint64_t)cfg->colocate_min_gain_mib << 20) /
                               NUKSM_PAGE_SIZE,
             .vcpus_per_cpu = cfg->colocate_vcpus_per_cpu,
+            .domain_room_pct = cfg->colocate_domain_room,
         },
         .placement.colocate_move_pinned = cfg->colocate_move_pinned,
         .placement.colocate_apply = cfg->colocate_apply,

@@ -7,10 +7,18 @@
 
 #include "colocate.h"
 
+/* A node's room as the merge domain being planned may take it. */
+typedef struct Room {
+    uint64_t free_pages;     /* UINT64_MAX: not known, no limit */
+    uint64_t vcpus_max;      /* UINT64_MAX: no limit */
+    uint64_t vcpus;          /* of the VMs it counts on the node now */
+} Room;
+
 /* What the plan knows while it works. */
 typedef struct Planner {
     const ColocateVm *vms;
     ColocateNode *nodes;
+    Room room[NUKSM_MAX_NODES];  /* the domain's, being planned */
     uint32_t nr_nodes;
     const ColocatePair *pairs;
     GHashTable *pair_of;     /* pair_key() -> index into pairs + 1 */
@@ -81,12 +89,35 @@ static bool would_move(const Planner *p, const GArray *group, uint32_t v,
 
 static bool has_room(const Planner *p, const Landing *l)
 {
-    const ColocateNode *n = &p->nodes[l->node];
-    uint32_t per_cpu = p->params->vcpus_per_cpu;
+    const Room *r = &p->room[l->node];
 
-    return (n->free_pages == UINT64_MAX || l->pages <= n->free_pages) &&
-           (!per_cpu ||
-            (uint64_t)n->vcpus + l->vcpus <= (uint64_t)n->cpus * per_cpu);
+    return (r->free_pages == UINT64_MAX || l->pages <= r->free_pages) &&
+           (r->vcpus_max == UINT64_MAX || r->vcpus + l->vcpus <= r->vcpus_max);
+}
+
+/* @vm's memory and vCPUs come to (@sign 1) or leave (-1) a node. */
+static void take_room(uint64_t *free_pages, uint64_t *vcpus, int sign,
+                      const ColocateVm *vm)
+{
+    if (*free_pages != UINT64_MAX) {
+        *free_pages = sign > 0 ? *free_pages - MIN(*free_pages, vm->pages)
+                               : *free_pages + vm->pages;
+    }
+    *vcpus = sign > 0 ? *vcpus + vm->vcpus
+                      : *vcpus - MIN(*vcpus, vm->vcpus);
+}
+
+/* A planned move of @vm from node @from to @to: the room it takes. */
+static void move_room(Planner *p, const ColocateVm *vm, uint32_t from,
+                      uint32_t to)
+{
+    take_room(&p->room[to].free_pages, &p->room[to].vcpus, 1, vm);
+    take_room(&p->nodes[to].free_pages, &p->nodes[to].vcpus, 1, vm);
+    if (from < p->nr_nodes) {
+        take_room(&p->room[from].free_pages, &p->room[from].vcpus, -1, vm);
+        take_room(&p->nodes[from].free_pages, &p->nodes[from].vcpus, -1,
+                  vm);
+    }
 }
 
 static Landing land(const Planner *p, const GArray *group, uint32_t node)
@@ -150,11 +181,10 @@ static Landing choose_target(const Planner *p, const GArray *group)
     return best_fit.node != UINT32_MAX ? best_fit : best;
 }
 
-static void plan_group(const Planner *p, const GArray *group, uint32_t nr,
+static void plan_group(Planner *p, const GArray *group, uint32_t nr,
                        GArray *moves)
 {
     Landing target = choose_target(p, group);
-    ColocateNode *to = &p->nodes[target.node];
 
     for (guint i = 0; i < group->len; i++) {
         uint32_t v = g_array_index(group, uint32_t, i);
@@ -175,18 +205,7 @@ static void plan_group(const Planner *p, const GArray *group, uint32_t nr,
             mv.verdict = NUKSM_PLAN_NO_ROOM;
         } else {
             mv.verdict = NUKSM_PLAN_PLANNED;
-            if (to->free_pages != UINT64_MAX) {
-                to->free_pages -= vm->pages;
-            }
-            to->vcpus += vm->vcpus;
-            if (vm->node < p->nr_nodes) {
-                ColocateNode *from = &p->nodes[vm->node];
-
-                if (from->free_pages != UINT64_MAX) {
-                    from->free_pages += vm->pages;
-                }
-                from->vcpus -= MIN(from->vcpus, vm->vcpus);
-            }
+            move_room(p, vm, vm->node, target.node);
         }
         g_array_append_val(moves, mv);
     }
@@ -262,6 +281,68 @@ static GPtrArray *find_groups(const Planner *p, size_t nr_vms,
     return groups;
 }
 
+/* @share percent of @value; UINT64_MAX (no limit) stays. */
+static uint64_t share_of(uint64_t value, uint32_t share)
+{
+    return value == UINT64_MAX ? value : value / 100 * share +
+                                         value % 100 * share / 100;
+}
+
+/*
+ * The room of merge domain @domain on each node: all of it if its VMs
+ * are the only ones, else its share of each node's free memory and vCPU
+ * slots, less the vCPUs of its own VMs there.  What other domains'
+ * VMs claim (their memory, their vCPUs, their planned moves) then
+ * changes nothing of its plan.
+ */
+static void domain_room(Planner *p, size_t nr_vms, uint16_t domain,
+                        bool alone)
+{
+    uint32_t per_cpu = p->params->vcpus_per_cpu;
+    uint32_t share = alone ? 100 : p->params->domain_room_pct;
+
+    for (uint32_t n = 0; n < p->nr_nodes; n++) {
+        const ColocateNode *node = &p->nodes[n];
+
+        p->room[n] = (Room) {
+            .free_pages = share_of(node->free_pages, share),
+            .vcpus_max = per_cpu ? share_of((uint64_t)node->cpus * per_cpu,
+                                            share) : UINT64_MAX,
+            .vcpus = alone ? node->vcpus : 0,
+        };
+    }
+    for (size_t i = 0; i < nr_vms && !alone; i++) {
+        if (p->vms[i].domain == domain && p->vms[i].node < p->nr_nodes) {
+            p->room[p->vms[i].node].vcpus += p->vms[i].vcpus;
+        }
+    }
+}
+
+static gint compare_u16(gconstpointer a, gconstpointer b)
+{
+    return (int)*(const uint16_t *)a - (int)*(const uint16_t *)b;
+}
+
+/* The merge domains of @vms, in ascending order. */
+static GArray *domains_of(const ColocateVm *vms, size_t nr_vms)
+{
+    GArray *domains = g_array_new(FALSE, FALSE, sizeof(uint16_t));
+
+    for (size_t i = 0; i < nr_vms; i++) {
+        guint j = 0;
+
+        while (j < domains->len &&
+               g_array_index(domains, uint16_t, j) != vms[i].domain) {
+            j++;
+        }
+        if (j == domains->len) {
+            g_array_append_val(domains, vms[i].domain);
+        }
+    }
+    g_array_sort(domains, compare_u16);
+    return domains;
+}
+
 GArray *colocate_plan(const ColocateVm *vms, size_t nr_vms,
                       ColocateNode *nodes, uint32_t nr_nodes,
                       const ColocatePair *pairs, size_t nr_pairs,
@@ -275,6 +356,7 @@ GArray *colocate_plan(const ColocateVm *vms, size_t nr_vms,
     };
     GArray *moves = g_array_new(FALSE, FALSE, sizeof(ColocateMove));
     g_autoptr(GPtrArray) groups = NULL;
+    g_autoptr(GArray) domains = NULL;
 
     for (size_t i = 0; i < nr_pairs; i++) {
         uint64_t key = pair_key(pairs[i].a, pairs[i].b);
@@ -284,8 +366,19 @@ GArray *colocate_plan(const ColocateVm *vms, size_t nr_vms,
     }
     groups = find_groups(&p, nr_vms, nr_pairs);
     g_ptr_array_sort_with_data(groups, compare_groups, &p);
-    for (guint g = 0; g < groups->len; g++) {
-        plan_group(&p, g_ptr_array_index(groups, g), g, moves);
+    domains = domains_of(vms, nr_vms);
+    /* Each domain within its room, by itself. */
+    for (guint d = 0; d < domains->len; d++) {
+        uint16_t domain = g_array_index(domains, uint16_t, d);
+
+        domain_room(&p, nr_vms, domain, domains->len == 1);
+        for (guint g = 0; g < groups->len; g++) {
+            const GArray *group = g_ptr_array_index(groups, g);
+
+            if (vms[g_array_index(group, uint32_t, 0)].domain == domain) {
+                plan_group(&p, group, g, moves);
+            }
+        }
     }
     *nr_groups = groups->len;
     return moves;

@@ -25,9 +25,16 @@
  * no longer is read remotely.  A move that gains fewer than
  * min_gain_pages is refused and takes no room.
  *
- * Groups are planned in order of their memory, largest first, each
- * planned move taking its room from the target and giving it back to
- * the node it leaves.
+ * Merge domains.  Each merge domain is planned by itself, within its
+ * room: all of each node's room while its VMs are the only ones, else
+ * its share (domain_room_pct) of each node's free memory and of its
+ * vCPU slots, less the vCPUs of its own VMs there.  Everything the plan
+ * weighs of a VM is the VM's claim (its memory, vCPUs, pins, digests),
+ * so one domain's claims never change another domain's plan.
+ *
+ * Within a domain, groups are planned in order of their memory, largest
+ * first, each planned move taking its room from the target and giving
+ * it back to the node it leaves.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -56,7 +63,7 @@ typedef struct ColocateVm {
 typedef struct ColocateNode {
     uint64_t free_pages;     /* UINT64_MAX: not known, no limit */
     uint32_t cpus;
-    uint32_t vcpus;          /* of the VMs on it now */
+    uint64_t vcpus;          /* of the VMs on it now */
 } ColocateNode;
 
 typedef struct ColocatePair {
@@ -71,6 +78,8 @@ typedef struct ColocateParams {
     uint64_t min_gain_pages; /* a move must gain at least this many */
     uint32_t vcpus_per_cpu;  /* a node takes this many vCPUs per CPU at */
                              /* most; 0: no limit */
+    uint32_t domain_room_pct;    /* each merge domain's share of a node's */
+                                 /* room, while there are several */
 } ColocateParams;
 
 /* Which planned moves nuksmd may carry out (--colocate-apply). */

@@ -6,7 +6,6 @@
  */
 
 #include <inttypes.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <glib-unix.h>
@@ -24,14 +23,6 @@ typedef struct Detached {
     uint16_t domain_id;      /* a domains_get() reference */
     KeyMap pages;            /* page -> SlotId, PAGE_MAPPED or MERGING */
 } Detached;
-
-/* A pidfd polls readable once its process has exited. */
-static bool process_alive(int pidfd)
-{
-    struct pollfd pfd = { .fd = pidfd, .events = POLLIN };
-
-    return poll(&pfd, 1, 0) == 0;
-}
 
 /* Forget @d; its references must have been dropped or handed over. */
 static void detached_free(NuksmAgent *agent, Detached *d)
@@ -89,7 +80,7 @@ void detached_client_leave(NuksmAgent *agent, NuksmClient *client)
         leave_unwatched(agent, client);
         return;
     }
-    if (!process_alive(client->pidfd)) {
+    if (!pidfd_process_alive(client->pidfd)) {
         ledger_client_leave(agent, client, NULL);
         return;
     }
@@ -115,6 +106,7 @@ void detached_client_leave(NuksmAgent *agent, NuksmClient *client)
     }
     d->pidfd = client->pidfd;
     client->pidfd = -1;
+    g_clear_handle_id(&client->exit_watch, g_source_remove);
     d->watch = g_unix_fd_add(d->pidfd, G_IO_IN, on_process_exit, d);
     g_queue_push_tail(&agent->detached, d);
     log_info("%s: its process runs on, keeping its %" PRIu64 " merged "
@@ -132,7 +124,7 @@ void detached_adopt(NuksmAgent *agent, NuksmClient *client)
         if (d->pid != client->pid || d->domain_id != client->domain_id) {
             continue;
         }
-        if (!process_alive(d->pidfd)) {
+        if (!pidfd_process_alive(d->pidfd)) {
             /* The pid names another process now. */
             detached_drop(agent, d);
             return;

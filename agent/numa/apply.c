@@ -7,11 +7,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <numa.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "apply.h"
 #include "colocation.h"
@@ -26,21 +29,26 @@ typedef struct MemoryMove {
     uint32_t requester;      /* the control client to answer */
     uint32_t seq;
     pid_t pid;
+    int pidfd;               /* the VM's process: its pid is acted on */
+                             /* only while this says it runs */
     uint64_t from, to;       /* host memory nodes */
     NuksmMsgApplied reply;
     int err;                 /* errno of migrate_pages, 0 if it ran */
     gint64 started;
 } MemoryMove;
 
-/* The thread ids of process @pid, sorted; NULL if it is gone. */
-static GArray *threads_of(pid_t pid)
+/* The thread ids in @taskfd, a process's /proc/PID/task; NULL if none. */
+static GArray *threads_in(int taskfd)
 {
-    g_autofree char *path = g_strdup_printf("/proc/%ld/task", (long)pid);
-    DIR *dir = opendir(path);
+    int fd = fcntl(taskfd, F_DUPFD_CLOEXEC, 0);
+    DIR *dir = fd < 0 ? NULL : fdopendir(fd);
     GArray *tids;
     struct dirent *d;
 
     if (!dir) {
+        if (fd >= 0) {
+            close(fd);
+        }
         return NULL;
     }
     tids = g_array_new(FALSE, FALSE, sizeof(pid_t));
@@ -56,37 +64,72 @@ static GArray *threads_of(pid_t pid)
 }
 
 /*
- * Let every thread of @pid run only on @cpus: the number of threads,
- * or -errno with every thread's affinity as it was.
+ * May thread @tid be acted on now: does the process @pidfd names still
+ * run, and is @tid one of its threads?  @taskfd is its /proc/PID/task,
+ * opened while it ran: that directory lists its threads and no other
+ * process's, even once the pid names another.  Asked right before each
+ * change, so that a pid or thread id reused meanwhile is never touched.
  */
-static int move_threads(pid_t pid, const cpu_set_t *cpus)
+static bool thread_of(int taskfd, int pidfd, pid_t tid)
 {
-    g_autoptr(GArray) tids = threads_of(pid);
+    char name[24];
+
+    snprintf(name, sizeof(name), "%ld", (long)tid);
+    return faccessat(taskfd, name, F_OK, 0) == 0 &&
+           pidfd_process_alive(pidfd);
+}
+
+/*
+ * Let every thread of the process @pidfd names, @pid, run only on
+ * @cpus: the number of threads, or -errno with every thread's affinity
+ * as it was (-ESRCH: the process exited).
+ */
+static int move_threads(pid_t pid, int pidfd, const cpu_set_t *cpus)
+{
+    g_autofree char *path = g_strdup_printf("/proc/%ld/task", (long)pid);
+    int taskfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    g_autoptr(GArray) tids = NULL;
     g_autofree cpu_set_t *before = NULL;
     int err = 0;
-    guint done;
+    guint done, moved = 0;
 
-    if (!tids) {
+    /* Alive after the open: the directory is its, not a later process's. */
+    if (taskfd < 0 || !pidfd_process_alive(pidfd) ||
+        !(tids = threads_in(taskfd))) {
+        if (taskfd >= 0) {
+            close(taskfd);
+        }
         return -ESRCH;
     }
     before = g_new(cpu_set_t, tids->len);
     for (done = 0; done < tids->len; done++) {
         pid_t tid = g_array_index(tids, pid_t, done);
 
+        if (!thread_of(taskfd, pidfd, tid)) {
+            if (!pidfd_process_alive(pidfd)) {
+                err = ESRCH;
+                break;
+            }
+            /* The thread ended: nothing to move, nothing to restore. */
+            g_array_index(tids, pid_t, done) = 0;
+            continue;
+        }
         if (sched_getaffinity(tid, sizeof(cpu_set_t), &before[done]) < 0 ||
             sched_setaffinity(tid, sizeof(cpu_set_t), cpus) < 0) {
             err = errno;
             break;
         }
+        moved++;
     }
-    if (!err) {
-        return tids->len;
+    while (err && done-- > 0) {
+        pid_t tid = g_array_index(tids, pid_t, done);
+
+        if (tid && thread_of(taskfd, pidfd, tid)) {
+            sched_setaffinity(tid, sizeof(cpu_set_t), &before[done]);
+        }
     }
-    while (done-- > 0) {
-        sched_setaffinity(g_array_index(tids, pid_t, done),
-                          sizeof(cpu_set_t), &before[done]);
-    }
-    return -err;
+    close(taskfd);
+    return err ? -err : (int)moved;
 }
 
 static struct bitmask *nodemask_of(uint64_t nodes)
@@ -117,27 +160,42 @@ static gboolean memory_move_done(gpointer opaque)
                  " pages left behind", (long)job->pid, job->reply.to,
                  seconds, job->reply.pages_left);
     }
-    if (requester && job->err) {
+    if (requester && job->err == ESRCH) {
+        transport_deny(requester, job->seq, "its threads moved, but its "
+                       "process exited before its memory moved");
+    } else if (requester && job->err) {
         transport_deny(requester, job->seq, "its threads moved, but its "
                        "memory did not (migrate_pages failed)");
     } else if (requester) {
         transport_send(requester, NUKSM_MSG_APPLIED, job->seq, &job->reply,
                        sizeof(job->reply));
     }
+    close(job->pidfd);
     g_free(job);
     return G_SOURCE_REMOVE;
 }
 
-/* The memory move itself: its answer goes back to the main loop. */
+/*
+ * The memory move itself: its answer goes back to the main loop.  Only
+ * while the VM's process runs, before and after: a process that exited
+ * during the move may have left its pid to another, whose pages some of
+ * the move then moved, and that is said.
+ */
 static gpointer memory_move_run(gpointer opaque)
 {
     MemoryMove *job = opaque;
     struct bitmask *from = nodemask_of(job->from);
     struct bitmask *to = nodemask_of(job->to);
-    int left = numa_migrate_pages(job->pid, from, to);
+    int left = -1;
 
+    errno = ESRCH;
+    if (pidfd_process_alive(job->pidfd)) {
+        left = numa_migrate_pages(job->pid, from, to);
+    }
     if (left < 0) {
         job->err = errno;
+    } else if (!pidfd_process_alive(job->pidfd)) {
+        job->err = ESRCH;
     } else {
         job->reply.pages_left = left;
     }
@@ -161,7 +219,12 @@ static bool move_vm(NuksmAgent *agent, NuksmClient *requester, uint32_t seq,
     int threads;
 
     topology_node_cpu_set(topo, reply->to, &cpus);
-    threads = move_threads(vm->pid, &cpus);
+    threads = move_threads(vm->pid, vm->pidfd, &cpus);
+    if (threads == -ESRCH) {
+        transport_denyf(requester, seq, "%s: its process exited: nothing "
+                        "moved", vm->label);
+        return false;
+    }
     if (threads < 0) {
         transport_denyf(requester, seq, "%s: its threads may not run on "
                         "node %u's CPUs (%s): nothing moved", vm->label,
@@ -183,7 +246,8 @@ static bool move_vm(NuksmAgent *agent, NuksmClient *requester, uint32_t seq,
     job = g_new0(MemoryMove, 1);
     *job = (MemoryMove) {
         .agent = agent, .requester = requester->id, .seq = seq,
-        .pid = vm->pid, .from = all & ~reply->mems, .to = reply->mems,
+        .pid = vm->pid, .pidfd = fcntl(vm->pidfd, F_DUPFD_CLOEXEC, 0),
+        .from = all & ~reply->mems, .to = reply->mems,
         .reply = *reply, .started = g_get_monotonic_time(),
     };
     job->reply.memory_moved = 1;
@@ -211,6 +275,16 @@ void apply_handle_apply_move(NuksmAgent *agent, NuksmClient *client,
     if (!vm) {
         transport_denyf(client, seq, "no VM is client %u now",
                         req->client_id);
+        return;
+    }
+    /*
+     * Its pid is what both ways act on (libvirt's registry is by pid):
+     * only while the process that connected runs.
+     */
+    if (!pidfd_process_alive(vm->pidfd)) {
+        transport_denyf(client, seq, "%s: its process exited, or nuksmd "
+                        "cannot watch it (no pidfd): nothing moved",
+                        vm->label);
         return;
     }
     if (!colocation_move_of(agent, vm, &mv)) {

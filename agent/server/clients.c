@@ -5,6 +5,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
+#include <poll.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -52,12 +53,23 @@ NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,
     return client;
 }
 
+bool pidfd_process_alive(int pidfd)
+{
+    struct pollfd pfd = { .fd = pidfd, .events = POLLIN };
+
+    /* A pidfd polls readable once its process has exited. */
+    return pidfd >= 0 && poll(&pfd, 1, 0) == 0;
+}
+
 void clients_remove(ClientRegistry *reg, NuksmClient *client)
 {
     g_queue_remove(&reg->list, client);
     leave_process(client);
     if (client->watch) {
         g_source_remove(client->watch);
+    }
+    if (client->exit_watch) {
+        g_source_remove(client->exit_watch);
     }
     if (client->out_watch) {
         g_source_remove(client->out_watch);

@@ -58,6 +58,7 @@ typedef struct NuksmClient {
     guint hello_timer;       /* closes it if no HELLO comes in time */
     pid_t pid;               /* SO_PEERCRED at connect time */
     int pidfd;               /* of the peer process, or -1 */
+    guint exit_watch;        /* @pidfd readable: the process exited */
     uid_t uid;
     gid_t gid;
     char *label;             /* "client 3 (pid 1234)", for logs */
@@ -158,6 +159,12 @@ typedef struct ClientRegistry {
     GQueue list;             /* NuksmClient *, in connection order */
     uint32_t next_id;        /* handed out on HELLO, from 1 */
 } ClientRegistry;
+
+/*
+ * Does the process @pidfd names still run?  False once it exited (its
+ * pid may then name another process), and for -1: nuksmd cannot tell.
+ */
+bool pidfd_process_alive(int pidfd);
 
 /* Register a connection, taking @pidfd (or -1); the caller sets ->watch. */
 NuksmClient *clients_add(ClientRegistry *reg, struct NuksmAgent *agent,

@@ -31,25 +31,29 @@ static void family(GString *out, const char *name, const char *type,
                            name, type);
 }
 
-/* @value as a label value: valid UTF-8, with \, " and newline escaped. */
+/*
+ * @value as a label value: valid UTF-8, with \, " and newline escaped,
+ * and any other control character (a VM names itself: CR, ESC, BEL would
+ * act on a terminal that shows the file) shown as '?', as nuksmctl does.
+ */
 static void label_value(GString *out, const char *value)
 {
     g_autofree char *valid = g_utf8_make_valid(value, -1);
 
     g_string_append_c(out, '"');
-    for (const char *c = valid; *c; c++) {
-        switch (*c) {
-        case '\\':
+    for (const char *p = valid; *p; p = g_utf8_next_char(p)) {
+        gunichar c = g_utf8_get_char(p);
+
+        if (c == '\\') {
             g_string_append(out, "\\\\");
-            break;
-        case '"':
+        } else if (c == '"') {
             g_string_append(out, "\\\"");
-            break;
-        case '\n':
+        } else if (c == '\n') {
             g_string_append(out, "\\n");
-            break;
-        default:
-            g_string_append_c(out, *c);
+        } else if (g_unichar_iscntrl(c)) {
+            g_string_append_c(out, '?');
+        } else {
+            g_string_append_unichar(out, c);
         }
     }
     g_string_append_c(out, '"');
@@ -366,6 +370,18 @@ static void domain_families(NuksmAgent *agent, GString *out)
 }
 
 /*
+ * @total + @claim, at most UINT64_MAX: a VM's figures are its claims,
+ * and a host total must never wrap below an honest VM's own, nor fall
+ * as a counter reset would.
+ */
+static uint64_t add_saturating(uint64_t total, uint64_t claim)
+{
+    uint64_t sum;
+
+    return __builtin_add_overflow(total, claim, &sum) ? UINT64_MAX : sum;
+}
+
+/*
  * The host's figures, as KSM's sysfs gives its own, and per node; the
  * VMs' scanners' summed from @rows.
  */
@@ -381,8 +397,9 @@ static void host_families(NuksmAgent *agent, GArray *rows, GString *out)
         sharing += agent->ledger.slots[n].sharing;
     }
     EACH_VM(r) {
-        volatile_pages += r->vm->scanner.pages_volatile;
-        full_scans += r->vm->scanner.full_scans;
+        volatile_pages = add_saturating(volatile_pages,
+                                        r->vm->scanner.pages_volatile);
+        full_scans = add_saturating(full_scans, r->vm->scanner.full_scans);
         ledger_remote_hot(r->vm, agent->placement.cold_windows, remote_hot);
     }
     family(out, "nuksm_pages_shared", "gauge",

@@ -413,6 +413,26 @@ static int peer_pidfd(int fd, pid_t pid)
     return pidfd;
 }
 
+/*
+ * The process that connected exited.  Whatever still holds the
+ * connection (a process it forked, or one it handed it to) is not the
+ * process nuksmd knows as this client: what nuksmd does for a VM (read
+ * its memory, pin its threads, move its memory) it does to that pid,
+ * which may name another process by now.
+ */
+static gboolean on_process_exit(int fd, GIOCondition cond, gpointer opaque)
+{
+    NuksmClient *client = opaque;
+
+    client->exit_watch = 0;
+    if (!client->dead) {
+        log_info("%s: its process exited, disconnecting", client->label);
+        client->dead = true;
+        effects_settle(client->agent);
+    }
+    return G_SOURCE_REMOVE;
+}
+
 static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque)
 {
     NuksmAgent *agent = opaque;
@@ -463,6 +483,10 @@ static gboolean on_listen_ready(int fd, GIOCondition cond, gpointer opaque)
     client = clients_add(&agent->clients, agent, cfd, cred.pid,
                          peer_pidfd(cfd, cred.pid), cred.uid, cred.gid);
     client->watch = g_unix_fd_add(cfd, G_IO_IN, on_client_ready, client);
+    if (client->pidfd >= 0) {
+        client->exit_watch = g_unix_fd_add(client->pidfd, G_IO_IN,
+                                           on_process_exit, client);
+    }
     client->hello_timer = g_timeout_add_seconds(HANDSHAKE_SECONDS,
                                                 on_hello_timeout, client);
     log_info("connection from pid %ld uid %u gid %u", (long)cred.pid,

@@ -17,7 +17,12 @@ periodic look, and the VM's own query-nuksm what the agent told it.
 
 import os
 import random
+import signal
+import subprocess
+import threading
+import time
 
+import harness
 from harness import ctl, ctl_json, ctl_ok, wait_until, write_alike
 from test_placement import home, node_cpus, pin
 
@@ -184,3 +189,157 @@ def test_apply_moves_a_plain_qemu(start_agent, qtest_vm):
         (i := vm.nuksm())["merged-remote"] == 0 and
         i["merged-local"] >= SHARED // PAGE for vm in (a, b)), 60,
         "a's and b's merged pages to be local")
+
+
+def spawn_with_pid(pid, argv):
+    """Start @argv (as root) with pid @pid, which must be free: the
+    kernel's next pid is set through ns_last_pid, as pid wrap-around
+    would hand it out.  None if other processes kept taking it first."""
+    for _ in range(20):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(pid - 1))
+        proc = subprocess.Popen(argv)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    return None
+
+
+def test_apply_never_acts_on_a_reused_pid(start_agent):
+    """A compromised QEMU's user gets its own move planned (everything
+    the plan weighs is the VM's claim), forks a child that keeps the
+    connection, and exits; its pid goes to a root process.  nuksmd
+    disconnects the VM as its process exits, and plan --apply with
+    --colocate-apply=all moves nothing: the root process keeps its CPUs.
+    Before, nuksmd kept the VM and pinned the root process to node 1."""
+    agent = start_agent("--fake-numa", "2", "--colocate-apply", "all",
+                        "--colocate-min-gain", "1",
+                        "--colocate-vcpus-per-cpu", "0")
+    pages = 2048
+    rnd = random.Random(11)
+    content = [(page, rnd.getrandbits(63) | 1) for page in range(pages)]
+    # x claims a memory backend bound to node 1: its operator's pin.
+    x = harness.VmClient(agent.sock, name="x")
+    x.topology([(1 << 1, harness.proto.MEMPOLICY_BIND)], [],
+               [(0, pages, 0)])
+    x.candidates(content)
+    x.sync()
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+
+    def rogue():
+        # y claims nothing: its home is node 0, and the plan moves it.
+        y = harness.VmClient(agent.sock, name="y")
+        y.topology([(0, 0)], [], [(0, pages, 0)])
+        y.candidates(content)
+        y.sync()
+        os.write(ready_w, b"r")
+        os.read(go_r, 1)
+        holder = os.fork()
+        if holder == 0:
+            time.sleep(600)         # holds y's connection (killed)
+            os._exit(0)
+        os.write(ready_w, b"%d\n" % holder)
+
+    rogue_pid = os.fork()
+    if rogue_pid == 0:
+        code = 1
+        try:
+            rogue()
+            code = 0
+        finally:
+            os._exit(code)
+    holder = sleeper = None
+    try:
+        assert os.read(ready_r, 1) == b"r"
+        (move,) = settled_plan(agent, 1, 1)["moves"]
+        assert (move["name"], move["from"], move["to"], move["verdict"]) == \
+            ("y", 0, 1, "planned"), move
+        os.write(go_w, b"g")
+        holder = int(os.read(ready_r, 32))
+        _, status = os.waitpid(rogue_pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        wait_until(lambda: "y" not in
+                   {v["name"] for v in ctl_json(agent.sock, "vms")["vms"]},
+                   10, "nuksmd to disconnect y once its process exited")
+        assert "its process exited, disconnecting" in agent.log_text()
+        sleeper = spawn_with_pid(rogue_pid, ["sleep", "600"])
+        assert sleeper, f"pid {rogue_pid} could not be reused"
+        cpus = os.sched_getaffinity(sleeper.pid)
+
+        out = ctl(agent.sock, "plan", "--apply")
+        assert "moved by nuksmd" not in out.stdout, out.stdout
+        assert os.sched_getaffinity(sleeper.pid) == cpus
+    finally:
+        for pid in (holder, sleeper and sleeper.pid):
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+        if sleeper:
+            sleeper.wait()
+        x.close()
+
+
+def red_plan(agent):
+    """The plan's moves of red's VMs: (name, from, to, verdict)."""
+    return sorted((m["name"], m["from"], m["to"], m["verdict"])
+                  for m in ctl_json(agent.sock, "plan")["moves"]
+                  if m["name"].startswith("r"))
+
+
+def test_a_domains_claims_leave_other_domains_plans_alone(start_agent):
+    """Red's r2 (node 0) is planned to join its twin r1 on node 1.  Blue's
+    b2 then takes on blue's b1's content, claiming 8 vCPUs and b1 100000
+    pages, so that blue's group is the larger and its move to node 1
+    would take all that node's vCPU slots: red's plan stays as it was,
+    each domain planned within its share of each node's room.  Before,
+    blue's move went first, r2 had no room and r1 was planned to node 0."""
+    agent = start_agent("--fake-numa", "2", "--vm-domains", "allow",
+                        "--colocate-min-gain", "1", "--colocate-pins", "move",
+                        "--colocate-vcpus-per-cpu", "8")
+    cpu0 = node_cpus()[0]
+    stop = threading.Event()
+    threads = [threading.Thread(target=stop.wait) for _ in range(9)]
+    for t in threads:
+        t.start()
+    tids = [t.native_id for t in threads]
+    for tid in tids:
+        os.sched_setaffinity(tid, {cpu0})   # vCPUs of node 0
+    rnd = random.Random(13)
+
+    def content(n=2048):
+        return [(page, rnd.getrandbits(63) | 1) for page in range(n)]
+
+    red, blue, own = content(), content(), content()
+    bound = [(1 << 1, harness.proto.MEMPOLICY_BIND)]    # node 1
+    clients = []
+
+    def vm(name, domain, gnodes, vcpus, pages, offers):
+        c = harness.VmClient(agent.sock, domain=domain, name=name)
+        c.topology(gnodes, [(tid, 0) for tid in vcpus], [(0, pages, 0)])
+        c.candidates(offers)
+        c.sync()
+        clients.append(c)
+        return c
+
+    try:
+        vm("r1", "red", bound, [], 8192, red)
+        vm("r2", "red", [(0, 0)], tids[:1], 4096, red)
+        vm("b1", "blue", bound, [], 100000, blue)
+        b2 = vm("b2", "blue", [(0, 0)], tids[1:], 4096, own)
+        settled_plan(agent, 1, 1)
+        before = red_plan(agent)
+        assert before == [("r2", 0, 1, "planned")], before
+
+        b2.candidates(blue)
+        b2.sync()
+        plan = settled_plan(agent, 2, 2)
+        blue_moves = [m for m in plan["moves"] if m["name"] == "b2"]
+        assert blue_moves and blue_moves[0]["to"] == 1, plan
+        assert red_plan(agent) == before
+    finally:
+        for c in clients:
+            c.close()
+        stop.set()
+        for t in threads:
+            t.join()

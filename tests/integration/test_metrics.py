@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+import harness
 from harness import NUKSMCTL, ctl_json, ctl_ok, merge_identical, wait_until
 
 INTERVAL = 1                 # --metrics-interval of the tests' agents
@@ -401,3 +402,45 @@ def test_top_shows_the_same_figures_live(start_agent, qtest_vm):
         if top.poll() is None:
             top.kill()
         os.close(leader)
+
+
+def test_a_vms_claims_never_wrap_host_totals(start_agent, metrics_dir):
+    """A rogue VM's VM_STATS claims 2^64 - 2 full scans and as many
+    volatile pages: the host's totals saturate, never falling below the
+    honest VM's own (before, full scans read 2 where the honest VM alone
+    had 4: a counter reset, and volatile pages 1.8e19 either way).  Its
+    name's control characters (CR, ESC, BEL) reach the file as '?'."""
+    agent = start_agent("--metrics-dir", str(metrics_dir),
+                        "--metrics-interval", str(INTERVAL))
+    honest = harness.VmClient(agent.sock, name="honest")
+    rogue = harness.VmClient(agent.sock, name="rogue\r\x1b[2J\x07")
+    try:
+        def stats(full_scans, volatile):
+            fields = [0] * len(harness.proto.VM_STATS.format[1:])
+            fields[2], fields[5] = full_scans, volatile
+            return harness.proto.VM_STATS.pack(*fields)
+
+        honest.send(harness.pack(harness.proto.MSG_VM_STATS, 2,
+                                 stats(4, 10)))
+        rogue.send(harness.pack(harness.proto.MSG_VM_STATS, 2,
+                                stats(2**64 - 2, 2**64 - 2)))
+        honest.sync()
+        rogue.sync()
+        path = metrics_dir / "nuksm.prom"
+
+        def written():
+            samples = read_metrics(path)
+            return (("nuksm_vm_full_scans_total", tuple(sorted(
+                {"vm": "rogue??[2J?", "id": str(rogue.client_id),
+                 "libvirt_uuid": "", "merge_domain": "default"}.items())))
+                in samples and samples)
+        samples = wait_until(written, 10, "the rogue's claims in the file")
+        assert value(samples, "nuksm_vm_full_scans_total", vm="honest") == 4
+        assert value(samples, "nuksm_full_scans_total") >= 2**64 - 2
+        assert value(samples, "nuksm_pages_volatile") >= 2**64 - 2
+        text = path.read_text()
+        assert not any(c in text for c in "\r\x1b\x07"), \
+            "control characters in nuksm.prom"
+    finally:
+        honest.close()
+        rogue.close()

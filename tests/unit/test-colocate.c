@@ -298,6 +298,53 @@ static void test_own_pins(void)
     g_assert_true(colocate_pinned_by_operator(NUKSM_HOME_BACKEND, 1, 1));
 }
 
+/*
+ * Two merge domains: each is planned within its share of each node's
+ * room, whatever the other claims.  Blue's b2 claims 8 vCPUs and b1 a
+ * great deal of memory, so that blue's group is the larger and its
+ * move would take all of node 1's vCPU slots; red's r2 joins r1 there
+ * all the same, as it would with blue absent, and blue, over its share,
+ * has no room.
+ */
+static void test_domains_planned_apart(void)
+{
+    ColocateVm vms[] = {
+        { .id = 1, .domain = 1, .node = 1, .pages = 8192, .vcpus = 0 },
+        { .id = 2, .domain = 1, .node = 0, .pages = 4096, .vcpus = 1 },
+        { .id = 3, .domain = 2, .node = 1, .pages = 100000, .vcpus = 0 },
+        { .id = 4, .domain = 2, .node = 0, .pages = 4096, .vcpus = 8 },
+    };
+    ColocatePair pairs[] = { pair(0, 1, 900, 2048), pair(2, 3, 900, 2048) };
+    ColocateNode nodes[] = { { .free_pages = FREE, .cpus = 1, .vcpus = 9 },
+                             { .free_pages = FREE, .cpus = 1 } };
+    ColocateNode red_only[] = { { .free_pages = FREE, .cpus = 1, .vcpus = 1 },
+                                { .free_pages = FREE, .cpus = 1 } };
+    ColocateParams p = params;
+    g_autoptr(GArray) alone = NULL, both = NULL;
+
+    p.vcpus_per_cpu = 8;
+    p.domain_room_pct = 50;
+    alone = plan(vms, 2, red_only, 2, pairs, 1, &p);
+    g_assert_cmpuint(alone->len, ==, 1);
+    g_assert_cmpuint(move(alone, 0)->vm, ==, 1);
+    g_assert_cmpuint(move(alone, 0)->to, ==, 1);
+    g_assert_cmpint(move(alone, 0)->verdict, ==, NUKSM_PLAN_PLANNED);
+
+    both = plan(vms, 4, nodes, 2, pairs, 2, &p);
+    g_assert_cmpuint(both->len, ==, 2);
+    for (guint i = 0; i < both->len; i++) {
+        const ColocateMove *mv = move(both, i);
+
+        g_assert_cmpuint(mv->to, ==, 1);
+        if (mv->vm == 1) {
+            g_assert_cmpint(mv->verdict, ==, NUKSM_PLAN_PLANNED);
+        } else {
+            g_assert_cmpuint(mv->vm, ==, 3);
+            g_assert_cmpint(mv->verdict, ==, NUKSM_PLAN_NO_ROOM);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -312,5 +359,7 @@ int main(int argc, char **argv)
     g_test_add_func("/colocate/groups", test_groups);
     g_test_add_func("/colocate/scheme", test_scheme);
     g_test_add_func("/colocate/own-pins", test_own_pins);
+    g_test_add_func("/colocate/domains-planned-apart",
+                    test_domains_planned_apart);
     return g_test_run();
 }
