@@ -20,6 +20,13 @@
  *             Pages other processes map too (merged pages, shared
  *             memory) stay: migrate_pages moves a process's own pages
  *
+ * Either way nuksmd acts on the VM's pid only while the pidfd it took
+ * when the VM connected says that process still runs: checked right
+ * before each thread's affinity changes, and before and after
+ * migrate_pages.  Everything the plan weighs is the VM's claim, so a
+ * VM may get its own move planned; a pid it left to another process
+ * must never be moved for it.
+ *
  * The VM then counts as on its new node, and the pins that hold it there
  * as nuksm's own, not its operator's (colocation.c), until its home node
  * changes.  nuksmd forgets this when it restarts: the pins then look
