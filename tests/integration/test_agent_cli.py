@@ -379,6 +379,9 @@ def test_config_file_and_overrides(workdir, start_agent):
     ("[nuksmd]\nlibvirt-dir=\n",
      "nuksmd.conf: libvirt-dir: libvirt registry directory must not be "
      "empty"),
+    ("[nuksmd]\ncolocate-domain-room=0\n",
+     "nuksmd.conf: colocate-domain-room: invalid share of a node's room "
+     "'0' (allowed: 1..100%)"),
     ("not a key file\n", "--config: cannot load"),
 ])
 def test_config_errors(workdir, nuksmd_bin, text, expected):
