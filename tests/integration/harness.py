@@ -134,9 +134,9 @@ def thread_cpu_ns(pid, comm):
     raise AssertionError(f"no thread {comm} in process {pid}")
 
 
-def in_child(fn):
-    """Run @fn in a forked child process, which then exits: the agent
-    drops what its connections leave once the process is gone."""
+def fork_child(fn):
+    """Run @fn in a forked child process, which then exits (0 if @fn
+    returned); its pid."""
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -147,7 +147,13 @@ def in_child(fn):
             traceback.print_exc()
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    return pid
+
+
+def in_child(fn):
+    """Run @fn in a forked child process, which then exits: the agent
+    drops what its connections leave once the process is gone."""
+    _, status = os.waitpid(fork_child(fn), 0)
     assert os.waitstatus_to_exitcode(status) == 0, "the child process failed"
 
 

@@ -242,14 +242,7 @@ def test_apply_never_acts_on_a_reused_pid(start_agent):
             os._exit(0)
         os.write(ready_w, b"%d\n" % holder)
 
-    rogue_pid = os.fork()
-    if rogue_pid == 0:
-        code = 1
-        try:
-            rogue()
-            code = 0
-        finally:
-            os._exit(code)
+    rogue_pid = harness.fork_child(rogue)
     holder = sleeper = None
     try:
         assert os.read(ready_r, 1) == b"r"
