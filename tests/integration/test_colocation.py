@@ -18,7 +18,6 @@ periodic look, and the VM's own query-nuksm what the agent told it.
 import os
 import random
 import signal
-import subprocess
 import threading
 import time
 
@@ -194,15 +193,19 @@ def test_apply_moves_a_plain_qemu(start_agent, qtest_vm):
 def spawn_with_pid(pid, argv):
     """Start @argv (as root) with pid @pid, which must be free: the
     kernel's next pid is set through ns_last_pid, as pid wrap-around
-    would hand it out.  None if other processes kept taking it first."""
-    for _ in range(20):
-        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-            f.write(str(pid - 1))
-        proc = subprocess.Popen(argv)
-        if proc.pid == pid:
-            return proc
-        proc.kill()
-        proc.wait()
+    would hand it out, and the process spawned at once.  None if other
+    processes of this busy host kept taking the pid first."""
+    last = os.open("/proc/sys/kernel/ns_last_pid", os.O_WRONLY)
+    try:
+        for _ in range(1000):
+            os.pwrite(last, str(pid - 1).encode(), 0)
+            spawned = os.posix_spawnp(argv[0], argv, os.environ)
+            if spawned == pid:
+                return spawned
+            os.kill(spawned, signal.SIGKILL)
+            os.waitpid(spawned, 0)
+    finally:
+        os.close(last)
     return None
 
 
@@ -259,17 +262,17 @@ def test_apply_never_acts_on_a_reused_pid(start_agent):
         assert "its process exited, disconnecting" in agent.log_text()
         sleeper = spawn_with_pid(rogue_pid, ["sleep", "600"])
         assert sleeper, f"pid {rogue_pid} could not be reused"
-        cpus = os.sched_getaffinity(sleeper.pid)
+        cpus = os.sched_getaffinity(sleeper)
 
         out = ctl(agent.sock, "plan", "--apply")
         assert "moved by nuksmd" not in out.stdout, out.stdout
-        assert os.sched_getaffinity(sleeper.pid) == cpus
+        assert os.sched_getaffinity(sleeper) == cpus
     finally:
-        for pid in (holder, sleeper and sleeper.pid):
+        for pid in (holder, sleeper):
             if pid:
                 os.kill(pid, signal.SIGKILL)
         if sleeper:
-            sleeper.wait()
+            os.waitpid(sleeper, 0)
         x.close()
 
 
