@@ -434,40 +434,135 @@ static uint32_t default_memory_max(void)
     return CLAMP(bytes / 4 >> 20, MEMORY_MAX_MIN, MEMORY_MAX_MAX);
 }
 
-/* Key file keys; the command-line option of each is "--" + key. */
+/*
+ * The settings: key file keys, each also the command-line option "--" +
+ * key, with its --help text.  The one list of them: config_load() makes
+ * its options, and the --help list of keys, from it.
+ */
 static const struct {
     const char *key;
     SettingSetter set;
+    GOptionArg arg;          /* G_OPTION_ARG_NONE: a flag, "true" if given */
+    const char *help;
+    const char *arg_description;
 } settings[] = {
-    { "socket",        set_socket },
-    { "policy",        set_policy },
-    { "fake-numa",     set_fake_numa },
-    { "log-level",     set_log_level },
-    { "state-dir",     set_state_dir },
-    { "restore-grace", set_restore_grace },
-    { "cold-windows",  set_cold_windows },
-    { "replace-rate",  set_replace_rate },
-    { "memory-max",    set_memory_max },
-    { "libvirt-dir",   set_libvirt_dir },
-    { "socket-group",  set_socket_group },
-    { "admin-group",   set_admin_group },
-    { "isolation",     set_isolation },
-    { "vm-domains",    set_vm_domains },
-    { "vm-set-policy", set_vm_set_policy },
-    { "domain-store-max", set_domain_store_max },
-    { "domain-unstable-max", set_domain_unstable_max },
-    { "domain-queue-max", set_domain_queue_max },
-    { "domain-cpu-max", set_domain_cpu_max },
-    { "max-cpu", set_max_cpu },
-    { "colocate-threshold", set_colocate_threshold },
-    { "colocate-min-gain", set_colocate_min_gain },
-    { "colocate-vcpus-per-cpu", set_colocate_vcpus_per_cpu },
-    { "colocate-pins", set_colocate_pins },
-    { "colocate-apply", set_colocate_apply },
-    { "metrics-dir", set_metrics_dir },
-    { "metrics-interval", set_metrics_interval },
-    { "metrics-group", set_metrics_group },
-    { "colocate-domain-room", set_colocate_domain_room },
+    { "socket", set_socket, G_OPTION_ARG_FILENAME,
+      "Listen on PATH (default " NUKSM_DEFAULT_SOCKET ")",
+      "PATH" },
+    { "policy", set_policy, G_OPTION_ARG_STRING,
+      "Initial placement policy (default global)",
+      "NAME" },
+    { "fake-numa", set_fake_numa, G_OPTION_ARG_STRING,
+      "Pretend the host has N NUMA nodes (1..64)",
+      "N" },
+    { "log-level", set_log_level, G_OPTION_ARG_STRING,
+      "error, warning, info (default) or debug",
+      "LEVEL" },
+    { "state-dir", set_state_dir, G_OPTION_ARG_FILENAME,
+      "Keep the store files in DIR, on tmpfs (default "
+      NUKSM_DEFAULT_STATE_DIR ")",
+      "DIR" },
+    { "restore-grace", set_restore_grace, G_OPTION_ARG_STRING,
+      "Seconds VMs have to restore their merged pages after a "
+      "restart (default 10)",
+      "SECONDS" },
+    { "cold-windows", set_cold_windows, G_OPTION_ARG_STRING,
+      "A page is cold after N hotness windows without a write "
+      "(1..255, default 3)",
+      "N" },
+    { "replace-rate", set_replace_rate, G_OPTION_ARG_STRING,
+      "Move at most N merged pages per second when placement "
+      "changes (default 1000, 0: never)",
+      "N" },
+    { "memory-max", set_memory_max, G_OPTION_ARG_STRING,
+      "Hold back new merges while nuksmd's tables use more than MIB "
+      "(16..1048576, default a quarter of the host's memory)",
+      "MIB" },
+    { "max-cpu", set_max_cpu, G_OPTION_ARG_STRING,
+      "Take at most N% of a core for the VMs' messages, reading them "
+      "more slowly past it (default 100%: no cap)",
+      "N%" },
+    { "libvirt-dir", set_libvirt_dir, G_OPTION_ARG_FILENAME,
+      "Read libvirt's domain registrations (its nuksm hook) from DIR "
+      "(default " NUKSM_DEFAULT_LIBVIRT_DIR ")",
+      "DIR" },
+    { "socket-group", set_socket_group, G_OPTION_ARG_STRING,
+      "Give the socket this group, whose members may connect "
+      "(not with systemd's socket)",
+      "GROUP" },
+    { "admin-group", set_admin_group, G_OPTION_ARG_STRING,
+      "Members of GROUP may change host-wide settings (the policy), "
+      "as root may",
+      "GROUP" },
+    { "isolation", set_isolation, G_OPTION_ARG_STRING,
+      "Where VMs the operator assigned no domain go: shared (one "
+      "domain, the default) or vm (a domain each)",
+      "MODE" },
+    { "vm-domains", set_vm_domains, G_OPTION_ARG_STRING,
+      "What a VM's own domain request does: ignore (default), refuse "
+      "or allow",
+      "WHAT" },
+    { "vm-set-policy", set_vm_set_policy, G_OPTION_ARG_NONE,
+      "Let VMs set the host-wide policy (QMP nuksm-set-policy)",
+      NULL },
+    { "domain-store-max", set_domain_store_max, G_OPTION_ARG_STRING,
+      "A merge domain's copies may take at most N% of the store's "
+      "file system, or N MiB (default 50%; [domain NAME] store-max "
+      "sets one domain's)",
+      "N%|N" },
+    { "domain-unstable-max", set_domain_unstable_max, G_OPTION_ARG_STRING,
+      "A merge domain's pages waiting for a partner may take at most "
+      "N% of the unstable table, or N MiB of it (default 50%; "
+      "[domain NAME] unstable-max sets one domain's)",
+      "N%|N" },
+    { "domain-queue-max", set_domain_queue_max, G_OPTION_ARG_STRING,
+      "The replies a merge domain's VMs leave unread may take at most "
+      "N% of --memory-max, or N MiB (default 50%; [domain NAME] "
+      "queue-max sets one domain's)",
+      "N%|N" },
+    { "domain-cpu-max", set_domain_cpu_max, G_OPTION_ARG_STRING,
+      "While VMs of another merge domain wait, a domain's VMs may take "
+      "at most N% of a core of nuksmd (default 50%; [domain NAME] "
+      "cpu-max sets one domain's)",
+      "N%" },
+    { "colocate-threshold", set_colocate_threshold, G_OPTION_ARG_STRING,
+      "VMs are similar, for the co-location plan, from N% of the "
+      "smaller's pages alike (1..100, default 40)",
+      "N" },
+    { "colocate-min-gain", set_colocate_min_gain, G_OPTION_ARG_STRING,
+      "The plan moves a VM only to merge at least MIB more locally "
+      "(default 16)",
+      "MIB" },
+    { "colocate-vcpus-per-cpu", set_colocate_vcpus_per_cpu, G_OPTION_ARG_STRING,
+      "The plan moves VMs to a node only while it has at most N vCPUs "
+      "per CPU (default 1, 0: no limit)",
+      "N" },
+    { "colocate-domain-room", set_colocate_domain_room, G_OPTION_ARG_STRING,
+      "While VMs of several merge domains are weighed, each domain's "
+      "plan takes at most N% of each node's free memory and vCPU "
+      "slots (1..100, default 50)",
+      "N" },
+    { "colocate-pins", set_colocate_pins, G_OPTION_ARG_STRING,
+      "A VM its operator pinned to a node: keep it there (default) "
+      "or let the plan move it",
+      "keep|move" },
+    { "colocate-apply", set_colocate_apply, G_OPTION_ARG_STRING,
+      "Which planned moves `nuksmctl plan --apply` may carry out: "
+      "none, libvirt domains' (through libvirt; the default) or all "
+      "(nuksmd moves other QEMUs' threads and memory itself)",
+      "none|libvirt|all" },
+    { "metrics-dir", set_metrics_dir, G_OPTION_ARG_STRING,
+      "Write Prometheus metrics to DIR/nuksm.prom for node_exporter's "
+      "textfile collector (default " NUKSM_DEFAULT_METRICS_DIR
+      "; none: do not)",
+      "DIR|none" },
+    { "metrics-interval", set_metrics_interval, G_OPTION_ARG_STRING,
+      "Write them every N seconds (1..3600, default 15)",
+      "N" },
+    { "metrics-group", set_metrics_group, G_OPTION_ARG_STRING,
+      "Members of GROUP may read them (default prometheus, if there "
+      "is such a group)",
+      "GROUP" },
 };
 
 enum { NR_SETTINGS = G_N_ELEMENTS(settings) };
@@ -683,111 +778,76 @@ static bool load_key_file(NuksmdConfig *cfg, const char *path)
     return true;
 }
 
+/*
+ * The options: one of each setting, then --config, --foreground and
+ * --version.  A flag's value goes to @flags, any other's to @cli.
+ */
+static GOptionEntry *option_entries(char **cli, gboolean *flags,
+                                    char **config_path, gboolean *foreground,
+                                    gboolean *version)
+{
+    GOptionEntry *entries = g_new0(GOptionEntry, NR_SETTINGS + 4);
+    int i;
+
+    for (i = 0; i < NR_SETTINGS; i++) {
+        bool flag = settings[i].arg == G_OPTION_ARG_NONE;
+
+        entries[i] = (GOptionEntry) {
+            .long_name = settings[i].key,
+            .arg = settings[i].arg,
+            .arg_data = flag ? (gpointer)&flags[i] : (gpointer)&cli[i],
+            .description = settings[i].help,
+            .arg_description = settings[i].arg_description,
+        };
+    }
+    entries[i++] = (GOptionEntry) {
+        "config", 0, 0, G_OPTION_ARG_FILENAME, config_path,
+        "Read settings from the [nuksmd] group of FILE", "FILE" };
+    entries[i++] = (GOptionEntry) {
+        "foreground", 0, 0, G_OPTION_ARG_NONE, foreground,
+        "Run in the foreground (nuksmd never daemonises)", NULL };
+    entries[i++] = (GOptionEntry) {
+        "version", 0, 0, G_OPTION_ARG_NONE, version,
+        "Print the version and exit", NULL };
+    return entries;
+}
+
+/* --help's description: the policies and the keys of a --config FILE. */
+static char *help_description(void)
+{
+    g_autofree char *keys = setting_names();
+    g_autofree char *rules = g_strjoinv(", ", (char **)rule_keys);
+    g_autofree char *wrapped = g_strdup_printf(
+        "Policies: %s.  The --config FILE takes the keys %s in a "
+        "[" CONFIG_GROUP "] group, and merge domains VMs are assigned to "
+        "in [" RULE_GROUP_PREFIX "NAME] groups (%s); command-line options "
+        "override it.", nuksm_policy_names(), keys, rules);
+    g_auto(GStrv) words = g_strsplit(wrapped, " ", -1);
+    g_autoptr(GString) text = g_string_new(NULL);
+    g_autoptr(GString) line = g_string_new(NULL);
+
+    for (char **w = words; *w; w++) {
+        if (line->len && line->len + 1 + strlen(*w) > 66) {
+            g_string_append_printf(text, "%s\n", line->str);
+            g_string_truncate(line, 0);
+        }
+        g_string_append_printf(line, "%s%s", line->len ? " " : "", *w);
+    }
+    g_string_append_printf(text, "%s\n", line->str);
+    return g_string_free(g_steal_pointer(&text), FALSE);
+}
+
 bool config_load(NuksmdConfig *cfg, int argc, char **argv)
 {
     g_autofree char *config_path = NULL;
     char *cli[NR_SETTINGS] = { NULL };  /* values of settings[i], as typed */
+    gboolean flags[NR_SETTINGS] = { FALSE };  /* ... of flags, given */
     gboolean foreground = FALSE;
     gboolean version = FALSE;
-    gboolean vm_set_policy = FALSE;
-    GOptionEntry entries[] = {
-        { "socket", 0, 0, G_OPTION_ARG_FILENAME, &cli[0],
-          "Listen on PATH (default " NUKSM_DEFAULT_SOCKET ")", "PATH" },
-        { "policy", 0, 0, G_OPTION_ARG_STRING, &cli[1],
-          "Initial placement policy (default global)", "NAME" },
-        { "fake-numa", 0, 0, G_OPTION_ARG_STRING, &cli[2],
-          "Pretend the host has N NUMA nodes (1..64)", "N" },
-        { "log-level", 0, 0, G_OPTION_ARG_STRING, &cli[3],
-          "error, warning, info (default) or debug", "LEVEL" },
-        { "state-dir", 0, 0, G_OPTION_ARG_FILENAME, &cli[4],
-          "Keep the store files in DIR, on tmpfs (default "
-          NUKSM_DEFAULT_STATE_DIR ")", "DIR" },
-        { "restore-grace", 0, 0, G_OPTION_ARG_STRING, &cli[5],
-          "Seconds VMs have to restore their merged pages after a "
-          "restart (default 10)", "SECONDS" },
-        { "cold-windows", 0, 0, G_OPTION_ARG_STRING, &cli[6],
-          "A page is cold after N hotness windows without a write "
-          "(1..255, default 3)", "N" },
-        { "replace-rate", 0, 0, G_OPTION_ARG_STRING, &cli[7],
-          "Move at most N merged pages per second when placement "
-          "changes (default 1000, 0: never)", "N" },
-        { "memory-max", 0, 0, G_OPTION_ARG_STRING, &cli[8],
-          "Hold back new merges while nuksmd's tables use more than MIB "
-          "(16..1048576, default a quarter of the host's memory)", "MIB" },
-        { "max-cpu", 0, 0, G_OPTION_ARG_STRING, &cli[19],
-          "Take at most N% of a core for the VMs' messages, reading them "
-          "more slowly past it (default 100%: no cap)", "N%" },
-        { "libvirt-dir", 0, 0, G_OPTION_ARG_FILENAME, &cli[9],
-          "Read libvirt's domain registrations (its nuksm hook) from DIR "
-          "(default " NUKSM_DEFAULT_LIBVIRT_DIR ")", "DIR" },
-        { "socket-group", 0, 0, G_OPTION_ARG_STRING, &cli[10],
-          "Give the socket this group, whose members may connect "
-          "(not with systemd's socket)", "GROUP" },
-        { "admin-group", 0, 0, G_OPTION_ARG_STRING, &cli[11],
-          "Members of GROUP may change host-wide settings (the policy), "
-          "as root may", "GROUP" },
-        { "isolation", 0, 0, G_OPTION_ARG_STRING, &cli[12],
-          "Where VMs the operator assigned no domain go: shared (one "
-          "domain, the default) or vm (a domain each)", "MODE" },
-        { "vm-domains", 0, 0, G_OPTION_ARG_STRING, &cli[13],
-          "What a VM's own domain request does: ignore (default), refuse "
-          "or allow", "WHAT" },
-        { "vm-set-policy", 0, 0, G_OPTION_ARG_NONE, &vm_set_policy,
-          "Let VMs set the host-wide policy (QMP nuksm-set-policy)", NULL },
-        { "domain-store-max", 0, 0, G_OPTION_ARG_STRING, &cli[15],
-          "A merge domain's copies may take at most N% of the store's "
-          "file system, or N MiB (default 50%; [domain NAME] store-max "
-          "sets one domain's)", "N%|N" },
-        { "domain-unstable-max", 0, 0, G_OPTION_ARG_STRING, &cli[16],
-          "A merge domain's pages waiting for a partner may take at most "
-          "N% of the unstable table, or N MiB of it (default 50%; "
-          "[domain NAME] unstable-max sets one domain's)", "N%|N" },
-        { "domain-queue-max", 0, 0, G_OPTION_ARG_STRING, &cli[17],
-          "The replies a merge domain's VMs leave unread may take at most "
-          "N% of --memory-max, or N MiB (default 50%; [domain NAME] "
-          "queue-max sets one domain's)", "N%|N" },
-        { "colocate-threshold", 0, 0, G_OPTION_ARG_STRING, &cli[20],
-          "VMs are similar, for the co-location plan, from N% of the "
-          "smaller's pages alike (1..100, default 40)", "N" },
-        { "colocate-min-gain", 0, 0, G_OPTION_ARG_STRING, &cli[21],
-          "The plan moves a VM only to merge at least MIB more locally "
-          "(default 16)", "MIB" },
-        { "colocate-vcpus-per-cpu", 0, 0, G_OPTION_ARG_STRING, &cli[22],
-          "The plan moves VMs to a node only while it has at most N vCPUs "
-          "per CPU (default 1, 0: no limit)", "N" },
-        { "colocate-domain-room", 0, 0, G_OPTION_ARG_STRING, &cli[28],
-          "While VMs of several merge domains are weighed, each domain's "
-          "plan takes at most N% of each node's free memory and vCPU "
-          "slots (1..100, default 50)", "N" },
-        { "colocate-pins", 0, 0, G_OPTION_ARG_STRING, &cli[23],
-          "A VM its operator pinned to a node: keep it there (default) "
-          "or let the plan move it", "keep|move" },
-        { "colocate-apply", 0, 0, G_OPTION_ARG_STRING, &cli[24],
-          "Which planned moves `nuksmctl plan --apply` may carry out: "
-          "none, libvirt domains' (through libvirt; the default) or all "
-          "(nuksmd moves other QEMUs' threads and memory itself)",
-          "none|libvirt|all" },
-        { "metrics-dir", 0, 0, G_OPTION_ARG_STRING, &cli[25],
-          "Write Prometheus metrics to DIR/nuksm.prom for node_exporter's "
-          "textfile collector (default " NUKSM_DEFAULT_METRICS_DIR
-          "; none: do not)", "DIR|none" },
-        { "metrics-interval", 0, 0, G_OPTION_ARG_STRING, &cli[26],
-          "Write them every N seconds (1..3600, default 15)", "N" },
-        { "metrics-group", 0, 0, G_OPTION_ARG_STRING, &cli[27],
-          "Members of GROUP may read them (default prometheus, if there "
-          "is such a group)", "GROUP" },
-        { "domain-cpu-max", 0, 0, G_OPTION_ARG_STRING, &cli[18],
-          "While VMs of another merge domain wait, a domain's VMs may take "
-          "at most N% of a core of nuksmd (default 50%; [domain NAME] "
-          "cpu-max sets one domain's)", "N%" },
-        { "config", 0, 0, G_OPTION_ARG_FILENAME, &config_path,
-          "Read settings from the [nuksmd] group of FILE", "FILE" },
-        { "foreground", 0, 0, G_OPTION_ARG_NONE, &foreground,
-          "Run in the foreground (nuksmd never daemonises)", NULL },
-        { "version", 0, 0, G_OPTION_ARG_NONE, &version,
-          "Print the version and exit", NULL },
-        { NULL },
-    };
+    g_autofree GOptionEntry *entries = option_entries(cli, flags,
+                                                      &config_path,
+                                                      &foreground, &version);
+    g_autofree char *description = help_description();
     g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(GError) err = NULL;
     bool ok = false;
@@ -819,23 +879,7 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
 
     ctx = g_option_context_new("- nuksm host agent");
     g_option_context_add_main_entries(ctx, entries, NULL);
-    g_option_context_set_description(ctx,
-        "Policies: global, ksm-order, local, fair, priority, adaptive,\n"
-        "auto.\n"
-        "The --config FILE takes the keys socket, policy, fake-numa,\n"
-        "log-level, state-dir, restore-grace, cold-windows,\n"
-        "replace-rate, memory-max, max-cpu, libvirt-dir, socket-group,\n"
-        "admin-group, isolation, vm-domains, vm-set-policy,\n"
-        "domain-store-max, domain-unstable-max, domain-queue-max,\n"
-        "domain-cpu-max, colocate-threshold, colocate-min-gain,\n"
-        "colocate-vcpus-per-cpu, colocate-domain-room, colocate-pins,\n"
-        "colocate-apply,\n"
-        "metrics-dir, metrics-interval and metrics-group in a [nuksmd]\n"
-        "group,\n"
-        "and merge domains VMs are assigned to in [domain NAME] groups\n"
-        "(users, groups, cgroups, libvirt-names, max-priority,\n"
-        "store-max, unstable-max, queue-max, cpu-max);\n"
-        "command-line options override it.\n");
+    g_option_context_set_description(ctx, description);
     if (!g_option_context_parse(ctx, &argc, &argv, &err)) {
         fprintf(stderr, "nuksmd: %s (see --help)\n", err->message);
         goto out;
@@ -852,8 +896,10 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
     if (config_path && !load_key_file(cfg, config_path)) {
         goto out;
     }
-    if (vm_set_policy) {
-        cli[setting_index("vm-set-policy")] = g_strdup("true");
+    for (int i = 0; i < NR_SETTINGS; i++) {
+        if (flags[i]) {
+            cli[i] = g_strdup("true");
+        }
     }
     for (int i = 0; i < NR_SETTINGS; i++) {
         g_autofree char *origin = g_strconcat("--", settings[i].key, NULL);
