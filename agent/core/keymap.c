@@ -97,6 +97,34 @@ KeyMapEntry *keymap_insert(KeyMap *m, uint64_t key, uint16_t ns,
     return e;
 }
 
+KeyMapEntry *keymap_next(const KeyMap *m, size_t *pos)
+{
+    while (*pos < m->size) {
+        KeyMapEntry *e = &m->entries[(*pos)++];
+
+        if (e->used) {
+            return e;
+        }
+    }
+    return NULL;
+}
+
+void keymap_retain(KeyMap *m, KeyMapKeepFn *keep, void *opaque)
+{
+    KeyMap kept;
+    KeyMapEntry *e;
+    bool added;
+
+    keymap_init(&kept, m->seed);
+    for (size_t pos = 0; (e = keymap_next(m, &pos));) {
+        if (keep(e, opaque)) {
+            *keymap_insert(&kept, e->key, e->ns, &added) = *e;
+        }
+    }
+    keymap_destroy(m);
+    *m = kept;
+}
+
 void keymap_remove(KeyMap *m, KeyMapEntry *e)
 {
     size_t mask = m->size - 1;

@@ -72,6 +72,25 @@ KeyMapEntry *keymap_insert(KeyMap *m, uint64_t key, uint16_t ns,
 /* Remove @e; pointers returned earlier become invalid. */
 void keymap_remove(KeyMap *m, KeyMapEntry *e);
 
+/*
+ * The first used entry at or after *@pos (0 to start), moving *@pos past
+ * it; NULL at the end.  The way to walk a map:
+ *
+ *     for (size_t pos = 0; (e = keymap_next(m, &pos));)
+ *
+ * An entry may be changed in place; none may be added or removed
+ * meanwhile (keymap_retain() removes).
+ */
+KeyMapEntry *keymap_next(const KeyMap *m, size_t *pos);
+
+/*
+ * Keep the entries for which @keep returns true, remove the others.
+ * @keep sees every entry once, and may change it; the map is not
+ * changed otherwise until every entry was seen.
+ */
+typedef bool KeyMapKeepFn(KeyMapEntry *e, void *opaque);
+void keymap_retain(KeyMap *m, KeyMapKeepFn *keep, void *opaque);
+
 /* Bytes of the table itself. */
 static inline size_t keymap_bytes(const KeyMap *m)
 {

@@ -33,26 +33,18 @@ void sketch_destroy(ContentSketch *sk)
     keymap_destroy(&sk->pages);
 }
 
+static bool keep_in_sample(KeyMapEntry *e, void *opaque)
+{
+    const ContentSketch *sk = opaque;
+
+    return in_sample(fingerprint(e), sk->shift);
+}
+
 /* Halve the sample: one more top bit must be zero. */
 static void tighten(ContentSketch *sk)
 {
-    KeyMap kept;
-    bool added;
-
     sk->shift++;
-    keymap_init(&kept, sk->pages.seed);
-    for (size_t i = 0; i < sk->pages.size; i++) {
-        const KeyMapEntry *e = &sk->pages.entries[i];
-        KeyMapEntry *k;
-
-        if (e->used && in_sample(fingerprint(e), sk->shift)) {
-            k = keymap_insert(&kept, e->key, 0, &added);
-            k->value = e->value;
-            k->tag = e->tag;
-        }
-    }
-    keymap_destroy(&sk->pages);
-    sk->pages = kept;
+    keymap_retain(&sk->pages, keep_in_sample, sk);
 }
 
 uint64_t sketch_fingerprint(uint64_t digest)
@@ -98,15 +90,13 @@ static gint compare_u64(gconstpointer x, gconstpointer y)
 GArray *sketch_export(const ContentSketch *sk)
 {
     GArray *out = g_array_new(FALSE, FALSE, sizeof(uint64_t));
+    const KeyMapEntry *e;
     guint n = 0;
 
-    for (size_t i = 0; i < sk->pages.size; i++) {
-        const KeyMapEntry *e = &sk->pages.entries[i];
+    for (size_t pos = 0; (e = keymap_next(&sk->pages, &pos));) {
         uint64_t fp = fingerprint(e) << 24 | 1;
 
-        if (e->used) {
-            g_array_append_val(out, fp);
-        }
+        g_array_append_val(out, fp);
     }
     g_array_sort(out, compare_u64);
     /* Fold the pages of each fingerprint into one entry. */

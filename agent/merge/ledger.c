@@ -452,6 +452,7 @@ void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
                          KeyMap *keep)
 {
     KeyMap pages = client->pages;
+    const KeyMapEntry *e;
 
     /* From now on, uploads and the unstable table no longer see it. */
     g_hash_table_remove(agent->ledger.vms, GUINT_TO_POINTER(client->id));
@@ -459,13 +460,9 @@ void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
     client->unstable_slot = 0;
     keymap_init(&client->pages, pages.seed);
 
-    for (size_t i = 0; i < pages.size; i++) {
-        const KeyMapEntry *e = &pages.entries[i];
+    for (size_t pos = 0; (e = keymap_next(&pages, &pos));) {
         bool added;
 
-        if (!e->used) {
-            continue;
-        }
         /*
          * Past a MERGE (always for a ready slot), the VM may have mapped
          * the slot before the connection ended without its MERGED.
@@ -487,27 +484,24 @@ void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
 
 void ledger_release(NuksmAgent *agent, KeyMap *pages, bool may_be_mapped)
 {
-    for (size_t i = 0; i < pages->size; i++) {
-        if (pages->entries[i].used) {
-            release_entry(agent, &pages->entries[i], may_be_mapped);
-        }
+    KeyMapEntry *e;
+
+    for (size_t pos = 0; (e = keymap_next(pages, &pos));) {
+        release_entry(agent, e, may_be_mapped);
     }
     keymap_destroy(pages);
 }
 
 void ledger_adopt(NuksmClient *client, KeyMap *pages)
 {
+    KeyMapEntry *e;
+
     g_assert(!client->pages.count);
     keymap_destroy(&client->pages);
     client->pages = *pages;
     keymap_init(pages, pages->seed);
     client->merged_pages = 0;
-    for (size_t i = 0; i < client->pages.size; i++) {
-        KeyMapEntry *e = &client->pages.entries[i];
-
-        if (!e->used) {
-            continue;
-        }
+    for (size_t pos = 0; (e = keymap_next(&client->pages, &pos));) {
         if (e->tag == PAGE_MAPPED) {
             e->tag = PAGE_PARKED;
             client->merged_pages++;
@@ -528,39 +522,40 @@ void ledger_confirm(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e)
     }
 }
 
+typedef struct DropParked {
+    NuksmAgent *agent;
+    NuksmClient *client;
+} DropParked;
+
+/* A parked page is released; every other is kept. */
+static bool keep_unparked(KeyMapEntry *e, void *opaque)
+{
+    DropParked *d = opaque;
+
+    if (!ledger_parked(e->tag)) {
+        return true;
+    }
+    release_entry(d->agent, e, false);
+    d->client->merged_pages -= e->tag == PAGE_PARKED;
+    return false;
+}
+
 void ledger_drop_parked(NuksmAgent *agent, NuksmClient *client)
 {
-    KeyMap pages = client->pages;
+    DropParked d = { agent, client };
 
-    keymap_init(&client->pages, pages.seed);
-    for (size_t i = 0; i < pages.size; i++) {
-        const KeyMapEntry *e = &pages.entries[i];
-        bool added;
-
-        if (!e->used) {
-            continue;
-        }
-        if (ledger_parked(e->tag)) {
-            release_entry(agent, e, false);
-            client->merged_pages -= e->tag == PAGE_PARKED;
-        } else {
-            *keymap_insert(&client->pages, e->key, e->ns, &added) = *e;
-        }
-    }
+    keymap_retain(&client->pages, keep_unparked, &d);
     client->parked_pages = 0;
-    keymap_destroy(&pages);
 }
 
 void ledger_locality(const NuksmClient *client, uint64_t *local,
                      uint64_t *remote)
 {
-    const KeyMap *m = &client->pages;
+    const KeyMapEntry *e;
 
     *local = *remote = 0;
-    for (size_t i = 0; i < m->size; i++) {
-        const KeyMapEntry *e = &m->entries[i];
-
-        if (e->used && e->ns == 0 &&
+    for (size_t pos = 0; (e = keymap_next(&client->pages, &pos));) {
+        if (e->ns == 0 &&
             (e->tag == PAGE_MAPPED || e->tag == PAGE_PARKED)) {
             if (slot_id_node(e->value) ==
                 client_home_of_page(client, e->key)) {
@@ -575,13 +570,12 @@ void ledger_locality(const NuksmClient *client, uint64_t *local,
 void ledger_remote_hot(const NuksmClient *client, uint32_t cold_windows,
                        uint64_t *per_node)
 {
-    const KeyMap *m = &client->pages;
+    const KeyMapEntry *e;
 
-    for (size_t i = 0; i < m->size; i++) {
-        const KeyMapEntry *e = &m->entries[i];
+    for (size_t pos = 0; (e = keymap_next(&client->pages, &pos));) {
         uint32_t node;
 
-        if (!e->used || e->ns != 0 || e->tag != PAGE_MAPPED) {
+        if (e->ns != 0 || e->tag != PAGE_MAPPED) {
             continue;
         }
         node = slot_id_node(e->value);

@@ -79,18 +79,16 @@ static GArray *find_sharers(NuksmAgent *agent, uint64_t *moving)
 
     g_hash_table_iter_init(&it, agent->ledger.vms);
     while (g_hash_table_iter_next(&it, NULL, (gpointer *)&client)) {
-        const KeyMap *m = &client->pages;
+        const KeyMapEntry *e;
 
         if (client->parked_pages) {
             continue;       /* its RESTORE will tell what it maps */
         }
-        for (size_t i = 0; i < m->size; i++) {
-            const KeyMapEntry *e = &m->entries[i];
+        for (size_t pos = 0; (e = keymap_next(&client->pages, &pos));) {
             MergedPage s = { .slot = e->value, .client = client->id,
-                         .page = e->key };
+                             .page = e->key };
 
-            if (!e->used || e->ns != LEDGER_NS_PAGE ||
-                e->tag != PAGE_MAPPED) {
+            if (e->ns != LEDGER_NS_PAGE || e->tag != PAGE_MAPPED) {
                 continue;
             }
             if (ledger_move(client, e->key)) {

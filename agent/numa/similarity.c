@@ -25,12 +25,10 @@ static void foreach_merged_page(GPtrArray *vms, MergedPageFn fn,
 {
     for (guint i = 0; i < vms->len; i++) {
         const NuksmClient *vm = g_ptr_array_index(vms, i);
+        const KeyMapEntry *e;
 
-        for (size_t k = 0; k < vm->pages.size; k++) {
-            const KeyMapEntry *e = &vm->pages.entries[k];
-
-            if (e->used && e->ns == LEDGER_NS_PAGE &&
-                e->tag == PAGE_MAPPED) {
+        for (size_t pos = 0; (e = keymap_next(&vm->pages, &pos));) {
+            if (e->ns == LEDGER_NS_PAGE && e->tag == PAGE_MAPPED) {
                 fn(vm, e->value, opaque);
             }
         }

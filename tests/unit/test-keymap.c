@@ -108,6 +108,56 @@ static void test_remove_chains(void)
     keymap_destroy(&m);
 }
 
+/* keymap_next() sees every entry once; keymap_retain() keeps what it says. */
+static bool keep_even(KeyMapEntry *e, void *opaque)
+{
+    (*(unsigned *)opaque)++;
+    e->tag = 1;
+    return !(e->key % 2);
+}
+
+static void test_walk_retain(void)
+{
+    enum { N = 1000 };
+    g_autofree bool *seen = g_new0(bool, N);
+    unsigned calls = 0, walked = 0;
+    KeyMapEntry *e;
+    KeyMap m;
+    bool added;
+
+    keymap_init(&m, SEED);
+    for (size_t pos = 0; (e = keymap_next(&m, &pos));) {
+        g_assert_not_reached();     /* an empty map has no entry */
+    }
+    for (uint64_t k = 0; k < N; k++) {
+        keymap_insert(&m, k, 0, &added)->value = k * 3;
+    }
+    for (size_t pos = 0; (e = keymap_next(&m, &pos));) {
+        g_assert_cmpuint(e->key, <, N);
+        g_assert_false(seen[e->key]);
+        g_assert_cmpuint(e->value, ==, e->key * 3);
+        seen[e->key] = true;
+        walked++;
+    }
+    g_assert_cmpuint(walked, ==, N);
+
+    keymap_retain(&m, keep_even, &calls);
+    g_assert_cmpuint(calls, ==, N);
+    g_assert_cmpuint(m.count, ==, N / 2);
+    for (uint64_t k = 0; k < N; k++) {
+        e = keymap_lookup(&m, k, 0);
+        if (k % 2) {
+            g_assert_null(e);
+        } else {
+            g_assert_nonnull(e);
+            /* What @keep changed stays. */
+            g_assert_cmpuint(e->tag, ==, 1);
+            g_assert_cmpuint(e->value, ==, k * 3);
+        }
+    }
+    keymap_destroy(&m);
+}
+
 static void test_index(void)
 {
     StableIndex ix;
@@ -164,6 +214,7 @@ int main(int argc, char **argv)
     g_test_add_func("/keymap/insert-lookup", test_insert_lookup);
     g_test_add_func("/keymap/many", test_many);
     g_test_add_func("/keymap/remove-chains", test_remove_chains);
+    g_test_add_func("/keymap/walk-retain", test_walk_retain);
     g_test_add_func("/keymap/index", test_index);
     g_test_add_func("/keymap/slot-id", test_slot_id);
     return g_test_run();
