@@ -8,10 +8,11 @@
    links it, and its unit tests, with GLib and libnuksm only.
 2. Nothing of the agent, nuksmctl or libnuksm includes a QEMU header:
    the protocol header is the whole contract between the two sides.
-3. No two modules of the agent call each other both ways, nor two of the
-   QEMU object (hw/mem/nuksm/, a graph of its own): a module (a .c file
-   and its .h) calls what another's header declares only if that one
-   calls nothing of its own, so that the agent reads from the top (main,
+3. No modules of the agent call each other in a circle, of two modules
+   or of more, nor any of the QEMU object (hw/mem/nuksm/, a graph of its
+   own): a module (a .c file and its .h) calls what another's header
+   declares only if that one calls, directly or through others, nothing
+   of its own, so that the agent reads from the top (main,
    lifecycle, server) down to the core, and the QEMU object from the top
    (the QOM object, QMP) through the pipeline (scan, the agent's
    connection, commit) down to its helpers.  Callbacks that a lower
@@ -131,14 +132,53 @@ def misplaced_declarations(root, top):
                        "are declared in its own header")
 
 
-def two_way_violations(root, top):
+def circles(calls):
+    """The strongly connected components of @calls of two modules or
+    more (Tarjan's algorithm, iterative): each a circle of calls."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+    for start in sorted(calls):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(calls.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, callees = work[-1]
+            callee = next(callees, None)
+            if callee is None:
+                work.pop()
+                if work:
+                    caller = work[-1][0]
+                    low[caller] = min(low[caller], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif callee not in index:
+                index[callee] = low[callee] = len(index)
+                stack.append(callee)
+                on_stack.add(callee)
+                work.append((callee, iter(sorted(calls.get(callee, ())))))
+            elif callee in on_stack:
+                low[node] = min(low[node], index[callee])
+    return sorted(found)
+
+
+def circle_violations(root, top):
     calls = module_calls(root, top)
-    for a in sorted(calls):
-        for b in sorted(calls[a]):
-            if a < b and a in calls.get(b, ()):
-                yield (f"{top}: {a} and {b} call each other: one of them "
-                       "must stop calling up (move the shared part down, or "
-                       "hand it a callback)")
+    for circle in circles(calls):
+        edges = ", ".join(f"{a} -> {b}" for a in circle
+                          for b in sorted(calls[a]) if b in circle)
+        yield (f"{top}: {', '.join(circle)} call each other in a circle "
+               f"({edges}): one of them must stop calling up (move the "
+               "shared part down, or hand it a callback)")
 
 
 def main():
@@ -161,7 +201,7 @@ def main():
     problems = [*core_violations(root), *qemu_violations(root)]
     for top in LAYERED:
         problems += [*misplaced_declarations(root, top),
-                     *two_way_violations(root, top)]
+                     *circle_violations(root, top)]
     for problem in problems:
         print(problem)
     return 1 if problems else 0

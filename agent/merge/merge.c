@@ -38,6 +38,8 @@ _Static_assert(CLIENTS_MAX < UNSTABLE_CLIENTS, "a VM has an unstable slot");
 void merge_client_join(NuksmAgent *agent, NuksmClient *client)
 {
     client->joined = true;
+    /* Fixed while nuksmd runs: the transport only compares with it. */
+    client->queue_max = quotas_queue_max(agent, client->domain_id);
     domains_stats(&agent->domains, client->domain_id)->vms++;
     keymap_init(&client->pages, agent->index.seed);
     keymap_init(&client->read_regions, agent->index.seed);

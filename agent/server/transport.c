@@ -13,8 +13,8 @@
 
 #include <glib-unix.h>
 
+#include "agent.h"
 #include "log.h"
-#include "quotas.h"
 #include "transport.h"
 
 /*
@@ -137,7 +137,7 @@ static char *queue_full(const NuksmClient *client, size_t cost)
     if (!client->joined) {
         return NULL;
     }
-    quota = quotas_queue_max(client->agent, client->domain_id);
+    quota = client->queue_max;
     if (queued_by_domain[client->domain_id] + cost > quota) {
         return g_strdup_printf("its merge domain's VMs do not read their "
                                "messages (they hold its quota of %" PRIu64
