@@ -9,52 +9,62 @@
  * commits merges (hw/mem/nuksm/); this agent, one per host, matches pages
  * across VMs, decides where copies live and keeps the copies in its
  * store.  The wire protocol between them, and its rules, is
- * libnuksm/nuksm-proto.h.  A page's way:
+ * libnuksm/nuksm-proto.h.  A page's way, each step as an invariant and
+ * the function that keeps it:
  *
- * Scan.  A thread in each QEMU walks the VM's eligible RAM (private,
- * anonymous, not pinned) at a CPU budget and hashes every resident page
- * (XXH3).  All-zero pages are dropped on the spot.  A page whose digest
- * did not change since the previous pass is stable, and a candidate.
+ * Scan (hw/mem/nuksm/nuksm-scan.c).  A page is offered only once its
+ * content held over two looks: a sampled digest of a few of its lines
+ * tells whether it changed, at a strength that adapts, and the full
+ * digest (XXH3), the agent's key, is computed only for a page to offer
+ * (nuksm_scan_full_digest()).  A page write tracking holds protected
+ * was not written since and is not hashed again (nuksm-writes.c); an
+ * all-zero page is dropped in QEMU and never offered.
  *
- * Candidate.  Candidates go to the agent in batches (CANDIDATES): guest
- * page, digest, guest node, and how long ago the guest last wrote it
- * (the dirty log), which makes it hot or cold for placement.
+ * Candidate (merge_handle_candidates()).  A candidate carries its guest
+ * page, digest, guest node and how many hotness windows ago the guest
+ * last wrote it; the agent makes it hot or warm by that and by the reads
+ * of its read region (policy_page_hot(), numa/reads.h).
  *
  * Stable index and unstable table (core/index.h, core/unstable.h).  A
- * candidate first looks for a copy of its content in its merge domain
- * that the policy lets it map, its home node's first: if one exists it
- * joins it.  Otherwise it looks in the unstable table, where candidates
- * seen once wait, keyed by domain, home node and digest, for a partner it
- * may share a copy with; with none, it waits there itself.  The digest
- * only finds partners: equality is proven by the commit's memcmp.
+ * content has at most one copy per merge domain and node.  A candidate
+ * joins a copy its policy lets it map, its home node's first
+ * (join_copy()); else it pairs with a page of the unstable table it may
+ * share one with (pair_unstable()); else it waits there.  A digest only
+ * finds partners: equality is proven by QEMU's memcmp at the commit.
  *
- * Placement (core/policy.h).  Pure functions decide everything NUMA: which
- * pages may share a copy, which node a new copy goes to, where an existing
- * copy should move, and each guest node's home node (numa/home.h, from
- * where its vCPU threads may and do run).
+ * Placement (core/policy.h).  Pure functions decide everything NUMA:
+ * which pages may share a copy, the node of a new copy
+ * (policy_new_copy()), where an existing copy should move, and each guest
+ * node's home (numa/home.h).
  *
- * Upload (merge/merge.c, merge/copies.c).  A match allocates a slot on the
- * chosen node's store file, indexes it, and asks the VM whose page came
- * last to UPLOAD its content; pages that find the slot meanwhile wait.
- * The agent checks the digest, writes the slot, records its generation
- * and domain beside it (host/store.h), and sends every waiting page a
- * MERGE.  The ledger (merge/ledger.h) counts who uses each slot.
+ * New slot (start_upload()).  A pair allocates a slot on the node the
+ * policy picks, in line with one sharer's guest pages where it can
+ * (core/lines.h), so that QEMU maps whole windows of them at once.  Its
+ * content is read by the agent from the VM's memory where the VM's
+ * TOPOLOGY says where the page lies (host/peek.h, merge_read_uploads()),
+ * else uploaded by the VM (UPLOAD); an uploader that has not delivered
+ * within LEDGER_UPLOAD_SECONDS hands the upload to another sharer
+ * (on_upload_timer()).  The agent checks the digest, writes the slot and
+ * its record (generation, domain: host/store.h), and sends every page
+ * that waits a MERGE (send_merges()).  The ledger (merge/ledger.h)
+ * counts who uses each slot.
  *
- * Merge (the commit, in QEMU).  QEMU write-protects the guest page with
- * userfaultfd, compares it with the slot byte for byte, and on equality
- * maps the slot privately over it; blocked writers then complete on a
- * private copy.  It answers MERGED (or why not); a MERGED page holds a
+ * Merge (the commit, in QEMU).  A guest page is mapped onto a slot only
+ * after a full comparison under userfaultfd write protection; runs and
+ * windows of pages are mapped with one mmap each
+ * (nuksm_remap_merge_window()).  A blocked writer completes on a private
+ * copy.  QEMU answers MERGED (or why not); a MERGED page holds a
  * reference on its slot.
  *
- * Copy-on-write break.  A guest write to a merged page makes the kernel
- * give it a private anonymous copy, as KSM's pages do.  The scan sees it
- * in /proc/self/pagemap and reports UNMERGED; the agent drops the
- * reference.  A slot no page uses is punched out of the store and its
- * generation bumped, so that no stale reference can name it again.
+ * Copy-on-write break.  A guest write gives the page a private copy, as
+ * KSM's pages get.  The scan sees it in /proc/self/pagemap and reports
+ * UNMERGED; the agent drops the reference.  A slot no page uses is
+ * punched out of the store and its generation bumped, so that no stale
+ * reference can name it again (ledger_free()).
  *
- * Re-placement (merge/relocate.h).  When the policy or a home node
- * changes, the agent moves merged pages to the copy the policy now
- * wants (MOVE, committed by QEMU like a merge), at a bounded rate.
+ * Re-placement (merge/relocate.h).  When the policy, a home node or who
+ * accesses which merged pages changes, merged pages move to the copy the
+ * policy now wants (MOVE, committed like a merge), at a bounded rate.
  *
  * Recovery (merge/recovery.h, merge/detached.h).  The store files and the
  * VMs' mappings of them outlive the agent.  A restarted agent takes every
@@ -62,7 +72,7 @@
  * the pages it maps, which take their slots back if generation and domain
  * match the slot's record.  Orphans no process maps any more are freed.
  * A VM whose connection ends while its process lives keeps its references
- * parked until it reconnects.
+ * parked until it reconnects; one whose process exits is disconnected.
  *
  * After each event, what the handling decided is carried out in one place
  * (merge/effects.h): send the queued replies, free the clients that went,

@@ -32,10 +32,12 @@
  * reference), not by seq.
  *
  * Obligations of the merge messages (VM clients only):
- * - The agent sends UPLOAD_REQ only for pages of that VM's CANDIDATES.
- *   The VM sends UPLOAD only for entries of an UPLOAD_REQ, each at most
- *   once; an entry it cannot read goes unanswered, and the pages waiting
- *   for that slot wait while the VM stays connected.
+ * - The agent sends UPLOAD_REQ only for pages of that VM's CANDIDATES,
+ *   where it cannot read them from the VM's memory itself.  The VM sends
+ *   UPLOAD only for entries of an UPLOAD_REQ, each at most once; an entry
+ *   it cannot read goes unanswered.  An upload not in within 5 seconds
+ *   passes to another page that shares the slot, and the late one, should
+ *   it come, is ignored: no VM holds back another's merge.
  * - Every MERGE entry gets exactly one MERGED entry (its status says the
  *   outcome), and every MOVE entry exactly one MOVED entry, unless the
  *   connection ends first; the VM may have mapped the slot then, so the
