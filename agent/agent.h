@@ -41,12 +41,12 @@
  * policy picks, in line with one sharer's guest pages where it can
  * (core/lines.h), so that QEMU maps whole windows of them at once.  Its
  * content is read by the agent from the VM's memory where the VM's
- * TOPOLOGY says where the page lies (host/peek.h, merge_read_uploads()),
- * else uploaded by the VM (UPLOAD); an uploader that has not delivered
- * within LEDGER_UPLOAD_SECONDS hands the upload to another sharer
- * (on_upload_timer()).  The agent checks the digest, writes the slot and
- * its record (generation, domain: host/store.h), and sends every page
- * that waits a MERGE (send_merges()).  The ledger (merge/ledger.h)
+ * TOPOLOGY says where the page lies (host/peek.h,
+ * uploads_read_queued()), else uploaded by the VM (UPLOAD); an uploader
+ * that has not delivered within LEDGER_UPLOAD_SECONDS hands the upload
+ * to another sharer (merge/uploads.h).  The agent checks the digest,
+ * writes the slot and its record (generation, domain: host/store.h), and
+ * sends every page that waits a MERGE (send_merges()).  The ledger (merge/ledger.h)
  * counts who uses each slot.
  *
  * Merge (the commit, in QEMU).  A guest page is mapped onto a slot only
@@ -103,6 +103,7 @@
 #include "store.h"
 #include "topology.h"
 #include "unstable.h"
+#include "uploads.h"
 
 /* The listening socket (server.c). */
 typedef struct AgentServer {
@@ -156,7 +157,6 @@ typedef struct AgentLedger {
     SlotTable slots[NUKSM_MAX_NODES];
     GHashTable *vms;         /* client id -> NuksmClient, joined VMs */
     GHashTable *uploads;     /* SlotId -> Upload, slots being uploaded */
-    guint upload_timer;      /* merge.c's look at late uploads */
 } AgentLedger;
 
 /* What an event left to do (effects.h). */
@@ -221,6 +221,7 @@ typedef struct NuksmAgent {
     ClientRegistry clients;  /* clients.c */
     AgentPlacement placement;
     Relocator relocator;       /* relocate.c */
+    Uploads uploads;           /* uploads.c */
 
     /* The merge engine (merge.c and the modules it calls). */
     Store store;             /* store.c; copies.c writes and effects.c */

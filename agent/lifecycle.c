@@ -188,7 +188,7 @@ void agent_stop(NuksmAgent *agent)
     effects_settle(agent);
     metrics_stop(agent);
     effects_stop(agent);
-    merge_stop(agent);
+    uploads_stop(agent);
     home_stop(agent);
     colocation_stop(agent);
     reads_stop(agent);

@@ -152,14 +152,14 @@ static void free_slots(NuksmAgent *agent)
 
 void effects_flush(NuksmAgent *agent)
 {
-    merge_read_uploads(agent);
+    uploads_read_queued(agent);
     outbox_flush(agent);
     free_slots(agent);
 }
 
 void effects_settle(NuksmAgent *agent)
 {
-    merge_read_uploads(agent);
+    uploads_read_queued(agent);
     outbox_flush(agent);
     reap_clients(agent);
     free_slots(agent);

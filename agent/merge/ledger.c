@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ledger.h"
+#include "transport.h"
 #include "outbox.h"
 #include "quotas.h"
 
@@ -585,4 +586,50 @@ void ledger_remote_hot(const NuksmClient *client, uint32_t cold_windows,
             per_node[node]++;
         }
     }
+}
+
+bool ledger_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
+                      const char *what, const NuksmSlotRef *r)
+{
+    g_autofree char *problem = ledger_ref_problem(agent, r);
+
+    if (problem) {
+        transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE, "%s: %s",
+                         what, problem);
+        return false;
+    }
+    return true;
+}
+
+KeyMapEntry *ledger_expect_entry(NuksmAgent *agent, NuksmClient *client,
+                                 uint32_t seq, NuksmMsgType type,
+                                 const NuksmSlotRef *r, PageState state)
+{
+    static const char *const why[] = {
+        [PAGE_UPLOADING] = "which it was not asked to upload",
+        [PAGE_MERGING]   = "which has no MERGE awaiting an answer",
+        [PAGE_MAPPED]    = "which does not map that slot",
+    };
+    const char *name = nuksm_msg_type_name(type);
+    KeyMapEntry *e;
+    Slot *s;
+
+    if (!ledger_check_ref(agent, client, seq, name, r)) {
+        return NULL;
+    }
+    e = ledger_page(client, r->page);
+    if (!e || e->tag != state || e->value != slot_id(r->node, r->slot)) {
+        transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
+                         "%s for page %#" PRIx64 " on node %u slot %u, %s",
+                         name, r->page, r->node, r->slot, why[state]);
+        return NULL;
+    }
+    s = ledger_slot(agent, e->value);
+    if (r->gen != s->gen) {
+        transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
+                         "%s for node %u slot %u with stale generation %u "
+                         "(it is %u)", name, r->node, r->slot, r->gen, s->gen);
+        return NULL;
+    }
+    return e;
 }

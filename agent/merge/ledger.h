@@ -93,6 +93,16 @@ static inline KeyMapEntry *ledger_move(NuksmClient *client, uint64_t page)
 }
 
 /*
+ * Pages of one process on their way to a slot, over all its VM
+ * connections (ledger_process_pages()): 256 MiB of guest memory in
+ * flight, a bound on what a process that never uploads or answers can
+ * hold, however many connections it opens.  A VM offering more at once
+ * (its first passes over gigabytes of duplicates) is sent a RETRY for
+ * the rest.
+ */
+#define CLIENT_IN_FLIGHT_MAX (1u << 16)
+
+/*
  * The pages @client's process holds over all its VM connections; with
  * @in_flight, only those on their way to a slot (waiting for an upload,
  * uploading, or sent a MERGE not answered yet).  What a client may hold
@@ -160,7 +170,7 @@ typedef struct LedgerWaiter {
  *
  * The uploader has LEDGER_UPLOAD_SECONDS from the start: one that does
  * not upload in time, whether it cannot or will not, must not hold back
- * the others' merge of that content (merge.c hands the upload on).
+ * the others' merge of that content (uploads.c hands the upload on).
  */
 #define LEDGER_UPLOAD_SECONDS 5
 
@@ -251,5 +261,21 @@ void ledger_remote_hot(const NuksmClient *client, uint32_t cold_windows,
  */
 void ledger_locality(const NuksmClient *client, uint64_t *local,
                      uint64_t *remote);
+
+/*
+ * Check that @r names a node, slot and page that exist; else reject
+ * @client (naming @what) and return false.
+ */
+bool ledger_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
+                      const char *what, const NuksmSlotRef *r);
+
+/*
+ * The entry that @r, of a @type message, answers: @client's page in
+ * @state on the slot and generation that @r names.  Anything else
+ * rejects @client, and NULL is returned.
+ */
+KeyMapEntry *ledger_expect_entry(NuksmAgent *agent, NuksmClient *client,
+                                 uint32_t seq, NuksmMsgType type,
+                                 const NuksmSlotRef *r, PageState state);
 
 #endif /* NUKSMD_LEDGER_H */

@@ -2,8 +2,8 @@
  * nuksmd merge engine: the protocol between VMs and the store.
  *
  *   VM -> CANDIDATES  pages whose digest was stable across two scans
- *   -> VM UPLOAD_REQ  a second page with a known digest: the VM uploads
- *   VM -> UPLOAD      the content, which the agent writes to a new slot
+ *                     join a copy, or pair in the unstable table into a
+ *                     new slot, whose content uploads.h brings
  *   -> VM MERGE       to every page sharing that content
  *   VM -> MERGED      each MERGE's outcome; MERGED takes a reference
  *   VM -> UNMERGED    a page that left its slot drops its reference
@@ -36,34 +36,9 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client);
  */
 void merge_client_leave(NuksmAgent *agent, NuksmClient *client);
 
-/*
- * While uploads run, the agent watches their time (LEDGER_UPLOAD_SECONDS):
- * a late upload goes to another sharer, and its uploader may not upload
- * for a while.  merge_stop() stops watching, at shutdown.
- */
-void merge_stop(NuksmAgent *agent);
-
-/*
- * Check that @r names a node, slot and page that exist; else reject
- * @client (naming @what) and return false.
- */
-bool merge_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
-                     const char *what, const NuksmSlotRef *r);
-
-/*
- * Read the uploads queued for the agent to read (outbox_add_read()) from
- * their VMs' memory and store them, before the outbox goes out: the
- * MERGEs they make go with it.  A page that cannot be read is asked of
- * its VM (UPLOAD_REQ); so is every later one of a VM whose memory the
- * agent may not read.
- */
-void merge_read_uploads(NuksmAgent *agent);
-
 /* Handlers of the VM -> agent messages; payloads passed nuksm_msg_check. */
 void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
                              uint32_t seq, const void *payload);
-void merge_handle_upload(NuksmAgent *agent, NuksmClient *client,
-                         uint32_t seq, const void *payload);
 void merge_handle_merged(NuksmAgent *agent, NuksmClient *client,
                          uint32_t seq, const void *payload);
 void merge_handle_unmerged(NuksmAgent *agent, NuksmClient *client,

@@ -18,7 +18,7 @@ void outbox_add(NuksmAgent *agent, NuksmClient *client, NuksmMsgType type,
 
 /*
  * Queue @client's @page to be read from its memory as the content of
- * slot @id: no message, but merge_read_uploads() takes these before the
+ * slot @id: no message, but uploads_read_queued() takes these before the
  * outbox is flushed (effects.c).
  */
 void outbox_add_read(NuksmAgent *agent, NuksmClient *client, uint64_t page,

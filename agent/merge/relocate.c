@@ -327,8 +327,8 @@ void relocate_handle_moved(NuksmAgent *agent, NuksmClient *client,
     for (uint32_t i = 0; i < batch->count; i++) {
         KeyMapEntry *move, *e;
 
-        if (!merge_check_ref(agent, client, seq, "MOVED", &m[i].from) ||
-            !merge_check_ref(agent, client, seq, "MOVED", &m[i].to)) {
+        if (!ledger_check_ref(agent, client, seq, "MOVED", &m[i].from) ||
+            !ledger_check_ref(agent, client, seq, "MOVED", &m[i].to)) {
             return;
         }
         move = ledger_move(client, m[i].to.page);

@@ -92,11 +92,11 @@ typedef struct NuksmClient {
     uint64_t merged_pages;   /* guest pages mapped onto store pages */
     uint64_t parked_pages;   /* entries taken back, not yet restored */
     uint64_t refused_pages;  /* RESTORE entries refused */
-    uint32_t uploads_missed; /* uploads it let pass their time (merge.c) */
+    uint32_t uploads_missed; /* uploads it let pass their time (uploads.c) */
     gint64 distrusted_until;    /* monotonic us: others upload in its */
-                                    /* place till then (merge.c) */
+                                    /* place till then (uploads.c) */
     GHashTable *revoked_uploads;    /* uploads no longer awaited: page, */
-                                    /* slot and generation (merge.c) */
+                                    /* slot and generation (uploads.c) */
     NuksmMsgVmLimit limit;   /* what holds back its merging in QEMU */
 
     /* Messages the socket could not take yet (transport.c) */
@@ -115,7 +115,7 @@ typedef struct NuksmClient {
     GArray *to_merge;        /* NuksmSlotRef of the next MERGE (outbox) */
     GArray *to_upload;       /* NuksmSlotRef of the next UPLOAD_REQ */
     GArray *to_read;         /* NuksmSlotRef of uploads the agent reads */
-                             /* from its memory (merge.c, peek.h) */
+                             /* from its memory (uploads.c, peek.h) */
     uint64_t uploads_read;   /* new slots' content read from its memory */
     uint64_t uploads_sent;   /* new slots' content it sent (UPLOAD) */
     int read_errno;          /* why its memory cannot be read, or 0 */

@@ -394,7 +394,7 @@ static void fire_timers(void)
     guint ids[] = {
         agent.relocator.pass_timer, agent.relocator.tick_timer,
         agent.placement.home_timer, agent.orphans.timer,
-        agent.ledger.upload_timer, agent.conditions.probe_timer,
+        agent.uploads.timer, agent.conditions.probe_timer,
         agent.conditions.quota_timer, agent.placement.reads_pass_timer,
     };
 

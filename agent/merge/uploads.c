@@ -1,0 +1,392 @@
+/*
+ * nuksmd uploads (uploads.h).
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <inttypes.h>
+
+#include "agent.h"
+#include "copies.h"
+#include "ledger.h"
+#include "log.h"
+#include "nuksm-digest.h"
+#include "outbox.h"
+#include "peek.h"
+#include "transport.h"
+#include "uploads.h"
+
+/*
+ * An uploader that let its time pass (LEDGER_UPLOAD_SECONDS) is asked to
+ * upload only where no other sharer can for this long, doubled with
+ * each further miss up to the maximum: a client that claims contents
+ * and never uploads them cannot keep a domain's other VMs from merging
+ * them, and a VM alone in its domain still merges its own pages.
+ */
+#define UPLOAD_BAN_SECONDS 60
+#define UPLOAD_BAN_MAX_SECONDS 3600
+
+/* Revoked uploads of a client, remembered until they come or this many. */
+#define REVOKED_UPLOADS_MAX CLIENT_IN_FLIGHT_MAX
+
+bool uploads_trusted(const NuksmClient *client)
+{
+    return g_get_monotonic_time() >= client->distrusted_until;
+}
+
+/*
+ * A revoked upload: an upload of a page to a slot and generation that
+ * is no longer awaited.  A page may have several on their way at once
+ * (it changed again after it was asked to upload anew).
+ */
+typedef struct RevokedUpload {
+    uint64_t page;
+    uint64_t slot_gen;      /* generation << 32 | slot id */
+} RevokedUpload;
+
+static guint revoked_hash(gconstpointer key)
+{
+    const RevokedUpload *r = key;
+
+    return g_int64_hash(&r->page) ^ g_int64_hash(&r->slot_gen);
+}
+
+static gboolean revoked_equal(gconstpointer a, gconstpointer b)
+{
+    const RevokedUpload *x = a, *y = b;
+
+    return x->page == y->page && x->slot_gen == y->slot_gen;
+}
+
+static RevokedUpload revoked_key(uint64_t page, SlotId id, uint32_t gen)
+{
+    return (RevokedUpload){ .page = page,
+                            .slot_gen = (uint64_t)gen << 32 | id };
+}
+
+/*
+ * @client's @page is to upload to @id: the agent reads it from the VM's
+ * memory when it can (uploads_read_queued()), else asks the VM.  Were an
+ * upload of it to that slot and generation revoked, the one that comes
+ * now answers this.
+ */
+static void ask_upload(NuksmAgent *agent, NuksmClient *client, uint64_t page,
+                       SlotId id)
+{
+    uint32_t gen = ledger_slot(agent, id)->gen;
+    uint64_t addr;
+
+    if (client->revoked_uploads) {
+        RevokedUpload key = revoked_key(page, id, gen);
+
+        g_hash_table_remove(client->revoked_uploads, &key);
+    }
+    if (!client->read_errno && client_page_address(client, page, &addr)) {
+        outbox_add_read(agent, client, page, id, gen);
+    } else {
+        outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ, page, id, gen);
+    }
+}
+
+/*
+ * @client's upload of @page to @id (generation @gen) is no longer
+ * awaited: should it come, it is ignored.
+ */
+static void revoke_upload(NuksmClient *client, uint64_t page, SlotId id,
+                          uint32_t gen)
+{
+    RevokedUpload key = revoked_key(page, id, gen);
+
+    if (!client->revoked_uploads ||
+        g_hash_table_size(client->revoked_uploads) >= REVOKED_UPLOADS_MAX) {
+        g_clear_pointer(&client->revoked_uploads, g_hash_table_destroy);
+        client->revoked_uploads = g_hash_table_new_full(revoked_hash,
+                                                        revoked_equal,
+                                                        g_free, NULL);
+    }
+    g_hash_table_add(client->revoked_uploads, g_memdup2(&key, sizeof(key)));
+}
+
+/*
+ * @client let the upload of @page to @id (generation @gen) pass its
+ * time: it may not upload for a while, and its upload, should it come,
+ * is ignored.  @first: its first miss of this look.
+ */
+static void upload_missed(NuksmClient *client, uint64_t page, SlotId id,
+                          uint32_t gen, bool first)
+{
+    revoke_upload(client, page, id, gen);
+    if (first) {
+        unsigned shift = MIN(client->uploads_missed, 6u);
+        unsigned ban = MIN(UPLOAD_BAN_SECONDS << shift,
+                           UPLOAD_BAN_MAX_SECONDS);
+
+        client->uploads_missed++;
+        client->distrusted_until = g_get_monotonic_time() +
+                                       (gint64)ban * G_USEC_PER_SEC;
+        log_warning("%s: did not upload in %u s (time %u): other VMs "
+                    "upload in its place for %u s", client->label,
+                    LEDGER_UPLOAD_SECONDS, client->uploads_missed, ban);
+    }
+}
+
+/* Hand on the uploads whose time is up; runs while there are uploads. */
+static gboolean on_upload_timer(gpointer opaque)
+{
+    NuksmAgent *agent = opaque;
+    g_autoptr(GArray) ids = ledger_uploads_overdue(agent,
+                                                   g_get_monotonic_time());
+    g_autoptr(GHashTable) late_clients = g_hash_table_new(NULL, NULL);
+
+    for (guint i = 0; i < ids->len; i++) {
+        SlotId id = g_array_index(ids, SlotId, i);
+        uint32_t gen = ledger_slot(agent, id)->gen;
+        LedgerWaiter late, next;
+
+        if (ledger_upload_reassign(agent, id, uploads_trusted, &late,
+                                   &next)) {
+            ask_upload(agent, next.client, next.page, id);
+        }
+        if (late.client) {
+            upload_missed(late.client, late.page, id, gen,
+                          g_hash_table_add(late_clients, late.client));
+        }
+    }
+    if (!g_hash_table_size(agent->ledger.uploads)) {
+        agent->uploads.timer = 0;
+        return G_SOURCE_REMOVE;
+    }
+    return G_SOURCE_CONTINUE;
+}
+
+/* Look at the uploads' time every second while there are uploads. */
+static void watch_uploads(NuksmAgent *agent)
+{
+    if (!agent->uploads.timer) {
+        agent->uploads.timer = g_timeout_add_seconds(1, on_upload_timer,
+                                                     agent);
+    }
+}
+
+void uploads_start(NuksmAgent *agent, SlotId id,
+                   NuksmClient *first, uint64_t first_page,
+                   NuksmClient *second, uint64_t second_page)
+{
+    LedgerWaiter uploader = { first, first_page };
+    LedgerWaiter waiter = { second, second_page };
+
+    if (!uploads_trusted(first) && uploads_trusted(second)) {
+        uploader = waiter;
+        waiter = (LedgerWaiter) { first, first_page };
+    }
+    ledger_upload_start(agent, id);
+    ledger_add(agent, uploader.client, uploader.page, id, PAGE_UPLOADING);
+    ledger_upload_join(agent, id, uploader.client, uploader.page);
+    ledger_add(agent, waiter.client, waiter.page, id, PAGE_WAITING);
+    ledger_upload_join(agent, id, waiter.client, waiter.page);
+    ask_upload(agent, uploader.client, uploader.page, id);
+    watch_uploads(agent);
+}
+
+/*
+ * @client's page of entry @e, on its way to a slot (waiting for its
+ * upload, or uploading it), is offered with another content: it changed,
+ * and leaves the slot, as a page that changed before its upload would
+ * when the upload came (the guest reused it, as its page cache does).
+ * The slot's upload passes to another of its pages, if any waits.
+ */
+void uploads_leave_changed(NuksmAgent *agent, NuksmClient *client,
+                           KeyMapEntry *e)
+{
+    SlotId id = e->value;
+    bool uploader = e->tag == PAGE_UPLOADING;
+    LedgerWaiter late, next;
+
+    if (uploader) {
+        revoke_upload(client, e->key, id, ledger_slot(agent, id)->gen);
+    }
+    /* The last page of the slot frees it, and its upload with it. */
+    ledger_drop(agent, client, e);
+    if (uploader && ledger_upload_awaited(agent, id) &&
+        ledger_upload_reassign(agent, id, uploads_trusted, &late, &next)) {
+        ask_upload(agent, next.client, next.page, id);
+    }
+}
+
+
+/* Upload @id is stored: send its sharers still waiting a MERGE. */
+static void send_merges(NuksmAgent *agent, SlotId id)
+{
+    g_autoptr(GArray) waiters = ledger_upload_complete(agent, id);
+    uint32_t gen = ledger_slot(agent, id)->gen;
+
+    for (guint i = 0; i < waiters->len; i++) {
+        const LedgerWaiter *w = &g_array_index(waiters, LedgerWaiter, i);
+
+        outbox_add(agent, w->client, NUKSM_MSG_MERGE, w->page, id, gen);
+    }
+}
+
+/*
+ * Whether @r is an upload @client was too late for (its page left the
+ * slot then): it is ignored, not taken for a protocol violation.
+ */
+static bool revoked_upload(NuksmClient *client, const NuksmSlotRef *r)
+{
+    RevokedUpload key = revoked_key(r->page, slot_id(r->node, r->slot),
+                                    r->gen);
+
+    return client->revoked_uploads &&
+           g_hash_table_remove(client->revoked_uploads, &key);
+}
+
+/*
+ * @content of @client's page @r arrived for slot @id, sent or read: make
+ * the slot of it.  The content is trusted only as far as its digest:
+ * every sharer compares it with its own page before mapping the slot, so
+ * an uploader that lies can only fail its own merges.
+ */
+static void store_upload(NuksmAgent *agent, NuksmClient *client,
+                         const NuksmSlotRef *r, SlotId id,
+                         const uint8_t *content)
+{
+    if (nuksm_page_digest(content, NUKSM_PAGE_SIZE) !=
+        ledger_slot(agent, id)->digest) {
+        log_debug("%s: page %#" PRIx64 " changed before its upload, "
+                  "dropping node %u slot %u", client->label, r->page,
+                  r->node, r->slot);
+        ledger_upload_cancel(agent, id);
+        return;
+    }
+    if (!copies_fill(agent, id, content)) {
+        ledger_upload_cancel(agent, id);
+        return;
+    }
+    send_merges(agent, id);
+}
+
+void uploads_handle_upload(NuksmAgent *agent, NuksmClient *client,
+                           uint32_t seq, const void *payload)
+{
+    const NuksmMsgBatch *batch = payload;
+    const NuksmSlotRef *refs = (const NuksmSlotRef *)(batch + 1);
+    const uint8_t *pages = (const uint8_t *)(refs + batch->count);
+
+    for (uint32_t i = 0; i < batch->count; i++) {
+        KeyMapEntry *e;
+
+        if (revoked_upload(client, &refs[i])) {
+            log_debug("%s: page %#" PRIx64 " uploaded after its time, "
+                      "ignored", client->label, refs[i].page);
+            continue;
+        }
+        e = ledger_expect_entry(agent, client, seq, NUKSM_MSG_UPLOAD, &refs[i],
+                         PAGE_UPLOADING);
+        if (!e) {
+            return;
+        }
+        client->uploads_sent++;
+        store_upload(agent, client, &refs[i], e->value,
+                     pages + (size_t)i * NUKSM_PAGE_SIZE);
+    }
+}
+
+/*
+ * Is @client's upload @r still awaited (queued to read, it may have been
+ * revoked or handed on since)?  Then its entry's slot.
+ */
+static bool upload_awaited(NuksmAgent *agent, NuksmClient *client,
+                           const NuksmSlotRef *r, SlotId *id)
+{
+    KeyMapEntry *e = ledger_page(client, r->page);
+
+    *id = slot_id(r->node, r->slot);
+    return !revoked_upload(client, r) && e && e->tag == PAGE_UPLOADING &&
+           e->value == *id && ledger_slot(agent, *id)->gen == r->gen;
+}
+
+/* Read @client's @n uploads @refs from its memory, or ask for them. */
+static void read_uploads(NuksmAgent *agent, NuksmClient *client,
+                         const NuksmSlotRef *refs, size_t n, uint8_t *buf)
+{
+    uint64_t addrs[PEEK_PAGES_MAX];
+    bool read[PEEK_PAGES_MAX] = {};
+
+    for (size_t k = 0; k < n; k++) {
+        /* Its TOPOLOGY may have changed since: 0 is not read. */
+        if (!client_page_address(client, refs[k].page, &addrs[k])) {
+            addrs[k] = 0;
+        }
+    }
+    if (!client->read_errno) {
+        client->read_errno = peek_pages(client->pid, client->pidfd, addrs, n,
+                                        buf, read);
+        if (client->read_errno) {
+            log_warning("%s: cannot read its memory (%s): it uploads the "
+                        "content of new slots itself", client->label,
+                        g_strerror(client->read_errno));
+        }
+    }
+    for (size_t k = 0; k < n; k++) {
+        SlotId id;
+
+        if (!upload_awaited(agent, client, &refs[k], &id)) {
+            continue;
+        }
+        if (read[k]) {
+            client->uploads_read++;
+            store_upload(agent, client, &refs[k], id,
+                         buf + k * NUKSM_PAGE_SIZE);
+        } else {
+            outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ, refs[k].page, id,
+                       refs[k].gen);
+        }
+    }
+}
+
+/* The uploads to read of a client in the outbox, taken; NULL if none. */
+static GArray *take_reads(NuksmAgent *agent, NuksmClient **client)
+{
+    for (guint i = 0; i < agent->effects.outbox->len; i++) {
+        NuksmClient *c = g_ptr_array_index(agent->effects.outbox, i);
+        GArray *refs = c->to_read;
+
+        if (refs && refs->len) {
+            c->to_read = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
+            *client = c;
+            return refs;
+        }
+    }
+    return NULL;
+}
+
+void uploads_read_queued(NuksmAgent *agent)
+{
+    g_autofree uint8_t *buf = NULL;
+    NuksmClient *client;
+    GArray *refs;
+
+    /* What is stored may queue more (the outbox grows): until none is. */
+    while ((refs = take_reads(agent, &client))) {
+        if (!buf) {
+            buf = g_malloc(PEEK_PAGES_MAX * NUKSM_PAGE_SIZE);
+        }
+        for (guint k = 0; k < refs->len && !client->dead;
+             k += PEEK_PAGES_MAX) {
+            read_uploads(agent, client,
+                         &g_array_index(refs, NuksmSlotRef, k),
+                         MIN(refs->len - k, PEEK_PAGES_MAX), buf);
+        }
+        g_array_unref(refs);
+    }
+}
+
+
+void uploads_stop(NuksmAgent *agent)
+{
+    if (agent->uploads.timer) {
+        g_source_remove(agent->uploads.timer);
+        agent->uploads.timer = 0;
+    }
+}
