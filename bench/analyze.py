@@ -77,12 +77,20 @@ def steady_cpu(ksm_run, nuksm_run):
     nuksm_run["steady_cpu_share"] = share
 
 
+def is_kernel(run):
+    """Is @run kernel KSM's (plain or with its advisor)?"""
+    return run["side"].startswith("ksm")
+
+
 def analyze(pairs):
     for pair in pairs:
-        ksm_run, *nuksm_runs = pair
-        for run in nuksm_runs:
-            nuksm_metadata(ksm_run, run)
-            steady_cpu(ksm_run, run)
+        ksm_run = pair[0]
+        for run in pair[1:]:
+            if is_kernel(run):
+                run["steady_cpu_share"] = run["idle_cpu_share"]
+            else:
+                nuksm_metadata(ksm_run, run)
+                steady_cpu(ksm_run, run)
         target = achievable(pair)
         for run in pair:
             derive(run, target)
@@ -185,6 +193,14 @@ def goals(pairs):
              "x", f"nuksm {fmt(nuksm['t99_s'])} s at "
              f"{100 * nuksm['merge_cpu_share']:.1f}% of a core, "
              f"{fmt(t)} s at KSM's {100 * ksm['merge_cpu_share']:.1f}%")
+        advisor = find(pairs, "static", "default", "ksm-advisor")
+        if advisor:
+            r = ratio(advisor["t99_s"], t)
+            goal("time to 99% at KSM's default CPU budget (static): "
+                 "KSM's advisor's time / nuksm's", "> 1x", r,
+                 r is not None and r > 1, "x",
+                 f"advisor {fmt(advisor['t99_s'])} s on "
+                 f"{fmt(advisor['cpu99_s'])} CPU-s")
         if not find(pairs, "idle-2g", "idle", "nuksm"):
             goal("idle overhead (static, KSM's default budget)",
                  "<= 0.5% of a core", 100 * nuksm["steady_cpu_share"],

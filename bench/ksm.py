@@ -18,6 +18,11 @@ KSM = "/sys/kernel/mm/ksm"
 SLAB = "/sys/kernel/slab"
 # What a benchmark changes; each is restored.
 SETTINGS = ("run", "pages_to_scan", "sleep_millisecs")
+# KSM's advisor (Linux 6.8): it sets pages_to_scan itself, to scan all
+# mergeable memory in advisor_target_scan_time (200 s) at up to
+# advisor_max_cpu (70%) of a core; "scan-time" turns it on.
+ADVISOR_MODE = "advisor_mode"
+ADVISOR = {ADVISOR_MODE: "scan-time"}
 COUNTERS = ("pages_shared", "pages_sharing", "pages_unshared",
             "pages_volatile", "full_scans", "ksm_zero_pages",
             "stable_node_dups", "stable_node_chains")
@@ -33,8 +38,17 @@ AT_KSM_SHARE = {"default": DEFAULT, "paced": PACED}
 
 
 def read(name):
+    """A number, or the choice in brackets of a choice
+    ("[none] scan-time")."""
     with open(f"{KSM}/{name}") as f:
-        return int(f.read().split()[0])
+        text = f.read()
+    if "[" in text:
+        return text[text.index("[") + 1:text.index("]")]
+    return int(text.split()[0])
+
+
+def has_advisor():
+    return os.path.exists(f"{KSM}/{ADVISOR_MODE}")
 
 
 def write(name, value):
@@ -117,7 +131,8 @@ class Ksm:
     """KSM's settings, saved now and restored on restore() or exit."""
 
     def __init__(self):
-        self.saved = {name: read(name) for name in SETTINGS}
+        self.settings = SETTINGS + ((ADVISOR_MODE,) if has_advisor() else ())
+        self.saved = {name: read(name) for name in self.settings}
         # Nothing merged and not running: ours to clean up entirely.
         self.clean = self.saved["run"] == 0 and read("pages_shared") == 0
         print(f"bench: KSM settings at start: {self.saved}", flush=True)
@@ -132,8 +147,10 @@ class Ksm:
         sys.exit(128 + signum)
 
     def set(self, **settings):
-        # run last, so ksmd never runs with half the new settings.
-        for name in sorted(settings, key=lambda n: n == "run"):
+        # run last, so ksmd never runs with half the new settings; the
+        # advisor after pages_to_scan, which it then sets itself.
+        for name in sorted(settings, key=lambda n: (n == "run",
+                                                    n == ADVISOR_MODE)):
             write(name, settings[name])
 
     def cpu_ns(self):
@@ -156,7 +173,9 @@ class Ksm:
         try:
             # run first: nothing scans with the benchmark's settings.
             self.reset()
-            for name in ("pages_to_scan", "sleep_millisecs", "run"):
+            # The advisor before pages_to_scan, which it would change.
+            for name in sorted(self.settings, key=lambda n: (
+                    n == "run", n != ADVISOR_MODE)):
                 write(name, self.saved[name])
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)

@@ -25,11 +25,13 @@ STATUS_S = 5.0
 
 
 class KsmSide:
-    name = "ksm"
-
-    def __init__(self, control, wait_foreign_s):
+    def __init__(self, control, wait_foreign_s, advisor=False):
+        """@advisor: KSM's advisor at its defaults (advisor_mode=
+        scan-time), the kernel's best at its default budget."""
         self.ksm = control
         self.wait_foreign_s = wait_foreign_s
+        self.advisor = advisor
+        self.name = "ksm-advisor" if advisor else "ksm"
         self.settings = None
         self.foreign = {}
 
@@ -58,6 +60,8 @@ class KsmSide:
 
     def teardown(self):
         self.ksm.reset()
+        if self.advisor:
+            self.ksm.set(**{ksm.ADVISOR_MODE: "none"})
 
     def vm_args(self, index):
         return ["-machine", "mem-merge=on"]
@@ -70,11 +74,13 @@ class KsmSide:
         """KSM's settings for budget @name: its defaults, ten times their
         speed (paced) or full throttle."""
         self.settings = dict(ksm.AT_KSM_SHARE.get(name, ksm.FULL))
+        if self.advisor:
+            self.settings.update(ksm.ADVISOR)
         return dict(self.settings)
 
     def to_defaults(self, vms):
         """KSM's defaults from now on, as a host that merged left them."""
-        self.ksm.set(**ksm.DEFAULT)
+        self.ksm.set(**ksm.DEFAULT, **(ksm.ADVISOR if self.advisor else {}))
 
     def enable(self, vms):
         self.ksm.set(**self.settings, run=1)

@@ -10,17 +10,19 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend)
 
 from workloads import MIB, PAGE  # noqa: E402
 
-COLOURS = {"ksm": "tab:blue", "nuksm": "tab:orange",
+COLOURS = {"ksm": "tab:blue", "ksm-advisor": "tab:cyan",
+           "nuksm": "tab:orange",
            "nuksm-nohints": "tab:green", "nuksm-fullhash": "tab:red",
            "nuksm-distill": "tab:purple", "nuksm-profiled": "tab:gray"}
 STYLES = {"full": "-", "default": "--", "paced": "-.", "idle": "-"}
 # A run's label: its side, then its budget as that side spends it.
-SIDE_LABELS = {"ksm": "KSM", "nuksm": "nuksm",
+SIDE_LABELS = {"ksm": "KSM", "ksm-advisor": "KSM's advisor",
+               "nuksm": "nuksm",
                "nuksm-nohints": "nuksm without I/O hints",
                "nuksm-fullhash": "nuksm hashing whole pages",
                "nuksm-distill": "nuksm distilling regions",
                "nuksm-profiled": "nuksm under perf (cost model)"}
-KSM_BUDGET_LABELS = {"full": "full throttle", "default": "default budget",
+KSM_BUDGET_LABELS = {"full": "full throttle", "default": "its defaults",
                      "paced": "1000 pages every 20 ms",
                      "idle": "full throttle, then its defaults"}
 NUKSM_BUDGET_LABELS = {"full": "full throttle",
@@ -30,7 +32,8 @@ NUKSM_BUDGET_LABELS = {"full": "full throttle",
 
 
 def label(side, budget):
-    budgets = KSM_BUDGET_LABELS if side == "ksm" else NUKSM_BUDGET_LABELS
+    budgets = KSM_BUDGET_LABELS if side.startswith("ksm") else \
+        NUKSM_BUDGET_LABELS
     return f"{SIDE_LABELS[side]}, {budgets[budget]}"
 
 

@@ -5,9 +5,10 @@
     bench/run.py [--quick] [--workload NAME ...] [--budget NAME ...]
                  [--out DIR] [--no-docs] [--perf] [--report]
 
-Each workload runs at each of its budgets on KSM first, then on nuksm
-(whose CPU share at KSM's default budget is the one KSM just used), on
-this machine, in this run.  Writes OUT/results.json and one PNG per
+Each workload runs at each of its budgets on KSM first (at its default
+budget, with its advisor too, where the kernel has one), then on nuksm
+(whose CPU share at KSM's default budget is the one plain KSM just used),
+on this machine, in this run.  Writes OUT/results.json and one PNG per
 workload, and replaces the run's results block in docs/benchmarks.rst.
 Must run as root (KSM's settings are global; they are restored).
 """
@@ -132,6 +133,11 @@ def main():
                     continue
                 ksm_run = Run(wl, budget, KsmSide(control, wait_s), workdir,
                               idle, cow_chunks).run()
+                kernel_runs = [ksm_run]
+                if budget == "default" and ksm.has_advisor():
+                    kernel_runs.append(Run(
+                        wl, budget, KsmSide(control, wait_s, advisor=True),
+                        workdir, idle, cow_chunks).run())
                 nuksm_runs = [
                     Run(wl, budget, NuksmSide(*variant), workdir, idle,
                         cow_chunks, args.perf and
@@ -143,7 +149,7 @@ def main():
                         wl, budget, NuksmSide(PROFILED), workdir, idle,
                         cow_chunks, out / f"perf-{wl.name}-{PROFILED}.data",
                         profile=True).run())
-                pairs.append([ksm_run, *nuksm_runs])
+                pairs.append([*kernel_runs, *nuksm_runs])
     finally:
         control.restore()
         host.restore()
