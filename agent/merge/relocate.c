@@ -357,4 +357,12 @@ void relocate_handle_moved(NuksmAgent *agent, NuksmClient *client,
         agent->relocator.moved++;
         domains_stats(&agent->domains, client->domain_id)->pages_moved++;
     }
+    /*
+     * The last pass left pages whose MOVE was under way to a later look:
+     * as their answers come, look again once no plan is being carried
+     * out.  A VM that never answers asks for no pass.
+     */
+    if (agent->relocator.moving && !agent->relocator.tick_timer) {
+        relocate_request(agent, "moves a pass skipped were answered");
+    }
 }

@@ -23,9 +23,12 @@
  * A pass skips pages a MOVE is still under way for: where they land is
  * known only once they do.  If it skipped any, another pass looks at
  * them once its plan is carried out (after RELOCATE_RECHECK_MS if it
- * planned nothing), and so on while fewer pages are moving each time: a
- * VM's move while its pages were moving would otherwise leave them where
- * the old plan sent them, and a VM that never answers costs no pass.
+ * planned nothing), and so on while fewer pages are moving each time;
+ * and, while the last pass skipped some, each MOVED answered asks for a
+ * pass once no plan is being carried out: a VM's move while its pages
+ * were moving would otherwise leave them where the old plan sent them
+ * (a slow VM's answers may not come faster than the passes), and a VM
+ * that never answers costs no pass.
  *
  * The moves are then carried out gradually, at most --replace-rate pages
  * per second: the agent copies the content to a slot on the target node
