@@ -174,9 +174,8 @@ typedef struct AgentPlacement {
     guint home_timer;        /* home.c's periodic look */
     PolicyLoad load;         /* the nodes for policy.c: use */
                              /* agent_policy_load() */
-    gint64 reads_pass_at;    /* monotonic us of the last re-placement */
-                             /* pass read hotness asked for (reads.c) */
-    guint reads_pass_timer;  /* the next one, held back till its time */
+    guint reads_pass_timer;  /* the re-placement pass read hotness */
+                             /* asked for, held back (reads.c) */
     ColocateParams colocate; /* the co-location plan's (colocation.c) */
     bool colocate_move_pinned;   /* it may move VMs their operator */
                                  /* pinned (--colocate-pins=move) */

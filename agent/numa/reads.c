@@ -118,42 +118,30 @@ static bool set_region(NuksmAgent *agent, NuksmClient *client,
     return warm != was_warm;
 }
 
-/* A re-placement pass now, for reads. */
-static void start_pass(NuksmAgent *agent)
-{
-    agent->placement.reads_pass_at = g_get_monotonic_time();
-    relocate_request(agent, "the VMs' reads of merged pages changed");
-}
-
 static gboolean on_pass_due(gpointer opaque)
 {
     NuksmAgent *agent = opaque;
 
     agent->placement.reads_pass_timer = 0;
-    start_pass(agent);
+    relocate_request(agent, "the VMs' reads of merged pages changed");
     return G_SOURCE_REMOVE;
 }
 
 /*
- * A pass for reads: at once, unless the last came less than
- * READS_REPLACE_SECONDS ago; then when that time is up, once for all
- * the changes until then.
+ * A pass for reads, READS_REPLACE_SECONDS after the READS that first
+ * asks for it: once for all the changes until then.  Not at once: the VMs that share copies report
+ * the same merges each in its own read window, and a pass that weighed
+ * one VM's READS before the others' came would move copies to it, and
+ * the next pass move half of them back.
  */
 static void request_pass(NuksmAgent *agent)
 {
     AgentPlacement *p = &agent->placement;
-    gint64 due = p->reads_pass_at + READS_REPLACE_SECONDS * G_USEC_PER_SEC;
-    gint64 now = g_get_monotonic_time();
 
-    if (p->reads_pass_timer) {
-        return;
+    if (!p->reads_pass_timer) {
+        p->reads_pass_timer = g_timeout_add(READS_REPLACE_SECONDS * 1000,
+                                            on_pass_due, agent);
     }
-    if (!p->reads_pass_at || now >= due) {
-        start_pass(agent);
-        return;
-    }
-    p->reads_pass_timer = g_timeout_add((due - now + 999) / 1000,
-                                        on_pass_due, agent);
 }
 
 void reads_handle_reads(NuksmAgent *agent, NuksmClient *client,

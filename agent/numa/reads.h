@@ -22,8 +22,8 @@
  * its warmth (policy_page_warm(): read within POLICY_WARM_FACTOR times
  * --cold-windows samples), and the policy places copies by who reads
  * them (fair, priority), the agent asks for a re-placement pass
- * (relocate.h): at once, unless a pass asked for by reads came less than
- * READS_REPLACE_SECONDS ago, then when that time is up.  A region turns
+ * (relocate.h) READS_REPLACE_SECONDS later, so that the READS of all the
+ * VMs sharing the copies are weighed together.  A region turns
  * warm with its first read, and stays warm for four times as long as it
  * stays hot: that, and the pass's delay, is the hysteresis of placement
  * by reads; the moves then go at --replace-rate.
@@ -46,9 +46,11 @@
 #define READS_REGIONS_MAX (LEDGER_CLIENT_PAGES_MAX / NUKSM_READ_REGION_PAGES)
 
 /*
- * Re-placement passes asked for by reads come at most this often: a
- * VM's read samples may change every read window (a second or so), and
- * a pass looks at every merged page of the host.
+ * A re-placement pass asked for by reads comes this long after the
+ * first READS that asks, and at most this often: a VM's read samples
+ * may change every read window (a second or so), the VMs sharing copies
+ * report the same merges each in its own window, and a pass looks at
+ * every merged page of the host.
  */
 #define READS_REPLACE_SECONDS 5
 
