@@ -17,8 +17,8 @@ SIZE = 384 * MIB
 
 
 def test_governor_holds_the_scanner_and_lets_it_go(agent, qtest_vm):
-    """Under "quiet" (0.5% of a core) the scanner, with 384 MiB of new
-    pages to hash, keeps its thread within that share; qom-set governor
+    """Under "quiet" (0.5% of a core) the scanner, with 384 MiB of pages
+    to hash, keeps its thread within that share; qom-set governor
     "full" lets it go at once, and the pass ends.  Then an explicit
     max-cpu overrides whatever governor comes next."""
     # Named threads: the scanner is found by its name.
@@ -36,6 +36,11 @@ def test_governor_holds_the_scanner_and_lets_it_go(agent, qtest_vm):
     vm.cmd("qom-set", path="/objects/dedup0", property="enabled",
            value=True)
     vm.wait_state("active")
+    # The first pass only write-protects the pages it sees for the first
+    # time: the next one has them all to hash (nuksm_scan_quiet()).
+    vm.wait_nuksm(lambda i: i["full-scans"] > passes, "the first pass",
+                  timeout=60)
+    passes = vm.nuksm()["full-scans"]
 
     window = 4.0
     cpu = thread_cpu_ns(vm.pid, "nuksm-scan")

@@ -4,11 +4,21 @@ digest of a few 64-byte lines of a page says whether it changed, and
 nominates pages that look like the zero page; only a full compare under
 write protection proves a page zero or equal to another.
 
+With write tracking, a page nothing writes between the pass that first
+sees it and the next is hashed once, in full, and needs no sample.  The
+samples look at pages written again meanwhile: a write releases the
+protection of its whole stretch, which then does not tell which page
+changed.  So these tests keep rewriting their pages while the passes
+look at them (rewriting()).
+
 Line 1 of a page (bytes 64 to 127) is the last line a sampled digest
 reads (lines go in bit-reversed order: it is the 33rd): at every strength
 below a whole page, a page whose data is all there looks like the zero
 page to its sample.
 """
+
+import contextlib
+import threading
 
 from harness import Qtest, read_big, write_big
 
@@ -33,6 +43,25 @@ def assert_kept(q, pages):
             f"page {i} lost its data"
 
 
+@contextlib.contextmanager
+def rewriting(vm, write):
+    """Call @write(qtest) over and over until the block ends."""
+    stop = threading.Event()
+    q = Qtest(vm.qtest_path)
+
+    def loop():
+        while not stop.is_set():
+            write(q)
+    writer = threading.Thread(target=loop)
+    writer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        writer.join()
+        q.close()
+
+
 def passes(vm, n):
     """Start a pass now and wait for @n passes to end."""
     for _ in range(n):
@@ -51,16 +80,17 @@ def test_pages_zero_where_sampled_are_kept(agent, qtest_vm):
     vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100)
     vm.wait_state("active")
     assert vm.nuksm()["hashing"]["strength"] == 256
-    q = Qtest(vm.qtest_path)
     pages = [hidden_page(i) for i in range(PAGES)]
-    write_big(q, REGION_AT, b"".join(pages))
+    data = b"".join(pages)
+    with rewriting(vm, lambda q: write_big(q, REGION_AT, data)):
+        vm.wait_nuksm(lambda i: i["hashing"]["misses"] >= PAGES // 2,
+                      "the samples to nominate the pages", timeout=60)
     passes(vm, 3)
 
-    assert_kept(q, pages)
+    assert_kept(Qtest(vm.qtest_path), pages)
     hashing = vm.nuksm()["hashing"]
     print(f"hashing: {hashing}, zero pages {vm.nuksm()['zero-pages']}")
     assert hashing["adaptive"] is True
-    assert hashing["misses"] >= PAGES // 2
     assert hashing["penalty-us"] > 0
     assert hashing["strength"] == PAGE
     # Found not zero, each is offered, with its full digest.
@@ -74,15 +104,16 @@ def test_fixed_strength_does_not_adapt(agent, qtest_vm):
     vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100,
                   hash_strength=128)
     vm.wait_state("active")
-    q = Qtest(vm.qtest_path)
     pages = [hidden_page(i) for i in range(PAGES)]
-    write_big(q, REGION_AT, b"".join(pages))
+    data = b"".join(pages)
+    with rewriting(vm, lambda q: write_big(q, REGION_AT, data)):
+        vm.wait_nuksm(lambda i: i["hashing"]["misses"] >= PAGES // 2,
+                      "the samples to nominate the pages", timeout=60)
     passes(vm, 3)
 
     hashing = vm.nuksm()["hashing"]
     assert (hashing["strength"], hashing["adaptive"]) == (128, False)
-    assert hashing["misses"] >= PAGES // 2
-    assert_kept(q, pages)
+    assert_kept(Qtest(vm.qtest_path), pages)
     assert "hashing fixed at 128 bytes" in vm.hmp("info nuksm")
     # Adaptive again from where it is.
     vm.cmd("qom-set", path="/objects/dedup0", property="hash-strength",
@@ -96,8 +127,9 @@ def test_strength_falls_where_samples_are_right(agent, qtest_vm):
     weakest, one line, while each is dropped."""
     vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100)
     vm.wait_state("active")
-    q = Qtest(vm.qtest_path)
-    q.memset(REGION_AT, 4 * PAGES * PAGE, 0)
+    with rewriting(vm, lambda q: q.memset(REGION_AT, 4 * PAGES * PAGE, 0)):
+        vm.wait_nuksm(lambda i: i["hashing"]["strength"] == 64,
+                      "the strength to fall", timeout=60)
     passes(vm, 3)
 
     info = vm.nuksm()

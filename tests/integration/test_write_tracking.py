@@ -1,12 +1,14 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """Write tracking: a pass spares hashing the pages nothing wrote.
 
-The scanner write-protects the pages it found stable; a write faults to
-QEMU's "nuksm-writes" thread, which lifts the protection of the page's
-2 MiB stretch.  These tests look at what a user sees: an idle VM's passes
-hash next to nothing, every write is still noticed (a page written into a
-duplicate merges), writes are never held, and huge pages stay huge;
-private copies in windows (between merged pages) are tracked too.
+The scanner write-protects the pages it sees for the first time and
+those it found stable; a write faults to QEMU's "nuksm-writes" thread,
+which lifts the protection of the page's 2 MiB stretch.  These tests
+look at what a user sees: a page written once is hashed once, an idle
+VM's passes hash next to nothing, every write is still noticed (a page
+written into a duplicate merges), writes are never held, and huge pages
+stay huge; private copies in windows (between merged pages) are tracked
+too.
 """
 
 import random
@@ -44,26 +46,32 @@ def next_passes(vm, n):
 
 
 def test_idle_passes_spare_unwritten_pages(agent, qtest_vm):
-    """16 MiB of unique pages, nothing to merge: once they are tracked, a
-    pass hashes next to none of them (nothing offers them again: the
-    agent keeps them in its unstable table).  Then a write is noticed: a
-    page written with the content of another merges with it, and every
-    page reads what was written, while the region's huge pages stay
-    huge."""
+    """16 MiB of unique pages, nothing to merge: each is hashed once, and
+    then a pass hashes next to none of them (nothing offers them again:
+    the agent keeps them in its unstable table).  Then a write is
+    noticed: a page written with the content of another merges with it,
+    and every page reads what was written, while the region's huge pages
+    stay huge."""
     vm = qtest_vm("vm0", extra=["-m", "512M"], agent=agent.sock,
                   max_cpu=100)
     vm.wait_state("active")
     q = Qtest(vm.qtest_path)
     content = bytearray(random.Random(1).randbytes(REGION))
+    before = vm.nuksm()["pages-scanned"]
     write_big(q, REGION_AT, bytes(content))
     huge_before = anon_huge_bytes(vm.pid)
 
-    # Pass 1 hashes, pass 2 finds the pages stable and protects them as
-    # it hashes them, pass 3 on spares them.
+    # Pass 1 protects the pages it sees for the first time, pass 2 finds
+    # them still protected and hashes each once, pass 3 on spares them.
     next_passes(vm, 3)
     hashed = next_passes(vm, 4)
     assert hashed < PAGES // 8, \
         f"4 idle passes hashed {hashed} pages of {PAGES} unwritten ones"
+    info = vm.nuksm()
+    once = info["pages-scanned"] - before
+    assert PAGES <= once < PAGES + PAGES // 8, \
+        f"{once} hashes of {PAGES} pages written once: not one each"
+    assert info["hashing"]["pages-sampled"] == 0, info["hashing"]
     if thp_in_use():
         assert anon_huge_bytes(vm.pid) >= huge_before, \
             "write tracking split huge pages"

@@ -1188,10 +1188,13 @@ bool nuksm_commit_tracks_writes(NuksmCommit *c)
     return qatomic_read(&c->writes) != NULL;
 }
 
-/* Write-protect the @len bytes at @host to tell when they are written. */
-void nuksm_commit_track(NuksmCommit *c, void *host, size_t len)
+/*
+ * Write-protect the @len bytes at @host to tell when they are written;
+ * false if they could not be.
+ */
+bool nuksm_commit_track(NuksmCommit *c, void *host, size_t len)
 {
-    nuksm_remap_track(c->uffd, host, len, true);
+    return !nuksm_remap_track(c->uffd, host, len, true);
 }
 
 void nuksm_commit_set_uffd_device(NuksmCommit *c, int dev_fd)

@@ -102,7 +102,7 @@ void nuksm_commit_tick(NuksmCommit *c);
 int64_t nuksm_commit_tick_due_ns(NuksmCommit *c);
 /* ... with page_lock held */
 bool nuksm_commit_tracks_writes(NuksmCommit *c);
-void nuksm_commit_track(NuksmCommit *c, void *host, size_t len);
+bool nuksm_commit_track(NuksmCommit *c, void *host, size_t len);
 void nuksm_commit_forget(NuksmCommit *c, NuksmBlockState *bs, uint64_t idx,
                          NuksmSlotStatus why);
 void nuksm_commit_flush_unmerged(NuksmCommit *c, uint32_t epoch);

@@ -41,6 +41,8 @@
  *            spans, nuksm_remap_merge_window());
  *   ZERO     excludes REMAPPED (and so MERGED): only anonymous memory is
  *            dropped as zero, and a dropped page is never merged.
+ *   WAITING  excludes STABLE: the page has not been hashed since a pass
+ *            first saw it and write-protected it (nuksm-scan.c).
  *
  * Every other combination is legal: e.g. a merged page is usually STABLE
  * and OFFERED too, and a HELD page may be dropped as ZERO.
@@ -54,6 +56,8 @@ enum {
     NUKSM_PAGE_HELD     = 1 << 5,  /* refused for lack of mappings */
     NUKSM_PAGE_HINTED   = 1 << 6,  /* offered on an I/O hint, not merged */
                                    /* or changed since (nuksm-hints.c) */
+    NUKSM_PAGE_WAITING  = 1 << 7,  /* protected at first sight, to be */
+                                   /* hashed once if still protected */
 };
 
 /*

@@ -5,24 +5,32 @@
  * pages' entries in /proc/self/pagemap, which tells which pages are
  * resident (a page never touched is never populated by us) and which
  * merged pages a write has copied (copy-on-write made them anonymous).
- * Resident pages are hashed; a page whose digest did not change since the
- * previous pass is stable and becomes a candidate for the agent, or, if
- * all zero, is dropped locally.  Whether a page changed, a sampled digest
- * of a few of its lines tells, at the strength nuksm-strength.c adapts;
- * the full digest, the agent's key, is computed for pages to offer, and
- * for pages write tracking saw written, to confirm an equal sampled one.
- * Candidates go to the agent through the outbox (nuksm-outbox.c).
- * Between chunks the thread serves the agent's requests (nuksm-commit.c).
- * What it shares with the other threads (whether it runs, its budget,
- * its counters) is its control, nuksm-control.c.
+ * A resident page that did not change since the previous pass is stable
+ * and becomes a candidate for the agent, keyed by its full digest, or, if
+ * all zero, is dropped locally.  Candidates go to the agent through the
+ * outbox (nuksm-outbox.c).  Between chunks the thread serves the agent's
+ * requests (nuksm-commit.c).  What it shares with the other threads
+ * (whether it runs, its budget, its counters) is its control,
+ * nuksm-control.c.
  *
- * Write tracking (nuksm-writes.c) spares hashing pages nothing wrote:
- * at the start of each stretch a pass write-protects the stretch's
- * stable pages, then hashes only those it did not find protected
- * already, or that the agent asked for again.  Once every page rests
- * protected, a pass is mostly a walk of the pagemap, one read per
- * stretch, and the rest after it grows longer, until a write or the
- * agent ends it.
+ * With write tracking (nuksm-writes.c), a page's protection is its
+ * stability test and spares hashing pages nothing wrote: at the start
+ * of each stretch a pass write-protects the pages it sees for the first
+ * time and the stable ones.  A page seen for the first time is not
+ * hashed then; if the next pass finds it still protected, it hashes it
+ * once, in full, and offers it (nuksm_scan_quiet()).  A page found
+ * protected already and on offer is not hashed at all
+ * (nuksm_scan_spared()).  Once every page rests protected, a pass is
+ * mostly a walk of the pagemap, one read per stretch, and the rest after
+ * it grows longer, until a write or the agent ends it.
+ *
+ * A write lifts the protection of its whole stretch, so the pages of a
+ * written stretch (and all pages, without write tracking) are looked at
+ * by a sampled digest of a few of their lines, at the strength
+ * nuksm-strength.c adapts: stable when it did not change since the
+ * previous pass; the full digest is computed for pages to offer, and for
+ * pages on offer whose stretch was written, to confirm an equal sampled
+ * one.
  *
  * The thread keeps to a CPU budget (max-cpu, measured on its own CPU
  * clock, hashing and serving the agent alike, plus what the agent
@@ -121,11 +129,13 @@ struct NuksmScanner {
     uint32_t zero_full16;
     /*
      * The stretch the pass is in, which of its pages were write-protected
-     * already when the pass protected it, and their pagemap entries then.
+     * already when the pass protected it, which it protected, and their
+     * pagemap entries then.
      */
     NuksmBlockState *stretch_bs;
     uint64_t stretch_first;
     DECLARE_BITMAP(was_tracked, NUKSM_TRACK_STRETCH);
+    DECLARE_BITMAP(tracked_now, NUKSM_TRACK_STRETCH);
     uint64_t stretch_pm[NUKSM_TRACK_STRETCH];
 };
 
@@ -292,6 +302,32 @@ static bool nuksm_scan_hash(NuksmScanner *sc, NuksmBlockState *bs,
 }
 
 /*
+ * The one hash of page @idx of @bs, at @p, that write tracking found
+ * quiet since the previous pass first saw it (nuksm_scan_quiet()): its
+ * full digest, the key it is offered with, in *digest, then its sampled
+ * digest at the current strength, whose lines the full one has just
+ * brought into the cache, for the change test should a write release
+ * its stretch later.  It is stable.  *zero_like: its sample is the zero
+ * page's.
+ */
+static void nuksm_scan_hash_once(NuksmScanner *sc, NuksmBlockState *bs,
+                                 uint64_t idx, const uint8_t *p,
+                                 uint64_t *digest, bool *zero_like)
+{
+    unsigned level = sc->strength.level;
+    uint64_t sample;
+
+    *digest = nuksm_page_digest(p, NUKSM_PAGE_SIZE);
+    sample = nuksm_sample_digest(nuksm_sample_continue(
+        p, nuksm_sample_start(), 0, 1u << level));
+    *zero_like = sample == sc->zero_sample[level];
+    nuksm_page_set_digest32(bs, idx, nuksm_d32(level, nuksm_d32_sample(sample),
+                                               nuksm_d32_full(*digest)));
+    nuksm_page_update(bs, idx, 0, NUKSM_PAGE_STABLE);
+    nuksm_strength_hashed(&sc->strength);
+}
+
+/*
  * The full digest of page @idx of @bs, at @p, which its sampled digest
  * says is unchanged: the key it is offered with.  When an earlier full
  * digest is known, a different one is a change the sampled digest
@@ -395,22 +431,33 @@ static void nuksm_scan_offer(NuksmScanner *sc, uint32_t epoch,
     nuksm_scan_add_candidate(sc, epoch, bs, idx, digest);
 }
 
+/* Never looked at: neither hashed nor write-protected at first sight. */
+static bool nuksm_scan_unseen(NuksmBlockState *bs, uint64_t idx)
+{
+    return !nuksm_page_digest32(bs, idx) &&
+           !(nuksm_page_flags(bs, idx) & NUKSM_PAGE_WAITING);
+}
+
 /*
  * May write tracking protect page @idx of @bs, of pagemap entry @pm?
  * Resident, a page of its own (anonymous, or a private copy in a window:
  * not merged, whose writes are copy-on-write breaks the pagemap shows),
- * not dropped as zero, and stable since the previous pass.  The copies
- * in windows are as many as the merged pages they lie between; hashed
- * every pass, they would cost an idle VM as much as its merges.
+ * not dropped as zero, and either stable since the previous pass or
+ * never looked at (its protection is then its stability test,
+ * nuksm_scan_quiet()).  The copies in windows are as many as the merged
+ * pages they lie between; hashed every pass, they would cost an idle VM
+ * as much as its merges.
  */
 static bool nuksm_scan_trackable(NuksmBlockState *bs, uint64_t idx,
                                  uint64_t pm)
 {
     uint8_t flags = nuksm_page_flags(bs, idx);
 
-    return (pm & NUKSM_PM_PRESENT) &&
-           (flags & (NUKSM_PAGE_STABLE | NUKSM_PAGE_MERGED |
-                     NUKSM_PAGE_ZERO)) == NUKSM_PAGE_STABLE;
+    if (!(pm & NUKSM_PM_PRESENT) ||
+        (flags & (NUKSM_PAGE_MERGED | NUKSM_PAGE_ZERO))) {
+        return false;
+    }
+    return (flags & NUKSM_PAGE_STABLE) || nuksm_scan_unseen(bs, idx);
 }
 
 /*
@@ -432,6 +479,7 @@ static void nuksm_scan_track_stretch(NuksmScanner *sc, RAMBlock *rb,
     sc->stretch_bs = bs;
     sc->stretch_first = first;
     bitmap_zero(sc->was_tracked, NUKSM_TRACK_STRETCH);
+    bitmap_zero(sc->tracked_now, NUKSM_TRACK_STRETCH);
     if (!nuksm_scan_read_pagemap(sc, host, count, pm)) {
         sc->stretch_bs = NULL;
         return;
@@ -447,9 +495,10 @@ static void nuksm_scan_track_stretch(NuksmScanner *sc, RAMBlock *rb,
         trackable += nuksm_scan_trackable(bs, first + i, pm[i]);
     }
     if (whole) {
-        if (trackable == count && tracked < count) {
+        if (trackable == count && tracked < count &&
             nuksm_commit_track(sc->s->commit, host,
-                               count * NUKSM_PAGE_SIZE);
+                               count * NUKSM_PAGE_SIZE)) {
+            bitmap_set(sc->tracked_now, 0, count);
         }
         return;
     }
@@ -458,12 +507,52 @@ static void nuksm_scan_track_stretch(NuksmScanner *sc, RAMBlock *rb,
             nuksm_scan_trackable(bs, first + i, pm[i])) {
             run++;
         } else if (run) {
-            nuksm_commit_track(sc->s->commit,
-                               host + (i - run) * NUKSM_PAGE_SIZE,
-                               run * NUKSM_PAGE_SIZE);
+            if (nuksm_commit_track(sc->s->commit,
+                                   host + (i - run) * NUKSM_PAGE_SIZE,
+                                   run * NUKSM_PAGE_SIZE)) {
+                bitmap_set(sc->tracked_now, i - run, run);
+            }
             run = 0;
         }
     }
+}
+
+/* Is page @idx of @bs in the stretch the pass protected last? */
+static bool nuksm_scan_in_stretch(NuksmScanner *sc, NuksmBlockState *bs,
+                                  uint64_t idx)
+{
+    return sc->stretch_bs == bs &&
+           QEMU_ALIGN_DOWN(idx, NUKSM_TRACK_STRETCH) == sc->stretch_first;
+}
+
+/*
+ * Is page @idx of @bs, of pagemap entry @pm, waiting and quiet: a pass
+ * write-protected it when it first saw it, and it was still protected
+ * both when this pass came to its stretch and now?  Then nothing wrote
+ * it for a pass: one hash, now, is all it needs to be offered.  A
+ * waiting page whose stretch a write released is looked at by sampled
+ * digests instead (nuksm_scan_hash()): the release lifts the protection
+ * of the whole stretch (nuksm-writes.c), which then does not tell which
+ * of its pages was written.
+ */
+static bool nuksm_scan_quiet(NuksmScanner *sc, NuksmBlockState *bs,
+                             uint64_t idx, uint64_t pm)
+{
+    return (nuksm_page_flags(bs, idx) & NUKSM_PAGE_WAITING) &&
+           (pm & NUKSM_PM_UFFD_WP) && nuksm_scan_in_stretch(sc, bs, idx) &&
+           test_bit(idx % NUKSM_TRACK_STRETCH, sc->was_tracked);
+}
+
+/*
+ * Did this pass just write-protect page @idx of @bs, which it sees for
+ * the first time?  Then it is not hashed now: it waits, and the next
+ * pass hashes it once if nothing wrote it (nuksm_scan_quiet()).
+ */
+static bool nuksm_scan_just_tracked(NuksmScanner *sc, NuksmBlockState *bs,
+                                    uint64_t idx)
+{
+    return nuksm_scan_unseen(bs, idx) && nuksm_scan_in_stretch(sc, bs, idx) &&
+           test_bit(idx % NUKSM_TRACK_STRETCH, sc->tracked_now);
 }
 
 /*
@@ -474,8 +563,7 @@ static void nuksm_scan_track_stretch(NuksmScanner *sc, RAMBlock *rb,
 static bool nuksm_scan_spared(NuksmScanner *sc, NuksmBlockState *bs,
                               uint64_t idx, uint64_t pm)
 {
-    return (pm & NUKSM_PM_UFFD_WP) && sc->stretch_bs == bs &&
-           QEMU_ALIGN_DOWN(idx, NUKSM_TRACK_STRETCH) == sc->stretch_first &&
+    return (pm & NUKSM_PM_UFFD_WP) && nuksm_scan_in_stretch(sc, bs, idx) &&
            test_bit(idx % NUKSM_TRACK_STRETCH, sc->was_tracked) &&
            (nuksm_page_flags(bs, idx) & NUKSM_PAGE_OFFERED);
 }
@@ -563,6 +651,7 @@ static unsigned nuksm_scan_pages(NuksmScanner *sc, RAMBlock *rb,
         uint64_t digest;
         bool zero_like;
         bool eager = hinted;    /* offered at first sight */
+        bool quiet = false;     /* hashed once: digest is its key */
 
         if ((nuksm_page_flags(bs, idx) & NUKSM_PAGE_MERGED) &&
             nuksm_scan_still_merged(sc, bs, idx, pm[i], delta)) {
@@ -579,9 +668,20 @@ static unsigned nuksm_scan_pages(NuksmScanner *sc, RAMBlock *rb,
                 continue;
             }
             eager = nuksm_region_eager(bs, idx);
+            if (tracking && !eager) {
+                if (nuksm_scan_just_tracked(sc, bs, idx)) {
+                    nuksm_page_update(bs, idx, 0, NUKSM_PAGE_WAITING);
+                    sc->news++;
+                    continue;
+                }
+                quiet = nuksm_scan_quiet(sc, bs, idx, pm[i]);
+            }
         }
         hashed++;
-        if (!nuksm_scan_hash(sc, bs, idx, p, &zero_like, delta)) {
+        nuksm_page_update(bs, idx, NUKSM_PAGE_WAITING, 0);
+        if (quiet) {
+            nuksm_scan_hash_once(sc, bs, idx, p, &digest, &zero_like);
+        } else if (!nuksm_scan_hash(sc, bs, idx, p, &zero_like, delta)) {
             /* Not stable, or still the zero page dropped. */
             if (!eager || (nuksm_page_flags(bs, idx) & NUKSM_PAGE_ZERO)) {
                 continue;
@@ -594,6 +694,9 @@ static unsigned nuksm_scan_pages(NuksmScanner *sc, RAMBlock *rb,
              * Offered already: write tracking saw it written (it was not
              * spared), so check what the sampled digest says in full.
              */
+            if (quiet) {
+                break;          /* hashed in full just now */
+            }
             if (tracking && !hinted &&
                 (nuksm_page_flags(bs, idx) & NUKSM_PAGE_OFFERED)) {
                 nuksm_scan_full_digest(sc, bs, idx, p, &digest, delta);
@@ -606,7 +709,8 @@ static unsigned nuksm_scan_pages(NuksmScanner *sc, RAMBlock *rb,
             zero[nr_zero++] = i;
             break;
         case NUKSM_SCAN_OFFER:
-            if (!nuksm_scan_full_digest(sc, bs, idx, p, &digest, delta)) {
+            if (!quiet &&
+                !nuksm_scan_full_digest(sc, bs, idx, p, &digest, delta)) {
                 if (!eager) {
                     break;
                 }
