@@ -118,6 +118,7 @@ static inline void nuksm_page_assert_legal(uint8_t f)
     assert(!(f & NUKSM_PAGE_HELD) || !(f & NUKSM_PAGE_OFFERED));
     assert(!(f & NUKSM_PAGE_MERGED) || (f & NUKSM_PAGE_REMAPPED));
     assert(!(f & NUKSM_PAGE_ZERO) || !(f & NUKSM_PAGE_REMAPPED));
+    assert(!(f & NUKSM_PAGE_WAITING) || !(f & NUKSM_PAGE_STABLE));
 }
 
 static inline uint8_t nuksm_page_flags(const NuksmBlockState *bs,
