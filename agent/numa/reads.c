@@ -129,10 +129,10 @@ static gboolean on_pass_due(gpointer opaque)
 
 /*
  * A pass for reads, READS_REPLACE_SECONDS after the READS that first
- * asks for it: once for all the changes until then.  Not at once: the VMs that share copies report
- * the same merges each in its own read window, and a pass that weighed
- * one VM's READS before the others' came would move copies to it, and
- * the next pass move half of them back.
+ * asks for it: once for all the changes until then.  Not at once: the
+ * VMs that share copies report the same merges each in its own read
+ * window, and a pass that weighed one VM's READS before the others' came
+ * would move copies to it, and the next pass move half of them back.
  */
 static void request_pass(NuksmAgent *agent)
 {

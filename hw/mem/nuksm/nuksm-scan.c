@@ -526,6 +526,18 @@ static bool nuksm_scan_in_stretch(NuksmScanner *sc, NuksmBlockState *bs,
 }
 
 /*
+ * Was page @idx of @bs, of pagemap entry @pm, write-protected both when
+ * the pass came to its stretch and now: nothing wrote it since a pass
+ * before protected it?
+ */
+static bool nuksm_scan_still_protected(NuksmScanner *sc, NuksmBlockState *bs,
+                                       uint64_t idx, uint64_t pm)
+{
+    return (pm & NUKSM_PM_UFFD_WP) && nuksm_scan_in_stretch(sc, bs, idx) &&
+           test_bit(idx % NUKSM_TRACK_STRETCH, sc->was_tracked);
+}
+
+/*
  * Is page @idx of @bs, of pagemap entry @pm, waiting and quiet: a pass
  * write-protected it when it first saw it, and it was still protected
  * both when this pass came to its stretch and now?  Then nothing wrote
@@ -539,8 +551,7 @@ static bool nuksm_scan_quiet(NuksmScanner *sc, NuksmBlockState *bs,
                              uint64_t idx, uint64_t pm)
 {
     return (nuksm_page_flags(bs, idx) & NUKSM_PAGE_WAITING) &&
-           (pm & NUKSM_PM_UFFD_WP) && nuksm_scan_in_stretch(sc, bs, idx) &&
-           test_bit(idx % NUKSM_TRACK_STRETCH, sc->was_tracked);
+           nuksm_scan_still_protected(sc, bs, idx, pm);
 }
 
 /*
@@ -563,8 +574,7 @@ static bool nuksm_scan_just_tracked(NuksmScanner *sc, NuksmBlockState *bs,
 static bool nuksm_scan_spared(NuksmScanner *sc, NuksmBlockState *bs,
                               uint64_t idx, uint64_t pm)
 {
-    return (pm & NUKSM_PM_UFFD_WP) && nuksm_scan_in_stretch(sc, bs, idx) &&
-           test_bit(idx % NUKSM_TRACK_STRETCH, sc->was_tracked) &&
+    return nuksm_scan_still_protected(sc, bs, idx, pm) &&
            (nuksm_page_flags(bs, idx) & NUKSM_PAGE_OFFERED);
 }
 
@@ -586,8 +596,7 @@ static bool nuksm_scan_chunk_idle(NuksmScanner *sc, NuksmBlockState *bs,
     const uint64_t *pm;
     uint64_t n = 0;
 
-    if (sc->stretch_bs != bs ||
-        QEMU_ALIGN_DOWN(first, NUKSM_TRACK_STRETCH) != sc->stretch_first) {
+    if (!nuksm_scan_in_stretch(sc, bs, first)) {
         return false;
     }
     pm = &sc->stretch_pm[first - sc->stretch_first];

@@ -5,10 +5,10 @@
  * A pass write-protects with userfaultfd the guest pages it sees for the
  * first time and those it found stable (nuksm-scan.c), so that the next
  * pass can tell from their pagemap entries' uffd-wp bit, without reading
- * them, that nothing wrote them since.  A write to such a page faults to our userfaultfd and blocks
- * until the protection of the page's stretch (a whole
- * NUKSM_TRACK_STRETCH, 2 MiB, so that a transparent huge page stays
- * huge) is lifted and the writer woken.  The next pass hashes that
+ * them, that nothing wrote them since.  A write to such a page faults to
+ * our userfaultfd and blocks until the protection of the page's stretch
+ * (a whole NUKSM_TRACK_STRETCH, 2 MiB, so that a transparent huge page
+ * stays huge) is lifted and the writer woken.  The next pass hashes that
  * stretch again.  An idle VM then costs a walk of its page tables per
  * pass, not a hash of its memory, and each written stretch one fault per
  * pass at most.
