@@ -40,14 +40,15 @@
  * New slot (start_upload()).  A pair allocates a slot on the node the
  * policy picks, in line with one sharer's guest pages where it can
  * (core/lines.h), so that QEMU maps whole windows of them at once.  Its
- * content is read by the agent from the VM's memory where the VM's
- * TOPOLOGY says where the page lies (host/peek.h,
- * uploads_read_queued()), else uploaded by the VM (UPLOAD); an uploader
- * that has not delivered within LEDGER_UPLOAD_SECONDS hands the upload
- * to another sharer (merge/uploads.h).  The agent checks the digest,
- * writes the slot and its record (generation, domain: host/store.h), and
- * sends every page that waits a MERGE (send_merges()).  The ledger (merge/ledger.h)
- * counts who uses each slot.
+ * content is read by the agent from the VM's memory straight into the
+ * slot where the VM's TOPOLOGY says where the page lies (host/peek.h,
+ * store_window_slot(), uploads_read_queued()), else uploaded by the VM
+ * (UPLOAD) and written; an uploader that has not delivered within
+ * LEDGER_UPLOAD_SECONDS hands the upload to another sharer
+ * (merge/uploads.h).  The agent checks the digest, records the slot
+ * (generation, domain: host/store.h), and sends every page that waits a
+ * MERGE (send_merges()).  The ledger (merge/ledger.h) counts who uses
+ * each slot.
  *
  * Merge (the commit, in QEMU).  A guest page is mapped onto a slot only
  * after a full comparison under userfaultfd write protection; runs and

@@ -73,10 +73,23 @@ RULES = (
 )
 RULES = tuple((stage, re.compile(pattern)) for stage, pattern in RULES)
 
+# Functions that make the stage of all the work under them, before the
+# rules: the agent's windows of the store and its reads of a VM's memory
+# are uploads, with the faults and mappings they take (which the rules
+# would give to remap, as they are in QEMU).
+OWNERS = (
+    ("upload", r"^store_window|^peek_pages$"),
+)
+OWNERS = tuple((stage, re.compile(pattern)) for stage, pattern in OWNERS)
+
 
 def stage_of(frames):
     """The stage of a sample whose call chain, innermost first, has the
     frames @frames."""
+    for sym in frames:
+        for stage, rule in OWNERS:
+            if rule.search(sym):
+                return stage
     for sym in frames:
         m = SYSCALL.match(sym)
         if m:

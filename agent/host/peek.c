@@ -18,7 +18,7 @@
 #include "peek.h"
 
 int peek_pages(pid_t pid, int pidfd, const uint64_t *addrs, size_t n,
-               uint8_t *buf, bool *read)
+               void *const *dest, bool *read)
 {
     struct iovec local[PEEK_PAGES_MAX], remote[PEEK_PAGES_MAX];
 
@@ -28,8 +28,7 @@ int peek_pages(pid_t pid, int pidfd, const uint64_t *addrs, size_t n,
         return ENOTSUP;
     }
     for (size_t i = 0; i < n; i++) {
-        local[i] = (struct iovec) { buf + i * NUKSM_PAGE_SIZE,
-                                    NUKSM_PAGE_SIZE };
+        local[i] = (struct iovec) { dest[i], NUKSM_PAGE_SIZE };
         remote[i] = (struct iovec) { (void *)(uintptr_t)addrs[i],
                                      NUKSM_PAGE_SIZE };
     }
@@ -41,7 +40,10 @@ int peek_pages(pid_t pid, int pidfd, const uint64_t *addrs, size_t n,
         if (got < 0 && errno != EFAULT) {
             return errno;
         }
-        /* It stops at the first page it cannot read: skip that one. */
+        /*
+         * It stops at the first page it cannot read, or cannot write (a
+         * destination the kernel cannot allocate): skip that one.
+         */
         whole = got < 0 ? 0 : (size_t)got / NUKSM_PAGE_SIZE;
         for (size_t k = 0; k < whole; k++) {
             read[i + k] = true;

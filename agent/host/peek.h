@@ -24,13 +24,13 @@
 
 /*
  * Read the @n (at most PEEK_PAGES_MAX) pages at @addrs in process @pid,
- * which @pidfd names, into @buf (page i at i * NUKSM_PAGE_SIZE): read[i]
- * says which were, whole.  A page not mapped there is not read.  Returns
+ * which @pidfd names, page i into @dest[i]: read[i] says which were,
+ * whole.  A page not mapped there is not read.  Returns
  * 0, or the errno that keeps the agent from reading that process at all
  * (EPERM, ESRCH, ENOSYS; ENOTSUP without a pidfd, which alone tells that
  * @pid still names the process, not one that got its pid later).
  */
 int peek_pages(pid_t pid, int pidfd, const uint64_t *addrs, size_t n,
-               uint8_t *buf, bool *read);
+               void *const *dest, bool *read);
 
 #endif

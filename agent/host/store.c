@@ -398,6 +398,59 @@ int store_write(Store *st, uint16_t domain, uint32_t node, uint32_t slot,
                      (off_t)slot * NUKSM_PAGE_SIZE);
 }
 
+uint8_t *store_window_slot(Store *st, StoreWindows *ws, uint16_t domain,
+                           uint32_t node, uint32_t slot)
+{
+    uint32_t first = slot - slot % STORE_WINDOW_SLOTS;
+    StoreWindow *w;
+    void *addr;
+
+    for (unsigned i = 0; i < ws->len; i++) {
+        w = &ws->w[i];
+        if (w->domain == domain && w->node == node && w->first == first) {
+            return w->addr + (size_t)(slot - first) * NUKSM_PAGE_SIZE;
+        }
+    }
+    if (ws->len == STORE_WINDOWS_MAX) {
+        return NULL;
+    }
+    addr = mmap(NULL, (size_t)STORE_WINDOW_SLOTS * NUKSM_PAGE_SIZE,
+                PROT_READ | PROT_WRITE, MAP_SHARED,
+                store_fd(st, domain, node), (off_t)first * NUKSM_PAGE_SIZE);
+    if (addr == MAP_FAILED) {
+        log_warning("cannot map slots %u..%u of store node %u: %s", first,
+                    first + STORE_WINDOW_SLOTS - 1, node, g_strerror(errno));
+        return NULL;
+    }
+    w = &ws->w[ws->len++];
+    *w = (StoreWindow) { .domain = domain, .node = node, .first = first,
+                         .addr = addr };
+    return w->addr + (size_t)(slot - first) * NUKSM_PAGE_SIZE;
+}
+
+void store_windows_prefault(void *const *pages, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t run = 1;
+
+        while (i + run < n && (uint8_t *)pages[i + run] ==
+                              (uint8_t *)pages[i] + run * NUKSM_PAGE_SIZE) {
+            run++;
+        }
+        /* Errors are the copy's to find, page by page. */
+        madvise(pages[i], run * NUKSM_PAGE_SIZE, MADV_POPULATE_WRITE);
+        i += run;
+    }
+}
+
+void store_windows_unmap(StoreWindows *ws)
+{
+    for (unsigned i = 0; i < ws->len; i++) {
+        munmap(ws->w[i].addr, (size_t)STORE_WINDOW_SLOTS * NUKSM_PAGE_SIZE);
+    }
+    ws->len = 0;
+}
+
 bool store_read(const Store *st, uint16_t domain, uint32_t node,
                 uint32_t slot, void *content)
 {

@@ -109,6 +109,52 @@ int store_fd(const Store *st, uint16_t domain, uint32_t node);
 int store_write(Store *st, uint16_t domain, uint32_t node, uint32_t slot,
                 const void *content);
 
+/* Slots of a store window: 2 MiB of the file, aligned. */
+#define STORE_WINDOW_SLOTS 512u
+
+/* Windows a StoreWindows maps at most at once. */
+#define STORE_WINDOWS_MAX 64u
+
+/*
+ * Windows of the store files mapped read-write, so that a system call
+ * (process_vm_readv()) copies a VM's page straight into its slot, where
+ * store_write() would copy it a second time.  Only the kernel may write
+ * through them: its copy into a page that cannot be had (a full tmpfs,
+ * a memory cgroup at its limit) fails with EFAULT, where the agent's own
+ * store would die of SIGBUS.  The agent reads through them only pages
+ * that were written.  Unmapped after each batch, so that the agent's page
+ * tables keep nothing for the store.
+ */
+typedef struct StoreWindow {
+    uint16_t domain;
+    uint32_t node;
+    uint32_t first;          /* the window's first slot */
+    uint8_t *addr;
+} StoreWindow;
+
+typedef struct StoreWindows {
+    StoreWindow w[STORE_WINDOWS_MAX];
+    unsigned len;
+} StoreWindows;
+
+/*
+ * The address of @domain's @slot of @node in a window of @ws, mapped if
+ * need be; NULL, logged, if it cannot be mapped or @ws is full.
+ */
+uint8_t *store_window_slot(Store *st, StoreWindows *ws, uint16_t domain,
+                           uint32_t node, uint32_t slot);
+
+/*
+ * Allocate and map the @n pages at @pages (from store_window_slot()),
+ * each run of adjacent ones with one call, so that the copy into them
+ * takes no fault of its own.  A page that cannot be had is left to fail
+ * that copy.
+ */
+void store_windows_prefault(void *const *pages, size_t n);
+
+/* Unmap the windows of @ws. */
+void store_windows_unmap(StoreWindows *ws);
+
 /* Read the page of a slot; logs and returns false on failure. */
 bool store_read(const Store *st, uint16_t domain, uint32_t node,
                 uint32_t slot, void *content);

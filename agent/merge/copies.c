@@ -10,29 +10,40 @@
 #include "ledger.h"
 #include "outbox.h"
 
-bool copies_fill(NuksmAgent *agent, SlotId id, const void *content)
+/* The store refused a slot's content with @err: say so; false. */
+static bool store_refused(NuksmAgent *agent, int err)
+{
+    conditions_store_full(agent, "cannot write to the store in %s: %s",
+                          agent->store.dir, g_strerror(err));
+    return false;
+}
+
+bool copies_filled(NuksmAgent *agent, SlotId id)
 {
     Slot *s = ledger_slot(agent, id);
     SlotRecord rec = {
         .gen = s->gen,
         .domain_key = domains_record_key(&agent->domains, s->domain),
     };
-    int err = store_write(&agent->store, s->domain, slot_id_node(id),
-                          slot_id_slot(id), content);
-
-    if (!err) {
-        err = store_set_record(&agent->store, slot_id_node(id),
+    int err = store_set_record(&agent->store, slot_id_node(id),
                                slot_id_slot(id), &rec);
-    }
+
     if (err) {
-        conditions_store_full(agent, "cannot write to the store in %s: %s",
-                              agent->store.dir, g_strerror(err));
-        return false;
+        return store_refused(agent, err);
     }
     memcg_charge(&agent->memcg, NUKSM_PAGE_SIZE);
     conditions_clear(agent, NUKSM_COND_STORE_FULL);
     s->state = SLOT_READY;
     return true;
+}
+
+bool copies_fill(NuksmAgent *agent, SlotId id, const void *content)
+{
+    const Slot *s = ledger_slot(agent, id);
+    int err = store_write(&agent->store, s->domain, slot_id_node(id),
+                          slot_id_slot(id), content);
+
+    return err ? store_refused(agent, err) : copies_filled(agent, id);
 }
 
 void copies_join(NuksmAgent *agent, NuksmClient *v, uint64_t page,

@@ -5,7 +5,8 @@
  * A copy starts when two pages meet in the unstable table (merge.c): its
  * slot is allocated, indexed under its domain and digest, and one page
  * is asked to upload the content; pages that find it meanwhile wait for
- * the upload.  Once the content is written (copies_fill()), every page
+ * the upload.  Once the content is written (copies_fill(), or in place and
+then copies_filled()), every page
  * sharing the slot is sent a MERGE.  A slot that gets a content by other
  * ways, a RESTORE of an orphan (recovery.c) or a new copy made for
  * re-placement (relocate.c), is published the same way: indexed, and
@@ -27,6 +28,13 @@
  * it.
  */
 bool copies_fill(NuksmAgent *agent, SlotId id, const void *content);
+
+/*
+ * Slot @id, whose digest and domain are set, has its content written in
+ * place (store_window_slot()): record it, and it becomes SLOT_READY.
+ * False as copies_fill().
+ */
+bool copies_filled(NuksmAgent *agent, SlotId id);
 
 /*
  * Index slot @id, which has its content or is having it uploaded, and

@@ -14,6 +14,7 @@
 #include "nuksm-digest.h"
 #include "outbox.h"
 #include "peek.h"
+#include "store.h"
 #include "transport.h"
 #include "uploads.h"
 
@@ -243,13 +244,16 @@ static bool revoked_upload(NuksmClient *client, const NuksmSlotRef *r)
 
 /*
  * @content of @client's page @r arrived for slot @id, sent or read: make
- * the slot of it.  The content is trusted only as far as its digest:
- * every sharer compares it with its own page before mapping the slot, so
- * an uploader that lies can only fail its own merges.
+ * the slot of it.  @in_place: it was read straight into the slot (its
+ * window of the store), else it is written there now.  The content is
+ * trusted only as far as its digest: every sharer compares it with its
+ * own page before mapping the slot, so an uploader that lies can only
+ * fail its own merges.  A slot given up is freed, which punches out
+ * whatever was read into it.
  */
 static void store_upload(NuksmAgent *agent, NuksmClient *client,
                          const NuksmSlotRef *r, SlotId id,
-                         const uint8_t *content)
+                         const uint8_t *content, bool in_place)
 {
     if (nuksm_page_digest(content, NUKSM_PAGE_SIZE) !=
         ledger_slot(agent, id)->digest) {
@@ -259,7 +263,8 @@ static void store_upload(NuksmAgent *agent, NuksmClient *client,
         ledger_upload_cancel(agent, id);
         return;
     }
-    if (!copies_fill(agent, id, content)) {
+    if (!(in_place ? copies_filled(agent, id)
+                   : copies_fill(agent, id, content))) {
         ledger_upload_cancel(agent, id);
         return;
     }
@@ -288,7 +293,7 @@ void uploads_handle_upload(NuksmAgent *agent, NuksmClient *client,
         }
         client->uploads_sent++;
         store_upload(agent, client, &refs[i], e->value,
-                     pages + (size_t)i * NUKSM_PAGE_SIZE);
+                     pages + (size_t)i * NUKSM_PAGE_SIZE, false);
     }
 }
 
@@ -306,41 +311,67 @@ static bool upload_awaited(NuksmAgent *agent, NuksmClient *client,
            e->value == *id && ledger_slot(agent, *id)->gen == r->gen;
 }
 
-/* Read @client's @n uploads @refs from its memory, or ask for them. */
+/*
+ * Read @client's @n uploads @refs from its memory straight into their
+ * slots, through windows of the store (@windows), or ask for them.  Only
+ * slots still awaiting their upload are written: a slot is read into
+ * before it is ready, so no VM maps it yet.  A ref queued twice is read
+ * twice into its slot, from the same page, and stored once.
+ */
 static void read_uploads(NuksmAgent *agent, NuksmClient *client,
-                         const NuksmSlotRef *refs, size_t n, uint8_t *buf)
+                         const NuksmSlotRef *refs, size_t n,
+                         StoreWindows *windows)
 {
+    const NuksmSlotRef *to_read[PEEK_PAGES_MAX];
     uint64_t addrs[PEEK_PAGES_MAX];
+    void *dest[PEEK_PAGES_MAX];
     bool read[PEEK_PAGES_MAX] = {};
+    size_t m = 0;
 
     for (size_t k = 0; k < n; k++) {
-        /* Its TOPOLOGY may have changed since: 0 is not read. */
-        if (!client_page_address(client, refs[k].page, &addrs[k])) {
-            addrs[k] = 0;
-        }
-    }
-    if (!client->read_errno) {
-        client->read_errno = peek_pages(client->pid, client->pidfd, addrs, n,
-                                        buf, read);
-        if (client->read_errno) {
-            log_warning("%s: cannot read its memory (%s): it uploads the "
-                        "content of new slots itself", client->label,
-                        g_strerror(client->read_errno));
-        }
-    }
-    for (size_t k = 0; k < n; k++) {
+        const NuksmSlotRef *r = &refs[k];
         SlotId id;
 
-        if (!upload_awaited(agent, client, &refs[k], &id)) {
+        if (!upload_awaited(agent, client, r, &id)) {
+            continue;
+        }
+        /* A slot VMs may map is never written again. */
+        g_assert(ledger_slot(agent, id)->state == SLOT_UPLOADING);
+        /* Its TOPOLOGY may have changed since it was queued. */
+        if (client->read_errno ||
+            !client_page_address(client, r->page, &addrs[m]) ||
+            !(dest[m] = store_window_slot(&agent->store, windows,
+                                          ledger_slot(agent, id)->domain,
+                                          r->node, r->slot))) {
+            outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ, r->page, id,
+                       r->gen);
+            continue;
+        }
+        to_read[m++] = r;
+    }
+    if (!m) {
+        return;
+    }
+    store_windows_prefault(dest, m);
+    client->read_errno = peek_pages(client->pid, client->pidfd, addrs, m,
+                                    dest, read);
+    if (client->read_errno) {
+        log_warning("%s: cannot read its memory (%s): it uploads the "
+                    "content of new slots itself", client->label,
+                    g_strerror(client->read_errno));
+    }
+    for (size_t k = 0; k < m; k++) {
+        SlotId id;
+
+        if (!upload_awaited(agent, client, to_read[k], &id)) {
             continue;
         }
         if (read[k]) {
             client->uploads_read++;
-            store_upload(agent, client, &refs[k], id,
-                         buf + k * NUKSM_PAGE_SIZE);
+            store_upload(agent, client, to_read[k], id, dest[k], true);
         } else {
-            outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ, refs[k].page, id,
-                       refs[k].gen);
+            outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ,
+                       to_read[k]->page, id, to_read[k]->gen);
         }
     }
 }
@@ -363,20 +394,20 @@ static GArray *take_reads(NuksmAgent *agent, NuksmClient **client)
 
 void uploads_read_queued(NuksmAgent *agent)
 {
-    g_autofree uint8_t *buf = NULL;
     NuksmClient *client;
     GArray *refs;
 
+    G_STATIC_ASSERT(PEEK_PAGES_MAX <= STORE_WINDOWS_MAX);
     /* What is stored may queue more (the outbox grows): until none is. */
     while ((refs = take_reads(agent, &client))) {
-        if (!buf) {
-            buf = g_malloc(PEEK_PAGES_MAX * NUKSM_PAGE_SIZE);
-        }
         for (guint k = 0; k < refs->len && !client->dead;
              k += PEEK_PAGES_MAX) {
+            StoreWindows windows = { .len = 0 };
+
             read_uploads(agent, client,
                          &g_array_index(refs, NuksmSlotRef, k),
-                         MIN(refs->len - k, PEEK_PAGES_MAX), buf);
+                         MIN(refs->len - k, PEEK_PAGES_MAX), &windows);
+            store_windows_unmap(&windows);
         }
         g_array_unref(refs);
     }
