@@ -203,7 +203,8 @@ class Run:
                 profiled = {"cpu_s": merge_cpu / 1e9,
                             "merged_pages": self.timeline[-1][1],
                             "tids": self.side.counted_tids(self.vms,
-                                                           self.main_loop)}
+                                                           self.main_loop),
+                            "agent_tids": self.side.agent_tids()}
             if self.budget == "idle":
                 self.side.to_defaults(self.vms)
             # Steady state: whatever there was to merge is merged.  Both
@@ -245,7 +246,8 @@ class Run:
                 for k, v in self.cpu().items() if k in parts_start}
         if self.profile:
             shares, count = stages.breakdown(self.perf_data,
-                                             profiled.pop("tids"))
+                                             profiled.pop("tids"),
+                                             profiled.pop("agent_tids"))
             result["stages"] = {"shares": shares, "samples": count,
                                 **profiled}
         if rewriter:

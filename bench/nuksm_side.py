@@ -127,6 +127,10 @@ class NuksmSide:
                 tids.add(vm.pid)
         return tids
 
+    def agent_tids(self):
+        """nuksmd's threads, as they are now."""
+        return set(procstat.threads(self.agent.pid))
+
     def store_bytes(self):
         return sum(p.stat().st_blocks * 512
                    for p in self.state_dir.glob("store-*"))

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import plot
 import stages
 from workloads import MIB, PAGE
 
@@ -105,7 +106,8 @@ def cost_model_rows(pairs, floors):
             ksm_us = 1e6 / ksm["merged_per_cpu_s"] \
                 if ksm["merged_per_cpu_s"] else None
             rows.append(["KSM, all of it", fmt(ksm_us, ".2f"), "", "", ""])
-            title = (f"``{run['workload']}`` at full throttle, "
+            title = (f"``{run['workload']}`` at "
+                     f"{plot.NUKSM_BUDGET_LABELS[run['budget']]}, "
                      f"{run['stages']['samples']:,} samples, "
                      f"{run['stages']['merged_pages']:,} pages merged in "
                      f"{run['stages']['cpu_s']:.2f} CPU-s")

@@ -144,11 +144,13 @@ def main():
                         out / f"perf-{wl.name}-{budget}-{variant[0]}.data"
                         ).run(ksm_share=ksm_run["merge_cpu_share"])
                     for variant in [("nuksm",), *wl.variants]]
-                if wl.profile and budget == "full":
+                if budget in wl.profile:
                     nuksm_runs.append(Run(
                         wl, budget, NuksmSide(PROFILED), workdir, idle,
-                        cow_chunks, out / f"perf-{wl.name}-{PROFILED}.data",
-                        profile=True).run())
+                        cow_chunks,
+                        out / f"perf-{wl.name}-{budget}-{PROFILED}.data",
+                        profile=True).run(
+                            ksm_share=ksm_run["merge_cpu_share"]))
                 pairs.append([*kernel_runs, *nuksm_runs])
     finally:
         control.restore()

@@ -73,23 +73,21 @@ RULES = (
 )
 RULES = tuple((stage, re.compile(pattern)) for stage, pattern in RULES)
 
-# Functions that make the stage of all the work under them, before the
-# rules: the agent's windows of the store and its reads of a VM's memory
-# are uploads, with the faults and mappings they take (which the rules
-# would give to remap, as they are in QEMU).
-OWNERS = (
-    ("upload", r"^store_window|^peek_pages$"),
-)
-OWNERS = tuple((stage, re.compile(pattern)) for stage, pattern in OWNERS)
+# The agent maps no guest page: its own mappings are windows of the store
+# that its uploads are read into (store_window_slot()), and the faults
+# of a system call are that call's, not the rules' (which give faults to
+# remap, as they are in QEMU).
+AGENT_SYSCALLS = {**SYSCALLS, "mmap": "upload", "munmap": "upload",
+                  "madvise": "upload"}
 
-
-def stage_of(frames):
+def stage_of(frames, agent=False):
     """The stage of a sample whose call chain, innermost first, has the
-    frames @frames."""
-    for sym in frames:
-        for stage, rule in OWNERS:
-            if rule.search(sym):
-                return stage
+    frames @frames; @agent: a sample of nuksmd."""
+    if agent:
+        for sym in frames:
+            m = SYSCALL.match(sym)
+            if m:
+                return AGENT_SYSCALLS.get(m.group(1), "rest")
     for sym in frames:
         m = SYSCALL.match(sym)
         if m:
@@ -101,7 +99,7 @@ def stage_of(frames):
 
 
 def samples(perf_data, tids):
-    """(weight, [frame, innermost first]) of each sample of threads @tids
+    """(tid, weight, [frame, innermost first]) of each sample of threads @tids
     in @perf_data: a frame is its symbol, and its file in parentheses (a
     library without symbols, libxxhash's, is known by its file)."""
     out = subprocess.run(
@@ -114,23 +112,23 @@ def samples(perf_data, tids):
             continue
         if not line.startswith("\t"):       # "TID PERIOD", then frames
             if weight is not None:
-                yield weight, frames
-            tid, period = line.split()[:2]
-            weight = int(period) if int(tid) in tids else None
+                yield tid, weight, frames
+            tid, period = (int(x) for x in line.split()[:2])
+            weight = period if tid in tids else None
             frames = []
         elif weight is not None:
             parts = line.split(None, 1)
             frames.append(parts[1] if len(parts) > 1 else "")
     if weight is not None:
-        yield weight, frames
+        yield tid, weight, frames
 
 
-def breakdown(perf_data, tids):
+def breakdown(perf_data, tids, agent_tids=frozenset()):
     """{stage: share of the samples of threads @tids}, and the number of
-    samples."""
+    samples; @agent_tids are nuksmd's."""
     weights, count = Counter(), 0
-    for weight, frames in samples(perf_data, tids):
-        weights[stage_of(frames)] += weight
+    for tid, weight, frames in samples(perf_data, tids):
+        weights[stage_of(frames, tid in agent_tids)] += weight
         count += 1
     total = sum(weights.values()) or 1
     return {s: weights[s] / total for s in STAGES}, count

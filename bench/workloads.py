@@ -78,9 +78,9 @@ class Workload:
     # Report the saving over time (integrated, time to 90%) against
     # KSM's: XLH's and UKSM's figures.
     over_time: bool = False
-    # One more nuksm run at full throttle, profiled (perf record) while
-    # it merges: the cost model's stages (bench/stages.py).
-    profile: bool = False
+    # The budgets of one more nuksm run each, profiled (perf record)
+    # while it merges: the cost model's stages (bench/stages.py).
+    profile: tuple = ()
 
     @property
     def tcg(self):
@@ -270,7 +270,7 @@ def suite(quick):
             Workload("static", "static: 2 VMs x 64 MiB, half identical",
                      2, 64, (("unique", 31), ("shared", 32)),
                      budgets=("full", "default"), timeout=60,
-                     variants=(FULL_HASH,), profile=True),
+                     variants=(FULL_HASH,), profile=("full", "default")),
             Workload("many", "many VMs: 4 x 64 MiB sharing a 48 MiB image",
                      4, 64, (("shared", 48), ("unique", 15))),
             Workload("sparse", "sparse: 2 VMs x 128 MiB, no duplicates",
@@ -287,7 +287,7 @@ def suite(quick):
         Workload("static", "static: 2 VMs x 1 GiB, half identical",
                  2, 1024, (("unique", 511), ("shared", 512)),
                  budgets=("full", "default"), timeout=480,
-                 variants=(FULL_HASH,), profile=True),
+                 variants=(FULL_HASH,), profile=("full", "default")),
         Workload("many", "many VMs: 8 x 256 MiB sharing a 192 MiB image",
                  8, 256, (("shared", 192), ("unique", 63))),
         Workload("sparse", "sparse: 2 VMs x 1 GiB, no duplicates",
@@ -338,7 +338,7 @@ def shuffled_workload(vms, mib):
     return Workload(name, f"shuffled: {vms} VMs x {mib} MiB, every other "
                     "page identical, in each VM's own order", vms, mib,
                     (("shuffled", mib - 1),), timeout=240,
-                    profile=vms == 2)
+                    profile=("full",) if vms == 2 else ())
 
 
 # VMs of 1 GiB of the scale series; 2 of them are the static workload's.
