@@ -80,6 +80,7 @@ RULES = tuple((stage, re.compile(pattern)) for stage, pattern in RULES)
 AGENT_SYSCALLS = {**SYSCALLS, "mmap": "upload", "munmap": "upload",
                   "madvise": "upload"}
 
+
 def stage_of(frames, agent=False):
     """The stage of a sample whose call chain, innermost first, has the
     frames @frames; @agent: a sample of nuksmd."""
