@@ -5,9 +5,9 @@
  * A copy starts when two pages meet in the unstable table (merge.c): its
  * slot is allocated, indexed under its domain and digest, and one page
  * is asked to upload the content; pages that find it meanwhile wait for
- * the upload.  Once the content is written (copies_fill(), or in place and
-then copies_filled()), every page
- * sharing the slot is sent a MERGE.  A slot that gets a content by other
+ * the upload.  Once the content is written (copies_fill(), or read in
+ * place and then copies_filled()), every page sharing the slot is sent a
+ * MERGE.  A slot that gets a content by other
  * ways, a RESTORE of an orphan (recovery.c) or a new copy made for
  * re-placement (relocate.c), is published the same way: indexed, and
  * joined by the pages of its content waiting in the unstable table.

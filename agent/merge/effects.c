@@ -105,6 +105,7 @@ static void reap_clients(NuksmAgent *agent)
         l = l->next;
         if (client->dead) {
             merge_client_leave(agent, client);
+            merge_client_free(client);
             clients_remove(&agent->clients, client);
             trim_soon();
         }

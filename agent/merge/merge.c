@@ -17,11 +17,23 @@
 #include "outbox.h"
 #include "policy.h"
 #include "quotas.h"
+#include "reads.h"
 #include "transport.h"
 #include "uploads.h"
 
 /* Fewer clients than slots: a joining VM always gets one. */
 _Static_assert(CLIENTS_MAX < UNSTABLE_CLIENTS, "a VM has an unstable slot");
+
+void merge_client_free(NuksmClient *client)
+{
+    keymap_destroy(&client->pages);
+    outbox_client_destroy(&client->outbox);
+    uploads_client_destroy(&client->uploads);
+    reads_client_destroy(&client->reads);
+    home_client_destroy(&client->home);
+    sketch_destroy(&client->sketch);
+    lines_destroy(&client->lines);
+}
 
 void merge_client_join(NuksmAgent *agent, NuksmClient *client)
 {
@@ -30,16 +42,12 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     client->queue_max = quotas_queue_max(agent, client->domain_id);
     domains_stats(&agent->domains, client->domain_id)->vms++;
     keymap_init(&client->pages, agent->index.seed);
-    keymap_init(&client->read_regions, agent->index.seed);
+    reads_client_init(&client->reads, agent->index.seed);
     sketch_init(&client->sketch, agent->index.seed);
     client->colocation.plan_verdict = NUKSM_PLAN__MAX;
     client->colocated_to = NUKSM_MAX_NODES;
     lines_init(&client->lines);
-    client->to_merge = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
-    client->to_upload = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
-    client->to_read = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
-    client->to_move = g_array_new(FALSE, FALSE, sizeof(NuksmMove));
-    client->to_retry = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
+    outbox_client_init(&client->outbox);
     g_hash_table_insert(agent->ledger.vms, GUINT_TO_POINTER(client->id),
                         client);
     client->unstable_slot = unstable_client_add(&agent->unstable, client->id,
@@ -349,7 +357,8 @@ void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
         return;
     }
     for (uint32_t i = 0; i < batch->count; i++) {
-        uint32_t gnodes = client->topology ? client->topology->nr_gnodes : 1;
+        const NuksmMsgTopology *t = client->home.topology;
+        uint32_t gnodes = t ? t->nr_gnodes : 1;
 
         if (c[i].page >= LEDGER_PAGE_LIMIT) {
             transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,

@@ -36,6 +36,15 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client);
  */
 void merge_client_leave(NuksmAgent *agent, NuksmClient *client);
 
+/*
+ * Free what the merge engine, its helpers and placement keep for @client
+ * (its ledger, outbox, uploads, read hotness, sketch, lines and
+ * topology), touching nothing else: after merge_client_leave(), or as
+ * the agent stops and leaves the store to the next one.  Before
+ * clients_remove().
+ */
+void merge_client_free(NuksmClient *client);
+
 /* Handlers of the VM -> agent messages; payloads passed nuksm_msg_check. */
 void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
                              uint32_t seq, const void *payload);

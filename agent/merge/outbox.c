@@ -10,6 +10,24 @@
 #include "outbox.h"
 #include "transport.h"
 
+void outbox_client_init(ClientOutbox *out)
+{
+    out->to_merge = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
+    out->to_upload = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
+    out->to_read = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
+    out->to_move = g_array_new(FALSE, FALSE, sizeof(NuksmMove));
+    out->to_retry = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
+}
+
+void outbox_client_destroy(ClientOutbox *out)
+{
+    g_clear_pointer(&out->to_merge, g_array_unref);
+    g_clear_pointer(&out->to_upload, g_array_unref);
+    g_clear_pointer(&out->to_read, g_array_unref);
+    g_clear_pointer(&out->to_move, g_array_unref);
+    g_clear_pointer(&out->to_retry, g_array_unref);
+}
+
 static NuksmSlotRef slot_ref(uint64_t page, SlotId id, uint32_t gen)
 {
     return (NuksmSlotRef) {
@@ -23,8 +41,8 @@ static NuksmSlotRef slot_ref(uint64_t page, SlotId id, uint32_t gen)
 
 static void add_client(NuksmAgent *agent, NuksmClient *client)
 {
-    if (!client->in_outbox) {
-        client->in_outbox = true;
+    if (!client->outbox.queued) {
+        client->outbox.queued = true;
         g_ptr_array_add(agent->effects.outbox, client);
     }
 }
@@ -34,8 +52,9 @@ void outbox_add(NuksmAgent *agent, NuksmClient *client, NuksmMsgType type,
 {
     NuksmSlotRef ref = slot_ref(page, id, gen);
 
-    g_array_append_val(type == NUKSM_MSG_MERGE ? client->to_merge
-                                               : client->to_upload, ref);
+    g_array_append_val(type == NUKSM_MSG_MERGE ? client->outbox.to_merge
+                                               : client->outbox.to_upload,
+                       ref);
     add_client(agent, client);
 }
 
@@ -44,7 +63,7 @@ void outbox_add_read(NuksmAgent *agent, NuksmClient *client, uint64_t page,
 {
     NuksmSlotRef ref = slot_ref(page, id, gen);
 
-    g_array_append_val(client->to_read, ref);
+    g_array_append_val(client->outbox.to_read, ref);
     add_client(agent, client);
 }
 
@@ -57,7 +76,7 @@ void outbox_add_move(NuksmAgent *agent, NuksmClient *client, uint64_t page,
         .to = slot_ref(page, to, to_gen),
     };
 
-    g_array_append_val(client->to_move, move);
+    g_array_append_val(client->outbox.to_move, move);
     add_client(agent, client);
 }
 
@@ -65,7 +84,7 @@ void outbox_add_retry(NuksmAgent *agent, NuksmClient *client, uint64_t page)
 {
     NuksmSlotRef ref = { .page = page };
 
-    g_array_append_val(client->to_retry, ref);
+    g_array_append_val(client->outbox.to_retry, ref);
     add_client(agent, client);
 }
 
@@ -95,15 +114,15 @@ void outbox_flush(NuksmAgent *agent)
     for (guint i = 0; i < agent->effects.outbox->len; i++) {
         NuksmClient *client = g_ptr_array_index(agent->effects.outbox, i);
 
-        send_batches(agent, client, NUKSM_MSG_UPLOAD_REQ, client->to_upload,
+        send_batches(agent, client, NUKSM_MSG_UPLOAD_REQ,
+                     client->outbox.to_upload, NUKSM_SLOTREFS_MAX);
+        send_batches(agent, client, NUKSM_MSG_MERGE, client->outbox.to_merge,
                      NUKSM_SLOTREFS_MAX);
-        send_batches(agent, client, NUKSM_MSG_MERGE, client->to_merge,
-                     NUKSM_SLOTREFS_MAX);
-        send_batches(agent, client, NUKSM_MSG_MOVE, client->to_move,
+        send_batches(agent, client, NUKSM_MSG_MOVE, client->outbox.to_move,
                      NUKSM_MOVES_MAX);
-        send_batches(agent, client, NUKSM_MSG_RETRY, client->to_retry,
+        send_batches(agent, client, NUKSM_MSG_RETRY, client->outbox.to_retry,
                      NUKSM_SLOTREFS_MAX);
-        client->in_outbox = false;
+        client->outbox.queued = false;
     }
     g_ptr_array_set_size(agent->effects.outbox, 0);
 }

@@ -12,6 +12,10 @@
 
 #include "agent.h"
 
+/* A joining VM's outbox, empty; freed by outbox_client_destroy(). */
+void outbox_client_init(ClientOutbox *out);
+void outbox_client_destroy(ClientOutbox *out);
+
 /* Queue a @type (UPLOAD_REQ or MERGE) entry for @client. */
 void outbox_add(NuksmAgent *agent, NuksmClient *client, NuksmMsgType type,
                 uint64_t page, SlotId id, uint32_t gen);

@@ -154,7 +154,7 @@ ThrottleVerdict throttle_charge(NuksmAgent *agent, NuksmClient *client,
     gint64 domain_us = charge_domain(agent, client->domain_id, ns, now);
     gint64 host_us = 0;
 
-    client->cpu_ns += ns;
+    client->cpu.used_ns += ns;
     if (t->max_cpu < 100) {
         static LogLimit at_cap;
 

@@ -33,7 +33,7 @@
 
 bool uploads_trusted(const NuksmClient *client)
 {
-    return g_get_monotonic_time() >= client->distrusted_until;
+    return g_get_monotonic_time() >= client->uploads.distrusted_until;
 }
 
 /*
@@ -78,12 +78,13 @@ static void ask_upload(NuksmAgent *agent, NuksmClient *client, uint64_t page,
     uint32_t gen = ledger_slot(agent, id)->gen;
     uint64_t addr;
 
-    if (client->revoked_uploads) {
+    if (client->uploads.revoked) {
         RevokedUpload key = revoked_key(page, id, gen);
 
-        g_hash_table_remove(client->revoked_uploads, &key);
+        g_hash_table_remove(client->uploads.revoked, &key);
     }
-    if (!client->read_errno && client_page_address(client, page, &addr)) {
+    if (!client->uploads.read_errno &&
+        client_page_address(client, page, &addr)) {
         outbox_add_read(agent, client, page, id, gen);
     } else {
         outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ, page, id, gen);
@@ -99,14 +100,14 @@ static void revoke_upload(NuksmClient *client, uint64_t page, SlotId id,
 {
     RevokedUpload key = revoked_key(page, id, gen);
 
-    if (!client->revoked_uploads ||
-        g_hash_table_size(client->revoked_uploads) >= REVOKED_UPLOADS_MAX) {
-        g_clear_pointer(&client->revoked_uploads, g_hash_table_destroy);
-        client->revoked_uploads = g_hash_table_new_full(revoked_hash,
+    if (!client->uploads.revoked ||
+        g_hash_table_size(client->uploads.revoked) >= REVOKED_UPLOADS_MAX) {
+        g_clear_pointer(&client->uploads.revoked, g_hash_table_destroy);
+        client->uploads.revoked = g_hash_table_new_full(revoked_hash,
                                                         revoked_equal,
                                                         g_free, NULL);
     }
-    g_hash_table_add(client->revoked_uploads, g_memdup2(&key, sizeof(key)));
+    g_hash_table_add(client->uploads.revoked, g_memdup2(&key, sizeof(key)));
 }
 
 /*
@@ -119,16 +120,16 @@ static void upload_missed(NuksmClient *client, uint64_t page, SlotId id,
 {
     revoke_upload(client, page, id, gen);
     if (first) {
-        unsigned shift = MIN(client->uploads_missed, 6u);
+        unsigned shift = MIN(client->uploads.missed, 6u);
         unsigned ban = MIN(UPLOAD_BAN_SECONDS << shift,
                            UPLOAD_BAN_MAX_SECONDS);
 
-        client->uploads_missed++;
-        client->distrusted_until = g_get_monotonic_time() +
-                                       (gint64)ban * G_USEC_PER_SEC;
+        client->uploads.missed++;
+        client->uploads.distrusted_until = g_get_monotonic_time() +
+                                           (gint64)ban * G_USEC_PER_SEC;
         log_warning("%s: did not upload in %u s (time %u): other VMs "
                     "upload in its place for %u s", client->label,
-                    LEDGER_UPLOAD_SECONDS, client->uploads_missed, ban);
+                    LEDGER_UPLOAD_SECONDS, client->uploads.missed, ban);
     }
 }
 
@@ -238,8 +239,8 @@ static bool revoked_upload(NuksmClient *client, const NuksmSlotRef *r)
     RevokedUpload key = revoked_key(r->page, slot_id(r->node, r->slot),
                                     r->gen);
 
-    return client->revoked_uploads &&
-           g_hash_table_remove(client->revoked_uploads, &key);
+    return client->uploads.revoked &&
+           g_hash_table_remove(client->uploads.revoked, &key);
 }
 
 /*
@@ -291,7 +292,7 @@ void uploads_handle_upload(NuksmAgent *agent, NuksmClient *client,
         if (!e) {
             return;
         }
-        client->uploads_sent++;
+        client->uploads.sent++;
         store_upload(agent, client, &refs[i], e->value,
                      pages + (size_t)i * NUKSM_PAGE_SIZE, false);
     }
@@ -338,7 +339,7 @@ static void read_uploads(NuksmAgent *agent, NuksmClient *client,
         /* A slot VMs may map is never written again. */
         g_assert(ledger_slot(agent, id)->state == SLOT_UPLOADING);
         /* Its TOPOLOGY may have changed since it was queued. */
-        if (client->read_errno ||
+        if (client->uploads.read_errno ||
             !client_page_address(client, r->page, &addrs[m]) ||
             !(dest[m] = store_window_slot(&agent->store, windows,
                                           ledger_slot(agent, id)->domain,
@@ -353,12 +354,12 @@ static void read_uploads(NuksmAgent *agent, NuksmClient *client,
         return;
     }
     store_windows_prefault(dest, m);
-    client->read_errno = peek_pages(client->pid, client->pidfd, addrs, m,
-                                    dest, read);
-    if (client->read_errno) {
+    client->uploads.read_errno = peek_pages(client->pid, client->pidfd,
+                                            addrs, m, dest, read);
+    if (client->uploads.read_errno) {
         log_warning("%s: cannot read its memory (%s): it uploads the "
                     "content of new slots itself", client->label,
-                    g_strerror(client->read_errno));
+                    g_strerror(client->uploads.read_errno));
     }
     for (size_t k = 0; k < m; k++) {
         SlotId id;
@@ -367,7 +368,7 @@ static void read_uploads(NuksmAgent *agent, NuksmClient *client,
             continue;
         }
         if (read[k]) {
-            client->uploads_read++;
+            client->uploads.read++;
             store_upload(agent, client, to_read[k], id, dest[k], true);
         } else {
             outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ,
@@ -381,10 +382,11 @@ static GArray *take_reads(NuksmAgent *agent, NuksmClient **client)
 {
     for (guint i = 0; i < agent->effects.outbox->len; i++) {
         NuksmClient *c = g_ptr_array_index(agent->effects.outbox, i);
-        GArray *refs = c->to_read;
+        GArray *refs = c->outbox.to_read;
 
         if (refs && refs->len) {
-            c->to_read = g_array_new(FALSE, FALSE, sizeof(NuksmSlotRef));
+            c->outbox.to_read = g_array_new(FALSE, FALSE,
+                                            sizeof(NuksmSlotRef));
             *client = c;
             return refs;
         }
@@ -413,6 +415,11 @@ void uploads_read_queued(NuksmAgent *agent)
     }
 }
 
+
+void uploads_client_destroy(ClientUploads *up)
+{
+    g_clear_pointer(&up->revoked, g_hash_table_destroy);
+}
 
 void uploads_stop(NuksmAgent *agent)
 {

@@ -75,6 +75,9 @@ void uploads_read_queued(struct NuksmAgent *agent);
 void uploads_handle_upload(struct NuksmAgent *agent, NuksmClient *client,
                            uint32_t seq, const void *payload);
 
+/* Free what uploads keep of a VM that is leaving. */
+void uploads_client_destroy(ClientUploads *up);
+
 /* Stop looking at late uploads, at shutdown. */
 void uploads_stop(struct NuksmAgent *agent);
 

@@ -26,8 +26,8 @@ static uint64_t vm_pages(const NuksmClient *vm)
 {
     uint64_t pages = 0;
 
-    for (uint32_t r = 0; r < vm->topology->nr_ranges; r++) {
-        pages += vm->topology->ranges[r].count;
+    for (uint32_t r = 0; r < vm->home.topology->nr_ranges; r++) {
+        pages += vm->home.topology->ranges[r].count;
     }
     return pages;
 }
@@ -40,7 +40,7 @@ static GPtrArray *plan_vms(NuksmAgent *agent)
     for (guint i = vms->len; i-- > 0;) {
         const NuksmClient *vm = g_ptr_array_index(vms, i);
 
-        if (!vm->topology || vm->topology->nr_gnodes != 1) {
+        if (!vm->home.topology || vm->home.topology->nr_gnodes != 1) {
             g_ptr_array_remove_index(vms, i);
         }
     }
@@ -100,9 +100,9 @@ static void colocation_look(NuksmAgent *agent, Colocation *c)
             .domain = vm->domain_id,
             .node = client_home(vm, 0),
             .pages = vm_pages(vm),
-            .vcpus = vm->topology->nr_vcpus,
+            .vcpus = vm->home.topology->nr_vcpus,
             .pinned = !agent->placement.colocate_move_pinned &&
-                      colocate_pinned_by_operator(vm->home_source[0],
+                      colocate_pinned_by_operator(vm->home.source[0],
                                                   client_home(vm, 0),
                                                   vm->colocated_to),
         };

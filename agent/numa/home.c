@@ -39,7 +39,7 @@ static void count_vcpus(const NuksmMsgTopology *t, const VcpuSeen *seen,
 static PolicyHome evaluate(NuksmAgent *agent, NuksmClient *client,
                            uint32_t g, const VcpuSeen *seen)
 {
-    const NuksmGuestNode *gn = &client->topology->gnodes[g];
+    const NuksmGuestNode *gn = &client->home.topology->gnodes[g];
     PolicyHomeView view = {
         .backend_nodes = gn->host_nodes,
         .backend_binds = gn->policy == NUKSM_MEMPOLICY_BIND ||
@@ -47,14 +47,14 @@ static PolicyHome evaluate(NuksmAgent *agent, NuksmClient *client,
         .nr_nodes = agent->nr_nodes,
     };
     PolicyHome home = {
-        .node = client->home[g],
-        .source = client->home_source[g],
-        .streak = client->home_streak[g],
+        .node = client->home.node[g],
+        .source = client->home.source[g],
+        .streak = client->home.streak[g],
     };
 
-    count_vcpus(client->topology, seen, g, &view.vcpus);
+    count_vcpus(client->home.topology, seen, g, &view.vcpus);
     if (!view.vcpus.count) {
-        count_vcpus(client->topology, seen, -1, &view.vcpus);
+        count_vcpus(client->home.topology, seen, -1, &view.vcpus);
     }
     policy_home(&view, &home);
     return home;
@@ -79,17 +79,17 @@ static const char *source_reason(NuksmHomeSourceId source)
 
 static void send_home(NuksmAgent *agent, NuksmClient *client)
 {
-    NuksmMsgHome msg = { .nr_gnodes = client->topology->nr_gnodes };
+    NuksmMsgHome msg = { .nr_gnodes = client->home.topology->nr_gnodes };
 
-    memcpy(msg.home, client->home, msg.nr_gnodes);
-    memcpy(msg.source, client->home_source, msg.nr_gnodes);
+    memcpy(msg.home, client->home.node, msg.nr_gnodes);
+    memcpy(msg.source, client->home.source, msg.nr_gnodes);
     transport_send(client, NUKSM_MSG_HOME, 0, &msg, sizeof(msg));
 }
 
 /* Re-evaluate @client's homes; tell it, and move pages, if one changed. */
 static void update(NuksmAgent *agent, NuksmClient *client, bool first)
 {
-    const NuksmMsgTopology *t = client->topology;
+    const NuksmMsgTopology *t = client->home.topology;
     VcpuSeen seen[NUKSM_MAX_VCPUS];
     bool changed = false, moved = false;
 
@@ -100,17 +100,18 @@ static void update(NuksmAgent *agent, NuksmClient *client, bool first)
     for (uint32_t g = 0; g < t->nr_gnodes; g++) {
         PolicyHome home = evaluate(agent, client, g, seen);
 
-        client->home_streak[g] = home.streak;
-        if (first || home.node != client->home[g] ||
-            home.source != client->home_source[g]) {
-            if (!first && home.node != client->home[g]) {
+        client->home.streak[g] = home.streak;
+        if (first || home.node != client->home.node[g] ||
+            home.source != client->home.source[g]) {
+            if (!first && home.node != client->home.node[g]) {
                 log_info("%s: guest node %u moves home from node %u to "
-                         "node %u (%s)", client->label, g, client->home[g],
-                         home.node, source_reason(home.source));
+                         "node %u (%s)", client->label, g,
+                         client->home.node[g], home.node,
+                         source_reason(home.source));
                 moved = true;
             }
-            client->home[g] = home.node;
-            client->home_source[g] = home.source;
+            client->home.node[g] = home.node;
+            client->home.source[g] = home.source;
             changed = true;
         }
     }
@@ -130,7 +131,7 @@ static gboolean on_home_timer(gpointer opaque)
 
     g_hash_table_iter_init(&it, agent->ledger.vms);
     while (g_hash_table_iter_next(&it, NULL, (gpointer *)&client)) {
-        if (client->topology) {
+        if (client->home.topology) {
             update(agent, client, false);
         }
     }
@@ -162,10 +163,15 @@ void home_handle_topology(NuksmAgent *agent, NuksmClient *client,
             return;
         }
     }
-    g_free(client->topology);
-    client->topology = g_memdup2(t, sizeof(*t));
+    g_free(client->home.topology);
+    client->home.topology = g_memdup2(t, sizeof(*t));
     log_info("%s: %u guest node%s, %u vCPU thread%s", client->label,
              t->nr_gnodes, t->nr_gnodes == 1 ? "" : "s", t->nr_vcpus,
              t->nr_vcpus == 1 ? "" : "s");
     update(agent, client, true);
+}
+
+void home_client_destroy(ClientHome *home)
+{
+    g_clear_pointer(&home->topology, g_free);
 }

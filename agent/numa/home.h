@@ -26,6 +26,9 @@
 void home_start(NuksmAgent *agent);
 void home_stop(NuksmAgent *agent);
 
+/* Free what placement keeps of a VM that is leaving. */
+void home_client_destroy(ClientHome *home);
+
 /* TOPOLOGY from a VM: record it and send its first HOME. */
 void home_handle_topology(NuksmAgent *agent, NuksmClient *client,
                           uint32_t seq, const void *payload);

@@ -17,7 +17,7 @@
 /* Does @client's read region @region hold RAM its TOPOLOGY reported? */
 static bool region_reported(const NuksmClient *client, uint64_t region)
 {
-    const NuksmMsgTopology *t = client->topology;
+    const NuksmMsgTopology *t = client->home.topology;
     /* nuksm_msg_check() bounds @region: its pages fit 64 bits. */
     uint64_t first = region * NUKSM_READ_REGION_PAGES;
     uint64_t end = first + NUKSM_READ_REGION_PAGES;
@@ -61,7 +61,7 @@ static uint64_t process_regions(const NuksmClient *client)
     uint64_t regions = 0;
 
     do {
-        regions += c->read_regions.count;
+        regions += c->reads.regions.count;
         c = c->pid_next;
     } while (c != client);
     return regions;
@@ -73,11 +73,11 @@ static bool may_keep_region(NuksmClient *client, bool may_grow)
     if (may_grow && process_regions(client) < READS_REGIONS_MAX) {
         return true;
     }
-    if (may_grow && !client->read_regions_capped) {
+    if (may_grow && !client->reads.capped) {
         log_warning("%s: its process keeps the %u read regions it may "
                     "(READS): others count as never read", client->label,
                     READS_REGIONS_MAX);
-        client->read_regions_capped = true;
+        client->reads.capped = true;
     }
     return false;
 }
@@ -91,7 +91,7 @@ static bool set_region(NuksmAgent *agent, NuksmClient *client,
                        uint64_t region, uint8_t idle, bool may_grow)
 {
     uint32_t cold_windows = agent->placement.cold_windows;
-    KeyMapEntry *e = keymap_lookup(&client->read_regions, region, 0);
+    KeyMapEntry *e = keymap_lookup(&client->reads.regions, region, 0);
     bool was_hot = e && policy_page_hot(NUKSM_IDLE_NEVER, e->tag,
                                         cold_windows);
     bool was_warm = e && policy_page_warm(NUKSM_IDLE_NEVER, e->tag,
@@ -102,18 +102,18 @@ static bool set_region(NuksmAgent *agent, NuksmClient *client,
 
     if (idle == NUKSM_IDLE_NEVER) {
         if (e) {
-            keymap_remove(&client->read_regions, e);
+            keymap_remove(&client->reads.regions, e);
         }
     } else if (e) {
         e->tag = idle;
     } else if (may_keep_region(client, may_grow)) {
-        keymap_insert(&client->read_regions, region, 0, &added)->tag = idle;
+        keymap_insert(&client->reads.regions, region, 0, &added)->tag = idle;
     } else {
         /* Not kept: never read, as far as we know. */
         hot = warm = false;
     }
     if (hot != was_hot) {
-        client->read_hot_regions += hot ? 1 : -1;
+        client->reads.hot_regions += hot ? 1 : -1;
     }
     return warm != was_warm;
 }
@@ -159,9 +159,9 @@ void reads_handle_reads(NuksmAgent *agent, NuksmClient *client,
         changed |= set_region(agent, client, r[i].region, r[i].idle,
                               may_grow);
     }
-    client->read_window_ms = m->window_ms;
-    client->reads_local = m->reads_local;
-    client->reads_remote = m->reads_remote;
+    client->reads.window_ms = m->window_ms;
+    client->reads.local = m->reads_local;
+    client->reads.remote = m->reads_remote;
     /* QEMU samples only merged pages: a region it reports holds some. */
     if (changed && client->merged_pages &&
         policy_moves_by_hotness(agent->placement.policy)) {
@@ -172,4 +172,14 @@ void reads_handle_reads(NuksmAgent *agent, NuksmClient *client,
 void reads_stop(NuksmAgent *agent)
 {
     g_clear_handle_id(&agent->placement.reads_pass_timer, g_source_remove);
+}
+
+void reads_client_init(ClientReads *reads, uint64_t seed)
+{
+    keymap_init(&reads->regions, seed);
+}
+
+void reads_client_destroy(ClientReads *reads)
+{
+    keymap_destroy(&reads->regions);
 }

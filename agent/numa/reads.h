@@ -61,4 +61,8 @@ void reads_handle_reads(NuksmAgent *agent, NuksmClient *client,
 /* Forget a pass held back, at shutdown. */
 void reads_stop(NuksmAgent *agent);
 
+/* A joining VM's read hotness, none; freed by reads_client_destroy(). */
+void reads_client_init(ClientReads *reads, uint64_t seed);
+void reads_client_destroy(ClientReads *reads);
+
 #endif /* NUKSMD_READS_H */

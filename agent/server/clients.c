@@ -71,9 +71,6 @@ void clients_remove(ClientRegistry *reg, NuksmClient *client)
     if (client->exit_watch) {
         g_source_remove(client->exit_watch);
     }
-    if (client->out_watch) {
-        g_source_remove(client->out_watch);
-    }
     if (client->hello_timer) {
         g_source_remove(client->hello_timer);
     }
@@ -82,19 +79,6 @@ void clients_remove(ClientRegistry *reg, NuksmClient *client)
     if (client->pidfd >= 0) {
         close(client->pidfd);
     }
-    keymap_destroy(&client->pages);
-    keymap_destroy(&client->read_regions);
-    sketch_destroy(&client->sketch);
-    lines_destroy(&client->lines);
-    if (client->to_merge) {
-        g_array_unref(client->to_merge);
-        g_array_unref(client->to_upload);
-        g_array_unref(client->to_read);
-        g_array_unref(client->to_move);
-        g_array_unref(client->to_retry);
-    }
-    g_free(client->topology);
-    g_clear_pointer(&client->revoked_uploads, g_hash_table_destroy);
     g_free(client->label);
     g_free(client);
 }
@@ -242,7 +226,7 @@ unsigned clients_count_vms_reading(const ClientRegistry *reg, int domain_id)
     for (GList *l = reg->list.head; l; l = l->next) {
         const NuksmClient *c = l->data;
 
-        n += clients_is_vm(c) && c->read_window_ms &&
+        n += clients_is_vm(c) && c->reads.window_ms &&
              (domain_id < 0 || c->domain_id == domain_id);
     }
     return n;
@@ -285,7 +269,7 @@ GPtrArray *clients_list_vms(const ClientRegistry *reg)
 static const NuksmPageRange *range_of_page(const NuksmClient *client,
                                            uint64_t page)
 {
-    const NuksmMsgTopology *t = client->topology;
+    const NuksmMsgTopology *t = client->home.topology;
 
     for (uint32_t r = 0; t && r < t->nr_ranges; r++) {
         if (page - t->ranges[r].first < t->ranges[r].count) {
@@ -311,12 +295,12 @@ uint32_t client_home_of_page(const NuksmClient *client, uint64_t page)
 {
     const NuksmPageRange *range = range_of_page(client, page);
 
-    return range ? client->home[range->gnode] : client_home(client, 0);
+    return range ? client->home.node[range->gnode] : client_home(client, 0);
 }
 
 uint8_t client_read_idle(const NuksmClient *client, uint64_t page)
 {
-    const KeyMapEntry *e = keymap_lookup(&client->read_regions,
+    const KeyMapEntry *e = keymap_lookup(&client->reads.regions,
                                          page / NUKSM_READ_REGION_PAGES, 0);
 
     return e ? e->tag : NUKSM_IDLE_NEVER;

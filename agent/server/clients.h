@@ -51,6 +51,77 @@ typedef struct ClientColocation {
     NuksmSchemeId scheme;    /* the adaptive scheme's, for its domain */
 } ClientColocation;
 
+/*
+ * The parts of a client each module keeps, each created and freed by its
+ * owner: clients_remove() frees only the registry's own and the
+ * transport's queue, merge_client_free() the others.
+ */
+
+/* Messages the socket could not take yet (transport.c). */
+typedef struct ClientTxq {
+    struct TxqEntry *head;   /* oldest first, NULL if none */
+    struct TxqEntry *tail;   /* newest */
+    size_t bytes;            /* what they cost, counted as transport.c says */
+    guint out_watch;         /* G_IO_OUT source while the queue is not empty */
+} ClientTxq;
+
+/* Entries of its next messages, gathered while one is handled (outbox.h). */
+typedef struct ClientOutbox {
+    GArray *to_merge;        /* NuksmSlotRef of the next MERGE */
+    GArray *to_upload;       /* NuksmSlotRef of the next UPLOAD_REQ */
+    GArray *to_read;         /* NuksmSlotRef of uploads the agent reads */
+                             /* from its memory (uploads.c, peek.h) */
+    GArray *to_move;         /* NuksmMove of the next MOVE */
+    GArray *to_retry;        /* NuksmSlotRef of the next RETRY (page only) */
+    bool queued;             /* in the agent's outbox */
+} ClientOutbox;
+
+/* The content of new slots the VM gives (uploads.h). */
+typedef struct ClientUploads {
+    uint32_t missed;         /* uploads it let pass their time */
+    gint64 distrusted_until; /* monotonic us: others upload in its place */
+                             /* till then */
+    GHashTable *revoked;     /* uploads no longer awaited: page, slot and */
+                             /* generation */
+    uint64_t read;           /* new slots' content read from its memory */
+    uint64_t sent;           /* new slots' content it sent (UPLOAD) */
+    int read_errno;          /* why its memory cannot be read, or 0 */
+} ClientUploads;
+
+/*
+ * The CPU its messages cost the agent, and its domain's CPU quota
+ * (dispatch.c, server.c, throttle.h).
+ */
+typedef struct ClientCpu {
+    uint64_t charge_ns;      /* CPU its messages cost, not yet CHARGEd */
+    uint64_t used_ns;        /* CPU its messages cost, all told */
+    uint64_t throttled_ns;   /* time its domain's CPU quota left it unread */
+    gint64 served_at;        /* monotonic us it was last read */
+    gint64 paused_at;        /* monotonic us it was left unread at, */
+    gint64 paused_until;     /* and until when; 0 while it is read */
+} ClientCpu;
+
+/* NUMA placement (home.h): NULL topology until the VM sends it. */
+typedef struct ClientHome {
+    NuksmMsgTopology *topology;
+    uint8_t node[NUKSM_MAX_GNODES];    /* each guest node's home node */
+    uint8_t source[NUKSM_MAX_GNODES];  /* NuksmHomeSourceId */
+    uint8_t streak[NUKSM_MAX_GNODES];  /* evaluations elsewhere */
+} ClientHome;
+
+/* Read hotness of its merged pages, from its READS (reads.h). */
+typedef struct ClientReads {
+    KeyMap regions;          /* read region -> samples since one of its */
+                             /* merged pages was read (tag), for those */
+                             /* below NUKSM_IDLE_NEVER */
+    uint32_t hot_regions;    /* of them, read in the last */
+                             /* --cold-windows samples */
+    uint32_t window_ms;      /* its read window; 0: no READS yet */
+    uint64_t local;          /* reads its sampling caught (READS) */
+    uint64_t remote;
+    bool capped;             /* some regions were not kept (logged once) */
+} ClientReads;
+
 typedef struct NuksmClient {
     struct NuksmAgent *agent;
     int fd;
@@ -92,18 +163,8 @@ typedef struct NuksmClient {
     uint64_t merged_pages;   /* guest pages mapped onto store pages */
     uint64_t parked_pages;   /* entries taken back, not yet restored */
     uint64_t refused_pages;  /* RESTORE entries refused */
-    uint32_t uploads_missed; /* uploads it let pass their time (uploads.c) */
-    gint64 distrusted_until;    /* monotonic us: others upload in its */
-                                    /* place till then (uploads.c) */
-    GHashTable *revoked_uploads;    /* uploads no longer awaited: page, */
-                                    /* slot and generation (uploads.c) */
     NuksmMsgVmLimit limit;   /* what holds back its merging in QEMU */
-
-    /* Messages the socket could not take yet (transport.c) */
-    struct TxqEntry *txq_head;  /* oldest first, NULL if none */
-    struct TxqEntry *txq_tail;  /* newest */
-    size_t txq_bytes;        /* what they cost, counted as transport.c says */
-    guint out_watch;         /* G_IO_OUT source while txq is not empty */
+    ClientTxq txq;
 
     /* Merge engine (VM clients) */
     bool joined;             /* merge_client_join() done */
@@ -112,41 +173,12 @@ typedef struct NuksmClient {
     uint16_t unstable_slot;  /* names it in the unstable table; 0: none */
     uint16_t domain_id;
     KeyMap pages;            /* page -> slot it maps or is about to (ledger) */
-    GArray *to_merge;        /* NuksmSlotRef of the next MERGE (outbox) */
-    GArray *to_upload;       /* NuksmSlotRef of the next UPLOAD_REQ */
-    GArray *to_read;         /* NuksmSlotRef of uploads the agent reads */
-                             /* from its memory (uploads.c, peek.h) */
-    uint64_t uploads_read;   /* new slots' content read from its memory */
-    uint64_t uploads_sent;   /* new slots' content it sent (UPLOAD) */
-    int read_errno;          /* why its memory cannot be read, or 0 */
-    GArray *to_move;         /* NuksmMove of the next MOVE */
-    GArray *to_retry;        /* NuksmSlotRef of the next RETRY (page only) */
-    uint64_t charge_ns;      /* CPU its messages cost, not yet CHARGEd */
-    uint64_t cpu_ns;         /* CPU its messages cost, all told */
-    uint64_t throttled_ns;   /* time its domain's CPU quota left it */
-                             /* unread (merge/throttle.h) */
-    gint64 served_at;        /* monotonic us it was last read */
-    gint64 paused_at;        /* monotonic us it was left unread at, */
-    gint64 paused_until;     /* and until when; 0 while it is read */
+    ClientOutbox outbox;
+    ClientUploads uploads;
+    ClientCpu cpu;
     SlotLines lines;         /* where its new slots go (lines.h) */
-    bool in_outbox;
-
-    /* NUMA placement (home.h): NULL topology until the VM sends it */
-    NuksmMsgTopology *topology;
-    uint8_t home[NUKSM_MAX_GNODES];
-    uint8_t home_source[NUKSM_MAX_GNODES];     /* NuksmHomeSourceId */
-    uint8_t home_streak[NUKSM_MAX_GNODES];     /* evaluations elsewhere */
-
-    /* Read hotness of its merged pages, from its READS (reads.h) */
-    KeyMap read_regions;     /* read region -> samples since one of its */
-                             /* merged pages was read (tag), for those */
-                             /* below NUKSM_IDLE_NEVER */
-    uint32_t read_hot_regions;   /* of them, read in the last */
-                                 /* --cold-windows samples */
-    uint32_t read_window_ms; /* its read window; 0: no READS yet */
-    uint64_t reads_local;    /* reads its sampling caught (READS) */
-    uint64_t reads_remote;
-    bool read_regions_capped;    /* some were not kept (logged once) */
+    ClientHome home;
+    ClientReads reads;
 
     /* What its memory holds, sampled by content (sketch.h) */
     ContentSketch sketch;
@@ -227,8 +259,8 @@ NuksmClient *clients_find(const ClientRegistry *reg, uint32_t id);
 static inline uint32_t client_home(const NuksmClient *client,
                                    uint32_t gnode)
 {
-    return client->topology && gnode < client->topology->nr_gnodes ?
-           client->home[gnode] : 0;
+    return client->home.topology && gnode < client->home.topology->nr_gnodes ?
+           client->home.node[gnode] : 0;
 }
 
 /*

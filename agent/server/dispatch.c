@@ -356,15 +356,15 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         memcpy(e->vm_name, vm->vm_name, sizeof(e->vm_name));
         memcpy(e->object_id, vm->object_id, sizeof(e->object_id));
         e->merged_pages = vm->merged_pages;
-        e->agent_cpu_ns = vm->cpu_ns;
-        e->throttled_ns = vm->throttled_ns;
-        e->uploads_read = vm->uploads_read;
-        e->uploads_sent = vm->uploads_sent;
-        e->read_errno = vm->read_errno;
-        e->reads_local = vm->reads_local;
-        e->reads_remote = vm->reads_remote;
-        e->read_window_ms = vm->read_window_ms;
-        e->read_hot_regions = vm->read_hot_regions;
+        e->agent_cpu_ns = vm->cpu.used_ns;
+        e->throttled_ns = vm->cpu.throttled_ns;
+        e->uploads_read = vm->uploads.read;
+        e->uploads_sent = vm->uploads.sent;
+        e->read_errno = vm->uploads.read_errno;
+        e->reads_local = vm->reads.local;
+        e->reads_remote = vm->reads.remote;
+        e->read_window_ms = vm->reads.window_ms;
+        e->read_hot_regions = vm->reads.hot_regions;
         e->twin_id = vm->colocation.twin_id;
         e->twin_pm = vm->colocation.twin_pm;
         e->plan_to = vm->colocation.plan_to;
@@ -372,13 +372,14 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         e->scheme = vm->colocation.scheme;
         e->applied_to = vm->colocated_to;
         e->scanner = vm->scanner;
-        if (vm->paused_at) {
-            e->throttled_ns += (g_get_monotonic_time() - vm->paused_at) * 1000;
+        if (vm->cpu.paused_at) {
+            e->throttled_ns += (g_get_monotonic_time() -
+                                vm->cpu.paused_at) * 1000;
         }
         ledger_locality(vm, &e->merged_local, &e->merged_remote);
-        if (vm->topology) {
-            e->nr_gnodes = vm->topology->nr_gnodes;
-            memcpy(e->home, vm->home, e->nr_gnodes);
+        if (vm->home.topology) {
+            e->nr_gnodes = vm->home.topology->nr_gnodes;
+            memcpy(e->home, vm->home.node, e->nr_gnodes);
         }
         e->limit = vm->limit.limit;
         memcpy(e->limit_reason, vm->limit.reason, sizeof(e->limit_reason));
@@ -478,12 +479,12 @@ void dispatch_charge(NuksmClient *client, uint64_t ns)
     if (client->dead) {
         return;
     }
-    client->charge_ns += ns;
-    if (client->charge_ns >= NUKSM_CHARGE_MIN_NS) {
-        NuksmMsgCharge msg = { .cpu_ns = client->charge_ns };
+    client->cpu.charge_ns += ns;
+    if (client->cpu.charge_ns >= NUKSM_CHARGE_MIN_NS) {
+        NuksmMsgCharge msg = { .cpu_ns = client->cpu.charge_ns };
 
         transport_send(client, NUKSM_MSG_CHARGE, 0, &msg, sizeof(msg));
-        client->charge_ns = 0;
+        client->cpu.charge_ns = 0;
     }
 }
 

@@ -214,15 +214,15 @@ static void vm_families(NuksmAgent *agent, GArray *rows, GString *out)
            "whether the copy read was local (the NUMA tax in accesses).");
     EACH_VM(r) {
         sample_with(out, "nuksm_vm_reads_total", r->labels, "copy", "local",
-                    r->vm->reads_local);
+                    r->vm->reads.local);
         sample_with(out, "nuksm_vm_reads_total", r->labels, "copy",
-                    "remote", r->vm->reads_remote);
+                    "remote", r->vm->reads.remote);
     }
     family(out, "nuksm_vm_read_hot_regions", "gauge",
            "The VM's read regions of merged pages read lately (hot).");
     EACH_VM(r) {
         sample(out, "nuksm_vm_read_hot_regions", r->labels,
-               r->vm->read_hot_regions);
+               r->vm->reads.hot_regions);
     }
     family(out, "nuksm_vm_limited", "gauge",
            "1 while the VM's merging is held back for the reason given.");
@@ -258,7 +258,7 @@ static void vm_families(NuksmAgent *agent, GArray *rows, GString *out)
            "CPU nuksmd spent on the VM's messages.");
     EACH_VM(r) {
         sample(out, "nuksm_vm_agent_cpu_seconds_total", r->labels,
-               r->vm->cpu_ns / 1e9);
+               r->vm->cpu.used_ns / 1e9);
     }
     for (size_t f = 0; f < G_N_ELEMENTS(scanner_figures); f++) {
         const ScannerFigure *fig = &scanner_figures[f];
@@ -285,7 +285,7 @@ static void vm_families(NuksmAgent *agent, GArray *rows, GString *out)
            "unread.");
     EACH_VM(r) {
         sample(out, "nuksm_vm_throttled_seconds_total", r->labels,
-               r->vm->throttled_ns / 1e9);
+               r->vm->cpu.throttled_ns / 1e9);
     }
 }
 

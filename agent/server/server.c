@@ -21,6 +21,7 @@
 #include "dispatch.h"
 #include "effects.h"
 #include "log.h"
+#include "merge.h"
 #include "server.h"
 #include "throttle.h"
 #include "transport.h"
@@ -147,8 +148,9 @@ static gint compare_served(gconstpointer a, gconstpointer b)
 {
     const NuksmClient *ca = *(NuksmClient *const *)a;
     const NuksmClient *cb = *(NuksmClient *const *)b;
+    gint64 x = ca->cpu.served_at, y = cb->cpu.served_at;
 
-    return (ca->served_at > cb->served_at) - (ca->served_at < cb->served_at);
+    return (x > y) - (x < y);
 }
 
 /*
@@ -169,11 +171,11 @@ static gboolean on_resume(gpointer opaque)
     for (GList *l = agent->clients.list.head; l; l = l->next) {
         NuksmClient *client = l->data;
 
-        if (!client->paused_until) {
+        if (!client->cpu.paused_until) {
             continue;
         }
-        if (client->paused_until > now) {
-            next = MIN(next, client->paused_until);
+        if (client->cpu.paused_until > now) {
+            next = MIN(next, client->cpu.paused_until);
             continue;
         }
         g_ptr_array_add(due, client);
@@ -182,8 +184,8 @@ static gboolean on_resume(gpointer opaque)
     for (guint i = 0; i < due->len; i++) {
         NuksmClient *client = g_ptr_array_index(due, i);
 
-        client->throttled_ns += (now - client->paused_at) * 1000;
-        client->paused_at = client->paused_until = 0;
+        client->cpu.throttled_ns += (now - client->cpu.paused_at) * 1000;
+        client->cpu.paused_at = client->cpu.paused_until = 0;
         client->watch = g_unix_fd_add(client->fd, G_IO_IN, on_client_ready,
                                       client);
     }
@@ -214,8 +216,8 @@ static void pause_vms(NuksmAgent *agent, ThrottleVerdict verdict,
         }
         g_source_remove(client->watch);
         client->watch = 0;
-        client->paused_at = now;
-        client->paused_until = until;
+        client->cpu.paused_at = now;
+        client->cpu.paused_until = until;
     }
     if (agent->server.resume_timer && agent->server.resume_at <= until) {
         return;
@@ -247,7 +249,7 @@ static gboolean on_client_ready(int fd, GIOCondition cond, gpointer opaque)
     uint64_t loop_ns = MIN(mark - agent->server.cpu_mark, LOOP_CHARGE_MAX_NS);
     ThrottleVerdict unread = { 0 };
 
-    client->served_at = g_get_monotonic_time();
+    client->cpu.served_at = g_get_monotonic_time();
 
     for (unsigned i = 0; i < RECV_BATCH && !client->dead; i++) {
         /*
@@ -633,7 +635,10 @@ void server_stop(NuksmAgent *agent)
      * which must stay in the store for the next agent.
      */
     while (agent->clients.list.head) {
-        clients_remove(&agent->clients, agent->clients.list.head->data);
+        NuksmClient *client = agent->clients.list.head->data;
+
+        merge_client_free(client);
+        clients_remove(&agent->clients, client);
     }
     if (agent->server.listen_watch) {
         g_source_remove(agent->server.listen_watch);

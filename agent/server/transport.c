@@ -125,13 +125,13 @@ static char *queue_full(const NuksmClient *client, size_t cost)
     uint64_t process = 0, quota;
 
     do {
-        process += c->txq_bytes;
+        process += c->txq.bytes;
         c = c->pid_next;
     } while (c != client);
     if (process + cost > CLIENT_TXQ_MAX) {
         return g_strdup_printf("it does not read its messages (%zu KiB "
                                "queued, %" PRIu64 " KiB over its process's "
-                               "connections)", client->txq_bytes >> 10,
+                               "connections)", client->txq.bytes >> 10,
                                process >> 10);
     }
     if (!client->joined) {
@@ -149,7 +149,7 @@ static char *queue_full(const NuksmClient *client, size_t cost)
 /* Account a change of @delta bytes in @client's queue. */
 static void queue_account(NuksmClient *client, int64_t delta)
 {
-    client->txq_bytes += delta;
+    client->txq.bytes += delta;
     if (counts_for_domain(client)) {
         queued_by_domain[client->domain_id] += delta;
     }
@@ -172,16 +172,16 @@ static bool queue_datagram(NuksmClient *client, const void *buf,
     entry->next = NULL;
     entry->size = size;
     memcpy(entry->data, buf, size);
-    if (client->txq_tail) {
-        client->txq_tail->next = entry;
+    if (client->txq.tail) {
+        client->txq.tail->next = entry;
     } else {
-        client->txq_head = entry;
+        client->txq.head = entry;
     }
-    client->txq_tail = entry;
+    client->txq.tail = entry;
     queue_account(client, queued_cost(size));
-    if (!client->out_watch) {
+    if (!client->txq.out_watch) {
         log_debug("%s: socket full, queueing messages", client->label);
-        client->out_watch = g_unix_fd_add(client->fd, G_IO_OUT,
+        client->txq.out_watch = g_unix_fd_add(client->fd, G_IO_OUT,
                                           on_client_writable, client);
     }
     return true;
@@ -198,7 +198,7 @@ bool transport_send_fd(NuksmClient *client, NuksmMsgType type, uint32_t seq,
         return false;
     }
     /* Behind queued messages, this one must wait its turn. */
-    if (!client->txq_head) {
+    if (!client->txq.head) {
         err = send_datagram(client->fd, tx_buf, size, pass_fd);
     }
     if (err == EAGAIN && pass_fd < 0 &&
@@ -281,11 +281,11 @@ void transport_denyf(NuksmClient *client, uint32_t seq, const char *fmt, ...)
 /* Free the oldest queued datagram. */
 static void pop_datagram(NuksmClient *client)
 {
-    TxqEntry *entry = client->txq_head;
+    TxqEntry *entry = client->txq.head;
 
-    client->txq_head = entry->next;
-    if (!client->txq_head) {
-        client->txq_tail = NULL;
+    client->txq.head = entry->next;
+    if (!client->txq.head) {
+        client->txq.tail = NULL;
     }
     queue_account(client, -(int64_t)queued_cost(entry->size));
     g_free(entry);
@@ -293,7 +293,11 @@ static void pop_datagram(NuksmClient *client)
 
 void transport_clear_queue(NuksmClient *client)
 {
-    while (client->txq_head) {
+    if (client->txq.out_watch) {
+        g_source_remove(client->txq.out_watch);
+        client->txq.out_watch = 0;
+    }
+    while (client->txq.head) {
         pop_datagram(client);
     }
 }
@@ -304,9 +308,9 @@ static gboolean on_client_writable(int fd, GIOCondition cond,
 {
     NuksmClient *client = opaque;
 
-    while (!client->dead && client->txq_head) {
-        int err = send_datagram(fd, client->txq_head->data,
-                                client->txq_head->size, -1);
+    while (!client->dead && client->txq.head) {
+        int err = send_datagram(fd, client->txq.head->data,
+                                client->txq.head->size, -1);
 
         if (err == EAGAIN) {
             return G_SOURCE_CONTINUE;
@@ -320,7 +324,7 @@ static gboolean on_client_writable(int fd, GIOCondition cond,
         pop_datagram(client);
     }
     if (!client->dead) {
-        client->out_watch = 0;
+        client->txq.out_watch = 0;
         return G_SOURCE_REMOVE;
     }
     /* Frees the client and removes this source; GLib allows that. */

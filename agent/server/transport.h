@@ -41,7 +41,10 @@ bool transport_send(NuksmClient *client, NuksmMsgType type, uint32_t seq,
 bool transport_send_fd(NuksmClient *client, NuksmMsgType type, uint32_t seq,
                        const void *payload, uint32_t len, int pass_fd);
 
-/* Free what @client's queue holds (its connection is closing). */
+/*
+ * Free what @client's queue holds and stop waiting for room in its
+ * socket (its connection is closing).
+ */
 void transport_clear_queue(NuksmClient *client);
 
 /* Send @client ERROR(@code, @text), logging nothing. */
