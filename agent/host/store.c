@@ -465,11 +465,11 @@ bool store_read(const Store *st, uint16_t domain, uint32_t node,
     return true;
 }
 
-int store_set_record(Store *st, uint32_t node, uint32_t slot,
-                     const SlotRecord *rec)
+int store_set_records(Store *st, uint32_t node, uint32_t slot,
+                      const SlotRecord *recs, uint32_t count)
 {
-    return write_all(st->records_fds[node], rec, sizeof(*rec),
-                     (off_t)slot * sizeof(*rec));
+    return write_all(st->records_fds[node], recs, count * sizeof(*recs),
+                     (off_t)slot * sizeof(*recs));
 }
 
 bool store_get_record(const Store *st, uint32_t node, uint32_t slot,

@@ -160,11 +160,12 @@ bool store_read(const Store *st, uint16_t domain, uint32_t node,
                 uint32_t slot, void *content);
 
 /*
- * The record of a slot that holds content.  store_set_record() goes
- * through the file like store_write(), and fails the same way.
+ * The records of the @count slots of @node from @slot, which hold
+ * content: one write, through the file like store_write(), and failing
+ * the same way.
  */
-int store_set_record(Store *st, uint32_t node, uint32_t slot,
-                     const SlotRecord *rec);
+int store_set_records(Store *st, uint32_t node, uint32_t slot,
+                      const SlotRecord *recs, uint32_t count);
 bool store_get_record(const Store *st, uint32_t node, uint32_t slot,
                       SlotRecord *rec);
 

@@ -10,6 +10,9 @@
 #include "ledger.h"
 #include "outbox.h"
 
+/* Slots recorded at most with one write. */
+#define COPIES_RUN_MAX 64u
+
 /* The store refused a slot's content with @err: say so; false. */
 static bool store_refused(NuksmAgent *agent, int err)
 {
@@ -18,23 +21,54 @@ static bool store_refused(NuksmAgent *agent, int err)
     return false;
 }
 
-bool copies_filled(NuksmAgent *agent, SlotId id)
+static SlotRecord slot_record(NuksmAgent *agent, SlotId id)
 {
-    Slot *s = ledger_slot(agent, id);
-    SlotRecord rec = {
+    const Slot *s = ledger_slot(agent, id);
+
+    return (SlotRecord) {
         .gen = s->gen,
         .domain_key = domains_record_key(&agent->domains, s->domain),
     };
-    int err = store_set_record(&agent->store, slot_id_node(id),
-                               slot_id_slot(id), &rec);
+}
 
-    if (err) {
-        return store_refused(agent, err);
+/* The slots of a run are recorded: make them ready. */
+static void ready(NuksmAgent *agent, const SlotId *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        ledger_slot(agent, ids[i])->state = SLOT_READY;
     }
-    memcg_charge(&agent->memcg, NUKSM_PAGE_SIZE);
+    memcg_charge(&agent->memcg, n * NUKSM_PAGE_SIZE);
     conditions_clear(agent, NUKSM_COND_STORE_FULL);
-    s->state = SLOT_READY;
-    return true;
+}
+
+void copies_filled(NuksmAgent *agent, const SlotId *ids, size_t n,
+                   bool *filled)
+{
+    SlotRecord recs[COPIES_RUN_MAX];
+
+    for (size_t i = 0; i < n;) {
+        size_t run = 1;
+        int err;
+
+        recs[0] = slot_record(agent, ids[i]);
+        while (i + run < n && run < COPIES_RUN_MAX &&
+               ids[i + run] == ids[i] + run &&
+               slot_id_node(ids[i + run]) == slot_id_node(ids[i])) {
+            recs[run] = slot_record(agent, ids[i + run]);
+            run++;
+        }
+        err = store_set_records(&agent->store, slot_id_node(ids[i]),
+                                slot_id_slot(ids[i]), recs, run);
+        if (err) {
+            store_refused(agent, err);
+        } else {
+            ready(agent, ids + i, run);
+        }
+        for (size_t k = 0; k < run; k++) {
+            filled[i + k] = !err;
+        }
+        i += run;
+    }
 }
 
 bool copies_fill(NuksmAgent *agent, SlotId id, const void *content)
@@ -42,8 +76,13 @@ bool copies_fill(NuksmAgent *agent, SlotId id, const void *content)
     const Slot *s = ledger_slot(agent, id);
     int err = store_write(&agent->store, s->domain, slot_id_node(id),
                           slot_id_slot(id), content);
+    bool filled = false;
 
-    return err ? store_refused(agent, err) : copies_filled(agent, id);
+    if (err) {
+        return store_refused(agent, err);
+    }
+    copies_filled(agent, &id, 1, &filled);
+    return filled;
 }
 
 void copies_join(NuksmAgent *agent, NuksmClient *v, uint64_t page,

@@ -30,11 +30,14 @@
 bool copies_fill(NuksmAgent *agent, SlotId id, const void *content);
 
 /*
- * Slot @id, whose digest and domain are set, has its content written in
- * place (store_window_slot()): record it, and it becomes SLOT_READY.
- * False as copies_fill().
+ * The @n slots @ids, whose digests and domains are set, have their
+ * content written in place (store_window_slot()): record them, each run
+ * of consecutive slots with one write, and they become SLOT_READY.
+ * @filled[i] says which did; one that did not is left as it was, with
+ * the store-full condition set, as by copies_fill().
  */
-bool copies_filled(NuksmAgent *agent, SlotId id);
+void copies_filled(NuksmAgent *agent, const SlotId *ids, size_t n,
+                   bool *filled);
 
 /*
  * Index slot @id, which has its content or is having it uploaded, and

@@ -244,17 +244,15 @@ static bool revoked_upload(NuksmClient *client, const NuksmSlotRef *r)
 }
 
 /*
- * @content of @client's page @r arrived for slot @id, sent or read: make
- * the slot of it.  @in_place: it was read straight into the slot (its
- * window of the store), else it is written there now.  The content is
- * trusted only as far as its digest: every sharer compares it with its
- * own page before mapping the slot, so an uploader that lies can only
- * fail its own merges.  A slot given up is freed, which punches out
- * whatever was read into it.
+ * Is @content, of @client's page @r, what slot @id awaits?  Its content
+ * is trusted only as far as its digest: every sharer compares it with
+ * its own page before mapping the slot, so an uploader that lies can
+ * only fail its own merges.  If not, the slot is given up, and freed,
+ * which punches out whatever was read into it.
  */
-static void store_upload(NuksmAgent *agent, NuksmClient *client,
-                         const NuksmSlotRef *r, SlotId id,
-                         const uint8_t *content, bool in_place)
+static bool upload_intact(NuksmAgent *agent, NuksmClient *client,
+                          const NuksmSlotRef *r, SlotId id,
+                          const uint8_t *content)
 {
     if (nuksm_page_digest(content, NUKSM_PAGE_SIZE) !=
         ledger_slot(agent, id)->digest) {
@@ -262,10 +260,20 @@ static void store_upload(NuksmAgent *agent, NuksmClient *client,
                   "dropping node %u slot %u", client->label, r->page,
                   r->node, r->slot);
         ledger_upload_cancel(agent, id);
+        return false;
+    }
+    return true;
+}
+
+/* @client sent @content of its page @r for slot @id: make the slot of it. */
+static void store_upload(NuksmAgent *agent, NuksmClient *client,
+                         const NuksmSlotRef *r, SlotId id,
+                         const uint8_t *content)
+{
+    if (!upload_intact(agent, client, r, id, content)) {
         return;
     }
-    if (!(in_place ? copies_filled(agent, id)
-                   : copies_fill(agent, id, content))) {
+    if (!copies_fill(agent, id, content)) {
         ledger_upload_cancel(agent, id);
         return;
     }
@@ -294,7 +302,7 @@ void uploads_handle_upload(NuksmAgent *agent, NuksmClient *client,
         }
         client->uploads.sent++;
         store_upload(agent, client, &refs[i], e->value,
-                     pages + (size_t)i * NUKSM_PAGE_SIZE, false);
+                     pages + (size_t)i * NUKSM_PAGE_SIZE);
     }
 }
 
@@ -312,12 +320,23 @@ static bool upload_awaited(NuksmAgent *agent, NuksmClient *client,
            e->value == *id && ledger_slot(agent, *id)->gen == r->gen;
 }
 
+static bool slot_listed(const SlotId *ids, size_t n, SlotId id)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] == id) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /*
  * Read @client's @n uploads @refs from its memory straight into their
  * slots, through windows of the store (@windows), or ask for them.  Only
  * slots still awaiting their upload are written: a slot is read into
  * before it is ready, so no VM maps it yet.  A ref queued twice is read
- * twice into its slot, from the same page, and stored once.
+ * twice into its slot, from the same page, and stored once.  The slots
+ * whose content is intact are recorded together (copies_filled()).
  */
 static void read_uploads(NuksmAgent *agent, NuksmClient *client,
                          const NuksmSlotRef *refs, size_t n,
@@ -327,7 +346,9 @@ static void read_uploads(NuksmAgent *agent, NuksmClient *client,
     uint64_t addrs[PEEK_PAGES_MAX];
     void *dest[PEEK_PAGES_MAX];
     bool read[PEEK_PAGES_MAX] = {};
-    size_t m = 0;
+    SlotId intact[PEEK_PAGES_MAX];
+    bool filled[PEEK_PAGES_MAX];
+    size_t m = 0, nr_intact = 0;
 
     for (size_t k = 0; k < n; k++) {
         const NuksmSlotRef *r = &refs[k];
@@ -364,15 +385,25 @@ static void read_uploads(NuksmAgent *agent, NuksmClient *client,
     for (size_t k = 0; k < m; k++) {
         SlotId id;
 
-        if (!upload_awaited(agent, client, to_read[k], &id)) {
+        if (!upload_awaited(agent, client, to_read[k], &id) ||
+            slot_listed(intact, nr_intact, id)) {
             continue;
         }
-        if (read[k]) {
-            client->uploads.read++;
-            store_upload(agent, client, to_read[k], id, dest[k], true);
-        } else {
+        if (!read[k]) {
             outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ,
                        to_read[k]->page, id, to_read[k]->gen);
+        } else if (upload_intact(agent, client, to_read[k], id, dest[k])) {
+            client->uploads.read++;
+            intact[nr_intact++] = id;
+        }
+    }
+    /* Their records are written together, consecutive slots at once. */
+    copies_filled(agent, intact, nr_intact, filled);
+    for (size_t k = 0; k < nr_intact; k++) {
+        if (filled[k]) {
+            send_merges(agent, intact[k]);
+        } else {
+            ledger_upload_cancel(agent, intact[k]);
         }
     }
 }
