@@ -14,7 +14,8 @@ import harness
 import procstat
 import stages
 from harness import Qtest, Vm
-from workloads import MIB, PAGE, Rewriter, fill, pipeline
+from workloads import (MIB, PAGE, SMALL_BUDGET_SAMPLE_S, Rewriter, fill,
+                       pipeline)
 
 # In the steady state: each sample asks nuksmd over a new connection,
 # which would be most of what it does once nothing is left to merge.
@@ -60,6 +61,8 @@ class Run:
         # QEMU's main loop counts for nuksm only when it does nothing
         # else: no vCPU (qtest) and no rewriting through qtest.
         self.main_loop = not workload.tcg and not workload.rewrite_rate
+        self.sample_s = (workload.sample_s if budget == "full" else
+                         max(workload.sample_s, SMALL_BUDGET_SAMPLE_S))
 
     def start_vms(self):
         wl = self.wl
@@ -196,15 +199,18 @@ class Run:
                 if t > self.wl.timeout:
                     log(f"{self.tag} timed out after {t:.0f} s")
                     break
-                time.sleep(self.wl.sample_s)
+                time.sleep(self.sample_s)
             merge_end, merge_cpu = self.timeline[-1][0], self.timeline[-1][2]
             if self.profile:
                 self.stop_perf()
                 profiled = {"cpu_s": merge_cpu / 1e9,
+                            "merge_s": merge_end,
                             "merged_pages": self.timeline[-1][1],
                             "tids": self.side.counted_tids(self.vms,
                                                            self.main_loop),
-                            "agent_tids": self.side.agent_tids()}
+                            "agent_tids": self.side.agent_tids(),
+                            "main_tids": ({vm.pid for vm in self.vms}
+                                          if self.main_loop else set())}
             if self.budget == "idle":
                 self.side.to_defaults(self.vms)
             # Steady state: whatever there was to merge is merged.  Both
@@ -245,11 +251,11 @@ class Run:
                 k: (v - parts_start[k]) / 1e9 / max(end - idle_start[0], 1e-3)
                 for k, v in self.cpu().items() if k in parts_start}
         if self.profile:
-            shares, count = stages.breakdown(self.perf_data,
-                                             profiled.pop("tids"),
-                                             profiled.pop("agent_tids"))
-            result["stages"] = {"shares": shares, "samples": count,
-                                **profiled}
+            result["stages"] = {
+                **stages.breakdown(self.perf_data, profiled.pop("tids"),
+                                   profiled.pop("agent_tids"),
+                                   profiled.pop("main_tids")),
+                **profiled}
         if rewriter:
             result["rewrites"] = rewriter.written
         if self.disks:

@@ -124,15 +124,24 @@ def samples(perf_data, tids):
         yield tid, weight, frames
 
 
-def breakdown(perf_data, tids, agent_tids=frozenset()):
-    """{stage: share of the samples of threads @tids}, and the number of
-    samples; @agent_tids are nuksmd's."""
-    weights, count = Counter(), 0
+def breakdown(perf_data, tids, agent_tids=frozenset(),
+              main_tids=frozenset()):
+    """Where the samples of threads @tids went: "shares" {stage: share}
+    of those outside QEMU's main loops (@main_tids), "main_shares" of
+    those in them, "main_fraction" theirs of all, and "samples"; @agent_tids
+    are nuksmd's."""
+    weights, main_weights, count = Counter(), Counter(), 0
     for tid, weight, frames in samples(perf_data, tids):
-        weights[stage_of(frames, tid in agent_tids)] += weight
+        stage = stage_of(frames, tid in agent_tids)
+        (main_weights if tid in main_tids else weights)[stage] += weight
         count += 1
     total = sum(weights.values()) or 1
-    return {s: weights[s] / total for s in STAGES}, count
+    main_total = sum(main_weights.values())
+    return {"shares": {s: weights[s] / total for s in STAGES},
+            "main_shares": {s: main_weights[s] / (main_total or 1)
+                            for s in STAGES},
+            "main_fraction": main_total / ((total + main_total) or 1),
+            "samples": count}
 
 
 # What a merged page needs at the least of each floor (bench/floors.c),
@@ -167,11 +176,21 @@ def floor_us(stage, floors, shuffled=False):
     return sum(floors[name] * times for name, times in needs) / 1e3
 
 
-def cost_model(run, floors):
-    """[(stage, us per merged page, floor us)] of a profiled run."""
-    shares = run["stages"]["shares"]
-    merged = run["stages"]["merged_pages"]
-    cpu_us = run["stages"]["cpu_s"] * 1e6
+def cost_model(run, floors, main_loop_baseline_share=0.0):
+    """[(stage, us per merged page, floor us)] of a profiled run.  QEMU's
+    main loops count only for what they used beyond
+    @main_loop_baseline_share of a core, what the KSM side's identical,
+    idle main loops used (analyze.py)."""
+    st = run["stages"]
+    merged = st["merged_pages"]
+    cpu_us = st["cpu_s"] * 1e6
+    main_us = st.get("main_fraction", 0.0) * cpu_us
+    others_us = cpu_us - main_us
+    main_us = max(0.0, main_us - main_loop_baseline_share *
+                  st.get("merge_s", 0.0) * 1e6)
+    main_shares = st.get("main_shares", {})
     shuffled = run["workload"].startswith("shuffled")
-    return [(s, shares[s] * cpu_us / merged, floor_us(s, floors, shuffled))
+    return [(s, (st["shares"][s] * others_us +
+                 main_shares.get(s, 0.0) * main_us) / merged,
+             floor_us(s, floors, shuffled))
             for s in STAGES]

@@ -30,6 +30,8 @@ MIB = 1 << 20
 PAGE = harness.PAGE_SIZE
 LOW_HOLE = MIB
 BACKGROUND = 0x5a
+# Seconds between samples while merging at a budget below full throttle.
+SMALL_BUDGET_SAMPLE_S = 1.0
 SHARED_TAG = 0x5348 << 48
 UNIQUE_TAG = 0x554E << 48
 
@@ -71,9 +73,11 @@ class Workload:
     # Seconds to settle, then to measure, the steady state (else the
     # run's defaults, bench/run.py)
     steady_s: float = 0
-    # Seconds between samples while merging.  A sample asks nuksmd over
-    # a new connection: on a long run at a small budget, sampling every
-    # 0.1 s would be a good part of what nuksmd does.
+    # Seconds between samples while merging at full throttle; at a
+    # smaller budget, at least SMALL_BUDGET_SAMPLE_S.  A sample asks
+    # nuksmd over a new connection: on a long run at a small budget,
+    # sampling every 0.1 s would be a good part of what nuksmd does (at
+    # KSM's default share, 1.8 µs of nuksmd's CPU per merged page).
     sample_s: float = 0.1
     # Report the saving over time (integrated, time to 90%) against
     # KSM's: XLH's and UKSM's figures.
