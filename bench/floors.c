@@ -11,6 +11,10 @@
  *              a table far larger than them, as a hash table probe
  *   copy       memcpy of a page from such a buffer into another: an
  *              upload through shared memory
+ *   store_page a new page of a tmpfs file, allocated and zeroed by
+ *              MADV_POPULATE_WRITE in runs of 2 MiB: what a slot's page
+ *              costs before its content is written (KSM has no such
+ *              cost: its merged page is one of the guests')
  *   socket     a page through a SOCK_SEQPACKET socket pair, sent and
  *              received: an upload in a message
  *   compare    memcmp of two equal pages from two such buffers
@@ -30,6 +34,7 @@
  */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -169,6 +174,42 @@ static double copy_ns(const uint8_t *from, uint8_t *to)
         }
         t[r] = (now_ns() - start) / BIG_PAGES;
     }
+    return median(t);
+}
+
+static double store_page_ns(void)
+{
+    const size_t pages = 64 * RUN_PAGES;
+    int fd = memfd_create("floors-store", 0);
+    uint8_t *file;
+    double t[ROUNDS];
+
+    if (fd < 0 || ftruncate(fd, pages * PAGE) < 0) {
+        die("memfd");
+    }
+    file = mmap(NULL, pages * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                0);
+    if (file == MAP_FAILED) {
+        die("mmap");
+    }
+    for (int r = 0; r < ROUNDS; r++) {
+        double start = now_ns();
+
+        for (size_t p = 0; p < pages; p += RUN_PAGES) {
+            if (madvise(file + p * PAGE, RUN_PAGES * PAGE,
+                        MADV_POPULATE_WRITE) < 0) {
+                die("MADV_POPULATE_WRITE");
+            }
+        }
+        t[r] = (now_ns() - start) / pages;
+        /* Holes again for the next round, as freed slots are. */
+        if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                      pages * PAGE) < 0) {
+            die("fallocate");
+        }
+    }
+    munmap(file, pages * PAGE);
+    close(fd);
     return median(t);
 }
 
@@ -326,6 +367,7 @@ int main(void)
     printf("{\"hash\": %.1f", hash_ns(a));
     printf(", \"compare\": %.1f", compare_ns(a, b));
     printf(", \"copy\": %.1f", copy_ns(a, b));
+    printf(", \"store_page\": %.1f", store_page_ns());
     printf(", \"socket\": %.1f", socket_ns(a, PAGE, 1u << 16));
     printf(", \"message\": %.2f", socket_ns(a, batch, 1u << 12) /
            NUKSM_CANDIDATES_MAX);

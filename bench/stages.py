@@ -145,8 +145,8 @@ def breakdown(perf_data, tids, agent_tids=frozenset(),
 
 
 # What a merged page needs at the least of each floor (bench/floors.c),
-# with two VMs: each VM's page hashed once and looked up once, one copy
-# written into the store, each page compared with it and mapped over in a
+# with two VMs: each VM's page hashed once and looked up once, one store
+# page allocated and a copy written into it, each page compared with it and mapped over in a
 # run, and three message entries for each page (candidate, merge,
 # merged).  Nothing needs a wake-up per page, nor anything else.  Where
 # the VMs hold their duplicates in orders of their own (shuffled), no
@@ -155,7 +155,7 @@ def breakdown(perf_data, tids, agent_tids=frozenset(),
 FLOORS = {
     "hash": (("hash", 2),),
     "lookup": (("lookup", 2),),
-    "upload": (("copy", 1),),
+    "upload": (("copy", 1), ("store_page", 1)),
     "compare": (("compare", 2),),
     "remap": (("remap_run", 2),),
     "scan": (),
@@ -173,7 +173,8 @@ def floor_us(stage, floors, shuffled=False):
     floors measured (ns per operation)."""
     needs = SHUFFLED_REMAP if shuffled and stage == "remap" \
         else FLOORS[stage]
-    return sum(floors[name] * times for name, times in needs) / 1e3
+    # Results from before a floor was measured lack it.
+    return sum(floors.get(name, 0.0) * times for name, times in needs) / 1e3
 
 
 def cost_model(run, floors, main_loop_baseline_share=0.0):
