@@ -146,12 +146,12 @@ def breakdown(perf_data, tids, agent_tids=frozenset(),
 
 # What a merged page needs at the least of each floor (bench/floors.c),
 # with two VMs: each VM's page hashed once and looked up once, one store
-# page allocated and a copy written into it, each page compared with it and mapped over in a
-# run, and three message entries for each page (candidate, merge,
-# merged).  Nothing needs a wake-up per page, nor anything else.  Where
-# the VMs hold their duplicates in orders of their own (shuffled), no
-# slot order makes runs of both: one VM's pages can lie in line, the
-# other's each cost a mapping of its own (SHUFFLED_REMAP).
+# page allocated and a copy written into it, each page compared with it
+# and mapped over in a run, and three message entries for each page
+# (candidate, merge, merged).  Nothing needs a wake-up per page, nor
+# anything else.  Where the VMs hold their duplicates in orders of their
+# own (shuffled), no slot order makes runs of both: one VM's pages can lie
+# in line, the other's each cost a mapping of its own (SHUFFLED_REMAP).
 FLOORS = {
     "hash": (("hash", 2),),
     "lookup": (("lookup", 2),),
@@ -185,9 +185,9 @@ def cost_model(run, floors, main_loop_baseline_share=0.0):
     st = run["stages"]
     merged = st["merged_pages"]
     cpu_us = st["cpu_s"] * 1e6
-    main_us = st.get("main_fraction", 0.0) * cpu_us
-    others_us = cpu_us - main_us
-    main_us = max(0.0, main_us - main_loop_baseline_share *
+    main_counted_us = st.get("main_fraction", 0.0) * cpu_us
+    others_us = cpu_us - main_counted_us
+    main_us = max(0.0, main_counted_us - main_loop_baseline_share *
                   st.get("merge_s", 0.0) * 1e6)
     main_shares = st.get("main_shares", {})
     shuffled = run["workload"].startswith("shuffled")

@@ -402,29 +402,31 @@ uint8_t *store_window_slot(Store *st, StoreWindows *ws, uint16_t domain,
                            uint32_t node, uint32_t slot)
 {
     uint32_t first = slot - slot % STORE_WINDOW_SLOTS;
-    StoreWindow *w;
+    StoreWindow *w = ws->w;
     void *addr;
 
-    for (unsigned i = 0; i < ws->len; i++) {
-        w = &ws->w[i];
-        if (w->domain == domain && w->node == node && w->first == first) {
-            return w->addr + (size_t)(slot - first) * NUKSM_PAGE_SIZE;
+    while (w < ws->w + ws->len &&
+           !(w->domain == domain && w->node == node && w->first == first)) {
+        w++;
+    }
+    if (w == ws->w + ws->len) {
+        if (ws->len == STORE_WINDOWS_MAX) {
+            return NULL;
         }
+        addr = mmap(NULL, (size_t)STORE_WINDOW_SLOTS * NUKSM_PAGE_SIZE,
+                    PROT_READ | PROT_WRITE, MAP_SHARED,
+                    store_fd(st, domain, node),
+                    (off_t)first * NUKSM_PAGE_SIZE);
+        if (addr == MAP_FAILED) {
+            log_warning("cannot map slots %u..%u of store node %u: %s",
+                        first, first + STORE_WINDOW_SLOTS - 1, node,
+                        g_strerror(errno));
+            return NULL;
+        }
+        *w = (StoreWindow) { .domain = domain, .node = node,
+                             .first = first, .addr = addr };
+        ws->len++;
     }
-    if (ws->len == STORE_WINDOWS_MAX) {
-        return NULL;
-    }
-    addr = mmap(NULL, (size_t)STORE_WINDOW_SLOTS * NUKSM_PAGE_SIZE,
-                PROT_READ | PROT_WRITE, MAP_SHARED,
-                store_fd(st, domain, node), (off_t)first * NUKSM_PAGE_SIZE);
-    if (addr == MAP_FAILED) {
-        log_warning("cannot map slots %u..%u of store node %u: %s", first,
-                    first + STORE_WINDOW_SLOTS - 1, node, g_strerror(errno));
-        return NULL;
-    }
-    w = &ws->w[ws->len++];
-    *w = (StoreWindow) { .domain = domain, .node = node, .first = first,
-                         .addr = addr };
     return w->addr + (size_t)(slot - first) * NUKSM_PAGE_SIZE;
 }
 
