@@ -25,11 +25,12 @@
  * last wrote it; the agent makes it hot or warm by that and by the reads
  * of its read region (policy_page_hot(), numa/reads.h).
  *
- * Stable index and unstable table (core/index.h, core/unstable.h).  A
- * content has at most one copy per merge domain and node.  A candidate
- * joins a copy its policy lets it map, its home node's first
- * (join_copy()); else it pairs with a page of the unstable table it may
- * share one with (pair_unstable()); else it waits there.  A digest only
+ * Stable index and unstable table, one content table (core/contents.h):
+ * one probe per node finds both.  A content has at most one copy per
+ * merge domain and node.  A candidate joins a copy its policy lets it
+ * map, its home node's first (join_copy()); else it pairs with a page
+ * seen it may share one with (pair_unstable()); else it waits there
+ * (contents_remember()).  A digest only
  * finds partners: equality is proven by QEMU's memcmp at the commit.
  *
  * Placement (core/policy.h).  Pure functions decide everything NUMA:
@@ -93,17 +94,16 @@
 #include "assign.h"
 #include "clients.h"
 #include "colocate.h"
+#include "contents.h"
 #include "domains.h"
 #include "mappers.h"
 #include "memcg.h"
-#include "index.h"
 #include "nuksm-proto.h"
 #include "policy.h"
 #include "relocate.h"
 #include "slots.h"
 #include "store.h"
 #include "topology.h"
-#include "unstable.h"
 #include "uploads.h"
 
 /* The listening socket (server.c). */
@@ -229,8 +229,8 @@ typedef struct NuksmAgent {
     int userfaultfd;         /* /dev/userfaultfd, -1: given to VMs */
     Mappers mappers;         /* processes given the store */
     Memcg memcg;             /* the room left in our memory cgroup */
-    StableIndex index;       /* copies.c indexes, ledger.c unindexes */
-    UnstableTable unstable;
+    ContentTable contents;   /* copies.c indexes, ledger.c unindexes; */
+                             /* merge.c remembers pages seen */
     Domains domains;
     AgentLedger ledger;
     GQueue detached;         /* parked references (detached.c) */

@@ -30,12 +30,12 @@
 #include "topology.h"
 
 /*
- * Candidates remembered per agent: at most 64 MiB of unstable table, and
+ * Pages seen remembered per agent: at most 2^22 (64 MiB of entries), and
  * at most a quarter of the memory budget, since the table never shrinks.
  */
-#define UNSTABLE_MAX_ENTRIES (1u << 22)
+#define PAGES_SEEN_MAX (1u << 22)
 
-/* The unstable table is full: its VM offers the page again. */
+/* The content table is full: its VM offers the page again. */
 static void candidate_evicted(uint32_t client, uint64_t page, void *opaque)
 {
     NuksmAgent *agent = opaque;
@@ -59,7 +59,7 @@ static bool open_engine(NuksmAgent *agent, const char *state_dir,
      */
     uint32_t gen = g_random_int();
     uint64_t seed = (uint64_t)g_random_int() << 32 | g_random_int();
-    uint64_t max_unstable;
+    uint64_t max_seen;
 
     if (!store_open(&agent->store, state_dir, agent->nr_nodes, bind_nodes)) {
         return false;
@@ -77,9 +77,8 @@ static bool open_engine(NuksmAgent *agent, const char *state_dir,
     }
     mappers_open(&agent->mappers, state_dir);
     memcg_init(&agent->memcg);
-    index_init(&agent->index, seed);
-    max_unstable = agent->conditions.memory_max / 4 / sizeof(UnstableEntry);
-    unstable_init(&agent->unstable, MIN(UNSTABLE_MAX_ENTRIES, max_unstable),
+    max_seen = agent->conditions.memory_max / 4 / sizeof(ContentEntry);
+    contents_init(&agent->contents, MIN(PAGES_SEEN_MAX, max_seen),
                   seed, candidate_evicted, agent);
     domains_init(&agent->domains, &agent->store, agent->assign,
                  agent->store.secret, sizeof(agent->store.secret));
@@ -107,8 +106,7 @@ static void close_engine(NuksmAgent *agent)
     quotas_destroy(agent);
     throttle_destroy(agent);
     domains_destroy(&agent->domains);
-    unstable_destroy(&agent->unstable);
-    index_destroy(&agent->index);
+    contents_destroy(&agent->contents);
     mappers_close(&agent->mappers);
     memcg_destroy(&agent->memcg);
     if (agent->userfaultfd >= 0) {

@@ -41,7 +41,7 @@ uint64_t key_hash(uint64_t seed, uint64_t key, uint16_t ns);
  * A content on a node as one key, for the stable index and the unstable
  * table: the node in the top KEY_NODE_BITS bits, the digest's other bits
  * below.  Two digests that differ only in those top bits make one key
- * (index.h says what follows from that).
+ * (contents.h says what follows from that).
  */
 #define KEY_NODE_BITS 6
 

@@ -100,42 +100,41 @@ void copies_join(NuksmAgent *agent, NuksmClient *v, uint64_t page,
     }
 }
 
-UnstableEntry *copies_unstable_partner(NuksmAgent *agent, uint16_t domain,
-                                       uint32_t node, uint64_t digest,
-                                       NuksmClient **u, PolicyOwner *pu)
+ContentEntry *copies_unstable_partner(NuksmAgent *agent, ContentEntry *seen,
+                                      uint32_t node, NuksmClient **u,
+                                      PolicyOwner *pu)
 {
-    UnstableEntry *ue = unstable_lookup(&agent->unstable, domain, node,
-                                        digest);
-
-    *u = ue ? ledger_client(agent, unstable_client(&agent->unstable, ue))
-            : NULL;
-    if (!*u || ledger_page(*u, ue->page) || ledger_full(*u)) {
+    *u = seen ? ledger_client(agent, contents_client(&agent->contents, seen))
+              : NULL;
+    if (!*u || ledger_page(*u, seen->page) || ledger_full(*u)) {
         return NULL;
     }
     *pu = (PolicyOwner) { .client = (*u)->id, .home = node,
-                          .priority = (*u)->priority, .hot = ue->hot,
-                          .warm = ue->warm };
-    return ue;
+                          .priority = (*u)->priority, .hot = seen->hot,
+                          .warm = seen->warm };
+    return seen;
 }
 
 void copies_publish(NuksmAgent *agent, SlotId id)
 {
     const Slot *s = ledger_slot(agent, id);
 
-    index_insert(&agent->index, s->domain, s->digest, id);
+    contents_add_copy(&agent->contents, s->domain, s->digest, id);
     for (uint32_t node = 0; node < agent->nr_nodes; node++) {
         PolicyOwner pu;
         NuksmClient *u;
-        UnstableEntry *ue = copies_unstable_partner(agent, s->domain, node,
-                                                    s->digest, &u, &pu);
+        ContentProbe p;
+        ContentEntry *seen;
         uint64_t page;
 
-        if (!ue || !policy_may_map(agent->placement.policy, &pu,
-                                   slot_id_node(id))) {
+        contents_probe(&agent->contents, s->domain, node, s->digest, &p);
+        seen = copies_unstable_partner(agent, p.seen, node, &u, &pu);
+        if (!seen || !policy_may_map(agent->placement.policy, &pu,
+                                     slot_id_node(id))) {
             continue;
         }
-        page = ue->page;
-        unstable_remove(&agent->unstable, ue);
+        page = seen->page;
+        contents_forget(&agent->contents, seen);
         copies_join(agent, u, page, id);
     }
 }

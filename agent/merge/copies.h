@@ -41,8 +41,8 @@ void copies_filled(NuksmAgent *agent, const SlotId *ids, size_t n,
 
 /*
  * Index slot @id, which has its content or is having it uploaded, and
- * let the pages waiting in the unstable table with that content, and
- * allowed to map it, share it.  Candidates are not offered again soon
+ * let the pages seen with that content (contents.h), and allowed to map
+ * it, share it.  Candidates are not offered again soon
  * once the agent has them (see nuksm-scan.c), so they must not wait for
  * a slot that appeared after them.
  */
@@ -53,12 +53,12 @@ void copies_join(NuksmAgent *agent, NuksmClient *v, uint64_t page,
                  SlotId id);
 
 /*
- * The unstable entry of (@domain, @node, @digest) if its page may still
- * merge: its VM *@u is there and the page has no slot yet.  *@pu
+ * The page @seen (NULL: none) of home @node, from a probe, if it may
+ * still merge: its VM *@u is there and the page has no slot yet.  *@pu
  * describes the page for placement.
  */
-UnstableEntry *copies_unstable_partner(NuksmAgent *agent, uint16_t domain,
-                                       uint32_t node, uint64_t digest,
-                                       NuksmClient **u, PolicyOwner *pu);
+ContentEntry *copies_unstable_partner(NuksmAgent *agent, ContentEntry *seen,
+                                      uint32_t node, NuksmClient **u,
+                                      PolicyOwner *pu);
 
 #endif /* NUKSMD_COPIES_H */

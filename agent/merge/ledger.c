@@ -372,7 +372,7 @@ void ledger_upload_cancel(NuksmAgent *agent, SlotId id)
     Slot *s = ledger_slot(agent, id);
     g_autoptr(Upload) up = steal_upload(agent, id);
 
-    index_remove(&agent->index, s->domain, s->digest, id);
+    contents_remove_copy(&agent->contents, s->domain, s->digest, id);
     for (guint i = 0; i < up->len; i++) {
         NuksmClient *client;
         const UploadSharer *sharer = &up->sharers[i];
@@ -403,7 +403,7 @@ void ledger_free(NuksmAgent *agent, SlotId id)
     if (s->state == SLOT_ORPHAN) {
         agent->orphans.pages--;
     } else {
-        index_remove(&agent->index, s->domain, s->digest, id);
+        contents_remove_copy(&agent->contents, s->domain, s->digest, id);
         g_hash_table_remove(agent->ledger.uploads, GUINT_TO_POINTER(id));
     }
     s->state = SLOT_FREEING;
@@ -415,7 +415,7 @@ void ledger_orphan(NuksmAgent *agent, SlotId id)
     Slot *s = ledger_slot(agent, id);
 
     g_assert(s->state == SLOT_READY && !s->refs && !s->pending);
-    index_remove(&agent->index, s->domain, s->digest, id);
+    contents_remove_copy(&agent->contents, s->domain, s->digest, id);
     s->state = SLOT_ORPHAN;
     agent->orphans.pages++;
 }
@@ -457,8 +457,8 @@ void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
 
     /* From now on, uploads and the unstable table no longer see it. */
     g_hash_table_remove(agent->ledger.vms, GUINT_TO_POINTER(client->id));
-    unstable_client_remove(&agent->unstable, client->unstable_slot);
-    client->unstable_slot = 0;
+    contents_client_remove(&agent->contents, client->contents_slot);
+    client->contents_slot = 0;
     keymap_init(&client->pages, pages.seed);
 
     for (size_t pos = 0; (e = keymap_next(&pages, &pos));) {

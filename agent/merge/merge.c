@@ -22,7 +22,7 @@
 #include "uploads.h"
 
 /* Fewer clients than slots: a joining VM always gets one. */
-_Static_assert(CLIENTS_MAX < UNSTABLE_CLIENTS, "a VM has an unstable slot");
+_Static_assert(CLIENTS_MAX < CONTENT_CLIENTS, "a VM has a content slot");
 
 void merge_client_free(NuksmClient *client)
 {
@@ -41,18 +41,18 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     /* Fixed while nuksmd runs: the transport only compares with it. */
     client->queue_max = quotas_queue_max(agent, client->domain_id);
     domains_stats(&agent->domains, client->domain_id)->vms++;
-    keymap_init(&client->pages, agent->index.seed);
-    reads_client_init(&client->reads, agent->index.seed);
-    sketch_init(&client->sketch, agent->index.seed);
+    keymap_init(&client->pages, agent->contents.seed);
+    reads_client_init(&client->reads, agent->contents.seed);
+    sketch_init(&client->sketch, agent->contents.seed);
     client->colocation.plan_verdict = NUKSM_PLAN__MAX;
     client->colocated_to = NUKSM_MAX_NODES;
     lines_init(&client->lines);
     outbox_client_init(&client->outbox);
     g_hash_table_insert(agent->ledger.vms, GUINT_TO_POINTER(client->id),
                         client);
-    client->unstable_slot = unstable_client_add(&agent->unstable, client->id,
+    client->contents_slot = contents_client_add(&agent->contents, client->id,
                                                 client->domain_id);
-    g_assert(client->unstable_slot);
+    g_assert(client->contents_slot);
     detached_adopt(agent, client);
 
     /* Before it gets the store: it may map slots from now on. */
@@ -231,18 +231,45 @@ static uint32_t nth_node(uint32_t home, uint32_t i)
     return i == 0 ? home : i <= home ? i - 1 : i;
 }
 
+/*
+ * What the content table holds for a candidate's content on each node,
+ * each node probed once, when first looked at; valid while the table
+ * does not change.
+ */
+typedef struct CandidateProbes {
+    ContentProbe node[NUKSM_MAX_NODES];
+    uint64_t probed;         /* bit n: node n was */
+} CandidateProbes;
+
+_Static_assert(NUKSM_MAX_NODES <= 64, "a bit per node");
+
+static ContentProbe *probe_node(NuksmAgent *agent, NuksmClient *v,
+                                const NuksmCandidate *c,
+                                CandidateProbes *cp, uint32_t node)
+{
+    if (!(cp->probed & (1ull << node))) {
+        contents_probe(&agent->contents, v->domain_id, node, c->digest,
+                       &cp->node[node]);
+        cp->probed |= 1ull << node;
+    }
+    return &cp->node[node];
+}
+
 /* Join a copy of @c's content that @v's page may map; false if none. */
 static bool join_copy(NuksmAgent *agent, NuksmClient *v,
-                      const NuksmCandidate *c, const PolicyOwner *pv)
+                      const NuksmCandidate *c, const PolicyOwner *pv,
+                      CandidateProbes *cp)
 {
     for (uint32_t i = 0; i < agent->nr_nodes; i++) {
         uint32_t node = nth_node(pv->home, i);
-        SlotId id;
+        const ContentEntry *copy;
 
-        if (policy_may_map(agent->placement.policy, pv, node) &&
-            index_lookup(&agent->index, v->domain_id, node, c->digest,
-                         &id)) {
-            copies_join(agent, v, c->page, id);
+        if (!policy_may_map(agent->placement.policy, pv, node)) {
+            continue;
+        }
+        copy = probe_node(agent, v, c, cp, node)->copy;
+        if (copy) {
+            copies_join(agent, v, c->page, copy->copy_slot);
             return true;
         }
     }
@@ -266,14 +293,15 @@ static bool kept_by_hotness(NuksmAgent *agent, const PolicyOwner *o,
  * too: two of its pages with one content share a slot.
  */
 static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
-                          const NuksmCandidate *c, const PolicyOwner *pv)
+                          const NuksmCandidate *c, const PolicyOwner *pv,
+                          CandidateProbes *cp)
 {
     for (uint32_t i = 0; i < agent->nr_nodes; i++) {
+        uint32_t node = nth_node(pv->home, i);
         PolicyOwner pu;
         NuksmClient *u;
-        UnstableEntry *ue = copies_unstable_partner(agent, v->domain_id,
-                                                    nth_node(pv->home, i),
-                                                    c->digest, &u, &pu);
+        ContentEntry *ue = copies_unstable_partner(
+            agent, probe_node(agent, v, c, cp, node)->seen, node, &u, &pu);
         uint64_t upage;
 
         if (!ue || (u == v && ue->page == c->page)) {
@@ -294,7 +322,7 @@ static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
             continue;
         }
         upage = ue->page;
-        unstable_remove(&agent->unstable, ue);
+        contents_forget(&agent->contents, ue);
         start_upload(agent, v, c, pv, u, upage, &pu);
         return true;
     }
@@ -319,7 +347,9 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
         .warm = policy_page_warm(c->idle, read_idle, cold_windows),
     };
     KeyMapEntry *e = ledger_page(v, c->page);
+    CandidateProbes cp;     /* 2.5 KiB: only probed is set */
 
+    cp.probed = 0;
     sketch_note(&v->sketch, c->page, c->digest);
     /*
      * A page merges once: it is already merged or on its way there,
@@ -338,13 +368,14 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
         outbox_add_retry(agent, v, c->page);
         return;
     }
-    if (join_copy(agent, v, c, &pv) || pair_unstable(agent, v, c, &pv)) {
+    if (join_copy(agent, v, c, &pv, &cp) ||
+        pair_unstable(agent, v, c, &pv, &cp)) {
         return;
     }
     /* The same page seen again only refreshes its entry. */
-    unstable_set(&agent->unstable, v->domain_id, pv.home, c->digest,
-                 v->unstable_slot, c->page, pv.hot, pv.warm,
-                 quotas_unstable_max(agent, v->domain_id));
+    contents_remember(&agent->contents, probe_node(agent, v, c, &cp, pv.home),
+                      v->contents_slot, c->page, pv.hot, pv.warm,
+                      quotas_unstable_max(agent, v->domain_id));
 }
 
 void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,

@@ -9,8 +9,9 @@
  *   VM -> UNMERGED    a page that left its slot drops its reference
  *
  * The order of these messages and what each side owes the other are
- * libnuksm/nuksm-proto.h's.  Candidates meet in the unstable table (see
- * unstable.h); slots with content are found through the stable index;
+ * libnuksm/nuksm-proto.h's.  Candidates meet in the unstable table, and
+ * slots with content are found through the stable index, both in the
+ * content table (contents.h);
  * ledger.h keeps who uses which slot.  A VM that sends anything it was
  * not asked for is disconnected: its pages are dropped like those of a
  * VM that left.

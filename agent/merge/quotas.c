@@ -75,8 +75,7 @@ static uint64_t store_pages(NuksmAgent *agent, uint16_t domain)
 size_t quotas_unstable_max(NuksmAgent *agent, uint16_t domain)
 {
     return quota_units(agent, domain, QUOTA_UNSTABLE,
-                       unstable_max_entries(&agent->unstable),
-                       sizeof(UnstableEntry));
+                       agent->contents.max_seen, sizeof(ContentEntry));
 }
 
 uint64_t quotas_queue_max(NuksmAgent *agent, uint16_t domain)

@@ -13,7 +13,7 @@
  *   most its unstable-max (default 50%): MiB of the table, or a
  *   percentage of its maximum size.  The table is a cache, full in the
  *   long run: at its quota a domain's new entry takes the place of one
- *   of its own (core/unstable.h), which delays its own merges and no
+ *   of its own (core/contents.h), which delays its own merges and no
  *   other domain's.  Nothing stops, so nothing is limited.
  *
  * - Queues: the replies its VMs leave unread, at most its queue-max

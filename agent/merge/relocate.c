@@ -255,7 +255,7 @@ static bool copy_on_node(NuksmAgent *agent, SlotId from, uint32_t node,
     uint32_t slot;
     Slot *t;
 
-    if (index_lookup(&agent->index, s->domain, node, s->digest, to)) {
+    if (contents_copy_of(&agent->contents, s->domain, node, s->digest, to)) {
         return ledger_slot(agent, *to)->state == SLOT_READY;
     }
     if (!store_read(&agent->store, s->domain, slot_id_node(from),

@@ -170,7 +170,7 @@ typedef struct NuksmClient {
     bool joined;             /* merge_client_join() done */
     uint64_t queue_max;      /* bytes its domain's VMs may leave unread */
                              /* (quotas_queue_max(), set as it joins) */
-    uint16_t unstable_slot;  /* names it in the unstable table; 0: none */
+    uint16_t contents_slot;  /* names it in the content table; 0: none */
     uint16_t domain_id;
     KeyMap pages;            /* page -> slot it maps or is about to (ledger) */
     ClientOutbox outbox;

@@ -412,7 +412,7 @@ static void host_families(NuksmAgent *agent, GArray *rows, GString *out)
     family(out, "nuksm_pages_unshared", "gauge",
            "Candidate pages waiting for a partner of the same content, "
            "the unstable table's entries (KSM: pages_unshared).");
-    sample(out, "nuksm_pages_unshared", "", agent->unstable.count);
+    sample(out, "nuksm_pages_unshared", "", agent->contents.seen);
     family(out, "nuksm_pages_volatile", "gauge",
            "The VMs' pages changing too often to be offered (KSM: "
            "pages_volatile).");

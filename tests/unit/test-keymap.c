@@ -1,6 +1,5 @@
 /*
- * Unit tests of nuksmd's hash tables: the keymap and the stable index
- * built from it.
+ * Unit tests of nuksmd's hash table, the keymap, and of slot ids.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -8,8 +7,8 @@
 
 #include <glib.h>
 
-#include "index.h"
 #include "keymap.h"
+#include "slots.h"
 
 #define SEED 0x5eed5eed5eed5eedull
 
@@ -158,46 +157,6 @@ static void test_walk_retain(void)
     keymap_destroy(&m);
 }
 
-static void test_index(void)
-{
-    StableIndex ix;
-    SlotId id = 0;
-
-    index_init(&ix, SEED);
-    g_assert_false(index_lookup(&ix, 0, 1, 0xabc, &id));
-    g_assert_true(index_insert(&ix, 0, 0xabc, slot_id(1, 5)));
-    g_assert_false(index_insert(&ix, 0, 0xabc, slot_id(1, 6)));
-    /* One copy per node: node 2 may have its own. */
-    g_assert_true(index_insert(&ix, 0, 0xabc, slot_id(2, 6)));
-    g_assert_true(index_insert(&ix, 1, 0xabc, slot_id(2, 7)));
-    g_assert_true(index_lookup(&ix, 0, 1, 0xabc, &id));
-    g_assert_cmpuint(id, ==, slot_id(1, 5));
-    g_assert_true(index_lookup(&ix, 0, 2, 0xabc, &id));
-    g_assert_cmpuint(id, ==, slot_id(2, 6));
-    g_assert_false(index_lookup(&ix, 0, 0, 0xabc, &id));
-    g_assert_true(index_lookup(&ix, 1, 2, 0xabc, &id));
-    g_assert_cmpuint(id, ==, slot_id(2, 7));
-
-    /* Only the slot that owns the entry removes it. */
-    index_remove(&ix, 0, 0xabc, slot_id(1, 6));
-    g_assert_true(index_lookup(&ix, 0, 1, 0xabc, &id));
-    index_remove(&ix, 0, 0xabc, slot_id(1, 5));
-    g_assert_false(index_lookup(&ix, 0, 1, 0xabc, &id));
-    g_assert_true(index_lookup(&ix, 0, 2, 0xabc, &id));
-    index_remove(&ix, 0, 0xabc, slot_id(2, 6));
-    g_assert_cmpuint(index_count(&ix), ==, 1);
-
-    for (uint64_t d = 0; d < 10000; d++) {
-        g_assert_true(index_insert(&ix, 2, d, d));
-    }
-    g_assert_cmpuint(index_count(&ix), ==, 10001);
-    /* Spread over the shards. */
-    for (size_t s = 0; s < G_N_ELEMENTS(ix.shards); s++) {
-        g_assert_cmpuint(ix.shards[s].count, >, 0);
-    }
-    index_destroy(&ix);
-}
-
 static void test_slot_id(void)
 {
     SlotId id = slot_id(NUKSM_MAX_NODES - 1, (1u << SLOT_BITS) - 1);
@@ -215,7 +174,6 @@ int main(int argc, char **argv)
     g_test_add_func("/keymap/many", test_many);
     g_test_add_func("/keymap/remove-chains", test_remove_chains);
     g_test_add_func("/keymap/walk-retain", test_walk_retain);
-    g_test_add_func("/keymap/index", test_index);
     g_test_add_func("/keymap/slot-id", test_slot_id);
     return g_test_run();
 }
