@@ -42,6 +42,41 @@ bool slots_in_use(const SlotTable *t, uint32_t slot)
     return slot < t->top && test_bit(t, slot);
 }
 
+/* Is a slot of bitmap word @w below @limit free? */
+static bool word_has_free(const SlotTable *t, uint32_t w, uint32_t limit)
+{
+    uint32_t below = limit - w * 64;
+    uint64_t mask = below < 64 ? (1ull << below) - 1 : ~0ull;
+
+    return (t->used[w] & mask) != mask;
+}
+
+bool slots_next_free_span(const SlotTable *t, uint32_t from, uint32_t limit,
+                          uint32_t gap, uint32_t *start, uint32_t *end)
+{
+    uint32_t words = (limit + 63) / 64, w = from / 64, end_w;
+
+    g_assert(limit <= t->top);
+    if (from >= limit) {
+        return false;
+    }
+    g_assert(from % 64 == 0);
+    while (w < words && !word_has_free(t, w, limit)) {
+        w++;
+    }
+    if (w >= words) {
+        return false;
+    }
+    *start = w * 64;
+    for (end_w = ++w; w < words && (w - end_w) * 64 < gap; w++) {
+        if (word_has_free(t, w, limit)) {
+            end_w = w + 1;
+        }
+    }
+    *end = MIN(end_w * 64, limit);
+    return true;
+}
+
 bool slots_reserved(const SlotTable *t, uint32_t slot)
 {
     return slot < t->top && t->reserved[slot / 64] >> (slot % 64) & 1;

@@ -94,6 +94,17 @@ static inline Slot *slots_get(SlotTable *t, uint32_t slot)
 bool slots_in_use(const SlotTable *t, uint32_t slot);
 
 /*
+ * The first span [*start, *end) of slots from @from (a multiple of 64,
+ * or the end of the last span) to @limit (at most top) that holds free
+ * slots: it starts and ends at
+ * multiples of 64 (or @limit), and runs of used slots shorter than @gap
+ * within it do not end it.  False if no slot there is free.  Walks the
+ * bitmap of used slots: a store in use all over costs no look at it.
+ */
+bool slots_next_free_span(const SlotTable *t, uint32_t from, uint32_t limit,
+                          uint32_t gap, uint32_t *start, uint32_t *end);
+
+/*
  * Allocate a free slot as SLOT_UPLOADING with no refs or pending users,
  * next-fit outside the reserved ranges, or in one when nothing else is
  * free; false when the store is full.

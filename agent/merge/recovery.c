@@ -19,6 +19,8 @@
 #define REAP_CHUNK 4096u
 /* Slots whose residency one look for strays reads at a time (1 MiB). */
 #define STRAY_CHUNK_SLOTS (1u << 20)
+/* Used slots a look for strays reads through rather than make two. */
+#define STRAY_GAP_SLOTS 4096u
 
 static bool is_orphan(SlotTable *t, uint32_t slot)
 {
@@ -212,35 +214,60 @@ static uint64_t claim_orphans(NuksmAgent *agent, uint16_t domain,
 }
 
 /*
+ * Take the pages in the free slots of [@from, @end) of node @node of
+ * domain @domain's files as orphans; returns how many, and *@failed.
+ * Where the free slots lie between used ones (a run of data each), a
+ * look at which pages are in memory costs one call, not one per run.
+ */
+static uint64_t claim_strays_in(NuksmAgent *agent, uint16_t domain,
+                                uint32_t node, uint32_t from, uint32_t end,
+                                unsigned char *resident, bool *failed)
+{
+    SlotTable *t = &agent->ledger.slots[node];
+    uint64_t claimed = 0;
+
+    for (; from < end; from += STRAY_CHUNK_SLOTS) {
+        uint32_t count = MIN(end - from, STRAY_CHUNK_SLOTS);
+
+        if (!store_resident(&agent->store, domain, node, from, count,
+                            resident)) {
+            *failed = true;
+            break;
+        }
+        for (uint32_t i = 0; i < count; i++) {
+            if ((resident[i] & 1) && !slots_in_use(t, from + i)) {
+                claim_orphan(agent, domain, node, from + i);
+                claimed++;
+            }
+        }
+    }
+    return claimed;
+}
+
+/*
  * Take the pages in free slots of domain @domain's files as orphans;
- * returns how many.  Below the highest slot ever used, where the free
- * slots lie between used ones (a run of data each), a look at which
- * pages are in memory costs one call, not one per run; above it, the
- * file is holes but for strays.  A stray swapped out is found when it
- * comes back in.
+ * returns how many.  Below the highest slot ever used, only the spans
+ * with free slots are looked at (a store in use all over, as an idle
+ * host's, costs no look); above it, the file is holes but for strays.
+ * A stray swapped out is found when it comes back in.
  */
 static uint64_t claim_strays(NuksmAgent *agent, uint16_t domain)
 {
-    g_autofree unsigned char *resident = g_malloc(STRAY_CHUNK_SLOTS);
+    g_autofree unsigned char *resident = NULL;
     uint64_t claimed = 0;
 
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
         SlotTable *t = &agent->ledger.slots[n];
-        uint32_t top = t->top;
+        uint32_t top = t->top, start, end = 0;
+        bool failed = false;
 
-        for (uint32_t from = 0; from < top; from += STRAY_CHUNK_SLOTS) {
-            uint32_t count = MIN(top - from, STRAY_CHUNK_SLOTS);
-
-            if (!store_resident(&agent->store, domain, n, from, count,
-                                resident)) {
-                break;
+        while (!failed && slots_next_free_span(t, end, top, STRAY_GAP_SLOTS,
+                                               &start, &end)) {
+            if (!resident) {
+                resident = g_malloc(STRAY_CHUNK_SLOTS);
             }
-            for (uint32_t i = 0; i < count; i++) {
-                if ((resident[i] & 1) && !slots_in_use(t, from + i)) {
-                    claim_orphan(agent, domain, n, from + i);
-                    claimed++;
-                }
-            }
+            claimed += claim_strays_in(agent, domain, n, start, end,
+                                       resident, &failed);
         }
         claimed += claim_orphans(agent, domain, n, top, false);
     }

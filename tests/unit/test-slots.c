@@ -1,6 +1,7 @@
 /*
  * Unit tests of nuksmd's slot allocator: consecutive allocation, reuse
- * with a new generation, reserved ranges, reference counts.
+ * with a new generation, spans with free slots, reserved ranges,
+ * reference counts.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -79,6 +80,44 @@ static void test_reuse(void)
     free_one(&t, 64);
     g_assert_cmpuint(alloc_one(&t), ==, 64);
     g_assert_cmpuint(slots_get(&t, 64)->gen, ==, GEN + 2);
+    slots_destroy(&t);
+}
+
+/*
+ * Spans with free slots: none in a store used all over, each free slot
+ * in one, aligned to bitmap words, and short runs of used slots inside.
+ */
+static void test_free_spans(void)
+{
+    enum { USED = 20000, GAP = 4096 };
+    SlotTable t;
+    uint32_t start, end;
+
+    slots_init(&t, 1u << SLOT_BITS, GEN);
+    for (uint32_t i = 0; i < USED; i++) {
+        alloc_one(&t);
+    }
+    g_assert_false(slots_next_free_span(&t, 0, t.top, GAP, &start, &end));
+
+    /* 100 and 3000 are one span (1000 slots used between), 10000 another. */
+    free_one(&t, 100);
+    free_one(&t, 3000);
+    free_one(&t, 10000);
+    free_one(&t, USED - 1);         /* top stays: the last word is partial */
+    g_assert_cmpuint(t.top, ==, USED);
+    g_assert_true(slots_next_free_span(&t, 0, t.top, GAP, &start, &end));
+    g_assert_cmpuint(start, ==, 64);
+    g_assert_cmpuint(end, ==, 3008);
+    g_assert_true(slots_next_free_span(&t, end, t.top, GAP, &start, &end));
+    g_assert_cmpuint(start, ==, 9984);
+    g_assert_cmpuint(end, ==, 10048);
+    g_assert_true(slots_next_free_span(&t, end, t.top, GAP, &start, &end));
+    g_assert_cmpuint(start, ==, 19968);
+    g_assert_cmpuint(end, ==, USED);
+    g_assert_false(slots_next_free_span(&t, end, t.top, GAP, &start, &end));
+    /* A smaller gap splits the first span. */
+    g_assert_true(slots_next_free_span(&t, 0, t.top, 64, &start, &end));
+    g_assert_cmpuint(end, ==, 128);
     slots_destroy(&t);
 }
 
@@ -216,6 +255,7 @@ int main(int argc, char **argv)
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/slots/consecutive", test_consecutive);
     g_test_add_func("/slots/reuse", test_reuse);
+    g_test_add_func("/slots/free-spans", test_free_spans);
     g_test_add_func("/slots/wrap", test_wrap);
     g_test_add_func("/slots/reserved-ranges", test_reserved_ranges);
     g_test_add_func("/slots/refcounts", test_refcounts);
