@@ -149,6 +149,7 @@ typedef struct AgentOrphans {
     uint64_t pages;          /* slots in SLOT_ORPHAN (the ledger counts) */
     guint timer;             /* next look at who maps them */
     guint stray_timer;       /* looks for pages in free slots */
+    uint32_t stray_from[NUKSM_MAX_NODES];   /* where its next look starts */
     uint64_t logged;         /* pages when last logged */
     bool unscannable;        /* the last look could not see them all */
 } AgentOrphans;

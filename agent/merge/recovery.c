@@ -6,6 +6,7 @@
  */
 
 #include <inttypes.h>
+#include <string.h>
 
 #include "copies.h"
 #include "ledger.h"
@@ -246,22 +247,24 @@ static uint64_t claim_strays_in(NuksmAgent *agent, uint16_t domain,
 
 /*
  * Take the pages in free slots of domain @domain's files as orphans;
- * returns how many.  Below the highest slot ever used, only the spans
- * with free slots are looked at (a store in use all over, as an idle
- * host's, costs no look); above it, the file is holes but for strays.
- * A stray swapped out is found when it comes back in.
+ * returns how many.  Below the highest slot ever used, only [@from[n],
+ * @to[n]) of node n, and there only the spans with free slots, are
+ * looked at (a store in use all over costs no look); above it, the file
+ * is holes but for strays.  A stray swapped out is found when it comes
+ * back in.
  */
-static uint64_t claim_strays(NuksmAgent *agent, uint16_t domain)
+static uint64_t claim_strays(NuksmAgent *agent, uint16_t domain,
+                             const uint32_t *from, const uint32_t *to)
 {
     g_autofree unsigned char *resident = NULL;
     uint64_t claimed = 0;
 
     for (uint32_t n = 0; n < agent->nr_nodes; n++) {
         SlotTable *t = &agent->ledger.slots[n];
-        uint32_t top = t->top, start, end = 0;
+        uint32_t start, end = from[n];
         bool failed = false;
 
-        while (!failed && slots_next_free_span(t, end, top, STRAY_GAP_SLOTS,
+        while (!failed && slots_next_free_span(t, end, to[n], STRAY_GAP_SLOTS,
                                                &start, &end)) {
             if (!resident) {
                 resident = g_malloc(STRAY_CHUNK_SLOTS);
@@ -269,7 +272,7 @@ static uint64_t claim_strays(NuksmAgent *agent, uint16_t domain)
             claimed += claim_strays_in(agent, domain, n, start, end,
                                        resident, &failed);
         }
-        claimed += claim_orphans(agent, domain, n, top, false);
+        claimed += claim_orphans(agent, domain, n, t->top, false);
     }
     return claimed;
 }
@@ -283,13 +286,25 @@ static uint64_t claim_strays(NuksmAgent *agent, uint16_t domain)
 static gboolean on_stray_timer(gpointer opaque)
 {
     NuksmAgent *agent = opaque;
+    uint32_t *from = agent->orphans.stray_from, to[NUKSM_MAX_NODES];
     uint64_t strays = 0;
+
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        uint32_t top = agent->ledger.slots[n].top;
+
+        /* Where the last look ended, on a word of the bitmap of used
+         * slots, unless it reached the top. */
+        from[n] = from[n] < top ? from[n] / 64 * 64 : 0;
+        to[n] = MIN(top, from[n] + STRAY_SLOTS_PER_CHECK);
+    }
 
     for (guint id = 0; id < agent->domains.by_id->len; id++) {
         if (g_ptr_array_index(agent->domains.by_id, id)) {
-            strays += claim_strays(agent, id);
+            strays += claim_strays(agent, id, from, to);
         }
     }
+    /* The next look goes on from there, or starts over. */
+    memcpy(from, to, agent->nr_nodes * sizeof(*from));
     if (strays) {
         log_warning("found %" PRIu64 " store page%s in free slots, filled "
                     "after they were freed: taken as orphans", strays,

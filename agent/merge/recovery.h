@@ -10,9 +10,10 @@
  * - the slots of a VM that disconnected while its process could not be
  *   watched (detached.h);
  * - pages found in free slots of the store, looked for every
- *   STRAY_CHECK_SECONDS: a process filled such a slot after it was
- *   punched out (through a mapping of the hole), and nothing else would
- *   ever free it.
+ *   STRAY_CHECK_SECONDS, among at most STRAY_SLOTS_PER_CHECK of each
+ *   node's slots in use at a time, round robin, and beyond them: a
+ *   process filled such a slot after it was punched out (through a
+ *   mapping of the hole), and nothing else would ever free it.
  *
  * A RESTORE entry takes an orphan back only if its generation and domain
  * are those of the slot's record (store.h), which no client can change;
@@ -37,6 +38,12 @@
 #define ORPHAN_RECHECK_SECONDS 10
 /* Seconds between two looks for pages in free slots of the store. */
 #define STRAY_CHECK_SECONDS 30
+/*
+ * Slots in use of a node one look reads (1 GiB of store): a look costs
+ * about 20 ms of CPU at most, however big the store (a look at all of a
+ * 4 GiB one cost 90 ms), and a stray costs its maker a page meanwhile.
+ */
+#define STRAY_SLOTS_PER_CHECK (1u << 18)
 
 /*
  * Claim the pages found in the store as orphans; the first look at who
