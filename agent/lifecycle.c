@@ -31,11 +31,11 @@
 
 /*
  * Pages seen remembered per agent: at most 2^22 (64 MiB of entries), and
- * at most a quarter of the memory budget, since the table never shrinks.
+ * at most a quarter of the memory budget.
  */
 #define PAGES_SEEN_MAX (1u << 22)
 
-/* The content table is full: its VM offers the page again. */
+/* A page seen was evicted or turned away: its VM offers it again. */
 static void candidate_evicted(uint32_t client, uint64_t page, void *opaque)
 {
     NuksmAgent *agent = opaque;
