@@ -155,6 +155,7 @@ static void take(SlotTable *t, uint32_t slot, SlotState state)
     s->pending = 0;
     s->domain = 0;
     s->state = state;
+    s->restored = false;
 }
 
 bool slots_alloc(SlotTable *t, uint32_t *slot)

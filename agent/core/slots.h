@@ -63,7 +63,9 @@ typedef struct Slot {
     uint32_t pending;        /* guest pages about to map or upload it */
     uint16_t domain;         /* merge domain id of its sharers */
     uint8_t state;           /* SlotState */
-    uint8_t reserved;
+    bool restored;           /* taken back from the store after a start: */
+                             /* processes that did not restore it may map */
+                             /* it too, its references do not tell all */
 } Slot;
 
 typedef struct SlotTable {

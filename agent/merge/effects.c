@@ -14,6 +14,7 @@
 #include "log.h"
 #include "merge.h"
 #include "outbox.h"
+#include "recovery.h"
 
 /*
  * Giving memory back.  glibc returns freed heap to the system by itself
@@ -164,6 +165,8 @@ void effects_settle(NuksmAgent *agent)
     outbox_flush(agent);
     reap_clients(agent);
     free_slots(agent);
+    /* Slots the ledger kept as orphans are looked at in a while. */
+    recovery_watch_orphans(agent);
 }
 
 static bool pending(const NuksmAgent *agent)

@@ -8,7 +8,8 @@
  * effects_settle() then sends the queued batches (which may find more
  * clients dead), frees the dead clients (which queues slots but sends
  * nothing) and punches the queued slots out of the store, in that order,
- * so that the outbox never points to a freed client.
+ * so that the outbox never points to a freed client; the slots kept as
+ * orphans instead are looked at later (recovery_watch_orphans()).
  *
  * The server flushes (sends and frees, but frees no client) after each
  * message of a client, so that a message's effects are out before the

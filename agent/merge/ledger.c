@@ -113,6 +113,23 @@ static bool put_ref(NuksmAgent *agent, SlotId id)
     return unused;
 }
 
+/*
+ * Slot @id lost its last user.  Unless a process may map it although no
+ * reference says so (@may_be_mapped, or it was restored: processes that
+ * did not restore it yet may), it is freed; such a one that holds its
+ * content is kept as an orphan instead, freed once no process maps it.
+ */
+static void slot_unused(NuksmAgent *agent, SlotId id, bool may_be_mapped)
+{
+    Slot *s = ledger_slot(agent, id);
+
+    if ((may_be_mapped || s->restored) && s->state == SLOT_READY) {
+        ledger_orphan(agent, id);
+    } else {
+        ledger_free(agent, id);
+    }
+}
+
 uint64_t ledger_process_pages(const NuksmClient *client, bool in_flight)
 {
     const NuksmClient *c = client;
@@ -187,7 +204,7 @@ void ledger_move_done(NuksmAgent *agent, NuksmClient *client, uint64_t page)
     get_ref(agent, to);
     slots_put_pending(ledger_table(agent, to), slot_id_slot(to));
     if (put_ref(agent, from)) {
-        ledger_free(agent, from);
+        slot_unused(agent, from, false);
     }
 }
 
@@ -216,7 +233,7 @@ void ledger_drop(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e)
     }
     keymap_remove(&client->pages, e);
     if (unused) {
-        ledger_free(agent, id);
+        slot_unused(agent, id, false);
     }
 }
 
@@ -423,7 +440,8 @@ void ledger_orphan(NuksmAgent *agent, SlotId id)
 /*
  * Give up the slot use of @e, an entry its table no longer holds.  A
  * slot that becomes unused is freed, or kept as an orphan if its page
- * @may_be_mapped.  The caller adjusts merged_pages and parked_pages.
+ * @may_be_mapped (slot_unused()).  The caller adjusts merged_pages and
+ * parked_pages.
  */
 static void release_entry(NuksmAgent *agent, const KeyMapEntry *e,
                           bool may_be_mapped)
@@ -441,11 +459,8 @@ static void release_entry(NuksmAgent *agent, const KeyMapEntry *e,
     } else {
         unused = slots_put_pending(t, slot_id_slot(e->value));
     }
-    if (unused && may_be_mapped &&
-        slots_get(t, slot_id_slot(e->value))->state == SLOT_READY) {
-        ledger_orphan(agent, e->value);
-    } else if (unused) {
-        ledger_free(agent, e->value);
+    if (unused) {
+        slot_unused(agent, e->value, may_be_mapped);
     }
 }
 

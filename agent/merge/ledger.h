@@ -11,7 +11,10 @@
  * require (libnuksm/nuksm-proto.h).  A slot is never freed
  * while a VM may map it: from the MERGE that names it until the VM's
  * answer (a RESTORE if the connection ends first while its process
- * lives: see detached.h), and while the VM holds a reference.
+ * lives: see detached.h), and while the VM holds a reference.  A slot
+ * taken back after a restart (Slot.restored) may be mapped by VMs that
+ * have not restored it yet: once unused, it is an orphan again, freed
+ * when no process maps it (recovery.h).
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -151,7 +154,10 @@ void ledger_move_done(NuksmAgent *agent, NuksmClient *client, uint64_t page);
 /* A PAGE_MERGING or PAGE_PARKED_MERGING entry's page now maps its slot. */
 void ledger_map(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
 
-/* Remove an entry; its slot is freed if that was its last user. */
+/*
+ * Remove an entry.  If that was its slot's last user, the slot is freed,
+ * or kept as an orphan if it was restored (Slot.restored).
+ */
 void ledger_drop(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
 
 /* A page of a client: one that waits for an upload, or uploads. */

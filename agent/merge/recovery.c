@@ -389,6 +389,7 @@ static char *adopt_orphan(NuksmAgent *agent, NuksmClient *client,
     s->gen = rec.gen;
     s->digest = nuksm_page_digest(content, NUKSM_PAGE_SIZE);
     s->state = SLOT_READY;
+    s->restored = true;
     agent->orphans.pages--;
     return NULL;
 }

@@ -1263,6 +1263,40 @@ def test_restart_restores_merged_pages(start_agent, vms):
     assert "holds no merged page" in agent.log_text()
 
 
+def test_restored_slot_outlives_the_vms_that_restored_it(start_agent, vms):
+    """After a restart, a slot's references are those restored so far: a
+    VM stopped across the restart maps it too and restores it only once it
+    runs.  When the VMs that restored it drop it, the slot must stay (an
+    orphan again, freed only once no process maps it), for the late VM
+    still reads it: punched, it would read zeros."""
+    agent = start_agent("--restore-grace", "60")
+    a, b = vms(target=agent), vms(target=agent)
+    merges = merge(b, [a], {a: [1], b: [1]}, [content(41)])
+    ref_a, ref_b = merges[a][0], merges[b][0]
+    agent.kill()
+    a.close()
+    b.close()
+    agent = start_agent("--restore-grace", "60")
+    wait_until(lambda: "store holds 1 page from a previous run" in
+               agent.log_text(), 10, "the restarted agent to find its page")
+
+    a = vms(target=agent)
+    a.restore([ref_a])
+    assert a.info().pages_shared == 1
+    a.unmerged([ref_a])     # a's guest wrote its page
+    info = a.info()
+    assert (info.pages_shared, info.store_pages) == (0, [1])
+    assert slot_has_data(agent, ref_a.slot)
+
+    # The late VM runs again, and takes its page back.
+    b = vms(target=agent)
+    b.restore([ref_b])
+    messages, info = b.sync()
+    assert not messages, "b's RESTORE was refused"
+    assert (info.pages_shared, info.store_pages) == (1, [1])
+    assert b.read_slot(ref_b.node, ref_b.slot) == content(41)
+
+
 def test_restart_without_restore_frees_everything(start_agent, vms):
     agent = start_agent()
     a, b = vms(target=agent), vms(target=agent)

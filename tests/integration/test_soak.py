@@ -18,6 +18,7 @@ import base64
 import json
 import os
 import random
+import shutil
 import signal
 import time
 
@@ -45,6 +46,14 @@ def content(index):
     return random.Random(index).randbytes(PAGE)
 
 
+def identify(data):
+    """Which content of the pool @data is, in words."""
+    for index in (ZERO, *range(POOL)):
+        if data == content(index):
+            return "zeros" if index == ZERO else f"content {index}"
+    return "no content of the pool"
+
+
 def status(agent):
     return harness.ctl_json(agent.sock, "status")
 
@@ -57,24 +66,31 @@ class Guest:
         self.qtest = Qtest(vm.qtest_path)
         self.balloon = QtestBalloon(self.qtest, RING_AT)
         self.model = [rng.randrange(POOL) for _ in range(REGION_PAGES)]
+        # What befell each page, for the message of a page that differs:
+        # (step, agent run, what, content number) tuples.
+        self.history = [[] for _ in range(REGION_PAGES)]
+        self.slept_through = []    # agent runs it was stopped across
         self.stopped = False
         self.alive = True
 
-    def write(self, pages, rng, fresh):
+    def write(self, pages, rng, fresh, when=(0, 0)):
         """Write pool contents to @pages; with @fresh, contents they may
-        not have had (copy-on-write), else their own (a rewrite)."""
+        not have had (copy-on-write), else their own (a rewrite).  @when is
+        (step, agent run), for the pages' history."""
         for p in pages:
             if fresh:
                 self.model[p] = rng.randrange(POOL)
+            self.history[p].append((*when, "write", self.model[p]))
             data = base64.b64encode(content(self.model[p])).decode()
             self.qtest.command(f"b64write {REGION_AT + p * PAGE:#x} "
                                f"{PAGE:#x} {data}")
 
-    def discard(self, pages):
+    def discard(self, pages, when):
         """The balloon takes @pages: QEMU discards them."""
         self.balloon.inflate([REGION_AT + p * PAGE for p in pages])
         for p in pages:
             self.model[p] = ZERO
+            self.history[p].append((*when, "discard", ZERO))
 
     def check(self):
         """Read every page back: the number of pages checked."""
@@ -86,8 +102,13 @@ class Guest:
             data = base64.b64decode(reply.split()[1])
             for i in range(chunk):
                 got = data[i * PAGE:(i + 1) * PAGE]
-                assert got == content(self.model[first + i]), \
-                    f"{self.vm.name}: page {first + i} differs from its model"
+                page = first + i
+                assert got == content(self.model[page]), \
+                    (f"{self.vm.name}: page {page} differs from its model "
+                     f"(content {self.model[page]}): it holds "
+                     f"{identify(got)}; its history, as (step, agent run, "
+                     f"what, content): {self.history[page]}; it was "
+                     f"stopped across agent runs {self.slept_through}")
         return REGION_PAGES
 
     def stop(self):
@@ -146,6 +167,18 @@ def store_data_pages(state_dir):
     return pages
 
 
+def keep_logs(agent, guests):
+    """Copy the agent's and the VMs' logs to $BUILD/soak-failure, as the
+    test's directories go when it ends."""
+    kept = harness.BUILD / "soak-failure"
+    shutil.rmtree(kept, ignore_errors=True)
+    kept.mkdir()
+    for log in (agent.log, *(g.vm.log for g in guests)):
+        if log.exists():
+            shutil.copy(log, kept / log.name)
+    print(f"logs kept in {kept}")
+
+
 def test_soak(start_agent, qtest_vm):
     seconds = float(os.environ.get("NUKSM_SOAK_SECONDS", "60"))
     rng = random.Random(int(os.environ.get("NUKSM_SOAK_SEED", "1")))
@@ -185,10 +218,11 @@ def test_soak(start_agent, qtest_vm):
         pages = rng.sample(range(REGION_PAGES), CHURN_PAGES)
         action = rng.random()
         if action < 0.1:
-            g.discard(pages)
+            g.discard(pages, (step, summary["agent_kills"]))
             summary["pages_discarded"] += CHURN_PAGES
         else:
-            g.write(pages, rng, fresh=action < 0.75)
+            g.write(pages, rng, fresh=action < 0.75,
+                    when=(step, summary["agent_kills"]))
             summary["pages_written"] += CHURN_PAGES
 
         if step % RESTART_EVERY == 0 and not calm:
@@ -196,6 +230,7 @@ def test_soak(start_agent, qtest_vm):
             sleepers = rng.sample(running, rng.randrange(0, 3))
             for s in sleepers:
                 s.stop()
+                s.slept_through.append(summary["agent_kills"] + 1)
             agent.kill()
             log_before = len(agent.log_text())
             agent.start()
@@ -225,8 +260,12 @@ def test_soak(start_agent, qtest_vm):
     for g in live:
         g.vm.wait_state("active")
     wait_settled(agent, live)
-    for g in live:
-        summary["pages_checked"] += g.check()
+    try:
+        for g in live:
+            summary["pages_checked"] += g.check()
+    except AssertionError:
+        keep_logs(agent, guests)
+        raise
     st = status(agent)
     summary["agent_rss_calm"] = rss_calm
     summary["agent_rss_last"] = rss(agent.pid)
