@@ -21,7 +21,7 @@ typedef struct Detached {
     int pidfd;
     guint watch;             /* pidfd readable: the process exited */
     uint16_t domain_id;      /* a domains_get() reference */
-    KeyMap pages;            /* page -> SlotId, PAGE_MAPPED or MERGING */
+    PageRefs pages;          /* page -> SlotId, PAGE_MAPPED or MERGING */
 } Detached;
 
 /* Forget @d; its references must have been dropped or handed over. */
@@ -32,16 +32,17 @@ static void detached_free(NuksmAgent *agent, Detached *d)
         g_source_remove(d->watch);
     }
     close(d->pidfd);
-    keymap_destroy(&d->pages);
+    pagerefs_destroy(&d->pages);
     g_free(d);
 }
 
 /* The process is gone: nobody maps the pages any more. */
 static void detached_drop(NuksmAgent *agent, Detached *d)
 {
+    size_t parked = pagerefs_entries(&d->pages);
+
     log_info("pid %ld exited: dropping the %zu parked page%s of its "
-             "connection", (long)d->pid, d->pages.count,
-             d->pages.count == 1 ? "" : "s");
+             "connection", (long)d->pid, parked, parked == 1 ? "" : "s");
     ledger_release(agent, &d->pages, false);
     domains_put(&agent->domains, d->domain_id);
     detached_free(agent, d);
@@ -63,9 +64,9 @@ static gboolean on_process_exit(int fd, GIOCondition cond, gpointer opaque)
  */
 static void leave_unwatched(NuksmAgent *agent, NuksmClient *client)
 {
-    KeyMap keep;
+    PageRefs keep;
 
-    keymap_init(&keep, client->pages.seed);
+    pagerefs_init(&keep, client->pages.seed);
     ledger_client_leave(agent, client, &keep);
     ledger_release(agent, &keep, true);
     recovery_watch_orphans(agent);
@@ -97,9 +98,9 @@ void detached_client_leave(NuksmAgent *agent, NuksmClient *client)
     d->pid = client->pid;
     d->domain_id = client->domain_id;
     domains_hold(&agent->domains, d->domain_id);
-    keymap_init(&d->pages, client->pages.seed);
+    pagerefs_init(&d->pages, client->pages.seed);
     ledger_client_leave(agent, client, &d->pages);
-    if (!d->pages.count) {
+    if (!pagerefs_entries(&d->pages)) {
         domains_put(&agent->domains, d->domain_id);
         g_free(d);
         return;
@@ -112,8 +113,8 @@ void detached_client_leave(NuksmAgent *agent, NuksmClient *client)
     log_info("%s: its process runs on, keeping its %" PRIu64 " merged "
              "page%s and %" PRIu64 " unanswered MERGE%s until it "
              "reconnects or exits", client->label, merged,
-             merged == 1 ? "" : "s", d->pages.count - merged,
-             d->pages.count - merged == 1 ? "" : "s");
+             merged == 1 ? "" : "s", pagerefs_entries(&d->pages) - merged,
+             pagerefs_entries(&d->pages) - merged == 1 ? "" : "s");
 }
 
 void detached_adopt(NuksmAgent *agent, NuksmClient *client)

@@ -136,7 +136,8 @@ uint64_t ledger_process_pages(const NuksmClient *client, bool in_flight)
     uint64_t pages = 0;
 
     do {
-        pages += c->pages.count - (in_flight ? c->merged_pages : 0);
+        pages += pagerefs_entries(&c->pages) -
+                 (in_flight ? c->merged_pages : 0);
         c = c->pid_next;
     } while (c != client);
     return pages;
@@ -163,12 +164,8 @@ void ledger_add(NuksmAgent *agent, NuksmClient *client, uint64_t page,
                 SlotId id, PageState state)
 {
     SlotTable *t = ledger_table(agent, id);
-    bool added;
-    KeyMapEntry *e = keymap_insert(&client->pages, page, 0, &added);
 
-    g_assert(added);
-    e->value = id;
-    e->tag = state;
+    pagerefs_add(&client->pages, page, id, state);
     if (state == PAGE_MAPPED) {
         get_ref(agent, id);
         client->merged_pages++;
@@ -181,8 +178,7 @@ void ledger_move_start(NuksmAgent *agent, NuksmClient *client,
                        uint64_t page, SlotId to)
 {
     bool added;
-    KeyMapEntry *e = keymap_insert(&client->pages, page, LEDGER_NS_MOVE,
-                                   &added);
+    KeyMapEntry *e = keymap_insert(&client->pages.moves, page, 0, &added);
 
     g_assert(added);
     e->value = to;
@@ -193,14 +189,11 @@ void ledger_move_start(NuksmAgent *agent, NuksmClient *client,
 void ledger_move_done(NuksmAgent *agent, NuksmClient *client, uint64_t page)
 {
     KeyMapEntry *move = ledger_move(client, page);
-    SlotId to = move->value, from;
-    KeyMapEntry *e;
+    PageRef *e = ledger_page(client, page);
+    SlotId to = move->value, from = e->slot;
 
-    /* Removing an entry may shift others: look the page up after. */
-    keymap_remove(&client->pages, move);
-    e = ledger_page(client, page);
-    from = e->value;
-    e->value = to;
+    keymap_remove(&client->pages.moves, move);
+    e->slot = to;
     get_ref(agent, to);
     slots_put_pending(ledger_table(agent, to), slot_id_slot(to));
     if (put_ref(agent, from)) {
@@ -208,30 +201,44 @@ void ledger_move_done(NuksmAgent *agent, NuksmClient *client, uint64_t page)
     }
 }
 
-void ledger_map(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e)
+void ledger_move_cancel(NuksmAgent *agent, NuksmClient *client,
+                        uint64_t page)
 {
-    SlotTable *t = ledger_table(agent, e->value);
+    KeyMapEntry *move = ledger_move(client, page);
+    SlotId to = move->value;
 
-    e->tag = PAGE_MAPPED;
-    get_ref(agent, e->value);
-    slots_put_pending(t, slot_id_slot(e->value));
+    client->parked_pages -= ledger_parked(move->tag);
+    keymap_remove(&client->pages.moves, move);
+    if (slots_put_pending(ledger_table(agent, to), slot_id_slot(to))) {
+        slot_unused(agent, to, false);
+    }
+}
+
+void ledger_map(NuksmAgent *agent, NuksmClient *client, PageRef *e)
+{
+    SlotTable *t = ledger_table(agent, e->slot);
+
+    e->state = PAGE_MAPPED;
+    get_ref(agent, e->slot);
+    slots_put_pending(t, slot_id_slot(e->slot));
     client->merged_pages++;
 }
 
-void ledger_drop(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e)
+void ledger_drop(NuksmAgent *agent, NuksmClient *client, uint64_t page)
 {
-    SlotId id = e->value;
+    PageRef *e = ledger_page(client, page);
+    SlotId id = e->slot;
     SlotTable *t = ledger_table(agent, id);
     bool unused;
 
-    client->parked_pages -= ledger_parked(e->tag);
-    if (ledger_holds_ref(e->tag)) {
+    client->parked_pages -= ledger_parked(e->state);
+    if (ledger_holds_ref(e->state)) {
         client->merged_pages--;
         unused = put_ref(agent, id);
     } else {
         unused = slots_put_pending(t, slot_id_slot(id));
     }
-    keymap_remove(&client->pages, e);
+    pagerefs_remove(&client->pages, page);
     if (unused) {
         slot_unused(agent, id, false);
     }
@@ -265,18 +272,18 @@ void ledger_upload_join(NuksmAgent *agent, SlotId id, NuksmClient *client,
  * ends: a client that left meanwhile is gone from agent->ledger.vms, and its
  * entries (which ledger_client_leave() dropped) cannot be found.
  */
-static KeyMapEntry *waiting_entry(NuksmAgent *agent, SlotId id,
-                                  const UploadSharer *sharer,
-                                  NuksmClient **client)
+static PageRef *waiting_entry(NuksmAgent *agent, SlotId id,
+                              const UploadSharer *sharer,
+                              NuksmClient **client)
 {
-    KeyMapEntry *e;
+    PageRef *e;
 
     *client = ledger_client(agent, sharer->client);
     if (!*client) {
         return NULL;
     }
     e = ledger_page(*client, sharer->page);
-    if (!e || e->value != id || !ledger_before_fill(e->tag)) {
+    if (!e || e->slot != id || !ledger_before_fill(e->state)) {
         return NULL;
     }
     return e;
@@ -321,18 +328,18 @@ bool ledger_upload_reassign(NuksmAgent *agent, SlotId id,
     Upload *up = g_hash_table_lookup(agent->ledger.uploads,
                                      GUINT_TO_POINTER(id));
     UploadSharer first = up->sharers[0];
-    KeyMapEntry *late_entry = waiting_entry(agent, id, &first, &late->client);
-    KeyMapEntry *e = NULL;
+    PageRef *late_entry = waiting_entry(agent, id, &first, &late->client);
+    PageRef *e = NULL;
     guint pick = 0;
 
     late->page = first.page;
-    if (!late_entry || late_entry->tag != PAGE_UPLOADING) {
+    if (!late_entry || late_entry->state != PAGE_UPLOADING) {
         late->client = NULL;
     }
     /* The first waiting page of a preferred client, else the first. */
     for (guint i = 1; i < up->len; i++) {
         NuksmClient *client;
-        KeyMapEntry *w = waiting_entry(agent, id, &up->sharers[i], &client);
+        PageRef *w = waiting_entry(agent, id, &up->sharers[i], &client);
 
         if (w && (!e || preferred(client))) {
             e = w;
@@ -347,7 +354,7 @@ bool ledger_upload_reassign(NuksmAgent *agent, SlotId id,
         ledger_upload_cancel(agent, id);
         return false;
     }
-    e->tag = PAGE_UPLOADING;
+    e->state = PAGE_UPLOADING;
     next->page = up->sharers[pick].page;
     up->sharers[0] = up->sharers[pick];
     up->len--;
@@ -360,7 +367,7 @@ bool ledger_upload_reassign(NuksmAgent *agent, SlotId id,
          * The new uploader keeps the slot: this frees nothing.  The late
          * page is offered again, to join the slot once it is filled.
          */
-        ledger_drop(agent, late->client, late_entry);
+        ledger_drop(agent, late->client, late->page);
         outbox_add_retry(agent, late->client, late->page);
     }
     return true;
@@ -374,10 +381,10 @@ GArray *ledger_upload_complete(NuksmAgent *agent, SlotId id)
     for (guint i = 0; i < up->len; i++) {
         const UploadSharer *sharer = &up->sharers[i];
         LedgerWaiter w = { .page = sharer->page };
-        KeyMapEntry *e = waiting_entry(agent, id, sharer, &w.client);
+        PageRef *e = waiting_entry(agent, id, sharer, &w.client);
 
         if (e) {
-            e->tag = PAGE_MERGING;
+            e->state = PAGE_MERGING;
             g_array_append_val(waiters, w);
         }
     }
@@ -393,10 +400,9 @@ void ledger_upload_cancel(NuksmAgent *agent, SlotId id)
     for (guint i = 0; i < up->len; i++) {
         NuksmClient *client;
         const UploadSharer *sharer = &up->sharers[i];
-        KeyMapEntry *e = waiting_entry(agent, id, sharer, &client);
 
-        if (e) {
-            ledger_drop(agent, client, e);
+        if (waiting_entry(agent, id, sharer, &client)) {
+            ledger_drop(agent, client, sharer->page);
             /* Its content may still merge, with another copy. */
             outbox_add_retry(agent, client, sharer->page);
         }
@@ -438,103 +444,133 @@ void ledger_orphan(NuksmAgent *agent, SlotId id)
 }
 
 /*
- * Give up the slot use of @e, an entry its table no longer holds.  A
- * slot that becomes unused is freed, or kept as an orphan if its page
- * @may_be_mapped (slot_unused()).  The caller adjusts merged_pages and
- * parked_pages.
+ * Give up a use of slot @id by an entry in @state that its table no
+ * longer holds.  A slot that becomes unused is freed, or kept as an
+ * orphan if its page @may_be_mapped (slot_unused()).  The caller adjusts
+ * merged_pages and parked_pages.
  */
-static void release_entry(NuksmAgent *agent, const KeyMapEntry *e,
+static void release_entry(NuksmAgent *agent, SlotId id, PageState state,
                           bool may_be_mapped)
 {
-    SlotTable *t = ledger_table(agent, e->value);
+    SlotTable *t = ledger_table(agent, id);
     bool unused;
 
-    if (e->tag == PAGE_UPLOADING &&
-        slots_get(t, slot_id_slot(e->value))->state == SLOT_UPLOADING) {
+    if (state == PAGE_UPLOADING &&
+        slots_get(t, slot_id_slot(id))->state == SLOT_UPLOADING) {
         /* Nobody else has the content: the other sharers give up. */
-        ledger_upload_cancel(agent, e->value);
+        ledger_upload_cancel(agent, id);
     }
-    if (ledger_holds_ref(e->tag)) {
-        unused = put_ref(agent, e->value);
+    if (ledger_holds_ref(state)) {
+        unused = put_ref(agent, id);
     } else {
-        unused = slots_put_pending(t, slot_id_slot(e->value));
+        unused = slots_put_pending(t, slot_id_slot(id));
     }
     if (unused) {
-        slot_unused(agent, e->value, may_be_mapped);
+        slot_unused(agent, id, may_be_mapped);
     }
 }
 
-void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
-                         KeyMap *keep)
+/*
+ * What an entry in @state becomes in a @keep of ledger_client_leave():
+ * past a MERGE (always for a ready slot), the VM may have mapped the
+ * slot before the connection ended without its MERGED, so the entry is
+ * kept; 0 if it is not.
+ */
+static PageState kept_state(PageState state)
 {
-    KeyMap pages = client->pages;
-    const KeyMapEntry *e;
+    if (ledger_before_fill(state)) {
+        return 0;
+    }
+    return ledger_holds_ref(state) ? PAGE_MAPPED : PAGE_MERGING;
+}
+
+void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
+                         PageRefs *keep)
+{
+    PageRefs pages;
+    const KeyMapEntry *move;
+    PageRef *e;
+    uint64_t page;
 
     /* From now on, uploads and the unstable table no longer see it. */
     g_hash_table_remove(agent->ledger.vms, GUINT_TO_POINTER(client->id));
     contents_client_remove(&agent->contents, client->contents_slot);
     client->contents_slot = 0;
-    keymap_init(&client->pages, pages.seed);
+    pagerefs_init(&pages, client->pages.seed);
+    pagerefs_take(&pages, &client->pages);
 
-    for (size_t pos = 0; (e = keymap_next(&pages, &pos));) {
+    for (size_t pos = 0; (e = pagerefs_next(&pages, &pos, &page));) {
+        PageState kept = keep ? kept_state(e->state) : 0;
+
+        if (kept) {
+            pagerefs_add(keep, page, e->slot, kept);
+        } else {
+            release_entry(agent, e->slot, e->state, false);
+        }
+    }
+    for (size_t pos = 0; (move = keymap_next(&pages.moves, &pos));) {
         bool added;
 
-        /*
-         * Past a MERGE (always for a ready slot), the VM may have mapped
-         * the slot before the connection ended without its MERGED.
-         */
-        if (keep && !ledger_before_fill(e->tag)) {
-            KeyMapEntry *k = keymap_insert(keep, e->key, e->ns, &added);
+        if (keep) {
+            KeyMapEntry *k = keymap_insert(&keep->moves, move->key, 0,
+                                           &added);
 
-            k->value = e->value;
-            k->tag = ledger_holds_ref(e->tag) ? PAGE_MAPPED : PAGE_MERGING;
+            k->value = move->value;
+            k->tag = PAGE_MERGING;
         } else {
-            release_entry(agent, e, false);
+            release_entry(agent, move->value, move->tag, false);
         }
     }
     client->merged_pages = 0;
     client->parked_pages = 0;
-    keymap_destroy(&pages);
+    pagerefs_destroy(&pages);
     domains_put(&agent->domains, client->domain_id);
 }
 
-void ledger_release(NuksmAgent *agent, KeyMap *pages, bool may_be_mapped)
+void ledger_release(NuksmAgent *agent, PageRefs *pages, bool may_be_mapped)
 {
-    KeyMapEntry *e;
+    const KeyMapEntry *move;
+    PageRef *e;
+    uint64_t page;
 
-    for (size_t pos = 0; (e = keymap_next(pages, &pos));) {
-        release_entry(agent, e, may_be_mapped);
+    for (size_t pos = 0; (e = pagerefs_next(pages, &pos, &page));) {
+        release_entry(agent, e->slot, e->state, may_be_mapped);
     }
-    keymap_destroy(pages);
+    for (size_t pos = 0; (move = keymap_next(&pages->moves, &pos));) {
+        release_entry(agent, move->value, move->tag, may_be_mapped);
+    }
+    pagerefs_destroy(pages);
 }
 
-void ledger_adopt(NuksmClient *client, KeyMap *pages)
+void ledger_adopt(NuksmClient *client, PageRefs *pages)
 {
-    KeyMapEntry *e;
+    KeyMapEntry *move;
+    PageRef *e;
+    uint64_t page;
 
-    g_assert(!client->pages.count);
-    keymap_destroy(&client->pages);
-    client->pages = *pages;
-    keymap_init(pages, pages->seed);
+    pagerefs_take(&client->pages, pages);
     client->merged_pages = 0;
-    for (size_t pos = 0; (e = keymap_next(&client->pages, &pos));) {
-        if (e->tag == PAGE_MAPPED) {
-            e->tag = PAGE_PARKED;
+    for (size_t pos = 0; (e = pagerefs_next(&client->pages, &pos, &page));) {
+        if (e->state == PAGE_MAPPED) {
+            e->state = PAGE_PARKED;
             client->merged_pages++;
         } else {
-            e->tag = PAGE_PARKED_MERGING;
+            e->state = PAGE_PARKED_MERGING;
         }
     }
-    client->parked_pages = client->pages.count;
+    for (size_t pos = 0; (move = keymap_next(&client->pages.moves, &pos));) {
+        move->tag = PAGE_PARKED_MERGING;
+    }
+    client->parked_pages = pagerefs_entries(&client->pages);
 }
 
-void ledger_confirm(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e)
+void ledger_confirm(NuksmAgent *agent, NuksmClient *client, PageRef *e)
 {
     client->parked_pages--;
-    if (e->tag == PAGE_PARKED_MERGING) {
+    if (e->state == PAGE_PARKED_MERGING) {
         ledger_map(agent, client, e);
     } else {
-        e->tag = PAGE_MAPPED;
+        e->state = PAGE_MAPPED;
     }
 }
 
@@ -544,15 +580,27 @@ typedef struct DropParked {
 } DropParked;
 
 /* A parked page is released; every other is kept. */
-static bool keep_unparked(KeyMapEntry *e, void *opaque)
+static bool keep_unparked(PageRef *e, uint64_t page, void *opaque)
 {
     DropParked *d = opaque;
 
-    if (!ledger_parked(e->tag)) {
+    if (!ledger_parked(e->state)) {
         return true;
     }
-    release_entry(d->agent, e, false);
-    d->client->merged_pages -= e->tag == PAGE_PARKED;
+    release_entry(d->agent, e->slot, e->state, false);
+    d->client->merged_pages -= e->state == PAGE_PARKED;
+    return false;
+}
+
+/* A parked move is released; every other is kept. */
+static bool keep_unparked_move(KeyMapEntry *move, void *opaque)
+{
+    DropParked *d = opaque;
+
+    if (!ledger_parked(move->tag)) {
+        return true;
+    }
+    release_entry(d->agent, move->value, move->tag, false);
     return false;
 }
 
@@ -560,21 +608,21 @@ void ledger_drop_parked(NuksmAgent *agent, NuksmClient *client)
 {
     DropParked d = { agent, client };
 
-    keymap_retain(&client->pages, keep_unparked, &d);
+    pagerefs_retain(&client->pages, keep_unparked, &d);
+    keymap_retain(&client->pages.moves, keep_unparked_move, &d);
     client->parked_pages = 0;
 }
 
 void ledger_locality(const NuksmClient *client, uint64_t *local,
                      uint64_t *remote)
 {
-    const KeyMapEntry *e;
+    const PageRef *e;
+    uint64_t page;
 
     *local = *remote = 0;
-    for (size_t pos = 0; (e = keymap_next(&client->pages, &pos));) {
-        if (e->ns == 0 &&
-            (e->tag == PAGE_MAPPED || e->tag == PAGE_PARKED)) {
-            if (slot_id_node(e->value) ==
-                client_home_of_page(client, e->key)) {
+    for (size_t pos = 0; (e = pagerefs_next(&client->pages, &pos, &page));) {
+        if (ledger_holds_ref(e->state)) {
+            if (slot_id_node(e->slot) == client_home_of_page(client, page)) {
                 (*local)++;
             } else {
                 (*remote)++;
@@ -586,18 +634,19 @@ void ledger_locality(const NuksmClient *client, uint64_t *local,
 void ledger_remote_hot(const NuksmClient *client, uint32_t cold_windows,
                        uint64_t *per_node)
 {
-    const KeyMapEntry *e;
+    const PageRef *e;
+    uint64_t page;
 
-    for (size_t pos = 0; (e = keymap_next(&client->pages, &pos));) {
+    for (size_t pos = 0; (e = pagerefs_next(&client->pages, &pos, &page));) {
         uint32_t node;
 
-        if (e->ns != 0 || e->tag != PAGE_MAPPED) {
+        if (e->state != PAGE_MAPPED) {
             continue;
         }
-        node = slot_id_node(e->value);
-        if (node != client_home_of_page(client, e->key) &&
+        node = slot_id_node(e->slot);
+        if (node != client_home_of_page(client, page) &&
             policy_page_hot(NUKSM_IDLE_NEVER,
-                            client_read_idle(client, e->key), cold_windows)) {
+                            client_read_idle(client, page), cold_windows)) {
             per_node[node]++;
         }
     }
@@ -616,9 +665,9 @@ bool ledger_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
     return true;
 }
 
-KeyMapEntry *ledger_expect_entry(NuksmAgent *agent, NuksmClient *client,
-                                 uint32_t seq, NuksmMsgType type,
-                                 const NuksmSlotRef *r, PageState state)
+PageRef *ledger_expect_entry(NuksmAgent *agent, NuksmClient *client,
+                             uint32_t seq, NuksmMsgType type,
+                             const NuksmSlotRef *r, PageState state)
 {
     static const char *const why[] = {
         [PAGE_UPLOADING] = "which it was not asked to upload",
@@ -626,20 +675,20 @@ KeyMapEntry *ledger_expect_entry(NuksmAgent *agent, NuksmClient *client,
         [PAGE_MAPPED]    = "which does not map that slot",
     };
     const char *name = nuksm_msg_type_name(type);
-    KeyMapEntry *e;
+    PageRef *e;
     Slot *s;
 
     if (!ledger_check_ref(agent, client, seq, name, r)) {
         return NULL;
     }
     e = ledger_page(client, r->page);
-    if (!e || e->tag != state || e->value != slot_id(r->node, r->slot)) {
+    if (!e || e->state != state || e->slot != slot_id(r->node, r->slot)) {
         transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                          "%s for page %#" PRIx64 " on node %u slot %u, %s",
                          name, r->page, r->node, r->slot, why[state]);
         return NULL;
     }
-    s = ledger_slot(agent, e->value);
+    s = ledger_slot(agent, e->slot);
     if (r->gen != s->gen) {
         transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                          "%s for node %u slot %u with stale generation %u "

@@ -2,9 +2,10 @@
  * nuksmd ledger: which guest page of which VM uses which slot, and the
  * life of slots that follows from it.
  *
- * Each VM has a table page -> (slot, PageState); a page has at most one
- * entry, and while it moves to another copy (see relocate.h) one more,
- * in namespace LEDGER_NS_MOVE, naming the slot it moves to as PAGE_MERGING.
+ * Each VM has its page references (pagerefs.h): page -> (slot,
+ * PageState); a page has at most one, and while it moves to another copy
+ * (see relocate.h) one more among the moves, naming the slot it moves to
+ * as PAGE_MERGING.
  * A slot counts the MAPPED entries naming it as references and the
  * others as pending users; it is freed (punched out of the store, its
  * generation bumped) once it has neither, as the protocol's generations
@@ -33,10 +34,6 @@
 
 /* A page index names a page of a 64-bit RAM address space. */
 #define LEDGER_PAGE_LIMIT (UINT64_MAX / NUKSM_PAGE_SIZE + 1)
-
-/* Namespaces of a VM's table: its pages, and the moves of its pages. */
-#define LEDGER_NS_PAGE 0
-#define LEDGER_NS_MOVE 1
 
 typedef enum PageState {
     PAGE_WAITING = 1,        /* shares a slot whose upload is awaited */
@@ -83,16 +80,19 @@ static inline Slot *ledger_slot(NuksmAgent *agent, SlotId id)
     return slots_get(ledger_table(agent, id), slot_id_slot(id));
 }
 
-/* @client's entry for @page: value is the SlotId, tag the PageState. */
-static inline KeyMapEntry *ledger_page(NuksmClient *client, uint64_t page)
+/* @client's entry for @page, or NULL. */
+static inline PageRef *ledger_page(NuksmClient *client, uint64_t page)
 {
-    return keymap_lookup(&client->pages, page, 0);
+    return pagerefs_lookup(&client->pages, page);
 }
 
-/* The move in progress of @client's @page, if any. */
+/*
+ * The move in progress of @client's @page, if any: value is the SlotId
+ * it moves to, tag the PageState.
+ */
 static inline KeyMapEntry *ledger_move(NuksmClient *client, uint64_t page)
 {
-    return keymap_lookup(&client->pages, page, LEDGER_NS_MOVE);
+    return keymap_lookup(&client->pages.moves, page, 0);
 }
 
 /*
@@ -151,14 +151,18 @@ void ledger_move_start(NuksmAgent *agent, NuksmClient *client,
  */
 void ledger_move_done(NuksmAgent *agent, NuksmClient *client, uint64_t page);
 
+/* The move of @page failed: it gives up the slot it was to move to. */
+void ledger_move_cancel(NuksmAgent *agent, NuksmClient *client,
+                        uint64_t page);
+
 /* A PAGE_MERGING or PAGE_PARKED_MERGING entry's page now maps its slot. */
-void ledger_map(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
+void ledger_map(NuksmAgent *agent, NuksmClient *client, PageRef *e);
 
 /*
- * Remove an entry.  If that was its slot's last user, the slot is freed,
- * or kept as an orphan if it was restored (Slot.restored).
+ * Remove @page's entry.  If that was its slot's last user, the slot is
+ * freed, or kept as an orphan if it was restored (Slot.restored).
  */
-void ledger_drop(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
+void ledger_drop(NuksmAgent *agent, NuksmClient *client, uint64_t page);
 
 /* A page of a client: one that waits for an upload, or uploads. */
 typedef struct LedgerWaiter {
@@ -228,27 +232,27 @@ void ledger_orphan(NuksmAgent *agent, SlotId id);
  * PAGE_MERGING, still pending users of their slot.
  */
 void ledger_client_leave(NuksmAgent *agent, NuksmClient *client,
-                         KeyMap *keep);
+                         PageRefs *keep);
 
 /*
  * Drop the entries of @pages, a @keep of ledger_client_leave().  With
  * @may_be_mapped (its process may still map them), the slots that become
  * unused are kept as orphans instead of being freed.
  */
-void ledger_release(NuksmAgent *agent, KeyMap *pages, bool may_be_mapped);
+void ledger_release(NuksmAgent *agent, PageRefs *pages, bool may_be_mapped);
 
 /*
  * Hand the entries of @pages, a @keep of ledger_client_leave(), to
  * @client (which has no entries yet): PAGE_MAPPED ones as PAGE_PARKED,
  * PAGE_MERGING ones as PAGE_PARKED_MERGING.
  */
-void ledger_adopt(NuksmClient *client, KeyMap *pages);
+void ledger_adopt(NuksmClient *client, PageRefs *pages);
 
 /*
  * A RESTORE confirms @e, a parked entry of @client naming the slot it
  * restores: it maps the slot.
  */
-void ledger_confirm(NuksmAgent *agent, NuksmClient *client, KeyMapEntry *e);
+void ledger_confirm(NuksmAgent *agent, NuksmClient *client, PageRef *e);
 
 /* Drop @client's parked entries: its VM does not map them. */
 void ledger_drop_parked(NuksmAgent *agent, NuksmClient *client);
@@ -280,8 +284,8 @@ bool ledger_check_ref(NuksmAgent *agent, NuksmClient *client, uint32_t seq,
  * @state on the slot and generation that @r names.  Anything else
  * rejects @client, and NULL is returned.
  */
-KeyMapEntry *ledger_expect_entry(NuksmAgent *agent, NuksmClient *client,
-                                 uint32_t seq, NuksmMsgType type,
-                                 const NuksmSlotRef *r, PageState state);
+PageRef *ledger_expect_entry(NuksmAgent *agent, NuksmClient *client,
+                             uint32_t seq, NuksmMsgType type,
+                             const NuksmSlotRef *r, PageState state);
 
 #endif /* NUKSMD_LEDGER_H */

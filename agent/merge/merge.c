@@ -26,7 +26,7 @@ _Static_assert(CLIENTS_MAX < CONTENT_CLIENTS, "a VM has a content slot");
 
 void merge_client_free(NuksmClient *client)
 {
-    keymap_destroy(&client->pages);
+    pagerefs_destroy(&client->pages);
     outbox_client_destroy(&client->outbox);
     uploads_client_destroy(&client->uploads);
     reads_client_destroy(&client->reads);
@@ -41,7 +41,7 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     /* Fixed while nuksmd runs: the transport only compares with it. */
     client->queue_max = quotas_queue_max(agent, client->domain_id);
     domains_stats(&agent->domains, client->domain_id)->vms++;
-    keymap_init(&client->pages, agent->contents.seed);
+    pagerefs_init(&client->pages, agent->contents.seed);
     reads_client_init(&client->reads, agent->contents.seed);
     sketch_init(&client->sketch, agent->contents.seed);
     client->colocation.plan_verdict = NUKSM_PLAN__MAX;
@@ -346,7 +346,7 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
         .hot = policy_page_hot(c->idle, read_idle, cold_windows),
         .warm = policy_page_warm(c->idle, read_idle, cold_windows),
     };
-    KeyMapEntry *e = ledger_page(v, c->page);
+    const PageRef *e = ledger_page(v, c->page);
     CandidateProbes cp;     /* 2.5 KiB: only probed is set */
 
     cp.probed = 0;
@@ -356,11 +356,11 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
      * unless it changed before its slot was filled.
      */
     if (e) {
-        if (!ledger_before_fill(e->tag) ||
-            ledger_slot(agent, e->value)->digest == c->digest) {
+        if (!ledger_before_fill(e->state) ||
+            ledger_slot(agent, e->slot)->digest == c->digest) {
             return;
         }
-        uploads_leave_changed(agent, v, e);
+        uploads_leave_changed(agent, v, c->page);
     }
     /* No room for it now: offered again, it merges once there is. */
     if (ledger_full(v) ||
@@ -415,9 +415,9 @@ void merge_handle_merged(NuksmAgent *agent, NuksmClient *client,
     const NuksmSlotRef *refs = (const NuksmSlotRef *)(batch + 1);
 
     for (uint32_t i = 0; i < batch->count; i++) {
-        KeyMapEntry *e = ledger_expect_entry(agent, client, seq,
-                                             NUKSM_MSG_MERGED, &refs[i],
-                                             PAGE_MERGING);
+        PageRef *e = ledger_expect_entry(agent, client, seq,
+                                         NUKSM_MSG_MERGED, &refs[i],
+                                         PAGE_MERGING);
 
         if (!e) {
             return;
@@ -425,7 +425,7 @@ void merge_handle_merged(NuksmAgent *agent, NuksmClient *client,
         if (refs[i].status == NUKSM_STATUS_MERGED) {
             ledger_map(agent, client, e);
         } else {
-            ledger_drop(agent, client, e);
+            ledger_drop(agent, client, refs[i].page);
         }
     }
 }
@@ -437,13 +437,10 @@ void merge_handle_unmerged(NuksmAgent *agent, NuksmClient *client,
     const NuksmSlotRef *refs = (const NuksmSlotRef *)(batch + 1);
 
     for (uint32_t i = 0; i < batch->count; i++) {
-        KeyMapEntry *e = ledger_expect_entry(agent, client, seq,
-                                             NUKSM_MSG_UNMERGED, &refs[i],
-                                             PAGE_MAPPED);
-
-        if (!e) {
+        if (!ledger_expect_entry(agent, client, seq, NUKSM_MSG_UNMERGED,
+                                 &refs[i], PAGE_MAPPED)) {
             return;
         }
-        ledger_drop(agent, client, e);
+        ledger_drop(agent, client, refs[i].page);
     }
 }

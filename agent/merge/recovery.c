@@ -399,7 +399,7 @@ static char *restore_one(NuksmAgent *agent, NuksmClient *client,
                          const NuksmSlotRef *r)
 {
     char *problem = ledger_ref_problem(agent, r);
-    KeyMapEntry *e;
+    PageRef *e;
     bool adopted = false;
     Slot *s;
 
@@ -407,15 +407,15 @@ static char *restore_one(NuksmAgent *agent, NuksmClient *client,
         return problem;
     }
     e = ledger_page(client, r->page);
-    if (e && ledger_parked(e->tag)) {
+    if (e && ledger_parked(e->state)) {
         /* Taken back from its previous connection: it maps it. */
-        if (e->value == slot_id(r->node, r->slot) &&
-            ledger_slot(agent, e->value)->gen == r->gen) {
+        if (e->slot == slot_id(r->node, r->slot) &&
+            ledger_slot(agent, e->slot)->gen == r->gen) {
             ledger_confirm(agent, client, e);
             return NULL;
         }
         /* It maps another slot now. */
-        ledger_drop(agent, client, e);
+        ledger_drop(agent, client, r->page);
         e = NULL;
     }
     if (e) {

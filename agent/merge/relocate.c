@@ -79,19 +79,21 @@ static GArray *find_sharers(NuksmAgent *agent, uint64_t *moving)
 
     g_hash_table_iter_init(&it, agent->ledger.vms);
     while (g_hash_table_iter_next(&it, NULL, (gpointer *)&client)) {
-        const KeyMapEntry *e;
+        const PageRef *e;
+        uint64_t page;
 
         if (client->parked_pages) {
             continue;       /* its RESTORE will tell what it maps */
         }
-        for (size_t pos = 0; (e = keymap_next(&client->pages, &pos));) {
-            MergedPage s = { .slot = e->value, .client = client->id,
-                             .page = e->key };
+        for (size_t pos = 0;
+             (e = pagerefs_next(&client->pages, &pos, &page));) {
+            MergedPage s = { .slot = e->slot, .client = client->id,
+                             .page = page };
 
-            if (e->ns != LEDGER_NS_PAGE || e->tag != PAGE_MAPPED) {
+            if (e->state != PAGE_MAPPED) {
                 continue;
             }
-            if (ledger_move(client, e->key)) {
+            if (ledger_move(client, page)) {
                 (*moving)++;
             } else {
                 g_array_append_val(sharers, s);
@@ -279,10 +281,10 @@ static bool copy_on_node(NuksmAgent *agent, SlotId from, uint32_t node,
 static void start_move(NuksmAgent *agent, const RelocateMove *mv)
 {
     NuksmClient *client = ledger_client(agent, mv->client);
-    KeyMapEntry *e = client ? ledger_page(client, mv->page) : NULL;
+    const PageRef *e = client ? ledger_page(client, mv->page) : NULL;
     SlotId to;
 
-    if (!e || e->tag != PAGE_MAPPED || e->value != mv->from ||
+    if (!e || e->state != PAGE_MAPPED || e->slot != mv->from ||
         client->parked_pages || ledger_move(client, mv->page) ||
         !copy_on_node(agent, mv->from, mv->node, &to)) {
         return;     /* the page left, or a later pass will see to it */
@@ -325,7 +327,8 @@ void relocate_handle_moved(NuksmAgent *agent, NuksmClient *client,
     const NuksmMove *m = (const NuksmMove *)(batch + 1);
 
     for (uint32_t i = 0; i < batch->count; i++) {
-        KeyMapEntry *move, *e;
+        const KeyMapEntry *move;
+        const PageRef *e;
 
         if (!ledger_check_ref(agent, client, seq, "MOVED", &m[i].from) ||
             !ledger_check_ref(agent, client, seq, "MOVED", &m[i].to)) {
@@ -341,12 +344,12 @@ void relocate_handle_moved(NuksmAgent *agent, NuksmClient *client,
             return;
         }
         if (m[i].to.status != NUKSM_STATUS_MERGED) {
-            ledger_drop(agent, client, move);
+            ledger_move_cancel(agent, client, m[i].to.page);
             continue;
         }
         e = ledger_page(client, m[i].from.page);
-        if (!e || e->tag != PAGE_MAPPED ||
-            e->value != slot_id(m[i].from.node, m[i].from.slot)) {
+        if (!e || e->state != PAGE_MAPPED ||
+            e->slot != slot_id(m[i].from.node, m[i].from.slot)) {
             transport_reject(client, seq, NUKSM_ERR_BAD_MESSAGE,
                              "MOVED for page %#" PRIx64 " from node %u slot "
                              "%u, which it does not map", m[i].from.page,

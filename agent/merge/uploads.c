@@ -192,24 +192,25 @@ void uploads_start(NuksmAgent *agent, SlotId id,
 }
 
 /*
- * @client's page of entry @e, on its way to a slot (waiting for its
- * upload, or uploading it), is offered with another content: it changed,
+ * @client's @page, on its way to a slot (waiting for its upload, or
+ * uploading it), is offered with another content: it changed,
  * and leaves the slot, as a page that changed before its upload would
  * when the upload came (the guest reused it, as its page cache does).
  * The slot's upload passes to another of its pages, if any waits.
  */
 void uploads_leave_changed(NuksmAgent *agent, NuksmClient *client,
-                           KeyMapEntry *e)
+                           uint64_t page)
 {
-    SlotId id = e->value;
-    bool uploader = e->tag == PAGE_UPLOADING;
+    const PageRef *e = ledger_page(client, page);
+    SlotId id = e->slot;
+    bool uploader = e->state == PAGE_UPLOADING;
     LedgerWaiter late, next;
 
     if (uploader) {
-        revoke_upload(client, e->key, id, ledger_slot(agent, id)->gen);
+        revoke_upload(client, page, id, ledger_slot(agent, id)->gen);
     }
     /* The last page of the slot frees it, and its upload with it. */
-    ledger_drop(agent, client, e);
+    ledger_drop(agent, client, page);
     if (uploader && ledger_upload_awaited(agent, id) &&
         ledger_upload_reassign(agent, id, uploads_trusted, &late, &next)) {
         ask_upload(agent, next.client, next.page, id);
@@ -288,7 +289,7 @@ void uploads_handle_upload(NuksmAgent *agent, NuksmClient *client,
     const uint8_t *pages = (const uint8_t *)(refs + batch->count);
 
     for (uint32_t i = 0; i < batch->count; i++) {
-        KeyMapEntry *e;
+        PageRef *e;
 
         if (revoked_upload(client, &refs[i])) {
             log_debug("%s: page %#" PRIx64 " uploaded after its time, "
@@ -301,7 +302,7 @@ void uploads_handle_upload(NuksmAgent *agent, NuksmClient *client,
             return;
         }
         client->uploads.sent++;
-        store_upload(agent, client, &refs[i], e->value,
+        store_upload(agent, client, &refs[i], e->slot,
                      pages + (size_t)i * NUKSM_PAGE_SIZE);
     }
 }
@@ -313,11 +314,11 @@ void uploads_handle_upload(NuksmAgent *agent, NuksmClient *client,
 static bool upload_awaited(NuksmAgent *agent, NuksmClient *client,
                            const NuksmSlotRef *r, SlotId *id)
 {
-    KeyMapEntry *e = ledger_page(client, r->page);
+    PageRef *e = ledger_page(client, r->page);
 
     *id = slot_id(r->node, r->slot);
-    return !revoked_upload(client, r) && e && e->tag == PAGE_UPLOADING &&
-           e->value == *id && ledger_slot(agent, *id)->gen == r->gen;
+    return !revoked_upload(client, r) && e && e->state == PAGE_UPLOADING &&
+           e->slot == *id && ledger_slot(agent, *id)->gen == r->gen;
 }
 
 static bool slot_listed(const SlotId *ids, size_t n, SlotId id)

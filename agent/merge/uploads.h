@@ -55,12 +55,12 @@ void uploads_start(struct NuksmAgent *agent, SlotId id,
                    NuksmClient *second, uint64_t second_page);
 
 /*
- * @client's page of entry @e, on its way to a slot whose content has not
- * come, was offered with another content: it leaves the slot, and its
- * upload, if it was the uploader, passes to another page that waits.
+ * @client's @page, on its way to a slot whose content has not come, was
+ * offered with another content: it leaves the slot, and its upload, if
+ * it was the uploader, passes to another page that waits.
  */
 void uploads_leave_changed(struct NuksmAgent *agent, NuksmClient *client,
-                           KeyMapEntry *e);
+                           uint64_t page);
 
 /*
  * Read the uploads queued for the agent to read (outbox_add_read()) from

@@ -25,11 +25,12 @@ static void foreach_merged_page(GPtrArray *vms, MergedPageFn fn,
 {
     for (guint i = 0; i < vms->len; i++) {
         const NuksmClient *vm = g_ptr_array_index(vms, i);
-        const KeyMapEntry *e;
+        const PageRef *e;
+        uint64_t page;
 
-        for (size_t pos = 0; (e = keymap_next(&vm->pages, &pos));) {
-            if (e->ns == LEDGER_NS_PAGE && e->tag == PAGE_MAPPED) {
-                fn(vm, e->value, opaque);
+        for (size_t pos = 0; (e = pagerefs_next(&vm->pages, &pos, &page));) {
+            if (e->state == PAGE_MAPPED) {
+                fn(vm, e->slot, opaque);
             }
         }
     }

@@ -17,6 +17,7 @@
 #include "keymap.h"
 #include "lines.h"
 #include "nuksm-proto.h"
+#include "pagerefs.h"
 #include "sketch.h"
 
 /* Connections beyond this are refused; keeps fds and LIST_VMS bounded. */
@@ -172,7 +173,7 @@ typedef struct NuksmClient {
                              /* (quotas_queue_max(), set as it joins) */
     uint16_t contents_slot;  /* names it in the content table; 0: none */
     uint16_t domain_id;
-    KeyMap pages;            /* page -> slot it maps or is about to (ledger) */
+    PageRefs pages;          /* page -> slot it maps or is about to (ledger) */
     ClientOutbox outbox;
     ClientUploads uploads;
     ClientCpu cpu;
