@@ -67,7 +67,7 @@ class KsmSide:
         return ["-machine", "mem-merge=on"]
 
     def after_start(self, vms, ram_bytes):
-        self.ranges = {vm.pid: procstat.guest_ram_ranges(vm.pid, ram_bytes)
+        self.ranges = {vm.pid: procstat.guest_ram_ranges(vm)
                        for vm in vms}
 
     def budget(self, name, ksm_share=None, vms=1):

@@ -53,7 +53,7 @@ class NuksmSide:
     def after_start(self, vms, ram_bytes):
         for vm in vms:
             vm.wait_state("disabled")
-        self.ranges = {vm.pid: procstat.guest_ram_ranges(vm.pid, ram_bytes)
+        self.ranges = {vm.pid: procstat.guest_ram_ranges(vm)
                        for vm in vms}
         self.scan_tids = {vm.pid: procstat.threads_named(vm.pid,
                                                          "nuksm-scan")

@@ -57,27 +57,25 @@ def smaps_rollup(pid):
     return fields
 
 
-def anon_mappings(pid):
-    """(start, end) of the anonymous mappings of @pid (no file, no name)."""
+def guest_ram_ranges(vm):
+    """The host addresses of every RAM block of @vm (``info ramblock``:
+    guest RAM, and the ROMs and firmware QEMU loads), (start, end) each,
+    at their whole size, where they stay while the VM runs."""
     ranges = []
-    with open(f"/proc/{pid}/maps") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) == 5:
-                start, end = (int(x, 16) for x in parts[0].split("-"))
-                ranges.append((start, end))
+    for line in vm.hmp("info ramblock").splitlines():
+        # Name, page size ("4 KiB"), offset, used, total, host address,
+        # rw or ro: the numbers are those in hex.
+        numbers = [f for f in line.split() if f.startswith("0x")]
+        if len(numbers) == 4:
+            _, _, total, start = (int(n, 16) for n in numbers)
+            ranges.append((start, start + total))
+    assert ranges, "no RAM block in 'info ramblock'"
     return ranges
 
 
-def guest_ram_ranges(pid, ram_bytes):
-    """The anonymous mappings of @pid big enough to hold guest RAM of
-    @ram_bytes: taken before any merge, while guest RAM is one mapping."""
-    return [(s, e) for s, e in anon_mappings(pid) if e - s >= ram_bytes]
-
-
 def anon_outside(pid, ranges):
-    """Bytes of anonymous memory @pid has outside @ranges (guest RAM):
-    QEMU's own heap and thread stacks, and nuksm's metadata."""
+    """Bytes of anonymous memory @pid has outside @ranges (its RAM
+    blocks): QEMU's own heap and thread stacks, and nuksm's metadata."""
     total = 0
     inside = False
     with open(f"/proc/{pid}/smaps") as f:

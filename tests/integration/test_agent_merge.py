@@ -1203,6 +1203,20 @@ def test_bad_restore_entry_is_refused_alone(agent, vms, bystanders, kind):
 
 # ------------------------------------------------------------ agent restart
 
+def restart_agent(agent, start_agent, clients, grace, found):
+    """SIGKILL @agent, close its @clients, start another one with
+    --restore-grace @grace and wait until it says it found @found ("2
+    pages") in the store; returns it."""
+    agent.kill()
+    for client in clients:
+        client.close()
+    agent = start_agent("--restore-grace", str(grace))
+    # The socket listens before the store is opened: wait for its word.
+    wait_until(lambda: f"store holds {found} from a previous run" in
+               agent.log_text(), 10, "the restarted agent to find its pages")
+    return agent
+
+
 def test_restart_restores_merged_pages(start_agent, vms):
     agent = start_agent("--restore-grace", "3")
     a, b = vms(target=agent), vms(target=agent)
@@ -1213,13 +1227,7 @@ def test_restart_restores_merged_pages(start_agent, vms):
     kept_ref_b = merges[b][0]
     assert slot_has_data(agent, lost_ref.slot)
 
-    agent.kill()
-    a.close()
-    b.close()
-    agent = start_agent("--restore-grace", "3")
-    # The socket listens before the store is opened: wait for its word.
-    wait_until(lambda: "store holds 2 pages from a previous run" in
-               agent.log_text(), 10, "the restarted agent to find its pages")
+    agent = restart_agent(agent, start_agent, [a, b], 3, "2 pages")
 
     # Both VMs come back and restore the page they still map, and only it.
     a, b = vms(target=agent), vms(target=agent)
@@ -1273,12 +1281,7 @@ def test_restored_slot_outlives_the_vms_that_restored_it(start_agent, vms):
     a, b = vms(target=agent), vms(target=agent)
     merges = merge(b, [a], {a: [1], b: [1]}, [content(41)])
     ref_a, ref_b = merges[a][0], merges[b][0]
-    agent.kill()
-    a.close()
-    b.close()
-    agent = start_agent("--restore-grace", "60")
-    wait_until(lambda: "store holds 1 page from a previous run" in
-               agent.log_text(), 10, "the restarted agent to find its page")
+    agent = restart_agent(agent, start_agent, [a, b], 60, "1 page")
 
     a = vms(target=agent)
     a.restore([ref_a])
