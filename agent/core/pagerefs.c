@@ -23,7 +23,7 @@ void pagerefs_init(PageRefs *r, uint64_t seed)
 void pagerefs_destroy(PageRefs *r)
 {
     for (size_t i = 0; i < r->dir_size; i++) {
-        g_free(r->dir[i]);
+        g_free(r->dir[i].chunk);
     }
     g_free(r->dir);
     keymap_destroy(&r->moves);
@@ -49,7 +49,7 @@ static size_t dir_index(const PageRefs *r, uint64_t number)
 {
     size_t i = home_of(r, number);
 
-    while (r->dir[i] && r->dir[i]->number != number) {
+    while (r->dir[i].chunk && r->dir[i].number != number) {
         i = (i + 1) & (r->dir_size - 1);
     }
     return i;
@@ -57,14 +57,14 @@ static size_t dir_index(const PageRefs *r, uint64_t number)
 
 static void resize(PageRefs *r, size_t size)
 {
-    PageChunk **old = r->dir;
+    PageDirEntry *old = r->dir;
     size_t old_size = r->dir_size;
 
-    r->dir = g_new0(PageChunk *, size);
+    r->dir = g_new0(PageDirEntry, size);
     r->dir_size = size;
     for (size_t i = 0; i < old_size; i++) {
-        if (old[i]) {
-            r->dir[dir_index(r, old[i]->number)] = old[i];
+        if (old[i].chunk) {
+            r->dir[dir_index(r, old[i].number)] = old[i];
         }
     }
     g_free(old);
@@ -94,7 +94,7 @@ static PageChunk *chunk_of(PageRefs *r, uint64_t number)
     if (!r->chunks) {
         return NULL;
     }
-    c = r->dir[dir_index(r, number)];
+    c = r->dir[dir_index(r, number)].chunk;
     if (c) {
         r->last = c;
     }
@@ -109,7 +109,7 @@ static PageChunk *new_chunk(PageRefs *r, uint64_t number)
         resize(r, MAX(DIR_MIN_SIZE, 2 * r->dir_size));
     }
     c->number = number;
-    r->dir[dir_index(r, number)] = c;
+    r->dir[dir_index(r, number)] = (PageDirEntry) { number, c };
     r->chunks++;
     return c;
 }
@@ -120,9 +120,9 @@ static void drop_chunk(PageRefs *r, PageChunk *c)
     size_t hole = dir_index(r, c->number);
 
     /* Backward-shift deletion: no entry is left past a hole it needs. */
-    for (size_t i = (hole + 1) & (r->dir_size - 1); r->dir[i];
+    for (size_t i = (hole + 1) & (r->dir_size - 1); r->dir[i].chunk;
          i = (i + 1) & (r->dir_size - 1)) {
-        size_t home = home_of(r, r->dir[i]->number);
+        size_t home = home_of(r, r->dir[i].number);
 
         if (((i - home) & (r->dir_size - 1)) >=
             ((i - hole) & (r->dir_size - 1))) {
@@ -130,7 +130,7 @@ static void drop_chunk(PageRefs *r, PageChunk *c)
             hole = i;
         }
     }
-    r->dir[hole] = NULL;
+    r->dir[hole] = (PageDirEntry) { 0 };
     r->chunks--;
     if (r->last == c) {
         r->last = NULL;
@@ -191,7 +191,7 @@ void pagerefs_remove(PageRefs *r, uint64_t page)
 PageRef *pagerefs_next(const PageRefs *r, size_t *pos, uint64_t *page)
 {
     while (*pos < r->dir_size * PAGE_REFS_CHUNK) {
-        const PageChunk *c = r->dir[*pos / PAGE_REFS_CHUNK];
+        const PageChunk *c = r->dir[*pos / PAGE_REFS_CHUNK].chunk;
         size_t i = *pos % PAGE_REFS_CHUNK;
 
         if (!c) {
@@ -212,7 +212,7 @@ void pagerefs_retain(PageRefs *r, PageRefKeepFn *keep, void *opaque)
     bool emptied = false;
 
     for (size_t d = 0; d < r->dir_size; d++) {
-        PageChunk *c = r->dir[d];
+        PageChunk *c = r->dir[d].chunk;
 
         for (size_t i = 0; c && i < PAGE_REFS_CHUNK; i++) {
             if (c->refs[i].state &&
@@ -230,8 +230,8 @@ void pagerefs_retain(PageRefs *r, PageRefKeepFn *keep, void *opaque)
     }
     /* Every reference was seen: now the empty chunks go. */
     for (size_t d = 0; d < r->dir_size; d++) {
-        if (r->dir[d] && !r->dir[d]->count) {
-            g_clear_pointer(&r->dir[d], g_free);
+        if (r->dir[d].chunk && !r->dir[d].chunk->count) {
+            g_clear_pointer(&r->dir[d].chunk, g_free);
             r->chunks--;
         }
     }
@@ -241,6 +241,6 @@ void pagerefs_retain(PageRefs *r, PageRefKeepFn *keep, void *opaque)
 
 size_t pagerefs_bytes(const PageRefs *r)
 {
-    return r->chunks * sizeof(PageChunk) + r->dir_size * sizeof(PageChunk *) +
+    return r->chunks * sizeof(PageChunk) + r->dir_size * sizeof(PageDirEntry) +
            keymap_bytes(&r->moves);
 }

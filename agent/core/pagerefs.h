@@ -49,8 +49,15 @@ typedef struct PageChunk {
     PageRef refs[PAGE_REFS_CHUNK];
 } PageChunk;
 
+/* A directory entry: the chunk's number beside it, so that a probe
+ * reads no chunk but the one it finds. */
+typedef struct PageDirEntry {
+    uint64_t number;
+    PageChunk *chunk;        /* NULL: empty */
+} PageDirEntry;
+
 typedef struct PageRefs {
-    PageChunk **dir;         /* dir_size entries, NULL: empty */
+    PageDirEntry *dir;       /* dir_size entries */
     size_t dir_size;         /* 0 or a power of two */
     size_t chunks;           /* chunks in dir */
     size_t count;            /* pages with a reference */
