@@ -13,7 +13,6 @@
 #include "detached.h"
 #include "ledger.h"
 #include "log.h"
-#include "recovery.h"
 
 typedef struct Detached {
     NuksmAgent *agent;
@@ -60,7 +59,8 @@ static gboolean on_process_exit(int fd, GIOCondition cond, gpointer opaque)
 
 /*
  * @client leaves without a watch on its process: the slots that only its
- * pages used become orphans, freed once no process maps them.
+ * pages used become orphans, freed once no process maps them (clients
+ * leave in effects_settle(), which then has the orphans looked at).
  */
 static void leave_unwatched(NuksmAgent *agent, NuksmClient *client)
 {
@@ -69,7 +69,6 @@ static void leave_unwatched(NuksmAgent *agent, NuksmClient *client)
     pagerefs_init(&keep, client->pages.seed);
     ledger_client_leave(agent, client, &keep);
     ledger_release(agent, &keep, true);
-    recovery_watch_orphans(agent);
 }
 
 void detached_client_leave(NuksmAgent *agent, NuksmClient *client)
