@@ -71,15 +71,21 @@ void copies_filled(NuksmAgent *agent, const SlotId *ids, size_t n,
     }
 }
 
-bool copies_fill(NuksmAgent *agent, SlotId id, const void *content)
+bool copies_write(NuksmAgent *agent, SlotId id, const void *content)
 {
     const Slot *s = ledger_slot(agent, id);
     int err = store_write(&agent->store, s->domain, slot_id_node(id),
                           slot_id_slot(id), content);
+
+    return err ? store_refused(agent, err) : true;
+}
+
+bool copies_fill(NuksmAgent *agent, SlotId id, const void *content)
+{
     bool filled = false;
 
-    if (err) {
-        return store_refused(agent, err);
+    if (!copies_write(agent, id, content)) {
+        return false;
     }
     copies_filled(agent, &id, 1, &filled);
     return filled;

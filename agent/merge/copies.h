@@ -22,6 +22,13 @@
 #include "agent.h"
 
 /*
+ * Write @content into slot @id, whose domain is set, without recording
+ * it: false, with the store-full condition set, if the store cannot take
+ * it.
+ */
+bool copies_write(NuksmAgent *agent, SlotId id, const void *content);
+
+/*
  * Write @content into slot @id, whose digest and domain are set, and
  * record it (store.h): it becomes SLOT_READY.  False, with the slot left
  * as it was and the store-full condition set, if the store cannot take
@@ -31,8 +38,9 @@ bool copies_fill(NuksmAgent *agent, SlotId id, const void *content);
 
 /*
  * The @n slots @ids, whose digests and domains are set, have their
- * content written in place (store_window_slot()): record them, each run
- * of consecutive slots with one write, and they become SLOT_READY.
+ * content written (in place through store_window_slot(), or by
+ * copies_write()): record them, each run of consecutive slots with one
+ * write, and they become SLOT_READY.
  * @filled[i] says which did; one that did not is left as it was, with
  * the store-full condition set, as by copies_fill().
  */

@@ -332,20 +332,79 @@ static bool slot_listed(const SlotId *ids, size_t n, SlotId id)
 }
 
 /*
- * Read @client's @n uploads @refs from its memory straight into their
- * slots, through windows of the store (@windows), or ask for them.  Only
- * slots still awaiting their upload are written: a slot is read into
- * before it is ready, so no VM maps it yet.  A ref queued twice is read
- * twice into its slot, from the same page, and stored once.  The slots
- * whose content is intact are recorded together (copies_filled()).
+ * A window of the store pays for its mapping (mmap(), munmap() and the
+ * TLB shootdown that takes) once this many slots of a batch lie in it.
+ * The other slots are read into a buffer and written with pwrite(): the
+ * copy a window saves costs less than a mapping of their own.  A VM's
+ * pages that pair in order fill runs of slots; shuffled duplicates
+ * scatter theirs, one to a window.
+ */
+#define UPLOAD_WINDOW_MIN_SLOTS 8
+
+/* How many of the @n slots @ids lie in the same store window as @ids[k]. */
+static size_t window_share(NuksmAgent *agent, const SlotId *ids, size_t n,
+                           size_t k)
+{
+    uint16_t domain = ledger_slot(agent, ids[k])->domain;
+    SlotId first = ids[k] - slot_id_slot(ids[k]) % STORE_WINDOW_SLOTS;
+    size_t share = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        share += ids[i] >= first && ids[i] < first + STORE_WINDOW_SLOTS &&
+                 ledger_slot(agent, ids[i])->domain == domain;
+    }
+    return share;
+}
+
+/*
+ * Where to read each of the @n uploads to slots @ids: into its slot
+ * through a window of @windows (@dest[k], @bounced[k] false), or into
+ * the bounce buffer, to be written afterwards.
+ */
+static void place_uploads(NuksmAgent *agent, const SlotId *ids, size_t n,
+                          StoreWindows *windows, void **dest, bool *bounced)
+{
+    void *in_windows[PEEK_PAGES_MAX];
+    size_t nr_in_windows = 0;
+
+    if (!agent->uploads.bounce) {
+        agent->uploads.bounce = g_malloc((size_t)PEEK_PAGES_MAX *
+                                         NUKSM_PAGE_SIZE);
+    }
+    for (size_t k = 0; k < n; k++) {
+        dest[k] = NULL;
+        if (window_share(agent, ids, n, k) >= UPLOAD_WINDOW_MIN_SLOTS) {
+            dest[k] = store_window_slot(&agent->store, windows,
+                                        ledger_slot(agent, ids[k])->domain,
+                                        slot_id_node(ids[k]),
+                                        slot_id_slot(ids[k]));
+        }
+        bounced[k] = !dest[k];
+        if (bounced[k]) {
+            dest[k] = agent->uploads.bounce + k * NUKSM_PAGE_SIZE;
+        } else {
+            in_windows[nr_in_windows++] = dest[k];
+        }
+    }
+    store_windows_prefault(in_windows, nr_in_windows);
+}
+
+/*
+ * Read @client's @n uploads @refs from its memory into their slots, or
+ * ask for them.  Only slots still awaiting their upload are written: a
+ * slot is written before it is ready, so no VM maps it yet.  A ref
+ * queued twice is read twice, from the same page, and stored once.  The
+ * slots whose content is intact are recorded together (copies_filled()).
  */
 static void read_uploads(NuksmAgent *agent, NuksmClient *client,
                          const NuksmSlotRef *refs, size_t n,
                          StoreWindows *windows)
 {
     const NuksmSlotRef *to_read[PEEK_PAGES_MAX];
+    SlotId ids[PEEK_PAGES_MAX];
     uint64_t addrs[PEEK_PAGES_MAX];
     void *dest[PEEK_PAGES_MAX];
+    bool bounced[PEEK_PAGES_MAX];
     bool read[PEEK_PAGES_MAX] = {};
     SlotId intact[PEEK_PAGES_MAX];
     bool filled[PEEK_PAGES_MAX];
@@ -353,20 +412,16 @@ static void read_uploads(NuksmAgent *agent, NuksmClient *client,
 
     for (size_t k = 0; k < n; k++) {
         const NuksmSlotRef *r = &refs[k];
-        SlotId id;
 
-        if (!upload_awaited(agent, client, r, &id)) {
+        if (!upload_awaited(agent, client, r, &ids[m])) {
             continue;
         }
         /* A slot VMs may map is never written again. */
-        g_assert(ledger_slot(agent, id)->state == SLOT_UPLOADING);
+        g_assert(ledger_slot(agent, ids[m])->state == SLOT_UPLOADING);
         /* Its TOPOLOGY may have changed since it was queued. */
         if (client->uploads.read_errno ||
-            !client_page_address(client, r->page, &addrs[m]) ||
-            !(dest[m] = store_window_slot(&agent->store, windows,
-                                          ledger_slot(agent, id)->domain,
-                                          r->node, r->slot))) {
-            outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ, r->page, id,
+            !client_page_address(client, r->page, &addrs[m])) {
+            outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ, r->page, ids[m],
                        r->gen);
             continue;
         }
@@ -375,7 +430,7 @@ static void read_uploads(NuksmAgent *agent, NuksmClient *client,
     if (!m) {
         return;
     }
-    store_windows_prefault(dest, m);
+    place_uploads(agent, ids, m, windows, dest, bounced);
     client->uploads.read_errno = peek_pages(client->pid, client->pidfd,
                                             addrs, m, dest, read);
     if (client->uploads.read_errno) {
@@ -394,6 +449,10 @@ static void read_uploads(NuksmAgent *agent, NuksmClient *client,
             outbox_add(agent, client, NUKSM_MSG_UPLOAD_REQ,
                        to_read[k]->page, id, to_read[k]->gen);
         } else if (upload_intact(agent, client, to_read[k], id, dest[k])) {
+            if (bounced[k] && !copies_write(agent, id, dest[k])) {
+                ledger_upload_cancel(agent, id);
+                continue;
+            }
             client->uploads.read++;
             intact[nr_intact++] = id;
         }
@@ -459,4 +518,5 @@ void uploads_stop(NuksmAgent *agent)
         g_source_remove(agent->uploads.timer);
         agent->uploads.timer = 0;
     }
+    g_clear_pointer(&agent->uploads.bounce, g_free);
 }

@@ -40,6 +40,7 @@ struct NuksmAgent;
 /* The uploads' own state. */
 typedef struct Uploads {
     guint timer;             /* looks at late uploads while there are any */
+    uint8_t *bounce;         /* PEEK_PAGES_MAX pages read, to be written */
 } Uploads;
 
 /* May @client upload now (it missed none lately)? */
@@ -78,7 +79,7 @@ void uploads_handle_upload(struct NuksmAgent *agent, NuksmClient *client,
 /* Free what uploads keep of a VM that is leaving. */
 void uploads_client_destroy(ClientUploads *up);
 
-/* Stop looking at late uploads, at shutdown. */
+/* Stop looking at late uploads, and free the buffer, at shutdown. */
 void uploads_stop(struct NuksmAgent *agent);
 
 #endif /* NUKSMD_UPLOADS_H */
