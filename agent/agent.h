@@ -105,6 +105,7 @@
 #include "store.h"
 #include "topology.h"
 #include "uploads.h"
+#include "wanted.h"
 
 /* The listening socket (server.c). */
 typedef struct AgentServer {
@@ -223,6 +224,7 @@ typedef struct NuksmAgent {
     AgentPlacement placement;
     Relocator relocator;       /* relocate.c */
     Uploads uploads;           /* uploads.c */
+    Wanted wanted;             /* wanted.c */
 
     /* The merge engine (merge.c and the modules it calls). */
     Store store;             /* store.c; copies.c writes and effects.c */

@@ -32,6 +32,7 @@
 #define COLOCATE_VCPUS_PER_CPU_MAX 64
 /* --metrics-interval: seconds between two writes of the metrics. */
 #define METRICS_INTERVAL_MAX 3600
+#define FORGET_AFTER_MAX 3600
 /* Who reads the metrics by default: node_exporter's user on Debian. */
 #define METRICS_GROUP "prometheus"
 /* --memory-max: MiB of heap for nuksmd's tables, 16 MiB to 1 TiB. */
@@ -246,6 +247,13 @@ static bool set_replace_rate(NuksmdConfig *cfg, const char *origin,
     return parse_number(origin, value, 0, REPLACE_RATE_MAX, "rate",
                         " pages per second, 0: never move merged pages",
                         &cfg->replace_rate);
+}
+
+static bool set_forget_after(NuksmdConfig *cfg, const char *origin,
+                             const char *value)
+{
+    return parse_number(origin, value, 1, FORGET_AFTER_MAX, "time",
+                        " seconds", &cfg->forget_after);
 }
 
 static bool set_memory_max(NuksmdConfig *cfg, const char *origin,
@@ -473,6 +481,11 @@ static const struct {
     { "replace-rate", set_replace_rate, G_OPTION_ARG_STRING,
       "Move at most N merged pages per second when placement "
       "changes (default 1000, 0: never)",
+      "N" },
+    { "forget-after", set_forget_after, G_OPTION_ARG_STRING,
+      "Forget a page seen that paired with no other after N to 2N "
+      "seconds, keeping only a filter of its content (1..3600, "
+      "default 30)",
       "N" },
     { "memory-max", set_memory_max, G_OPTION_ARG_STRING,
       "Hold back new merges while nuksmd's tables use more than MIB "
@@ -861,6 +874,7 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         .restore_grace = 10,
         .cold_windows = 3,
         .replace_rate = 1000,
+        .forget_after = 30,
         .memory_max_mib = default_memory_max(),
         .max_cpu = 100,
         .colocate_threshold = 40,

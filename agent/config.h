@@ -26,6 +26,8 @@ typedef struct NuksmdConfig {
     uint32_t restore_grace;    /* seconds for VMs to restore after a restart */
     uint32_t cold_windows;     /* hotness windows before a page is cold */
     uint32_t replace_rate;     /* merged pages moved per second, at most */
+    uint32_t forget_after;     /* seconds before pages seen that paired */
+                               /* with none are forgotten (wanted.h) */
     uint32_t memory_max_mib;   /* heap budget of nuksmd's tables */
     uint32_t max_cpu;          /* percent of a core its VMs' messages */
                                /* may take: 100 is no cap */

@@ -28,6 +28,7 @@
 #include "throttle.h"
 #include "server.h"
 #include "topology.h"
+#include "wanted.h"
 
 /*
  * Pages seen remembered per agent: at most 2^22 (64 MiB of entries), and
@@ -173,6 +174,7 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
 
     agent->loop = g_main_loop_new(NULL, FALSE);
     relocate_init(agent, cfg->replace_rate);
+    wanted_start(agent, cfg->forget_after);
     home_start(agent);
     colocation_start(agent);
     effects_start(agent);
@@ -187,6 +189,7 @@ void agent_stop(NuksmAgent *agent)
     metrics_stop(agent);
     effects_stop(agent);
     uploads_stop(agent);
+    wanted_stop(agent);
     home_stop(agent);
     colocation_stop(agent);
     reads_stop(agent);

@@ -72,6 +72,7 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_RETRY]        = "RETRY",
     [NUKSM_MSG_CHARGE]       = "CHARGE",
     [NUKSM_MSG_READS]        = "READS",
+    [NUKSM_MSG_WANTED]       = "WANTED",
 };
 
 const char *nuksm_msg_type_name(uint32_t type)
@@ -745,6 +746,9 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
             return "batch size does not match its count";
         }
         return check_slot_refs(p, NUKSM_STATUS_NONE, NUKSM_STATUS_NONE);
+    case NUKSM_MSG_WANTED:
+        return check_batch(p, len, sizeof(uint16_t), 0) ? NULL :
+               "WANTED size does not match its count";
     case NUKSM_MSG_MERGED:
         if (!check_batch(p, len, sizeof(NuksmSlotRef), 0)) {
             return "MERGED size does not match its count";

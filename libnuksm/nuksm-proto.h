@@ -67,7 +67,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 16u
+#define NUKSM_PROTO_VERSION 17u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -145,6 +145,8 @@ typedef enum NuksmMsgType {
     NUKSM_MSG_APPLIED      = 38, /* agent -> control */
     NUKSM_MSG_VM_STATS     = 39, /* VM -> agent: its scanner's counters */
                                  /* (since protocol 16) */
+    NUKSM_MSG_WANTED       = 40, /* agent -> VM: offer again your pages */
+                                 /* of these contents (since protocol 17) */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -710,7 +712,22 @@ typedef struct NuksmSlotRef {
  * only then, or when its content changes, or when the connection, the
  * policy, the home nodes or the agent's conditions change.  Only @page
  * is used; the other fields are 0.
+ *
+ * WANTED (seq 0, since protocol 17): a NuksmMsgBatch of @count digest
+ * fragments (uint16_t each, nuksm_digest_fragment()).  A page of the
+ * VM's merge domain now has a content whose fragment is one of these,
+ * and the agent forgot the pages it saw with that content earlier: the
+ * VM offers again, on its next pass, each page it offered and did not
+ * merge whose digest has one of these fragments.  @count 0: every page
+ * it offered and did not merge.  Fragments, not digests, so that a VM
+ * learns little of what other VMs hold.
  */
+
+/* The 16 bits of a full digest that WANTED names it by: never 0. */
+static inline uint16_t nuksm_digest_fragment(uint64_t digest)
+{
+    return (digest & 0xffff) ?: 1;
+}
 
 /*
  * TOPOLOGY: sent by a VM after HELLO_ACK.  Guest node g's memory backend
@@ -831,6 +848,7 @@ typedef struct NuksmMove {
 #define NUKSM_CANDIDATES_MAX (NUKSM_BATCH_SPACE / sizeof(NuksmCandidate))
 #define NUKSM_SLOTREFS_MAX   (NUKSM_BATCH_SPACE / sizeof(NuksmSlotRef))
 #define NUKSM_MOVES_MAX      (NUKSM_BATCH_SPACE / sizeof(NuksmMove))
+#define NUKSM_WANTED_MAX     (NUKSM_BATCH_SPACE / sizeof(uint16_t))
 #define NUKSM_READS_MAX \
     ((NUKSM_MSG_MAX - sizeof(NuksmMsgHeader) - sizeof(NuksmMsgReads)) / \
      sizeof(NuksmReadRegion))

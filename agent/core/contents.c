@@ -431,6 +431,15 @@ void contents_remember(ContentTable *t, const ContentProbe *p,
     place(t, &entry);
 }
 
+/* Halve @sh while below 1/8 load, down to its first size. */
+static void shrink_while_sparse(ContentTable *t, ContentShard *sh)
+{
+    while (sh->nr_sets > INITIAL_SETS &&
+           sh->count * 8 < sh->nr_sets * CONTENT_WAYS) {
+        rebuild(t, sh, MAX(INITIAL_SETS, sh->nr_sets / 2));
+    }
+}
+
 /* No page seen of a client that left is in the table: free their slots. */
 static void release_stale_slots(ContentTable *t)
 {
@@ -454,6 +463,36 @@ static void sweep(ContentTable *t)
         }
     }
     release_stale_slots(t);
+}
+
+size_t contents_age(ContentTable *t, ContentForgetFn forgot, void *opaque)
+{
+    size_t forgotten = 0;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(t->shards); i++) {
+        ContentShard *sh = &t->shards[i];
+
+        for (size_t k = 0; k < sh->nr_sets * CONTENT_WAYS; k++) {
+            ContentEntry *e = &sh->entries[k];
+
+            /* Each drop packs the set: the next entry comes to @e. */
+            while (e->client && !is_copy(e) && (!live(t, e) || e->aged)) {
+                if (live(t, e)) {
+                    forgot(e->hash, opaque);
+                    forget(t, e);
+                    forgotten++;
+                } else {
+                    drop(t, e);
+                }
+            }
+            if (e->client && !is_copy(e)) {
+                e->aged = true;
+            }
+        }
+        shrink_while_sparse(t, sh);
+    }
+    release_stale_slots(t);
+    return forgotten;
 }
 
 /*

@@ -19,7 +19,9 @@
  * most its quota; past either, a new page takes the place of an older one
  * in its two sets (of its own domain, for the quota), or is turned away.
  * A VM flooding the table with digests only delays merges, its own first,
- * never exhausts memory.
+ * never exhausts memory.  A page seen that pairs with no other for
+ * between one and two ages (contents_age()) is forgotten: the caller
+ * keeps, at most, its key.
  *
  * The key is key_of_copy() (keymap.h), where the node takes the top bits
  * of the digest: two contents whose digests differ only there share a
@@ -29,7 +31,8 @@
  *
  * An entry is 16 bytes: the keyed hash of (domain, node, digest), which
  * for one domain is a bijection of (node, digest), and either a copy's
- * slot and domain, or a page seen with its hotness and its client.  The
+ * slot and domain, or a page seen with its hotness, its age and its
+ * client.  The
  * client is a slot of this table, which also knows the client's domain.
  *
  * Copyright (c) 2026 nuksm developers
@@ -55,14 +58,15 @@
 #define CONTENT_CLIENTS 65535u
 #define CONTENT_COPY 65535u
 
-/* Pages at or beyond this are not remembered: 2^58 bytes of guest RAM. */
-#define CONTENT_PAGE_LIMIT (1ull << 46)
+/* Pages at or beyond this are not remembered: 2^57 bytes of guest RAM. */
+#define CONTENT_PAGE_LIMIT (1ull << 45)
 
 typedef struct ContentEntry {
     uint64_t hash;           /* key_hash() of (node and digest, domain) */
     union {
         struct {             /* a page seen */
-            uint64_t page : 46;
+            uint64_t page : 45;
+            uint64_t aged : 1;   /* there at the last contents_age() */
             uint64_t hot : 1;    /* the page was hot (policy_page_hot()) */
             uint64_t warm : 1;   /* and warm (policy_page_warm()) */
             uint64_t client : 16;    /* client slot; 0: empty */
@@ -182,6 +186,16 @@ void contents_forget(ContentTable *t, ContentEntry *e);
 void contents_remember(ContentTable *t, const ContentProbe *p,
                        uint16_t client, uint64_t page, bool hot, bool warm,
                        size_t domain_max);
+
+/* A page seen under @key was forgotten (contents_age()). */
+typedef void (*ContentForgetFn)(uint64_t key, void *opaque);
+
+/*
+ * Forget the live pages seen that were there at the last call, telling
+ * @forgot their keys, and drop the dead ones; those left are aged.  The
+ * shards that are left sparse shrink.  Returns how many were forgotten.
+ */
+size_t contents_age(ContentTable *t, ContentForgetFn forgot, void *opaque);
 
 /* The live pages seen of the clients of @domain. */
 static inline uint32_t contents_domain_entries(const ContentTable *t,

@@ -20,6 +20,7 @@
 #include "reads.h"
 #include "transport.h"
 #include "uploads.h"
+#include "wanted.h"
 
 /* Fewer clients than slots: a joining VM always gets one. */
 _Static_assert(CLIENTS_MAX < CONTENT_CLIENTS, "a VM has a content slot");
@@ -28,6 +29,7 @@ void merge_client_free(NuksmClient *client)
 {
     pagerefs_destroy(&client->pages);
     outbox_client_destroy(&client->outbox);
+    wanted_client_destroy(&client->wanted);
     uploads_client_destroy(&client->uploads);
     reads_client_destroy(&client->reads);
     home_client_destroy(&client->home);
@@ -48,6 +50,7 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     client->colocated_to = NUKSM_MAX_NODES;
     lines_init(&client->lines);
     outbox_client_init(&client->outbox);
+    wanted_client_init(&client->wanted);
     g_hash_table_insert(agent->ledger.vms, GUINT_TO_POINTER(client->id),
                         client);
     client->contents_slot = contents_client_add(&agent->contents, client->id,
@@ -330,6 +333,27 @@ static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
 }
 
 /*
+ * @c paired with nothing: if no node holds a page seen with its content,
+ * it may have been forgotten (wanted.h).  False if @c is to be offered
+ * again later instead of remembered.
+ */
+static bool unseen_wanted(NuksmAgent *agent, NuksmClient *v,
+                          const NuksmCandidate *c, CandidateProbes *cp)
+{
+    uint64_t keys[NUKSM_MAX_NODES];
+
+    for (uint32_t n = 0; n < agent->nr_nodes; n++) {
+        const ContentProbe *p = probe_node(agent, v, c, cp, n);
+
+        if (p->seen) {
+            return true;
+        }
+        keys[n] = p->hash;
+    }
+    return wanted_unseen(agent, v, c->page, c->digest, keys, agent->nr_nodes);
+}
+
+/*
  * A candidate is hot when it was written lately (its idle) or when a
  * merged page of its read region was read lately (READS): the copy it
  * may share will be read where it goes.
@@ -369,7 +393,8 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
         return;
     }
     if (join_copy(agent, v, c, &pv, &cp) ||
-        pair_unstable(agent, v, c, &pv, &cp)) {
+        pair_unstable(agent, v, c, &pv, &cp) ||
+        !unseen_wanted(agent, v, c, &cp)) {
         return;
     }
     /* The same page seen again only refreshes its entry. */

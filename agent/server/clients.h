@@ -77,6 +77,14 @@ typedef struct ClientOutbox {
     bool queued;             /* in the agent's outbox */
 } ClientOutbox;
 
+/* What the VM is to be asked for (wanted.h). */
+typedef struct ClientWanted {
+    GArray *fragments;       /* uint16_t, of its next WANTED */
+    bool all;                /* its next WANTED asks for every page */
+    uint32_t caused;         /* contents its candidates made wanted */
+                             /* since the last WANTED was sent */
+} ClientWanted;
+
 /* The content of new slots the VM gives (uploads.h). */
 typedef struct ClientUploads {
     uint32_t missed;         /* uploads it let pass their time */
@@ -176,6 +184,7 @@ typedef struct NuksmClient {
     PageRefs pages;          /* page -> slot it maps or is about to (ledger) */
     ClientOutbox outbox;
     ClientUploads uploads;
+    ClientWanted wanted;
     ClientCpu cpu;
     SlotLines lines;         /* where its new slots go (lines.h) */
     ClientHome home;

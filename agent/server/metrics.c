@@ -413,6 +413,16 @@ static void host_families(NuksmAgent *agent, GArray *rows, GString *out)
            "Candidate pages waiting for a partner of the same content, "
            "the unstable table's entries (KSM: pages_unshared).");
     sample(out, "nuksm_pages_unshared", "", agent->contents.seen);
+    family(out, "nuksm_pages_forgotten", "gauge",
+           "Candidate pages that paired with none for --forget-after "
+           "seconds, forgotten but for a filter of their contents.");
+    sample(out, "nuksm_pages_forgotten", "",
+           agent->wanted.forgotten.keys);
+    family(out, "nuksm_contents_wanted_total", "counter",
+           "Contents forgotten that a new candidate had, asked of the "
+           "VMs of its merge domain again (WANTED).");
+    sample(out, "nuksm_contents_wanted_total", "",
+           agent->wanted.wanted_total);
     family(out, "nuksm_pages_volatile", "gauge",
            "The VMs' pages changing too often to be offered (KSM: "
            "pages_volatile).");

@@ -277,6 +277,16 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
         }
         break;
     }
+    case NUKSM_MSG_WANTED: {
+        const uint16_t *d = (const void *)((const char *)p +
+                                           sizeof(NuksmMsgBatch));
+        uint32_t count = batch_count(p, len, sizeof(*d), 0);
+
+        for (uint32_t i = 0; i < count; i++) {
+            sink += d[i];
+        }
+        break;
+    }
     case NUKSM_MSG_UPLOAD_REQ:
     case NUKSM_MSG_MERGE:
     case NUKSM_MSG_RESTORE:

@@ -4,7 +4,8 @@
  * replacement, the bound on pages seen, copies never evicted, shards
  * that shrink once emptied, eviction
  * of pages of clients that left first, the report of every live page
- * evicted, a domain's quota, growth by shard, and client slots.
+ * evicted, a domain's quota, growth by shard, client slots, and the
+ * ageing that forgets pages seen.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -491,6 +492,68 @@ static void test_slot_reuse(void)
     teardown(&t);
 }
 
+static void on_forgot(uint64_t key, void *opaque)
+{
+    g_array_append_val((GArray *)opaque, key);
+}
+
+static bool key_told(GArray *keys, uint64_t key)
+{
+    for (guint i = 0; i < keys->len; i++) {
+        if (g_array_index(keys, uint64_t, i) == key) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * A page seen is forgotten at the second age after it came, not at the
+ * first; one seen again meanwhile starts anew; copies stay; a client's
+ * that left are dropped, not reported; the table shrinks back.
+ */
+static void test_age(void)
+{
+    enum { PAGES = 20000 };
+    g_autoptr(GArray) keys = g_array_new(FALSE, FALSE, sizeof(uint64_t));
+    ContentTable t;
+    size_t empty_bytes;
+    ContentProbe p;
+
+    setup(&t, SIZE_MAX);
+    empty_bytes = contents_bytes(&t);
+    for (uint64_t d = 1; d <= PAGES; d++) {
+        remember(&t, 0, 0, d, slots[1], d, false, false, NO_QUOTA);
+    }
+    remember(&t, 0, 0, PAGES + 1, slots[3], 7, false, false, NO_QUOTA);
+    g_assert_true(contents_add_copy(&t, 0, PAGES + 2, slot_id(0, 9)));
+    g_assert_cmpuint(contents_bytes(&t), >, empty_bytes);
+
+    g_assert_cmpuint(contents_age(&t, on_forgot, keys), ==, 0);
+    g_assert_cmpuint(t.seen, ==, PAGES + 1);
+    /* Seen again since: not forgotten at the next age. */
+    remember(&t, 0, 0, 5, slots[1], 5, false, false, NO_QUOTA);
+    contents_client_remove(&t, slots[3]);
+
+    g_assert_cmpuint(contents_age(&t, on_forgot, keys), ==, PAGES - 1);
+    g_assert_cmpuint(keys->len, ==, PAGES - 1);
+    g_assert_cmpuint(t.seen, ==, 1);
+    g_assert_cmpuint(client_of(&t, 0, 0, 5), ==, 1);
+    g_assert_null(seen(&t, 0, 0, 4));
+    /* The keys told are those of the pages forgotten. */
+    contents_probe(&t, 0, 0, 4, &p);
+    g_assert_true(key_told(keys, p.hash));
+    contents_probe(&t, 0, 0, 5, &p);
+    g_assert_false(key_told(keys, p.hash));
+    g_assert_true(contents_copy_of(&t, 0, 0, PAGES + 2, &(SlotId){ 0 }));
+    g_assert_cmpuint(evicted->len, ==, 0);
+
+    g_assert_cmpuint(contents_age(&t, on_forgot, keys), ==, 1);
+    g_assert_cmpuint(t.seen, ==, 0);
+    g_assert_cmpuint(contents_bytes(&t), ==, empty_bytes);
+    teardown(&t);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -504,5 +567,6 @@ int main(int argc, char **argv)
     g_test_add_func("/contents/grow-drops-dead", test_grow_drops_dead);
     g_test_add_func("/contents/domain-quota", test_domain_quota);
     g_test_add_func("/contents/slot-reuse", test_slot_reuse);
+    g_test_add_func("/contents/age", test_age);
     return g_test_run();
 }

@@ -410,6 +410,14 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
     }
     case NUKSM_MSG_READS:
         return pack_reads(buf, seq, 5);
+    case NUKSM_MSG_WANTED: {
+        struct {
+            NuksmMsgBatch b;
+            uint16_t fragments[3];
+        } w = { .b.count = 3, .fragments = { 1, 0x1234, 0xffff } };
+        return nuksm_msg_pack(buf, type, seq, &w,
+                              sizeof(w.b) + sizeof(w.fragments));
+    }
     default:
         g_assert_not_reached();
     }

@@ -323,7 +323,8 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
                      hdr->type == NUKSM_MSG_MERGE ||
                      hdr->type == NUKSM_MSG_MOVE ||
                      hdr->type == NUKSM_MSG_REFUSED ||
-                     hdr->type == NUKSM_MSG_RETRY)) {
+                     hdr->type == NUKSM_MSG_RETRY ||
+                     hdr->type == NUKSM_MSG_WANTED)) {
         if (!nuksm_agent_handle_merge(s, hdr, payload, fd)) {
             if (fd >= 0) {
                 close(fd);

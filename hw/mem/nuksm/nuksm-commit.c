@@ -8,6 +8,8 @@
  *   MOVE        map merged pages onto another slot of equal content
  *   REFUSED     RESTORE entries the agent did not take back
  *   RETRY       candidates the agent did not keep: offer them again
+ *   WANTED      contents that appeared again: offer again the pages
+ *               offered with them
  *
  * and keeping the agent's view of our references true: UNMERGED when a
  * write or a discard ends a page's sharing, RESTORE of every reference
@@ -27,6 +29,7 @@
 #include <sys/mman.h>
 #include "qapi/error.h"
 #include "exec/ramblock.h"
+#include "qemu/bitmap.h"
 #include "qemu/cutils.h"
 #include "qemu/error-report.h"
 #include "qemu/lockable.h"
@@ -912,6 +915,59 @@ static void nuksm_commit_retry(NuksmCommit *c, NuksmWork *w)
     nuksm_control_nudge(c->s->control);
 }
 
+typedef struct NuksmWanted {
+    unsigned long *full16;   /* fragments wanted (NUKSM_D32_FULL()); */
+                             /* NULL: all */
+    uint64_t pages;          /* offered again */
+} NuksmWanted;
+
+static void nuksm_commit_wanted_block(NuksmBlockState *bs, void *opaque)
+{
+    NuksmWanted *wanted = opaque;
+
+    for (uint64_t i = 0; i < bs->nr_pages; i++) {
+        uint8_t f = nuksm_page_flags(bs, i);
+
+        if ((f & NUKSM_PAGE_OFFERED) && !(f & NUKSM_PAGE_MERGED) &&
+            (!wanted->full16 ||
+             test_bit(NUKSM_D32_FULL(nuksm_page_digest32(bs, i)),
+                      wanted->full16))) {
+            nuksm_page_update(bs, i, NUKSM_PAGE_OFFERED, 0);
+            wanted->pages++;
+        }
+    }
+}
+
+/*
+ * WANTED: the pages on offer whose digest has one of the fragments
+ * listed are no longer on offer, so the next pass hashes and offers them
+ * again: the agent forgot them, and a page of the same content may have
+ * appeared since.  A walk of the page table, which the agent asks for
+ * at most once a second.
+ */
+static void nuksm_commit_wanted(NuksmCommit *c, NuksmWork *w)
+{
+    const NuksmMsgBatch *b = (const NuksmMsgBatch *)w->payload;
+    const uint16_t *fragments = (const uint16_t *)(b + 1);
+    g_autofree unsigned long *full16 = NULL;
+    NuksmWanted wanted = { 0 };
+
+    if (b->count) {
+        full16 = bitmap_new(1u << 16);
+        for (uint32_t i = 0; i < b->count; i++) {
+            set_bit(fragments[i], full16);
+        }
+        wanted.full16 = full16;
+    }
+    WITH_QEMU_LOCK_GUARD(&c->pages->lock) {
+        nuksm_pages_foreach(c->pages, nuksm_commit_wanted_block, &wanted);
+    }
+    trace_nuksm_commit_wanted(b->count, wanted.pages);
+    if (wanted.pages) {
+        nuksm_control_nudge(c->s->control);
+    }
+}
+
 static void nuksm_commit_handle(NuksmCommit *c, NuksmWork *w)
 {
     trace_nuksm_commit_handle(w->type, w->len);
@@ -933,6 +989,9 @@ static void nuksm_commit_handle(NuksmCommit *c, NuksmWork *w)
         break;
     case NUKSM_MSG_RETRY:
         nuksm_commit_retry(c, w);
+        break;
+    case NUKSM_MSG_WANTED:
+        nuksm_commit_wanted(c, w);
         break;
     default:
         g_assert_not_reached();

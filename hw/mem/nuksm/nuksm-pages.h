@@ -142,6 +142,13 @@ static inline void nuksm_page_update(NuksmBlockState *bs, uint64_t idx,
 }
 
 /*
+ * The 16 bits of its full digest that a page's 32-bit digest keeps, the
+ * fragment WANTED names it by (nuksm_digest_fragment()): 0 while not
+ * computed since the page changed.
+ */
+#define NUKSM_D32_FULL(d)       ((d) & 0xffff)
+
+/*
  * The page's last 32-bit digest (its sampled and full digests, see
  * nuksm-scan.c; never 0), 0 if not hashed yet.
  */

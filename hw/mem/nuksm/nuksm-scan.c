@@ -211,20 +211,14 @@ static bool nuksm_scan_still_merged(NuksmScanner *sc, NuksmBlockState *bs,
  * A page's 32-bit digest (NuksmBlockState.digest): the strength of its
  * sampled digest (3 bits, a level of nuksm-strength.h), 13 bits of the
  * sampled digest (never 0, so that a page looked at has a digest), and 16
- * bits of its full digest, 0 while not computed since the page changed.
+ * bits of its full digest (NUKSM_D32_FULL(), nuksm-pages.h).
  */
 #define NUKSM_D32_LEVEL(d)      ((d) >> 29)
 #define NUKSM_D32_SAMPLE(d)     (((d) >> 16) & 0x1fff)
-#define NUKSM_D32_FULL(d)       ((d) & 0xffff)
 
 static uint32_t nuksm_d32_sample(uint64_t sample_digest)
 {
     return sample_digest % 0x1fff + 1;
-}
-
-static uint32_t nuksm_d32_full(uint64_t digest)
-{
-    return (digest & 0xffff) ?: 1;
 }
 
 static uint32_t nuksm_d32(unsigned level, uint32_t sample13, uint32_t full16)
@@ -322,7 +316,7 @@ static void nuksm_scan_hash_once(NuksmScanner *sc, NuksmBlockState *bs,
         p, nuksm_sample_start(), 0, 1u << level));
     *zero_like = sample == sc->zero_sample[level];
     nuksm_page_set_digest32(bs, idx, nuksm_d32(level, nuksm_d32_sample(sample),
-                                               nuksm_d32_full(*digest)));
+                                               nuksm_digest_fragment(*digest)));
     nuksm_page_update(bs, idx, 0, NUKSM_PAGE_STABLE);
     nuksm_strength_hashed(&sc->strength);
 }
@@ -342,7 +336,7 @@ static bool nuksm_scan_full_digest(NuksmScanner *sc, NuksmBlockState *bs,
     uint32_t full16;
 
     *digest = nuksm_page_digest(p, NUKSM_PAGE_SIZE);
-    full16 = nuksm_d32_full(*digest);
+    full16 = nuksm_digest_fragment(*digest);
     nuksm_page_set_digest32(bs, idx, (last & ~0xffffu) | full16);
     if (!NUKSM_D32_FULL(last)) {
         nuksm_strength_hashed(&sc->strength);
@@ -1329,7 +1323,7 @@ NuksmScanner *nuksm_scanner_new(Nuksm *s)
             nuksm_sample_continue(zero_page, nuksm_sample_start(), 0,
                                   1u << level));
     }
-    sc->zero_full16 = nuksm_d32_full(nuksm_page_digest(zero_page,
+    sc->zero_full16 = nuksm_digest_fragment(nuksm_page_digest(zero_page,
                                                        NUKSM_PAGE_SIZE));
     sc->candidates = g_array_new(false, false, sizeof(NuksmCandidate));
     qemu_thread_create(&sc->thread, "nuksm-scan", nuksm_scan_thread, sc,
