@@ -118,6 +118,8 @@ static void emit_constants(void)
     CONST("PROTO_MAGIC", NUKSM_PROTO_MAGIC);
     CONST("PROTO_VERSION", NUKSM_PROTO_VERSION);
     CONST("MSG_MAX", NUKSM_MSG_MAX);
+    CONST("FRAGMENTS", NUKSM_FRAGMENTS);
+    CONST("CANDIDATE_WANTED", NUKSM_CANDIDATE_WANTED);
     CONST("NUKSM_PAGE_SIZE", NUKSM_PAGE_SIZE);
     CONST("NAME_LEN", NUKSM_NAME_LEN);
     CONST("MAX_NODES", NUKSM_MAX_NODES);
@@ -326,7 +328,8 @@ static void emit_structs(void)
            MEMBER(NuksmCandidate, digest, "Q"),
            MEMBER(NuksmCandidate, gnode, "B"),
            MEMBER(NuksmCandidate, idle, "B"),
-           MEMBER(NuksmCandidate, reserved, "6x"));
+           MEMBER(NuksmCandidate, flags, "B"),
+           MEMBER(NuksmCandidate, reserved, "5x"));
     /* READS: this head, then count READ_REGION */
     STRUCT("READS", NuksmMsgReads,
            MEMBER(NuksmMsgReads, count, "I"),

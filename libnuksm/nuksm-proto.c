@@ -230,6 +230,7 @@ static size_t fixed_payload_size(uint16_t type)
     case NUKSM_MSG_APPLY_MOVE:   return sizeof(NuksmMsgApplyMove);
     case NUKSM_MSG_APPLIED:      return sizeof(NuksmMsgApplied);
     case NUKSM_MSG_VM_STATS:     return sizeof(NuksmMsgVmStats);
+    case NUKSM_MSG_WANTED:       return sizeof(NuksmMsgWanted);
     default:                     return 0;
     }
 }
@@ -284,6 +285,9 @@ static const char *check_candidates(const void *p)
     for (uint32_t n = 0; n < b->count; n++) {
         if (c[n].gnode >= NUKSM_MAX_GNODES) {
             return "guest node out of range in CANDIDATES";
+        }
+        if (c[n].flags & ~NUKSM_CANDIDATE_WANTED) {
+            return "unknown flag in CANDIDATES";
         }
         if (!all_zero(c[n].reserved, sizeof(c[n].reserved))) {
             return "reserved field set in CANDIDATES";
@@ -747,8 +751,8 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
         }
         return check_slot_refs(p, NUKSM_STATUS_NONE, NUKSM_STATUS_NONE);
     case NUKSM_MSG_WANTED:
-        return check_batch(p, len, sizeof(uint16_t), 0) ? NULL :
-               "WANTED size does not match its count";
+        return ((const NuksmMsgWanted *)p)->fragments[0] & 1 ?
+               "WANTED names fragment 0" : NULL;
     case NUKSM_MSG_MERGED:
         if (!check_batch(p, len, sizeof(NuksmSlotRef), 0)) {
             return "MERGED size does not match its count";

@@ -672,8 +672,15 @@ typedef struct NuksmCandidate {
     uint8_t gnode;           /* guest NUMA node of the page (TOPOLOGY) */
     uint8_t idle;            /* hotness windows since the page was last */
                              /* written, up to NUKSM_IDLE_NEVER */
-    uint8_t reserved[6];     /* must be 0 */
+    uint8_t flags;           /* NUKSM_CANDIDATE_* (since protocol 17) */
+    uint8_t reserved[5];     /* must be 0 */
 } NuksmCandidate;
+
+/*
+ * Offered again on WANTED: the page may pair with the candidate whose
+ * content was wanted, and makes no content wanted in turn.
+ */
+#define NUKSM_CANDIDATE_WANTED 0x1u
 
 /* Outcome of a MERGE entry (MERGED), or why a page left (UNMERGED). */
 typedef enum NuksmSlotStatus {
@@ -713,15 +720,19 @@ typedef struct NuksmSlotRef {
  * policy, the home nodes or the agent's conditions change.  Only @page
  * is used; the other fields are 0.
  *
- * WANTED (seq 0, since protocol 17): a NuksmMsgBatch of @count digest
- * fragments (uint16_t each, nuksm_digest_fragment()).  A page of the
- * VM's merge domain now has a content whose fragment is one of these,
- * and the agent forgot the pages it saw with that content earlier: the
- * VM offers again, on its next pass, each page it offered and did not
- * merge whose digest has one of these fragments.  @count 0: every page
- * it offered and did not merge.  Fragments, not digests, so that a VM
+ * WANTED (seq 0, since protocol 17): a bitmap of digest fragments
+ * (nuksm_digest_fragment(), bit f for fragment f).  The agent forgot the
+ * pages it saw with some contents, and a new page of the VM's merge
+ * domain has one of them: the VM offers again at once each page it
+ * offered and did not merge whose digest has one of these fragments,
+ * marked NUKSM_CANDIDATE_WANTED.  Fragments, not digests, so that a VM
  * learns little of what other VMs hold.
  */
+#define NUKSM_FRAGMENTS (1u << 16)
+
+typedef struct NuksmMsgWanted {
+    uint64_t fragments[NUKSM_FRAGMENTS / 64];
+} NuksmMsgWanted;
 
 /* The 16 bits of a full digest that WANTED names it by: never 0. */
 static inline uint16_t nuksm_digest_fragment(uint64_t digest)
@@ -848,7 +859,6 @@ typedef struct NuksmMove {
 #define NUKSM_CANDIDATES_MAX (NUKSM_BATCH_SPACE / sizeof(NuksmCandidate))
 #define NUKSM_SLOTREFS_MAX   (NUKSM_BATCH_SPACE / sizeof(NuksmSlotRef))
 #define NUKSM_MOVES_MAX      (NUKSM_BATCH_SPACE / sizeof(NuksmMove))
-#define NUKSM_WANTED_MAX     (NUKSM_BATCH_SPACE / sizeof(uint16_t))
 #define NUKSM_READS_MAX \
     ((NUKSM_MSG_MAX - sizeof(NuksmMsgHeader) - sizeof(NuksmMsgReads)) / \
      sizeof(NuksmReadRegion))

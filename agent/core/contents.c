@@ -431,12 +431,18 @@ void contents_remember(ContentTable *t, const ContentProbe *p,
     place(t, &entry);
 }
 
-/* Halve @sh while below 1/8 load, down to its first size. */
-static void shrink_while_sparse(ContentTable *t, ContentShard *sh)
+/*
+ * Below 1/4 load after an age, rebuild @sh at about half load (not below
+ * its first size): the pages forgotten give their room back, where
+ * shrink_if_sparse() waits for 1/8 so that a shard does not swing
+ * between two sizes.
+ */
+static void compact(ContentTable *t, ContentShard *sh)
 {
-    while (sh->nr_sets > INITIAL_SETS &&
-           sh->count * 8 < sh->nr_sets * CONTENT_WAYS) {
-        rebuild(t, sh, MAX(INITIAL_SETS, sh->nr_sets / 2));
+    if (sh->nr_sets > INITIAL_SETS &&
+        sh->count * 4 < sh->nr_sets * CONTENT_WAYS) {
+        rebuild(t, sh, MAX(INITIAL_SETS,
+                           sh->count * 2 / CONTENT_WAYS + 1));
     }
 }
 
@@ -489,7 +495,7 @@ size_t contents_age(ContentTable *t, ContentForgetFn forgot, void *opaque)
                 e->aged = true;
             }
         }
-        shrink_while_sparse(t, sh);
+        compact(t, sh);
     }
     release_stale_slots(t);
     return forgotten;

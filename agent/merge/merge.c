@@ -50,7 +50,6 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
     client->colocated_to = NUKSM_MAX_NODES;
     lines_init(&client->lines);
     outbox_client_init(&client->outbox);
-    wanted_client_init(&client->wanted);
     g_hash_table_insert(agent->ledger.vms, GUINT_TO_POINTER(client->id),
                         client);
     client->contents_slot = contents_client_add(&agent->contents, client->id,
@@ -350,7 +349,7 @@ static bool unseen_wanted(NuksmAgent *agent, NuksmClient *v,
         }
         keys[n] = p->hash;
     }
-    return wanted_unseen(agent, v, c->page, c->digest, keys, agent->nr_nodes);
+    return wanted_unseen(agent, v, c, keys, agent->nr_nodes);
 }
 
 /*

@@ -11,28 +11,7 @@
 #include "transport.h"
 #include "wanted.h"
 
-_Static_assert(WANTED_FRAGMENTS_MAX <= NUKSM_WANTED_MAX,
-               "a VM's fragments fit in one WANTED");
-
-/* Keys the filter holds at most, per page seen the table may hold. */
-#define FORGOTTEN_PER_SEEN 4u
-
-static void send_wanted(NuksmClient *client)
-{
-    ClientWanted *w = &client->wanted;
-    uint32_t count = w->all ? 0 : w->fragments->len;
-    uint32_t len = sizeof(NuksmMsgBatch) + count * sizeof(uint16_t);
-    g_autofree NuksmMsgBatch *batch = g_malloc(len);
-
-    batch->count = count;
-    batch->reserved = 0;
-    memcpy(batch + 1, w->fragments->data, count * sizeof(uint16_t));
-    transport_send(client, NUKSM_MSG_WANTED, 0, batch, len);
-    g_array_set_size(w->fragments, 0);
-    w->all = false;
-}
-
-/* Once a second while there is any: send what each VM is asked for. */
+/* Once a second while any is to be sent: send each VM its WANTED. */
 static gboolean on_send(gpointer opaque)
 {
     NuksmAgent *agent = opaque;
@@ -42,12 +21,15 @@ static gboolean on_send(gpointer opaque)
 
     g_hash_table_iter_init(&it, agent->ledger.vms);
     while (g_hash_table_iter_next(&it, NULL, (gpointer *)&client)) {
-        if (!client->dead &&
-            (client->wanted.all || client->wanted.fragments->len)) {
-            send_wanted(client);
+        ClientWanted *w = &client->wanted;
+
+        if (w->fragments) {
+            transport_send(client, NUKSM_MSG_WANTED, 0, w->fragments,
+                           sizeof(NuksmMsgWanted));
+            g_clear_pointer(&w->fragments, g_free);
             sent = true;
         }
-        client->wanted.caused = 0;
+        w->caused = 0;
     }
     if (!sent) {
         agent->wanted.send_timer = 0;
@@ -56,16 +38,8 @@ static gboolean on_send(gpointer opaque)
     return G_SOURCE_CONTINUE;
 }
 
-static void arm_send(NuksmAgent *agent)
-{
-    if (!agent->wanted.send_timer) {
-        agent->wanted.send_timer = g_timeout_add_seconds(1, on_send, agent);
-    }
-}
-
-/* Ask every VM of @domain for @fragment; every VM for all, if @all. */
-static void want(NuksmAgent *agent, uint16_t domain, uint16_t fragment,
-                 bool all)
+/* Ask every VM of @domain for the pages of digest fragment @fragment. */
+static void want(NuksmAgent *agent, uint16_t domain, uint16_t fragment)
 {
     GHashTableIter it;
     NuksmClient *client;
@@ -74,17 +48,17 @@ static void want(NuksmAgent *agent, uint16_t domain, uint16_t fragment,
     while (g_hash_table_iter_next(&it, NULL, (gpointer *)&client)) {
         ClientWanted *w = &client->wanted;
 
-        if (client->dead || (!all && client->domain_id != domain)) {
+        if (client->dead || client->domain_id != domain) {
             continue;
         }
-        if (all || w->fragments->len >= WANTED_FRAGMENTS_MAX) {
-            w->all = true;
-            g_array_set_size(w->fragments, 0);
-        } else if (!w->all) {
-            g_array_append_val(w->fragments, fragment);
+        if (!w->fragments) {
+            w->fragments = g_malloc0(sizeof(NuksmMsgWanted));
         }
+        w->fragments[fragment / 64] |= 1ull << (fragment % 64);
     }
-    arm_send(agent);
+    if (!agent->wanted.send_timer) {
+        agent->wanted.send_timer = g_timeout_add_seconds(1, on_send, agent);
+    }
 }
 
 static void forgot(uint64_t key, void *opaque)
@@ -106,10 +80,11 @@ static gboolean on_age(gpointer opaque)
     wanted->forgotten_total += contents_age(&agent->contents, forgot, agent);
     if (wanted->forgotten.keys >=
         (uint64_t)agent->contents.max_seen * FORGOTTEN_PER_SEEN) {
-        log_info("forgot %zu pages seen: offering them all again",
+        log_info("forgot %zu pages seen that paired with none: they merge "
+                 "from now on only when offered again",
                  wanted->forgotten.keys);
         forgotten_clear(&wanted->forgotten);
-        want(agent, 0, 0, true);
+        wanted->cleared_total++;
     }
     return G_SOURCE_CONTINUE;
 }
@@ -137,21 +112,20 @@ void wanted_stop(NuksmAgent *agent)
     forgotten_destroy(&wanted->forgotten);
 }
 
-void wanted_client_init(ClientWanted *w)
-{
-    w->fragments = g_array_new(FALSE, FALSE, sizeof(uint16_t));
-}
-
 void wanted_client_destroy(ClientWanted *w)
 {
-    g_clear_pointer(&w->fragments, g_array_unref);
+    g_clear_pointer(&w->fragments, g_free);
 }
 
-bool wanted_unseen(NuksmAgent *agent, NuksmClient *v, uint64_t page,
-                   uint64_t digest, const uint64_t *keys, size_t n)
+bool wanted_unseen(NuksmAgent *agent, NuksmClient *v,
+                   const NuksmCandidate *c, const uint64_t *keys, size_t n)
 {
     bool forgotten = false;
 
+    /* Offered again because its fragment was wanted: it only pairs. */
+    if (c->flags & NUKSM_CANDIDATE_WANTED) {
+        return true;
+    }
     for (size_t i = 0; i < n && !forgotten; i++) {
         forgotten = forgotten_may_hold(&agent->wanted.forgotten, keys[i]);
     }
@@ -159,11 +133,11 @@ bool wanted_unseen(NuksmAgent *agent, NuksmClient *v, uint64_t page,
         return true;
     }
     if (v->wanted.caused >= WANTED_CAUSED_MAX) {
-        outbox_add_retry(agent, v, page);
+        outbox_add_retry(agent, v, c->page);
         return false;
     }
     v->wanted.caused++;
     agent->wanted.wanted_total++;
-    want(agent, v->domain_id, nuksm_digest_fragment(digest), false);
+    want(agent, v->domain_id, nuksm_digest_fragment(c->digest));
     return true;
 }

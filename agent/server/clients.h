@@ -79,10 +79,10 @@ typedef struct ClientOutbox {
 
 /* What the VM is to be asked for (wanted.h). */
 typedef struct ClientWanted {
-    GArray *fragments;       /* uint16_t, of its next WANTED */
-    bool all;                /* its next WANTED asks for every page */
+    uint64_t *fragments;     /* NuksmMsgWanted's bitmap of its next */
+                             /* WANTED; NULL while none is to be sent */
     uint32_t caused;         /* contents its candidates made wanted */
-                             /* since the last WANTED was sent */
+                             /* since the last WANTEDs were sent */
 } ClientWanted;
 
 /* The content of new slots the VM gives (uploads.h). */

@@ -423,6 +423,12 @@ static void host_families(NuksmAgent *agent, GArray *rows, GString *out)
            "VMs of its merge domain again (WANTED).");
     sample(out, "nuksm_contents_wanted_total", "",
            agent->wanted.wanted_total);
+    family(out, "nuksm_forgotten_cleared_total", "counter",
+           "Times the filter of forgotten contents filled up and was "
+           "cleared: the pages forgotten until then merge only when "
+           "offered again.");
+    sample(out, "nuksm_forgotten_cleared_total", "",
+           agent->wanted.cleared_total);
     family(out, "nuksm_pages_volatile", "gauge",
            "The VMs' pages changing too often to be offered (KSM: "
            "pages_volatile).");

@@ -278,12 +278,10 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
         break;
     }
     case NUKSM_MSG_WANTED: {
-        const uint16_t *d = (const void *)((const char *)p +
-                                           sizeof(NuksmMsgBatch));
-        uint32_t count = batch_count(p, len, sizeof(*d), 0);
+        const NuksmMsgWanted *w = p;
 
-        for (uint32_t i = 0; i < count; i++) {
-            sink += d[i];
+        for (size_t i = 0; i < NUKSM_FRAGMENTS / 64; i++) {
+            sink += w->fragments[i];
         }
         break;
     }

@@ -136,8 +136,8 @@ def proto_seeds():
                                               h.STATUS_MERGED)])),
         "refused": msg(P.MSG_REFUSED, refs((1, 0, 0)), seq=0),
         "retry": msg(P.MSG_RETRY, refs((1, 0, 0)), seq=0),
-        "wanted": msg(P.MSG_WANTED, struct.pack("<IIHH", 2, 0, 0x1234, 1),
-                      seq=0),
+        "wanted": msg(P.MSG_WANTED, struct.pack("<Q", 0b110) +
+                      bytes(P.FRAGMENTS // 8 - 8), seq=0),
         "condition": msg(P.MSG_CONDITION, h.CONDITION.pack(
             h.COND_STORE_FULL, 0, b"store full"), seq=0),
         "vm-limit": msg(P.MSG_VM_LIMIT, h.VM_LIMIT.pack(

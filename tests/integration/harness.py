@@ -17,6 +17,7 @@ import json
 import os
 import pwd
 import random
+import re
 import signal
 import socket
 import struct
@@ -49,7 +50,8 @@ sys.path.insert(0, str(BUILD / "meson"))
 import nuksm_proto as proto  # noqa: E402
 
 from nuksm_proto import (  # noqa: E402,F401 (re-exported for the tests)
-    APPLY_MOVE, BATCH, CANDIDATE, CANDIDATES_MAX, CHARGE, COND_AGENT_MEMORY,
+    APPLY_MOVE, BATCH, CANDIDATE, CANDIDATE_WANTED, CANDIDATES_MAX, CHARGE,
+    COND_AGENT_MEMORY,
     COND_DOMAIN_QUOTA, COND_STORE_FULL,
     CONDITION, DEFAULT_DOMAIN, DOMAIN_SOURCES, ERR_BAD_MESSAGE, ERR_DENIED, ERR_HANDSHAKE,
     ERR_VERSION, ERROR, INFO_DOMAIN, INFO_HOST, INFO_NONE,
@@ -63,7 +65,8 @@ from nuksm_proto import (  # noqa: E402,F401 (re-exported for the tests)
     MSG_INFO, MSG_LIST_VMS, MSG_MAX, MSG_MERGE, MSG_MERGED, MSG_MOVE,
     MSG_MOVED, MSG_POLICY, MSG_REFUSED, MSG_RESTORE, MSG_RETRY, MSG_SET_POLICY,
     MSG_SET_PRIORITY, MSG_STORE, MSG_TOPOLOGY, MSG_UNMERGED, MSG_UPLOAD,
-    MSG_UPLOAD_REQ, MSG_VM_LIMIT, MSG_VMS, NUKSM_PAGE_SIZE, PAGE_RANGE,
+    MSG_UPLOAD_REQ, MSG_VM_LIMIT, MSG_VMS, MSG_WANTED, NUKSM_PAGE_SIZE,
+    PAGE_RANGE,
     MSG_READS, POLICIES, POLICY, PRIORITY, PROTO_MAGIC, PROTO_VERSION,
     READ_REGION, READ_REGION_PAGES, READS, READS_MAX, ROLE_CONTROL,
     ROLE_VM, SLOTREF, SLOTREFS_MAX, STATUS_CHANGED, STATUS_COW,
@@ -218,8 +221,9 @@ SlotRef = collections.namedtuple("SlotRef", "page node slot gen status",
 
 
 def pack_candidates(entries):
-    """A CANDIDATES payload of (page, digest[, gnode, idle]) tuples."""
-    entries = [tuple(e) + (0, IDLE_NEVER)[len(e) - 2:] for e in entries]
+    """A CANDIDATES payload of (page, digest[, gnode, idle, flags])
+    tuples."""
+    entries = [tuple(e) + (0, IDLE_NEVER, 0)[len(e) - 2:] for e in entries]
     return BATCH.pack(len(entries), 0) + \
         b"".join(CANDIDATE.pack(*e) for e in entries)
 
@@ -344,6 +348,20 @@ def pack_topology(gnodes, vcpus, ranges):
                   MAX_RANGES))
 
 
+def agent_metric(metrics_dir, name):
+    """@name's value in the metrics nuksmd last wrote to @metrics_dir
+    (--metrics-dir), None if none yet."""
+    path = Path(metrics_dir) / "nuksm.prom"
+    found = re.search(rf"^{name} (\S+)$",
+                      path.read_text() if path.exists() else "", re.M)
+    return float(found.group(1)) if found else None
+
+
+def digest_fragment(d):
+    """The 16 bits of digest @d that WANTED names it by (never 0)."""
+    return d & 0xffff or 1
+
+
 class VmClient(RawClient):
     """A raw client in the VM role: HELLO (its reply with /dev/userfaultfd
     if the agent has it), the STOREs, then merges."""
@@ -353,6 +371,7 @@ class VmClient(RawClient):
         self.seq = 1
         self.stores = {}  # node -> read-only fd of its store file
         self.retried = []  # pages the agent sent back in RETRY, in order
+        self.wanted = set()  # digest fragments the agent sent in WANTED
         self.charged_ns = 0  # CPU the agent CHARGEd for our messages
         self.userfaultfd = None  # /dev/userfaultfd from the agent
         self.send(pack(MSG_HELLO, 1, hello(
@@ -442,7 +461,8 @@ class VmClient(RawClient):
 
         CONDITION messages are not among them: the last one is kept in
         self.condition.  Nor are RETRY messages: their pages are added
-        to self.retried; nor CHARGE messages, added to self.charged_ns.
+        to self.retried; nor CHARGE messages, added to self.charged_ns;
+        nor WANTED messages, their fragments added to self.wanted.
 
         The agent handles a client's messages in order and sends what one
         produces before it reads the next: the messages are everything
@@ -462,6 +482,10 @@ class VmClient(RawClient):
             elif msg.type == MSG_CHARGE:
                 (cpu_ns,) = CHARGE.unpack(msg.payload)
                 self.charged_ns += cpu_ns
+            elif msg.type == MSG_WANTED:
+                bits = int.from_bytes(msg.payload, "little")
+                self.wanted |= {f for f in range(bits.bit_length())
+                                if bits >> f & 1}
             else:
                 messages.append(msg)
 

@@ -25,7 +25,8 @@ import pytest
 import xxhash
 
 import harness
-from harness import (ERR_BAD_MESSAGE, MSG_CANDIDATES, MSG_GET_INFO,
+from harness import (CANDIDATE_WANTED, ERR_BAD_MESSAGE, IDLE_NEVER,
+                     MSG_CANDIDATES, MSG_GET_INFO,
                      MSG_HELLO, MSG_HOME, MSG_INFO, MSG_LIST_VMS, MSG_MERGE,
                      MSG_REFUSED, MSG_UPLOAD_REQ, MSG_VMS, NUKSM_PAGE_SIZE,
                      STATUS_CHANGED, STATUS_GONE, VM_ENTRY,
@@ -1199,6 +1200,45 @@ def test_bad_restore_entry_is_refused_alone(agent, vms, bystanders, kind):
     merge(c, [client], {client: [40], c: [40]}, [content(7)])
     assert control_info(agent)[1:3] == (2, 2 + restored)
     assert a.read_slot(ref.node, ref.slot) == content(1000)
+
+
+# ---------------------------------------------------------- pages seen once
+
+def test_forgotten_contents_are_wanted_by_fresh_candidates_only(
+        start_agent, vms, workdir):
+    """Two pages seen once are forgotten.  A candidate offered again on
+    WANTED (marked) with one of their contents only pairs, it wants
+    nothing: without that, the pages its fragment matches would want
+    theirs, and so on without end.  A fresh candidate with the other
+    content makes it wanted: every VM of the domain is sent its
+    fragment, and the forgotten page, offered again, pairs with it."""
+    metrics = workdir / "textfile"
+    metrics.mkdir()
+    target = start_agent("--forget-after", "1", "--metrics-dir", metrics,
+                         "--metrics-interval", "1", "--vm-domains=allow")
+    a, b = vms(target=target), vms(target=target)
+    other = vms(domain="other", target=target)
+    d1, d2 = 0x1234_5678_9abc_0042, 0x1234_5678_9abc_0043
+    a.candidates([(5, d1), (6, d2)])
+    wait_until(lambda: harness.agent_metric(
+        metrics, "nuksm_pages_forgotten") == 2 and harness.agent_metric(
+        metrics, "nuksm_pages_unshared") == 0, 30,
+        "both pages to be forgotten")
+
+    b.candidates([(7, d1, 0, IDLE_NEVER, CANDIDATE_WANTED), (8, d2)])
+    wait_until(lambda: a.sync() and a.wanted, 10, "a WANTED for a")
+    assert a.wanted == {harness.digest_fragment(d2)}
+    b.sync()
+    assert b.wanted == a.wanted
+    assert not other.sync()[0] and not other.wanted
+
+    # a's forgotten page, offered again, pairs with b's.
+    a.candidates([(6, d2, 0, IDLE_NEVER, CANDIDATE_WANTED)])
+    msgs = a.sync()[0] + b.sync()[0]
+    assert [m.type for m in msgs] == [MSG_UPLOAD_REQ]
+    wait_until(lambda: harness.agent_metric(
+        metrics, "nuksm_contents_wanted_total") == 1, 10,
+        "the metrics to count the one content wanted")
 
 
 # ------------------------------------------------------------ agent restart

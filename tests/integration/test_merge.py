@@ -171,34 +171,28 @@ def test_acceptance_two_vms(pair):
         q.close()
 
 
-def agent_metric(metrics_dir, name):
-    """@name's value in the metrics nuksmd last wrote, None if none."""
-    path = metrics_dir / "nuksm.prom"
-    found = re.search(rf"^{name} (\S+)$",
-                      path.read_text() if path.exists() else "", re.M)
-    return float(found.group(1)) if found else None
-
-
 def test_forgotten_pages_merge_with_a_late_twin(start_agent, qtest_vm,
                                                 workdir):
     """Pages that pair with no other for --forget-after are forgotten:
     nuksmd keeps no entry for them, only a filter of their contents.  A
     VM that writes the same content later has it wanted (WANTED): the
-    first VM offers its pages again, and both merge."""
+    first VM offers its pages again at once, and both merge."""
     metrics = workdir / "textfile"
     metrics.mkdir()
     agent = start_agent("--forget-after", "2", "--metrics-dir", str(metrics),
                         "--metrics-interval", "1")
+
+    def metric(name):
+        return harness.agent_metric(metrics, name)
+
     content = pseudo_random(7, 8 * MIB)
     pages = len(content) // PAGE
     vm0 = qtest_vm("vm0", extra=["-m", "256M"], agent=agent.sock,
                    max_cpu=100)
     q0 = Qtest(vm0.qtest_path)
     write_big(q0, SHARED_AT, content)
-
-    wait_until(lambda: (agent_metric(metrics, "nuksm_pages_forgotten") or 0)
-               >= pages and
-               agent_metric(metrics, "nuksm_pages_unshared") == 0, 60,
+    wait_until(lambda: (metric("nuksm_pages_forgotten") or 0) >= pages and
+               metric("nuksm_pages_unshared") == 0, 60,
                "vm0's pages to be offered, then forgotten")
     assert merged_non_zero(vm0) == 0
 
@@ -209,8 +203,7 @@ def test_forgotten_pages_merge_with_a_late_twin(start_agent, qtest_vm,
     wait_until(lambda: all(merged_non_zero(vm) >= 0.99 * pages
                            for vm in (vm0, vm1)), 120,
                "the late twin's pages to merge with the forgotten ones")
-    assert agent_metric(metrics, "nuksm_contents_wanted_total") >= \
-        0.99 * pages
+    assert metric("nuksm_contents_wanted_total") >= 0.99 * pages
     for q in (q0, q1):
         assert read_big(q, SHARED_AT, len(content)) == content
         q.close()

@@ -538,6 +538,8 @@ static void test_age(void)
     g_assert_cmpuint(contents_age(&t, on_forgot, keys), ==, PAGES - 1);
     g_assert_cmpuint(keys->len, ==, PAGES - 1);
     g_assert_cmpuint(t.seen, ==, 1);
+    /* Their room went back: the shards are at their first size. */
+    g_assert_cmpuint(contents_bytes(&t), ==, empty_bytes);
     g_assert_cmpuint(client_of(&t, 0, 0, 5), ==, 1);
     g_assert_null(seen(&t, 0, 0, 4));
     /* The keys told are those of the pages forgotten. */

@@ -411,12 +411,8 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
     case NUKSM_MSG_READS:
         return pack_reads(buf, seq, 5);
     case NUKSM_MSG_WANTED: {
-        struct {
-            NuksmMsgBatch b;
-            uint16_t fragments[3];
-        } w = { .b.count = 3, .fragments = { 1, 0x1234, 0xffff } };
-        return nuksm_msg_pack(buf, type, seq, &w,
-                              sizeof(w.b) + sizeof(w.fragments));
+        NuksmMsgWanted w = { .fragments = { 0b110, [1023] = 1ull << 63 } };
+        return nuksm_msg_pack(buf, type, seq, &w, sizeof(w));
     }
     default:
         g_assert_not_reached();
@@ -1103,8 +1099,25 @@ static void test_reject_candidates(void)
     c[2].gnode = NUKSM_MAX_GNODES;
     assert_rejected(BUF, size, "guest node out of range");
     c[2].gnode = 0;
-    c[2].reserved[5] = 1;
+    c[2].flags = NUKSM_CANDIDATE_WANTED;
+    assert_valid(BUF, size);
+    c[2].flags = 2;
+    assert_rejected(BUF, size, "unknown flag in CANDIDATES");
+    c[2].flags = 0;
+    c[2].reserved[4] = 1;
     assert_rejected(BUF, size, "reserved field set in CANDIDATES");
+}
+
+/* WANTED: any fragment but 0, which no digest has. */
+static void test_reject_wanted(void)
+{
+    NuksmMsgWanted w = { .fragments = { 2 } };
+    size_t size = nuksm_msg_pack(BUF, NUKSM_MSG_WANTED, 0, &w, sizeof(w));
+
+    assert_valid(BUF, size);
+    w.fragments[0] = 1;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_WANTED, 0, &w, sizeof(w));
+    assert_rejected(BUF, size, "WANTED names fragment 0");
 }
 
 static void test_reads(void)
@@ -1429,6 +1442,7 @@ int main(int argc, char **argv)
     g_test_add_func("/proto/reject/topology", test_reject_topology);
     g_test_add_func("/proto/reject/home", test_reject_home);
     g_test_add_func("/proto/reject/candidates", test_reject_candidates);
+    g_test_add_func("/proto/reject/wanted", test_reject_wanted);
     g_test_add_func("/proto/reject/moves", test_reject_moves);
     g_test_add_func("/proto/reject/condition", test_reject_condition);
     g_test_add_func("/proto/reads", test_reads);

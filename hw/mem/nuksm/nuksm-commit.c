@@ -8,8 +8,8 @@
  *   MOVE        map merged pages onto another slot of equal content
  *   REFUSED     RESTORE entries the agent did not take back
  *   RETRY       candidates the agent did not keep: offer them again
- *   WANTED      contents that appeared again: offer again the pages
- *               offered with them
+ *   WANTED      contents the agent forgot that appeared again: offer
+ *               again the pages offered with them
  *
  * and keeping the agent's view of our references true: UNMERGED when a
  * write or a discard ends a page's sharing, RESTORE of every reference
@@ -35,6 +35,7 @@
 #include "qemu/lockable.h"
 #include "qemu/main-loop.h"
 #include "qemu/rcu.h"
+#include "libnuksm/nuksm-digest.h"
 #include "nuksm-commit.h"
 #include "nuksm-control.h"
 #include "nuksm-maps.h"
@@ -916,56 +917,73 @@ static void nuksm_commit_retry(NuksmCommit *c, NuksmWork *w)
 }
 
 typedef struct NuksmWanted {
-    unsigned long *full16;   /* fragments wanted (NUKSM_D32_FULL()); */
-                             /* NULL: all */
-    uint64_t pages;          /* offered again */
+    NuksmCommit *c;
+    const unsigned long *fragments;  /* bit f: fragment f is wanted */
+    GArray *candidates;      /* NuksmCandidate, offered again */
 } NuksmWanted;
 
-static void nuksm_commit_wanted_block(NuksmBlockState *bs, void *opaque)
+static bool nuksm_commit_wanted_block(RAMBlock *rb, uint8_t gnode,
+                                      void *opaque)
 {
     NuksmWanted *wanted = opaque;
+    NuksmBlockState *bs;
 
-    for (uint64_t i = 0; i < bs->nr_pages; i++) {
+    QEMU_LOCK_GUARD(&wanted->c->pages->lock);
+    bs = nuksm_pages_find(wanted->c->pages, rb);
+    for (uint64_t i = 0; bs && i < bs->nr_pages &&
+                         i < rb->used_length / NUKSM_PAGE_SIZE; i++) {
         uint8_t f = nuksm_page_flags(bs, i);
+        uint32_t fragment = NUKSM_D32_FULL(nuksm_page_digest32(bs, i));
+        NuksmCandidate cand = {
+            .page = bs->first_page + i,
+            .gnode = bs->gnode,
+            .idle = nuksm_page_idle(bs, i),
+            .flags = NUKSM_CANDIDATE_WANTED,
+        };
 
-        if ((f & NUKSM_PAGE_OFFERED) && !(f & NUKSM_PAGE_MERGED) &&
-            (!wanted->full16 ||
-             test_bit(NUKSM_D32_FULL(nuksm_page_digest32(bs, i)),
-                      wanted->full16))) {
-            nuksm_page_update(bs, i, NUKSM_PAGE_OFFERED, 0);
-            wanted->pages++;
+        if (!(f & NUKSM_PAGE_OFFERED) || (f & NUKSM_PAGE_MERGED) ||
+            !test_bit(fragment, wanted->fragments)) {
+            continue;
+        }
+        /* Written since it was offered: the scanner's next pass sees it. */
+        cand.digest = nuksm_page_digest(rb->host + i * NUKSM_PAGE_SIZE,
+                                        NUKSM_PAGE_SIZE);
+        if (nuksm_digest_fragment(cand.digest) == fragment) {
+            g_array_append_val(wanted->candidates, cand);
         }
     }
+    return true;
 }
 
 /*
  * WANTED: the pages on offer whose digest has one of the fragments
- * listed are no longer on offer, so the next pass hashes and offers them
- * again: the agent forgot them, and a page of the same content may have
- * appeared since.  A walk of the page table, which the agent asks for
- * at most once a second.
+ * named are hashed and offered again at once, marked: the agent forgot
+ * them, and a page of the same content may have appeared since.  A walk
+ * of the page table, and a hash of about one page on offer in 65,536
+ * per fragment, which the agent asks for at most once a second.
  */
 static void nuksm_commit_wanted(NuksmCommit *c, NuksmWork *w)
 {
-    const NuksmMsgBatch *b = (const NuksmMsgBatch *)w->payload;
-    const uint16_t *fragments = (const uint16_t *)(b + 1);
-    g_autofree unsigned long *full16 = NULL;
-    NuksmWanted wanted = { 0 };
+    const NuksmMsgWanted *m = (const NuksmMsgWanted *)w->payload;
+    g_autofree unsigned long *fragments = bitmap_new(NUKSM_FRAGMENTS);
+    g_autoptr(GArray) candidates = g_array_new(FALSE, FALSE,
+                                               sizeof(NuksmCandidate));
+    NuksmWanted wanted = {
+        .c = c,
+        .fragments = fragments,
+        .candidates = candidates,
+    };
 
-    if (b->count) {
-        full16 = bitmap_new(1u << 16);
-        for (uint32_t i = 0; i < b->count; i++) {
-            set_bit(fragments[i], full16);
+    for (uint32_t f = 0; f < NUKSM_FRAGMENTS; f++) {
+        if (m->fragments[f / 64] >> (f % 64) & 1) {
+            set_bit(f, fragments);
         }
-        wanted.full16 = full16;
     }
-    WITH_QEMU_LOCK_GUARD(&c->pages->lock) {
-        nuksm_pages_foreach(c->pages, nuksm_commit_wanted_block, &wanted);
-    }
-    trace_nuksm_commit_wanted(b->count, wanted.pages);
-    if (wanted.pages) {
-        nuksm_control_nudge(c->s->control);
-    }
+    nuksm_ram_foreach_resolved(c->s, nuksm_commit_wanted_block, &wanted);
+    trace_nuksm_commit_wanted(candidates->len);
+    nuksm_outbox_post_batches(&c->s->outbox, w->epoch, NUKSM_MSG_CANDIDATES,
+                              candidates->data, sizeof(NuksmCandidate),
+                              candidates->len, NUKSM_CANDIDATES_MAX);
 }
 
 static void nuksm_commit_handle(NuksmCommit *c, NuksmWork *w)
