@@ -32,6 +32,7 @@
 #define COLOCATE_VCPUS_PER_CPU_MAX 64
 /* --metrics-interval: seconds between two writes of the metrics. */
 #define METRICS_INTERVAL_MAX 3600
+/* --forget-after: seconds a page seen waits for a twin before forgotten. */
 #define FORGET_AFTER_MAX 3600
 /* Who reads the metrics by default: node_exporter's user on Debian. */
 #define METRICS_GROUP "prometheus"

@@ -432,17 +432,17 @@ void contents_remember(ContentTable *t, const ContentProbe *p,
 }
 
 /*
- * Below 1/4 load after an age, rebuild @sh at about half load (not below
- * its first size): the pages forgotten give their room back, where
- * shrink_if_sparse() waits for 1/8 so that a shard does not swing
- * between two sizes.
+ * Below 3/8 load after an age, rebuild @sh at about 2/3 load (not below
+ * its first size), near the 7/12 of a shard that just grew: the pages
+ * forgotten give their room back, where shrink_if_sparse() waits for
+ * 1/8 so that a shard does not swing between two sizes.
  */
 static void compact(ContentTable *t, ContentShard *sh)
 {
     if (sh->nr_sets > INITIAL_SETS &&
-        sh->count * 4 < sh->nr_sets * CONTENT_WAYS) {
+        sh->count * 8 < sh->nr_sets * CONTENT_WAYS * 3) {
         rebuild(t, sh, MAX(INITIAL_SETS,
-                           sh->count * 2 / CONTENT_WAYS + 1));
+                           sh->count * 3 / 2 / CONTENT_WAYS + 1));
     }
 }
 

@@ -266,6 +266,8 @@ def test_agent_absent(workdir, nuksmctl_bin, leftover):
     ("--cold-windows", "256", "1..255"),
     ("--replace-rate", "-5", "0..1000000 pages per second"),
     ("--replace-rate", "fast", "0..1000000 pages per second"),
+    ("--forget-after", "0", "1..3600 seconds"),
+    ("--forget-after", "3601", "1..3600 seconds"),
     ("--socket-group", "no-such-group", "a group whose members may connect"),
 ])
 def test_nuksmd_rejects_bad_option(workdir, nuksmd_bin, option, value,

@@ -556,6 +556,41 @@ static void test_age(void)
     teardown(&t);
 }
 
+/*
+ * Copies stay when the pages seen beside them are forgotten, and the
+ * table shrinks to about 2/3 load on them, where the 1/8 rule of a
+ * single forget would leave it at 1/4.
+ */
+static void test_age_compacts(void)
+{
+    enum { COPIES = 20000 };
+    g_autoptr(GArray) keys = g_array_new(FALSE, FALSE, sizeof(uint64_t));
+    ContentTable t;
+    size_t full;
+
+    setup(&t, SIZE_MAX);
+    for (uint64_t d = 1; d <= 3 * COPIES; d++) {
+        if (d % 3) {
+            remember(&t, 0, 0, d, slots[1], d, false, false, NO_QUOTA);
+        } else {
+            g_assert_true(contents_add_copy(&t, 0, d, slot_id(0, d)));
+        }
+    }
+    full = contents_bytes(&t);
+    contents_age(&t, on_forgot, keys);
+    g_assert_cmpuint(contents_age(&t, on_forgot, keys), ==, 2 * COPIES);
+    g_assert_cmpuint(contents_bytes(&t), <, full / 2);
+    g_assert_cmpuint(contents_bytes(&t), <=,
+                     COPIES * sizeof(ContentEntry) * 3 / 2 + 64 * 1024);
+    for (uint64_t d = 3; d <= 3 * COPIES; d += 3) {
+        SlotId id;
+
+        g_assert_true(contents_copy_of(&t, 0, 0, d, &id));
+        g_assert_cmpuint(id, ==, slot_id(0, d));
+    }
+    teardown(&t);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -570,5 +605,6 @@ int main(int argc, char **argv)
     g_test_add_func("/contents/domain-quota", test_domain_quota);
     g_test_add_func("/contents/slot-reuse", test_slot_reuse);
     g_test_add_func("/contents/age", test_age);
+    g_test_add_func("/contents/age-compacts", test_age_compacts);
     return g_test_run();
 }

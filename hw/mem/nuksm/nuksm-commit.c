@@ -945,9 +945,9 @@ static bool nuksm_commit_wanted_block(RAMBlock *rb, uint8_t gnode,
             !test_bit(fragment, wanted->fragments)) {
             continue;
         }
-        /* Written since it was offered: the scanner's next pass sees it. */
         cand.digest = nuksm_page_digest(rb->host + i * NUKSM_PAGE_SIZE,
                                         NUKSM_PAGE_SIZE);
+        /* Else it was written since: the scanner's next pass sees it. */
         if (nuksm_digest_fragment(cand.digest) == fragment) {
             g_array_append_val(wanted->candidates, cand);
         }
