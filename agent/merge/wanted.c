@@ -77,7 +77,7 @@ static gboolean on_age(gpointer opaque)
     if (!agent->contents.seen) {
         return G_SOURCE_CONTINUE;
     }
-    wanted->forgotten_total += contents_age(&agent->contents, forgot, agent);
+    contents_age(&agent->contents, forgot, agent);
     if (wanted->forgotten.keys >=
         (uint64_t)agent->contents.max_seen * FORGOTTEN_PER_SEEN) {
         log_info("forgot %zu pages seen that paired with none: they merge "
@@ -92,7 +92,6 @@ static gboolean on_age(gpointer opaque)
 void wanted_start(NuksmAgent *agent, uint32_t forget_after)
 {
     forgotten_init(&agent->wanted.forgotten);
-    agent->wanted.forget_after = forget_after;
     agent->wanted.age_timer = g_timeout_add_seconds(forget_after, on_age,
                                                     agent);
 }

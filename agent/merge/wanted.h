@@ -44,10 +44,8 @@ struct NuksmAgent;
 /* The agent's: what it forgot, and when it next forgets. */
 typedef struct Wanted {
     Forgotten forgotten;
-    uint32_t forget_after;   /* seconds: one age */
     guint age_timer;
     guint send_timer;        /* sends WANTED while any is to be sent */
-    uint64_t forgotten_total;    /* pages seen forgotten */
     uint64_t wanted_total;       /* contents wanted */
     uint64_t cleared_total;      /* times the filter was cleared */
 } Wanted;

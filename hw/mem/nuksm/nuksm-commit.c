@@ -29,7 +29,6 @@
 #include <sys/mman.h>
 #include "qapi/error.h"
 #include "exec/ramblock.h"
-#include "qemu/bitmap.h"
 #include "qemu/cutils.h"
 #include "qemu/error-report.h"
 #include "qemu/lockable.h"
@@ -918,7 +917,7 @@ static void nuksm_commit_retry(NuksmCommit *c, NuksmWork *w)
 
 typedef struct NuksmWanted {
     NuksmCommit *c;
-    const unsigned long *fragments;  /* bit f: fragment f is wanted */
+    const uint64_t *fragments;       /* NuksmMsgWanted's bitmap */
     GArray *candidates;      /* NuksmCandidate, offered again */
 } NuksmWanted;
 
@@ -942,7 +941,7 @@ static bool nuksm_commit_wanted_block(RAMBlock *rb, uint8_t gnode,
         };
 
         if (!(f & NUKSM_PAGE_OFFERED) || (f & NUKSM_PAGE_MERGED) ||
-            !test_bit(fragment, wanted->fragments)) {
+            !(wanted->fragments[fragment / 64] >> (fragment % 64) & 1)) {
             continue;
         }
         cand.digest = nuksm_page_digest(rb->host + i * NUKSM_PAGE_SIZE,
@@ -965,20 +964,14 @@ static bool nuksm_commit_wanted_block(RAMBlock *rb, uint8_t gnode,
 static void nuksm_commit_wanted(NuksmCommit *c, NuksmWork *w)
 {
     const NuksmMsgWanted *m = (const NuksmMsgWanted *)w->payload;
-    g_autofree unsigned long *fragments = bitmap_new(NUKSM_FRAGMENTS);
     g_autoptr(GArray) candidates = g_array_new(FALSE, FALSE,
                                                sizeof(NuksmCandidate));
     NuksmWanted wanted = {
         .c = c,
-        .fragments = fragments,
+        .fragments = m->fragments,
         .candidates = candidates,
     };
 
-    for (uint32_t f = 0; f < NUKSM_FRAGMENTS; f++) {
-        if (m->fragments[f / 64] >> (f % 64) & 1) {
-            set_bit(f, fragments);
-        }
-    }
     nuksm_ram_foreach_resolved(c->s, nuksm_commit_wanted_block, &wanted);
     trace_nuksm_commit_wanted(candidates->len);
     nuksm_outbox_post_batches(&c->s->outbox, w->epoch, NUKSM_MSG_CANDIDATES,
