@@ -110,25 +110,6 @@ static bool take_in_line(SlotTable *t, NuksmClient *client, uint64_t page,
 }
 
 /*
- * Would a line of @client starting at slot @start continue the line of
- * the stretch before @page's, or run into the one after, on @node?
- * QEMU's windows end at stretches, and two windows with copies of their
- * own stay two mappings although their slots follow each other, which
- * QEMU's count of its mappings (nuksm-maps.c) does not foresee.
- */
-static bool line_adjoins(const NuksmClient *client, uint64_t page,
-                         uint32_t node, uint32_t capacity, uint32_t start)
-{
-    uint64_t first = page - page % LINE_PAGES;
-    uint32_t slot;
-
-    return (first && lines_slot(&client->lines, first - 1, node, capacity,
-                                &slot) && slot + 1 == start) ||
-           (lines_slot(&client->lines, first + LINE_PAGES, node, capacity,
-                       &slot) && slot == start + LINE_PAGES);
-}
-
-/*
  * Reserve a range of @node's slots for the line of @client's page @page
  * and take its slot there: false if @client owns that line already (its
  * slot was taken) or the store has no free range.
@@ -136,26 +117,10 @@ static bool line_adjoins(const NuksmClient *client, uint64_t page,
 static bool take_new_line(SlotTable *t, NuksmClient *client, uint64_t page,
                           uint32_t node, uint32_t *slot)
 {
-    /* Two starts adjoin (one per neighbour): one of three ranges will do. */
-    uint32_t tried[3], start = UINT32_MAX;
-    unsigned n = 0;
+    uint32_t start;
 
-    if (lines_owns(&client->lines, page, node)) {
-        return false;
-    }
-    while (n < G_N_ELEMENTS(tried) && start == UINT32_MAX &&
-           slots_reserve_range(t, LINE_PAGES, &tried[n])) {
-        if (!line_adjoins(client, page, node, t->capacity, tried[n])) {
-            start = tried[n];
-        }
-        n++;
-    }
-    for (unsigned i = 0; i < n; i++) {
-        if (tried[i] != start) {
-            slots_unreserve_range(t, tried[i], LINE_PAGES);
-        }
-    }
-    if (start == UINT32_MAX) {
+    if (lines_owns(&client->lines, page, node) ||
+        !slots_reserve_range(t, LINE_PAGES, &start)) {
         return false;
     }
     lines_own(&client->lines, page, node, start);

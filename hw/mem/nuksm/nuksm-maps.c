@@ -278,6 +278,13 @@ bool nuksm_maps_id_equal(NuksmMapId a, NuksmMapId b)
 /*
  * Boundaries between mappings among pages [@lo, @hi] of @bs, with pages
  * [@idx, @idx + @n) mapped as @over says if @over is not NULL.
+ *
+ * Two mappings of the store in line with each other (one node, the same
+ * slot - page) count as two where a 2 MiB stretch ends: the windows of
+ * nuksm_remap_merge_window() end there, and the kernel joins two of them
+ * only if at most one holds private copies (an anon_vma), which this
+ * model does not follow.  Counting them as two may overstate the
+ * mappings in use until they are next counted; never understate them.
  */
 static int64_t nuksm_maps_edges(NuksmBlockState *bs, uint64_t lo, uint64_t hi,
                                 uint64_t idx, uint64_t n,
@@ -290,7 +297,9 @@ static int64_t nuksm_maps_edges(NuksmBlockState *bs, uint64_t lo, uint64_t hi,
         NuksmMapId cur = over && i >= idx && i < idx + n ? *over :
                          nuksm_maps_id(bs, i);
 
-        if (i > lo && !nuksm_maps_id_equal(prev, cur)) {
+        if (i > lo && (!nuksm_maps_id_equal(prev, cur) ||
+                       (!cur.anon &&
+                        (bs->first_page + i) % NUKSM_TRACK_STRETCH == 0))) {
             edges++;
         }
         prev = cur;
