@@ -432,17 +432,20 @@ void contents_remember(ContentTable *t, const ContentProbe *p,
 }
 
 /*
- * Below 3/8 load after an age, rebuild @sh at about 2/3 load (not below
- * its first size), near the 7/12 of a shard that just grew: the pages
- * forgotten give their room back, where shrink_if_sparse() waits for
- * 1/8 so that a shard does not swing between two sizes.
+ * Below 3/8 load after an age, rebuild @sh at about 4/5 load (not below
+ * its first size): the pages forgotten give their room back, where
+ * shrink_if_sparse() waits for 1/8 so that a shard does not swing
+ * between two sizes.  What is left after an age is mostly copies, which
+ * stay until their slot is freed: packed close to the 7/8 at which the
+ * shard grows, they cost 20 bytes each, not the 24 of a shard that just
+ * grew; the next pages seen grow it again.
  */
 static void compact(ContentTable *t, ContentShard *sh)
 {
     if (sh->nr_sets > INITIAL_SETS &&
         sh->count * 8 < sh->nr_sets * CONTENT_WAYS * 3) {
         rebuild(t, sh, MAX(INITIAL_SETS,
-                           sh->count * 3 / 2 / CONTENT_WAYS + 1));
+                           sh->count * 5 / 4 / CONTENT_WAYS + 1));
     }
 }
 

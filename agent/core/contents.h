@@ -193,7 +193,7 @@ typedef void (*ContentForgetFn)(uint64_t key, void *opaque);
 /*
  * Forget the live pages seen that were there at the last call, telling
  * @forgot their keys, and drop the dead ones; those left are aged.  A
- * shard left below 3/8 load shrinks to about 2/3 load.  Returns how
+ * shard left below 3/8 load shrinks to about 4/5 load.  Returns how
  * many were forgotten.
  */
 size_t contents_age(ContentTable *t, ContentForgetFn forgot, void *opaque);

@@ -9,7 +9,8 @@
 
 #include "pagerefs.h"
 
-_Static_assert(sizeof(PageRef) == 8, "a page's reference is 8 bytes");
+_Static_assert(sizeof(PageRef) == 5, "a page's reference is 5 bytes");
+_Static_assert(sizeof(PageChunk) == 336, "a chunk is 336 bytes");
 
 /* Smallest directory; it grows at 1/2 load and shrinks below 1/8. */
 #define DIR_MIN_SIZE 16u

@@ -581,7 +581,7 @@ static void test_age_compacts(void)
     g_assert_cmpuint(contents_age(&t, on_forgot, keys), ==, 2 * COPIES);
     g_assert_cmpuint(contents_bytes(&t), <, full / 2);
     g_assert_cmpuint(contents_bytes(&t), <=,
-                     COPIES * sizeof(ContentEntry) * 3 / 2 + 64 * 1024);
+                     COPIES * sizeof(ContentEntry) * 5 / 4 + 64 * 1024);
     for (uint64_t d = 3; d <= 3 * COPIES; d += 3) {
         SlotId id;
 
