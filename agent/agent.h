@@ -49,7 +49,8 @@
  * (merge/uploads.h).  The agent checks the digest, records the slot
  * (generation, domain: host/store.h), and sends every page that waits a
  * MERGE (send_merges()).  The ledger (merge/ledger.h) counts who uses
- * each slot.
+ * each slot; the content table's entry alone holds its content's key
+ * (ledger_slot_digest() finds the digest again).
  *
  * Merge (the commit, in QEMU).  A guest page is mapped onto a slot only
  * after a full comparison under userfaultfd write protection; runs and

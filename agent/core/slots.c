@@ -11,7 +11,7 @@
 
 #include "slots.h"
 
-_Static_assert(sizeof(Slot) == 24, "slot layout");
+_Static_assert(sizeof(Slot) == 16, "slot layout");
 
 #define NO_SLOT UINT32_MAX
 #define MIN_ALLOC 1024u
@@ -150,7 +150,6 @@ static void take(SlotTable *t, uint32_t slot, SlotState state)
 
     t->used[slot / 64] |= 1ull << (slot % 64);
     t->nr_used++;
-    s->digest = 0;
     s->refs = 0;
     s->pending = 0;
     s->domain = 0;
@@ -264,7 +263,6 @@ void slots_release(SlotTable *t, uint32_t slot)
 
     s->state = SLOT_FREE;
     s->gen++;
-    s->digest = 0;
     t->used[slot / 64] &= ~(1ull << (slot % 64));
     t->nr_used--;
 }

@@ -56,8 +56,12 @@ typedef enum SlotState {
     SLOT_FREEING,            /* unused, to be punched and released */
 } SlotState;
 
+/*
+ * A slot keeps no digest: its content's key is in the content table's
+ * entry for it (contents.h), and ledger_slot_digest() finds the digest
+ * again from the upload or the store.
+ */
 typedef struct Slot {
-    uint64_t digest;         /* of the content (UPLOADING: expected) */
     uint32_t gen;            /* bumped on every free */
     uint32_t refs;           /* guest pages mapping the slot */
     uint32_t pending;        /* guest pages about to map or upload it */

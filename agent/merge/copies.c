@@ -121,11 +121,11 @@ ContentEntry *copies_unstable_partner(NuksmAgent *agent, ContentEntry *seen,
     return seen;
 }
 
-void copies_publish(NuksmAgent *agent, SlotId id)
+void copies_publish(NuksmAgent *agent, SlotId id, uint64_t digest)
 {
     const Slot *s = ledger_slot(agent, id);
 
-    contents_add_copy(&agent->contents, s->domain, s->digest, id);
+    contents_add_copy(&agent->contents, s->domain, digest, id);
     for (uint32_t node = 0; node < agent->nr_nodes; node++) {
         PolicyOwner pu;
         NuksmClient *u;
@@ -133,7 +133,7 @@ void copies_publish(NuksmAgent *agent, SlotId id)
         ContentEntry *seen;
         uint64_t page;
 
-        contents_probe(&agent->contents, s->domain, node, s->digest, &p);
+        contents_probe(&agent->contents, s->domain, node, digest, &p);
         seen = copies_unstable_partner(agent, p.seen, node, &u, &pu);
         if (!seen || !policy_may_map(agent->placement.policy, &pu,
                                      slot_id_node(id))) {

@@ -48,13 +48,13 @@ void copies_filled(NuksmAgent *agent, const SlotId *ids, size_t n,
                    bool *filled);
 
 /*
- * Index slot @id, which has its content or is having it uploaded, and
- * let the pages seen with that content (contents.h), and allowed to map
- * it, share it.  Candidates are not offered again soon
+ * Index slot @id, which has its content of @digest or is having it
+ * uploaded, and let the pages seen with that content (contents.h), and
+ * allowed to map it, share it.  Candidates are not offered again soon
  * once the agent has them (see nuksm-scan.c), so they must not wait for
  * a slot that appeared after them.
  */
-void copies_publish(NuksmAgent *agent, SlotId id);
+void copies_publish(NuksmAgent *agent, SlotId id, uint64_t digest);
 
 /* @v's @page shares slot @id, ready (MERGE) or being uploaded (waits). */
 void copies_join(NuksmAgent *agent, NuksmClient *v, uint64_t page,

@@ -9,9 +9,11 @@
 #include <string.h>
 
 #include "ledger.h"
+#include "nuksm-digest.h"
 #include "transport.h"
 #include "outbox.h"
 #include "quotas.h"
+#include "store.h"
 
 /* A page waiting for a slot's upload. */
 typedef struct UploadSharer {
@@ -26,6 +28,7 @@ typedef struct UploadSharer {
  * done, where malloc_trim() cannot give it back.
  */
 typedef struct Upload {
+    uint64_t digest;         /* of the content expected */
     gint64 deadline;         /* monotonic us: the uploader's time is up */
     UploadSharer *sharers;   /* the uploader's first */
     guint len;
@@ -244,10 +247,11 @@ void ledger_drop(NuksmAgent *agent, NuksmClient *client, uint64_t page)
     }
 }
 
-void ledger_upload_start(NuksmAgent *agent, SlotId id)
+void ledger_upload_start(NuksmAgent *agent, SlotId id, uint64_t digest)
 {
     Upload *up = g_new0(Upload, 1);
 
+    up->digest = digest;
     up->deadline = g_get_monotonic_time() +
                    LEDGER_UPLOAD_SECONDS * G_USEC_PER_SEC;
     g_hash_table_insert(agent->ledger.uploads, GUINT_TO_POINTER(id), up);
@@ -396,7 +400,7 @@ void ledger_upload_cancel(NuksmAgent *agent, SlotId id)
     Slot *s = ledger_slot(agent, id);
     g_autoptr(Upload) up = steal_upload(agent, id);
 
-    contents_remove_copy(&agent->contents, s->domain, s->digest, id);
+    contents_remove_copy(&agent->contents, s->domain, up->digest, id);
     for (guint i = 0; i < up->len; i++) {
         NuksmClient *client;
         const UploadSharer *sharer = &up->sharers[i];
@@ -416,6 +420,39 @@ void ledger_upload_cancel(NuksmAgent *agent, SlotId id)
     }
 }
 
+bool ledger_slot_digest(NuksmAgent *agent, SlotId id, uint64_t *digest)
+{
+    const Upload *up = g_hash_table_lookup(agent->ledger.uploads,
+                                           GUINT_TO_POINTER(id));
+    uint8_t content[NUKSM_PAGE_SIZE];
+
+    if (up) {
+        *digest = up->digest;
+        return true;
+    }
+    if (!store_read(&agent->store, ledger_slot(agent, id)->domain,
+                    slot_id_node(id), slot_id_slot(id), content)) {
+        return false;
+    }
+    *digest = nuksm_page_digest(content, NUKSM_PAGE_SIZE);
+    return true;
+}
+
+/*
+ * Take slot @id out of the content table, if it is there: a slot is
+ * indexed while its upload is awaited and once it is ready; a slot
+ * being filled otherwise (relocate.c) is indexed only once filled.
+ */
+static void unindex(NuksmAgent *agent, SlotId id, const Slot *s)
+{
+    uint64_t digest;
+
+    if ((s->state == SLOT_READY || ledger_upload_awaited(agent, id)) &&
+        ledger_slot_digest(agent, id, &digest)) {
+        contents_remove_copy(&agent->contents, s->domain, digest, id);
+    }
+}
+
 void ledger_free(NuksmAgent *agent, SlotId id)
 {
     Slot *s = ledger_slot(agent, id);
@@ -426,7 +463,7 @@ void ledger_free(NuksmAgent *agent, SlotId id)
     if (s->state == SLOT_ORPHAN) {
         agent->orphans.pages--;
     } else {
-        contents_remove_copy(&agent->contents, s->domain, s->digest, id);
+        unindex(agent, id, s);
         g_hash_table_remove(agent->ledger.uploads, GUINT_TO_POINTER(id));
     }
     s->state = SLOT_FREEING;
@@ -438,7 +475,7 @@ void ledger_orphan(NuksmAgent *agent, SlotId id)
     Slot *s = ledger_slot(agent, id);
 
     g_assert(s->state == SLOT_READY && !s->refs && !s->pending);
-    contents_remove_copy(&agent->contents, s->domain, s->digest, id);
+    unindex(agent, id, s);
     s->state = SLOT_ORPHAN;
     agent->orphans.pages++;
 }

@@ -184,10 +184,18 @@ typedef struct LedgerWaiter {
  */
 #define LEDGER_UPLOAD_SECONDS 5
 
-void ledger_upload_start(NuksmAgent *agent, SlotId id);
+/* Slot @id is to hold a content of @digest: its upload starts. */
+void ledger_upload_start(NuksmAgent *agent, SlotId id, uint64_t digest);
 void ledger_upload_join(NuksmAgent *agent, SlotId id, NuksmClient *client,
                         uint64_t page);
 void ledger_upload_cancel(NuksmAgent *agent, SlotId id);
+
+/*
+ * The digest of what slot @id is to hold while its upload is awaited,
+ * else of what it holds, read from the store and hashed (the slot keeps
+ * none); false if that cannot be read.
+ */
+bool ledger_slot_digest(NuksmAgent *agent, SlotId id, uint64_t *digest);
 
 
 /*

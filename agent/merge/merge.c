@@ -172,7 +172,6 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
                                     c->digest);
     uint32_t slot;
     SlotId id;
-    Slot *s;
 
     if (!conditions_store_has_room(agent) ||
         !quotas_store_has_room(agent, v->domain_id)) {
@@ -184,12 +183,10 @@ static void start_upload(NuksmAgent *agent, NuksmClient *v,
         return;
     }
     id = slot_id(node, slot);
-    s = ledger_slot(agent, id);
-    s->digest = c->digest;
     ledger_take_slot(agent, id, v->domain_id);
 
-    uploads_start(agent, id, v, c->page, u, upage);
-    copies_publish(agent, id);
+    uploads_start(agent, id, c->digest, v, c->page, u, upage);
+    copies_publish(agent, id, c->digest);
 }
 
 /* The @i-th node to look at for a page of home @home: home first. */
@@ -344,8 +341,11 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
      * unless it changed before its slot was filled.
      */
     if (e) {
+        uint64_t digest;
+
         if (!ledger_before_fill(e->state) ||
-            ledger_slot(agent, e->slot)->digest == c->digest) {
+            (ledger_slot_digest(agent, e->slot, &digest) &&
+             digest == c->digest)) {
             return;
         }
         uploads_leave_changed(agent, v, c->page);

@@ -356,10 +356,11 @@ void recovery_stop(NuksmAgent *agent)
 
 /*
  * Make orphan @s the slot @r names again, if the slot's record says it
- * holds @client's domain's content at @r's generation; else say why not.
+ * holds @client's domain's content at @r's generation, and set *@digest
+ * to its content's; else say why not.
  */
 static char *adopt_orphan(NuksmAgent *agent, NuksmClient *client,
-                          const NuksmSlotRef *r, Slot *s)
+                          const NuksmSlotRef *r, Slot *s, uint64_t *digest)
 {
     uint8_t content[NUKSM_PAGE_SIZE];
     SlotRecord rec;
@@ -387,7 +388,7 @@ static char *adopt_orphan(NuksmAgent *agent, NuksmClient *client,
                                "domain", r->node, r->slot);
     }
     s->gen = rec.gen;
-    s->digest = nuksm_page_digest(content, NUKSM_PAGE_SIZE);
+    *digest = nuksm_page_digest(content, NUKSM_PAGE_SIZE);
     s->state = SLOT_READY;
     s->restored = true;
     agent->orphans.pages--;
@@ -401,6 +402,7 @@ static char *restore_one(NuksmAgent *agent, NuksmClient *client,
     char *problem = ledger_ref_problem(agent, r);
     PageRef *e;
     bool adopted = false;
+    uint64_t digest = 0;
     Slot *s;
 
     if (problem) {
@@ -429,7 +431,7 @@ static char *restore_one(NuksmAgent *agent, NuksmClient *client,
     s = slots_in_use(&agent->ledger.slots[r->node], r->slot) ?
         slots_get(&agent->ledger.slots[r->node], r->slot) : NULL;
     if (s && s->state == SLOT_ORPHAN) {
-        problem = adopt_orphan(agent, client, r, s);
+        problem = adopt_orphan(agent, client, r, s, &digest);
         if (problem) {
             return problem;
         }
@@ -451,7 +453,7 @@ static char *restore_one(NuksmAgent *agent, NuksmClient *client,
          * New candidates merge with it, unless another slot of the
          * domain has that content.
          */
-        copies_publish(agent, slot_id(r->node, r->slot));
+        copies_publish(agent, slot_id(r->node, r->slot), digest);
     }
     return NULL;
 }

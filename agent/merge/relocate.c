@@ -12,6 +12,7 @@
 #include "ledger.h"
 #include "log.h"
 #include "merge.h"
+#include "nuksm-digest.h"
 #include "outbox.h"
 #include "policy.h"
 #include "relocate.h"
@@ -136,12 +137,24 @@ static void drop_plan(NuksmAgent *agent)
     r->next = 0;
 }
 
+/* Do the @n owners @o have more than one home node? */
+static bool owners_apart(const PolicyOwner *o, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        if (o[i].home != o[0].home) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Plan the moves of the @n pages @sh that map slot @id. */
 static void plan_slot(NuksmAgent *agent, SlotId id, const MergedPage *sh,
                       size_t n, PolicyLoad *load)
 {
     g_autofree PolicyOwner *o = g_new(PolicyOwner, n);
     uint32_t node = slot_id_node(id), target;
+    uint64_t digest = 0;
 
     for (size_t i = 0; i < n; i++) {
         const NuksmClient *client = ledger_client(agent, sh[i].client);
@@ -174,8 +187,16 @@ static void plan_slot(NuksmAgent *agent, SlotId id, const MergedPage *sh,
         }
         return;
     }
+    /*
+     * The policy's draw is of the content (policy.h), which the slot does
+     * not keep: read it only where the owners' homes differ, the one case
+     * where the draw can change where the copy goes.
+     */
+    if (owners_apart(o, n) && !ledger_slot_digest(agent, id, &digest)) {
+        return;
+    }
     target = policy_relocate_node(agent->placement.policy, load, node, o, n,
-                                  ledger_slot(agent, id)->digest);
+                                  digest);
     if (target == node) {
         return;
     }
@@ -254,26 +275,27 @@ static bool copy_on_node(NuksmAgent *agent, SlotId from, uint32_t node,
 {
     const Slot *s = ledger_slot(agent, from);
     uint8_t content[NUKSM_PAGE_SIZE];
+    uint64_t digest;
     uint32_t slot;
-    Slot *t;
 
-    if (contents_copy_of(&agent->contents, s->domain, node, s->digest, to)) {
+    if (!store_read(&agent->store, s->domain, slot_id_node(from),
+                    slot_id_slot(from), content)) {
+        return false;
+    }
+    digest = nuksm_page_digest(content, NUKSM_PAGE_SIZE);
+    if (contents_copy_of(&agent->contents, s->domain, node, digest, to)) {
         return ledger_slot(agent, *to)->state == SLOT_READY;
     }
-    if (!store_read(&agent->store, s->domain, slot_id_node(from),
-                    slot_id_slot(from), content) ||
-        !slots_alloc(&agent->ledger.slots[node], &slot)) {
+    if (!slots_alloc(&agent->ledger.slots[node], &slot)) {
         return false;
     }
     *to = slot_id(node, slot);
-    t = ledger_slot(agent, *to);
-    t->digest = s->digest;
     ledger_take_slot(agent, *to, s->domain);
     if (!copies_fill(agent, *to, content)) {
         ledger_free(agent, *to);
         return false;
     }
-    copies_publish(agent, *to);
+    copies_publish(agent, *to, digest);
     return true;
 }
 

@@ -171,7 +171,7 @@ static void watch_uploads(NuksmAgent *agent)
     }
 }
 
-void uploads_start(NuksmAgent *agent, SlotId id,
+void uploads_start(NuksmAgent *agent, SlotId id, uint64_t digest,
                    NuksmClient *first, uint64_t first_page,
                    NuksmClient *second, uint64_t second_page)
 {
@@ -182,7 +182,7 @@ void uploads_start(NuksmAgent *agent, SlotId id,
         uploader = waiter;
         waiter = (LedgerWaiter) { first, first_page };
     }
-    ledger_upload_start(agent, id);
+    ledger_upload_start(agent, id, digest);
     ledger_add(agent, uploader.client, uploader.page, id, PAGE_UPLOADING);
     ledger_upload_join(agent, id, uploader.client, uploader.page);
     ledger_add(agent, waiter.client, waiter.page, id, PAGE_WAITING);
@@ -255,8 +255,10 @@ static bool upload_intact(NuksmAgent *agent, NuksmClient *client,
                           const NuksmSlotRef *r, SlotId id,
                           const uint8_t *content)
 {
-    if (nuksm_page_digest(content, NUKSM_PAGE_SIZE) !=
-        ledger_slot(agent, id)->digest) {
+    uint64_t digest;
+
+    if (!ledger_slot_digest(agent, id, &digest) ||
+        nuksm_page_digest(content, NUKSM_PAGE_SIZE) != digest) {
         log_debug("%s: page %#" PRIx64 " changed before its upload, "
                   "dropping node %u slot %u", client->label, r->page,
                   r->node, r->slot);

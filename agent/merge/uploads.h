@@ -47,11 +47,12 @@ typedef struct Uploads {
 bool uploads_trusted(const NuksmClient *client);
 
 /*
- * New slot @id is to hold the content that @first's @first_page and
- * @second's @second_page share: @first uploads it, unless it missed an
- * upload lately and @second did not; the other waits.
+ * New slot @id is to hold the content of @digest that @first's
+ * @first_page and @second's @second_page share: @first uploads it,
+ * unless it missed an upload lately and @second did not; the other
+ * waits.
  */
-void uploads_start(struct NuksmAgent *agent, SlotId id,
+void uploads_start(struct NuksmAgent *agent, SlotId id, uint64_t digest,
                    NuksmClient *first, uint64_t first_page,
                    NuksmClient *second, uint64_t second_page);
 
