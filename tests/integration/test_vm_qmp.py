@@ -510,3 +510,49 @@ def test_hugetlbfs_is_excluded(agent, qtest_vm, huge_pages):
                for e in vm.nuksm()["excluded"]}
     assert reasons["huge"] == ("huge-pages", 16 << 20)
     assert vm.nuksm()["eligible-pages"] == 0
+
+
+def acpi_tables_block(vm):
+    """The ACPI tables' RAM block of @vm: its used bytes, its room, and
+    the KiB of it resident and in huge pages."""
+    for line in vm.hmp("info ramblock").splitlines():
+        fields = line.split()
+        if fields and fields[0].endswith("etc/acpi/tables"):
+            # Block Name, PSize (two words), Offset, Used, Total, HVA, RO
+            used, total, hva = (int(x, 16) for x in fields[4:7])
+            break
+    else:
+        raise AssertionError("no ACPI tables block in 'info ramblock'")
+    smaps = {}
+    with open(f"/proc/{vm.pid}/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                start, end = (int(x, 16) for x in head.split("-"))
+                inside = start <= hva < end
+            elif inside:
+                smaps[head.rstrip(":")] = line.split()[1]
+    return used, total, int(smaps["Rss"]), int(smaps["AnonHugePages"])
+
+
+def test_firmware_tables_keep_small_pages(workdir, qtest_vm):
+    """QEMU advises all RAM to use huge pages and fills a ROM's whole
+    room at each reset: the ACPI tables' 2 MiB block would be resident
+    whole, as a huge page, which KSM breaks up for its zero pages and
+    nuksm never merges.  With a nuksm object the block keeps small pages
+    and only its used part resident, after a reset too."""
+    vm = qtest_vm(agent=workdir / "nobody.sock")
+    used, total, _, _ = acpi_tables_block(vm)
+    assert used < total
+
+    def trimmed():
+        _, _, rss_kib, huge_kib = acpi_tables_block(vm)
+        return rss_kib * 1024 <= used and huge_kib == 0
+
+    wait_until(trimmed, 10, "the ACPI tables' room beyond their size to "
+               "be given back")
+    vm.cmd("system_reset")
+    vm.wait_event("RESET")
+    wait_until(trimmed, 10, "the ACPI tables' room to be given back after "
+               "a reset")

@@ -25,9 +25,11 @@
 #include "qemu/rcu.h"
 #include "qemu/rcu_queue.h"
 #include "qemu/main-loop.h"
+#include "qemu/madvise.h"
 #include "system/hostmem.h"
 #include "system/numa.h"
 #include "nuksm-ram.h"
+#include "trace.h"
 
 /* An eligible RAM block, as the main loop last resolved it. */
 typedef struct NuksmRamEntry {
@@ -253,4 +255,53 @@ bool nuksm_ram_resolved_gnode(Nuksm *s, RAMBlock *rb, uint8_t *gnode)
         }
     }
     return false;
+}
+
+/*
+ * QEMU advises every RAM block to use huge pages, and fills a ROM's
+ * whole room at each reset, its content then zeros (rom_reset()): the
+ * ACPI tables' block (etc/acpi/tables) holds about 128 KiB in its 2 MiB,
+ * all of it resident, as a huge page.  nuksm never merges these blocks,
+ * where KSM breaks such a page up for its zero pages, so a VM would
+ * spend more with nuksm than with KSM.  A resizeable block gets small
+ * pages, and what lies beyond its size is given back after each reset
+ * (it reads zero, as rom_reset() left it).
+ */
+static bool nuksm_ram_is_trimmable(RAMBlock *rb)
+{
+    return (rb->flags & RAM_RESIZEABLE) && !qemu_ram_is_shared(rb) &&
+           rb->host;
+}
+
+static void nuksm_ram_trim(RAMBlock *rb)
+{
+    if (rb->max_length > rb->used_length) {
+        qemu_madvise(rb->host + rb->used_length,
+                     rb->max_length - rb->used_length, QEMU_MADV_DONTNEED);
+    }
+    trace_nuksm_ram_trim(rb->idstr, rb->used_length, rb->max_length);
+}
+
+void nuksm_ram_added(void *host)
+{
+    ram_addr_t offset;
+    RAMBlock *rb = qemu_ram_block_from_host(host, false, &offset);
+
+    if (rb && nuksm_ram_is_trimmable(rb)) {
+        qemu_madvise(rb->host, rb->max_length, QEMU_MADV_NOHUGEPAGE);
+        nuksm_ram_trim(rb);
+    }
+}
+
+static int nuksm_ram_trim_one(RAMBlock *rb, void *opaque)
+{
+    if (nuksm_ram_is_trimmable(rb)) {
+        nuksm_ram_trim(rb);
+    }
+    return 0;
+}
+
+void nuksm_ram_trim_all(void)
+{
+    qemu_ram_foreach_block(nuksm_ram_trim_one, NULL);
 }

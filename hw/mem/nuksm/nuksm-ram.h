@@ -45,4 +45,12 @@ void nuksm_ram_foreach_resolved(Nuksm *s, NuksmRamResolvedFn fn,
  */
 bool nuksm_ram_resolved_gnode(Nuksm *s, RAMBlock *rb, uint8_t *gnode);
 
+/*
+ * Resizeable RAM blocks (firmware tables) take small pages, and give
+ * back what lies beyond their size: the block at @host was added; or,
+ * once a reset filled them (main loop, after the reset handlers), all.
+ */
+void nuksm_ram_added(void *host);
+void nuksm_ram_trim_all(void);
+
 #endif /* HW_MEM_NUKSM_RAM_H */

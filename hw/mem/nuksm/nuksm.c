@@ -25,6 +25,7 @@
 #include "qom/object_interfaces.h"
 #include "hw/qdev-core.h"
 #include "migration/misc.h"
+#include "system/reset.h"
 #include "system/runstate.h"
 #include "system/system.h"
 #include "nuksm.h"
@@ -510,6 +511,26 @@ static void nuksm_ram_changed(RAMBlockNotifier *n, void *host, size_t size,
     qemu_bh_schedule(s->ram_bh);
 }
 
+static void nuksm_ram_block_added(RAMBlockNotifier *n, void *host,
+                                  size_t size, size_t max_size)
+{
+    nuksm_ram_added(host);
+    nuksm_ram_changed(n, host, size, max_size);
+}
+
+/* After every reset handler, rom_reset() among them: see nuksm-ram.h. */
+static void nuksm_reset(void *opaque)
+{
+    Nuksm *s = opaque;
+
+    qemu_bh_schedule(s->trim_bh);
+}
+
+static void nuksm_trim_bh(void *opaque)
+{
+    nuksm_ram_trim_all();
+}
+
 static void nuksm_ram_changed_bh(void *opaque)
 {
     Nuksm *s = opaque;
@@ -555,9 +576,11 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     nuksm_live++;
     ram_block_discard_remapped = nuksm_discard_remapped;
     s->ram_bh = qemu_bh_new(nuksm_ram_changed_bh, s);
-    s->ram_notifier.ram_block_added = nuksm_ram_changed;
+    s->ram_notifier.ram_block_added = nuksm_ram_block_added;
     s->ram_notifier.ram_block_removed = nuksm_ram_changed;
     ram_block_notifier_add(&s->ram_notifier);
+    s->trim_bh = qemu_bh_new(nuksm_trim_bh, s);
+    qemu_register_reset(nuksm_reset, s);
     s->limit_bh = qemu_bh_new(nuksm_scanner_limit_changed, s);
     s->control = nuksm_control_new();
     s->pages = g_new0(NuksmPages, 1);
@@ -632,6 +655,8 @@ static void nuksm_instance_finalize(Object *obj)
         nuksm_pages_destroy(s->pages);
         g_free(s->pages);
         ram_block_notifier_remove(&s->ram_notifier);
+        qemu_unregister_reset(nuksm_reset, s);
+        qemu_bh_delete(s->trim_bh);
         qemu_bh_delete(s->ram_bh);
         nuksm_ram_free(s);
         qemu_bh_delete(s->limit_bh);

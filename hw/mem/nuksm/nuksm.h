@@ -219,6 +219,7 @@ struct Nuksm {
     NuksmReads *reads;          /* read sampling (nuksm-reads.c) */
     NuksmRamList *ram;          /* eligible RAM, RCU (nuksm-ram.c) */
     QEMUBH *ram_bh;             /* RAM blocks changed: refresh @ram */
+    QEMUBH *trim_bh;            /* a reset filled the ROMs: trim them */
     RAMBlockNotifier ram_notifier;
     QEMUBH *limit_bh;           /* a limit of the scanner changed: */
                                 /* nuksm_limit_changed() */
