@@ -933,19 +933,20 @@ static bool nuksm_commit_wanted_block(RAMBlock *rb, uint8_t gnode,
                          i < rb->used_length / NUKSM_PAGE_SIZE; i++) {
         uint8_t f = nuksm_page_flags(bs, i);
         uint32_t fragment = NUKSM_D32_FULL(nuksm_page_digest32(bs, i));
-        NuksmCandidate cand = {
-            .page = bs->first_page + i,
-            .gnode = bs->gnode,
-            .idle = nuksm_page_idle(bs, i),
-            .flags = NUKSM_CANDIDATE_WANTED,
-        };
+        NuksmCandidate cand;
 
         if (!(f & NUKSM_PAGE_OFFERED) || (f & NUKSM_PAGE_MERGED) ||
             !(wanted->fragments[fragment / 64] >> (fragment % 64) & 1)) {
             continue;
         }
-        cand.digest = nuksm_page_digest(rb->host + i * NUKSM_PAGE_SIZE,
-                                        NUKSM_PAGE_SIZE);
+        cand = (NuksmCandidate) {
+            .page = bs->first_page + i,
+            .digest = nuksm_page_digest(rb->host + i * NUKSM_PAGE_SIZE,
+                                        NUKSM_PAGE_SIZE),
+            .gnode = bs->gnode,
+            .idle = nuksm_page_idle(bs, i),
+            .flags = NUKSM_CANDIDATE_WANTED,
+        };
         /* Else it was written since: the scanner's next pass sees it. */
         if (nuksm_digest_fragment(cand.digest) == fragment) {
             g_array_append_val(wanted->candidates, cand);
