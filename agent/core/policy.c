@@ -87,6 +87,30 @@ static int compare_owners(const void *x, const void *y, void *owners)
     return a->client < b->client ? -1 : a->client > b->client;
 }
 
+/* Most copies have this many owners or fewer. */
+#define FEW_OWNERS 16
+
+/*
+ * Sorts @order (indexes into @o) in the draw's order: for a few owners
+ * by insertion, with no call into the allocator.
+ */
+static void sort_owners(size_t *order, size_t m, const PolicyOwner *o)
+{
+    if (m > FEW_OWNERS) {
+        qsort_r(order, m, sizeof(*order), compare_owners, (void *)o);
+        return;
+    }
+    for (size_t i = 1; i < m; i++) {
+        size_t x = order[i], j = i;
+
+        for (; j > 0 && compare_owners(&order[j - 1], &x, (void *)o) > 0;
+             j--) {
+            order[j] = order[j - 1];
+        }
+        order[j] = x;
+    }
+}
+
 static bool any_warm(const PolicyOwner *o, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -115,9 +139,11 @@ static size_t draw_owner(const PolicyOwner *o, size_t n, uint64_t digest,
 {
     double draw = (mix64(digest ^ PRIORITY_SEED) >> 11) * 0x1.0p-53;
     bool warm_only = warm_first && any_warm(o, n);
-    g_autofree size_t *order = g_new(size_t, n);
+    /* No allocation per merge for a copy of a few owners. */
+    size_t few[FEW_OWNERS];
+    size_t *order = n > G_N_ELEMENTS(few) ? g_new(size_t, n) : few;
     double total = 0, below = 0;
-    size_t m = 0;
+    size_t m = 0, pick;
 
     for (size_t i = 0; i < n; i++) {
         if (!warm_only || o[i].warm) {
@@ -125,14 +151,19 @@ static size_t draw_owner(const PolicyOwner *o, size_t n, uint64_t digest,
             total += weight(&o[i], equal);
         }
     }
-    qsort_r(order, m, sizeof(*order), compare_owners, (void *)o);
+    sort_owners(order, m, o);
+    pick = order[m - 1];
     for (size_t k = 0; k < m; k++) {
         below += weight(&o[order[k]], equal);
         if (draw * total < below) {
-            return order[k];
+            pick = order[k];
+            break;
         }
     }
-    return order[m - 1];
+    if (order != few) {
+        g_free(order);
+    }
+    return pick;
 }
 
 size_t policy_priority_pick(const PolicyOwner *o, size_t n, uint64_t digest)
