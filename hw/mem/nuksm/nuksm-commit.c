@@ -287,7 +287,7 @@ static void nuksm_commit_hold(NuksmBlockState *bs, uint64_t idx,
  * A window of a MERGE batch: pages [@idx, @idx + @span) of @bs mapped
  * onto the slots of @node from @slot, where entries [@first, @first + @n)
  * of the batch merge.  Every other page of the window is either copied
- * into it (@copies: nuksm_remap_merge_windows()), or lies there already
+ * into it (@copies: nuksm_remap_merge_window()), or lies there already
  * and stays (nuksm_remap_merge_run()).
  */
 typedef struct NuksmWindow {
@@ -585,137 +585,75 @@ static bool nuksm_commit_all_in_place(const NuksmWindow *w,
 }
 
 /*
- * Merge window @w alone: nuksm_remap_merge_windows() if it copies, else
- * in place or as a run.  Fills in merged[] for its span and returns the
- * pages merged; *err as a NuksmRemapWindow's.
- */
-static size_t nuksm_commit_remap_one(NuksmCommit *c, NuksmWindow *w,
-                                     const NuksmSlotRef *r, const bool *want,
-                                     bool *merged, int *err)
-{
-    NuksmStore *st = &c->stores[w->node];
-    uint8_t *host = w->rb->host + w->idx * NUKSM_PAGE_SIZE;
-    uint32_t delay_us = qatomic_read(&c->s->commit_delay_us);
-    NuksmRemapWindow rw = { .pages = w->span, .slot = w->slot };
-    size_t done;
-
-    if (w->copies) {
-        done = nuksm_remap_merge_windows(c->uffd, host, &rw, 1, st->fd,
-                                         delay_us, want, merged);
-        *err = rw.err;
-    } else if (nuksm_commit_all_in_place(w, r)) {
-        done = nuksm_remap_merge_in_place(c->uffd, host, w->span, st->fd,
-                                          w->slot, delay_us, want, merged,
-                                          err);
-    } else {
-        done = nuksm_remap_merge_run(c->uffd, host, w->span, st->fd, w->slot,
-                                     delay_us, want, merged, err);
-    }
-    return done;
-}
-
-/*
- * Commit the @nr windows @w, side by side in one block (several only if
- * they all copy), if the mapping budget allows, and fill in the status
- * of their entries of @r.
+ * Commit window @w if the mapping budget allows, and fill in the status
+ * of its entries of @r.
  */
 static void nuksm_commit_window_merge(NuksmCommit *c, NuksmWindow *w,
-                                      size_t nr, NuksmSlotRef *r)
+                                      NuksmSlotRef *r)
 {
     bool want[NUKSM_COMMIT_MAX_RUN] = {}, merged[NUKSM_COMMIT_MAX_RUN];
-    g_autofree NuksmRemapWindow *rw = g_new0(NuksmRemapWindow, nr);
-    NuksmBlockState *bs = w[0].bs;
-    uint64_t idx = w[0].idx, span = 0, entries = 0;
-    int64_t cost = 0, edges;
-    bool exhausted = false;
+    NuksmStore *st = &c->stores[w->node];
+    uint64_t first_page = w->bs->first_page + w->idx;
+    uint8_t *host = w->rb->host + w->idx * NUKSM_PAGE_SIZE;
+    uint32_t delay_us = qatomic_read(&c->s->commit_delay_us);
+    int64_t edges;
+    size_t done;
+    int err;
 
-    for (size_t k = 0; k < nr; k++) {
-        cost += nuksm_maps_cost(bs, w[k].idx, w[k].span, false, w[k].node,
-                                w[k].slot);
-        entries += w[k].n;
-        for (size_t j = 0; j < w[k].n; j++) {
-            want[r[w[k].first + j].page - bs->first_page - idx] = true;
-        }
-        rw[k] = (NuksmRemapWindow) { .pages = w[k].span, .slot = w[k].slot };
-        span += w[k].span;
-    }
-    if (!nuksm_maps_afford(c, cost, entries)) {
-        /* What the budget leaves may still take some of them. */
-        for (size_t k = 0; nr > 1 && k < nr; k++) {
-            nuksm_commit_window_merge(c, &w[k], 1, r);
-        }
-        for (size_t j = 0; nr == 1 && j < w->n; j++) {
-            NuksmSlotRef *e = &r[w->first + j];
+    if (!nuksm_maps_afford(c, nuksm_maps_cost(w->bs, w->idx, w->span, false,
+                                              w->node, w->slot), w->n)) {
+        for (size_t k = 0; k < w->n; k++) {
+            NuksmSlotRef *e = &r[w->first + k];
 
-            nuksm_commit_hold(bs, e->page - bs->first_page, e);
+            nuksm_commit_hold(w->bs, e->page - w->bs->first_page, e);
         }
         return;
     }
-    edges = nuksm_maps_window(bs, idx, span);
-    if (nr > 1) {
-        nuksm_remap_merge_windows(c->uffd, w[0].rb->host +
-                                  idx * NUKSM_PAGE_SIZE, rw, nr,
-                                  c->stores[w[0].node].fd,
-                                  qatomic_read(&c->s->commit_delay_us),
-                                  want, merged);
+    for (size_t k = 0; k < w->n; k++) {
+        want[r[w->first + k].page - first_page] = true;
+    }
+    edges = nuksm_maps_window(w->bs, w->idx, w->span);
+    if (w->copies) {
+        done = nuksm_remap_merge_window(c->uffd, host, w->span, st->fd,
+                                        w->slot, delay_us, want, merged,
+                                        &err);
+    } else if (nuksm_commit_all_in_place(w, r)) {
+        done = nuksm_remap_merge_in_place(c->uffd, host, w->span, st->fd,
+                                          w->slot, delay_us, want, merged,
+                                          &err);
     } else {
-        rw[0].merged = nuksm_commit_remap_one(c, w, r, want, merged,
-                                              &rw[0].err);
+        done = nuksm_remap_merge_run(c->uffd, host, w->span, st->fd, w->slot,
+                                     delay_us, want, merged, &err);
     }
-    for (size_t k = 0; k < nr; k++) {
-        uint64_t at = w[k].idx - idx;
-
-        if (rw[k].err) {
-            trace_nuksm_commit_run_error(w[k].span, rw[k].err);
-        }
-        exhausted |= rw[k].err == ENOMEM;
-        for (uint64_t i = 0; w[k].copies && rw[k].merged && i < w[k].span;
-             i++) {
-            if (!merged[at + i]) {
-                nuksm_pages_windowed(c->pages, bs, w[k].idx + i, w[k].node,
-                                     w[k].slot + i);
-            }
-        }
-        for (size_t j = 0; j < w[k].n; j++) {
-            NuksmSlotRef *e = &r[w[k].first + j];
-            uint64_t i = e->page - bs->first_page - idx;
-
-            if (merged[i]) {
-                e->status = NUKSM_STATUS_MERGED;
-                nuksm_pages_merged(c->pages, bs, idx + i, e);
-                nuksm_reads_merged(c->s->reads, bs, idx + i);
-            } else if (rw[k].err == ENOMEM) {
-                nuksm_commit_hold(bs, idx + i, e);
-            } else {
-                e->status = NUKSM_STATUS_CHANGED;
-                /* The agent forgets it: offer it again when stable. */
-                nuksm_page_update(bs, idx + i, NUKSM_PAGE_OFFERED, 0);
-            }
+    if (err) {
+        trace_nuksm_commit_run_error(w->span, err);
+    }
+    for (uint64_t i = 0; w->copies && done && i < w->span; i++) {
+        if (!merged[i]) {
+            nuksm_pages_windowed(c->pages, w->bs, w->idx + i, w->node,
+                                 w->slot + i);
         }
     }
-    nuksm_maps_account(c, nuksm_maps_window(bs, idx, span) - edges);
-    if (exhausted) {
+    for (size_t k = 0; k < w->n; k++) {
+        NuksmSlotRef *e = &r[w->first + k];
+        uint64_t i = e->page - first_page;
+
+        if (merged[i]) {
+            e->status = NUKSM_STATUS_MERGED;
+            nuksm_pages_merged(c->pages, w->bs, w->idx + i, e);
+            nuksm_reads_merged(c->s->reads, w->bs, w->idx + i);
+        } else if (err == ENOMEM) {
+            nuksm_commit_hold(w->bs, w->idx + i, e);
+        } else {
+            e->status = NUKSM_STATUS_CHANGED;
+            /* The agent forgets it: offer it again when stable. */
+            nuksm_page_update(w->bs, w->idx + i, NUKSM_PAGE_OFFERED, 0);
+        }
+    }
+    nuksm_maps_account(c, nuksm_maps_window(w->bs, w->idx, w->span) - edges);
+    if (err == ENOMEM) {
         nuksm_maps_exhausted(c);
     }
-}
-
-/*
- * How many windows from @w on (at most @left) to commit at once: windows
- * that copy, side by side in one block and on one node, within
- * NUKSM_COMMIT_MAX_RUN pages.
- */
-static size_t nuksm_commit_side_by_side(const NuksmWindow *w, size_t left)
-{
-    uint64_t span = w[0].span;
-    size_t nr = 1;
-
-    while (w[0].copies && nr < left && w[nr].n && w[nr].copies &&
-           w[nr].bs == w[0].bs && w[nr].node == w[0].node &&
-           w[nr].idx == w[nr - 1].idx + w[nr - 1].span &&
-           span + w[nr].span <= NUKSM_COMMIT_MAX_RUN) {
-        span += w[nr++].span;
-    }
-    return nr;
 }
 
 static int nuksm_commit_ref_cmp(const void *a, const void *b)
@@ -784,28 +722,23 @@ static void nuksm_commit_merge(NuksmCommit *c, NuksmWork *w)
 
         if (nuksm_maps_cost(m->bs, m->idx, m->span, false, m->node,
                             m->slot) <= 0) {
-            nuksm_commit_window_merge(c, m, 1, r);
+            nuksm_commit_window_merge(c, m, r);
             m->n = 0;
         }
     }
-    for (size_t k = 0; k < nr_windows;) {
+    for (size_t k = 0; k < nr_windows; k++) {
         NuksmWindow *m = &windows[k];
-        size_t nr;
 
         if (!m->n) {
-            k++;
             continue;
         }
         if (nuksm_commit_stale(c, w)) {
             for (size_t j = 0; j < m->n; j++) {
                 r[m->first + j].status = NUKSM_STATUS_GONE;
             }
-            k++;
             continue;
         }
-        nr = nuksm_commit_side_by_side(m, nr_windows - k);
-        nuksm_commit_window_merge(c, m, nr, r);
-        k += nr;
+        nuksm_commit_window_merge(c, m, r);
     }
     qemu_mutex_unlock(&c->pages->lock);
     nuksm_commit_post_refs(c, w->epoch, NUKSM_MSG_MERGED, r, b->count);

@@ -281,7 +281,7 @@ bool nuksm_maps_id_equal(NuksmMapId a, NuksmMapId b)
  *
  * Two mappings of the store in line with each other (one node, the same
  * slot - page) count as two where a 2 MiB stretch ends: the windows of
- * nuksm_remap_merge_windows() end there, and the kernel joins two of them
+ * nuksm_remap_merge_window() end there, and the kernel joins two of them
  * only if at most one holds private copies (an anon_vma), which this
  * model does not follow.  Counting them as two may overstate the
  * mappings in use until they are next counted; never understate them.

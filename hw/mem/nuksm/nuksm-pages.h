@@ -38,7 +38,7 @@
  *            the store, which stays when a write ends the sharing (a
  *            REMAPPED page that is not MERGED is a private copy in such
  *            a mapping: after a copy-on-write break, or a page a window
- *            spans, nuksm_remap_merge_windows());
+ *            spans, nuksm_remap_merge_window());
  *   ZERO     excludes REMAPPED (and so MERGED): only anonymous memory is
  *            dropped as zero, and a dropped page is never merged.
  *   WAITING  excludes STABLE: the page has not been hashed since a pass
@@ -262,7 +262,7 @@ void nuksm_pages_merged(NuksmPages *p, NuksmBlockState *bs, uint64_t idx,
                         const NuksmSlotRef *r);
 /*
  * Page @idx, not MERGED, now lies in a window mapping the store from
- * @node (nuksm_remap_merge_windows()) at @slot, as its own private copy:
+ * @node (nuksm_remap_merge_window()) at @slot, as its own private copy:
  * REMAPPED, as a merged page after a copy-on-write break.
  */
 void nuksm_pages_windowed(NuksmPages *p, NuksmBlockState *bs, uint64_t idx,

@@ -507,14 +507,6 @@ static int nuksm_remap_fill_copies(int uffd, uint8_t *dst, uint8_t *src,
     return 0;
 }
 
-/* Unmap the slots of window @w, mapped at @at (if mapped). */
-static void nuksm_remap_unmap_window(const NuksmRemapWindow *w, uint8_t *at)
-{
-    if (at) {
-        munmap(at, w->pages * NUKSM_PAGE_SIZE);
-    }
-}
-
 /*
  * A window spans pages that stay as they are, between the merges of
  * scattered duplicates: were each merged page a mapping of its own,
@@ -526,185 +518,82 @@ static void nuksm_remap_unmap_window(const NuksmRemapWindow *w, uint8_t *at)
  * pages after a copy-on-write break), and the window is moved over the
  * guest pages with one mremap.  Each copy is a page of memory: callers
  * leave pages that read as zero out of windows.
- *
- * Windows side by side (a guest's scattered duplicates, every other page
- * or so) are mapped side by side too, in a range reserved for them, so
- * that the steps that are not a window's own take one call for them
- * all: protecting the guest pages, registering the windows for the
- * copies and unregistering them, registering the new mappings and waking
- * the writers held meanwhile.  Each window still takes its mapping, the
- * read of its slots, its copies and its move.
  */
-size_t nuksm_remap_merge_windows(int uffd, uint8_t *host,
-                                 NuksmRemapWindow *w, size_t nr,
-                                 int store_fd, uint32_t delay_us,
-                                 const bool *want, bool *merged)
+size_t nuksm_remap_merge_window(int uffd, uint8_t *host, size_t pages,
+                                int store_fd, uint64_t slot,
+                                uint32_t delay_us, const bool *want,
+                                bool *merged, int *err)
 {
     const size_t psz = NUKSM_PAGE_SIZE;
-    g_autofree uint8_t **slots = g_new0(uint8_t *, nr);
-    g_autofree size_t *first = g_new(size_t, nr);
-    g_autofree bool *moved = g_new0(bool, nr);
-    uint8_t *area = NULL, *registered = NULL;
-    size_t total = 0, done = 0;
-    bool copies = false, ready = false, protected;
+    ssize_t equal;
+    uint8_t *slots;
+    void *p;
 
-    for (size_t k = 0; k < nr; k++) {
-        first[k] = total;
-        total += w[k].pages;
-        w[k].merged = 0;
-        w[k].err = 0;
+    equal = nuksm_remap_prepare(uffd, host, pages, store_fd, slot, want,
+                                merged, &slots, err);
+    if (equal < 0) {
+        return 0;
     }
-    memset(merged, 0, total * sizeof(*merged));
-    if (nr > 1) {
-        area = mmap(NULL, total * psz, PROT_NONE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (area == MAP_FAILED) {
-            for (size_t k = 0; k < nr; k++) {
-                w[k].err = errno;
-            }
-            return 0;
-        }
+    if (!equal) {
+        goto unprotect;
     }
-    for (size_t k = 0; k < nr; k++) {
-        uint8_t *at = area ? area + first[k] * psz : NULL;
-
-        slots[k] = mmap(at, w[k].pages * psz, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | (area ? MAP_FIXED : 0), store_fd,
-                        w[k].slot * psz);
-        if (slots[k] == MAP_FAILED) {
-            w[k].err = errno;
-            slots[k] = at;      /* what is left to unmap: the reserve */
-        }
-    }
-    protected = !uffd_change_protection(uffd, host, total * psz, true, false);
-    for (size_t k = 0; k < nr; k++) {
-        ssize_t equal;
-
-        if (!protected && !w[k].err) {
-            w[k].err = errno;
-        }
-        if (w[k].err) {
-            continue;
-        }
-        equal = nuksm_remap_compare(host + first[k] * psz, w[k].pages,
-                                    store_fd, w[k].slot,
-                                    want ? want + first[k] : NULL,
-                                    merged + first[k]);
-        if (equal < 0) {
-            w[k].err = -equal;
-            memset(merged + first[k], 0, w[k].pages * sizeof(*merged));
-            continue;
-        }
-        trace_nuksm_remap_compared(host + first[k] * psz, w[k].pages, equal);
-        w[k].merged = equal;
-        copies |= equal && (size_t)equal < w[k].pages;
-        ready |= equal;
-    }
-
     /* Pages not to merge, or not equal, are copied. */
-    if (copies) {
+    if ((size_t)equal < pages) {
         uint64_t ioctls;
-        size_t len = area ? total * psz : w[0].pages * psz;
 
         /* UFFDIO_COPY fills only a registered mapping. */
-        registered = area ? area : slots[0];
-        if (uffd_register_memory(uffd, registered, len,
+        if (uffd_register_memory(uffd, slots, pages * psz,
                                  UFFDIO_REGISTER_MODE_WP, &ioctls)) {
-            int e = errno;
-
-            registered = NULL;
-            for (size_t k = 0; k < nr; k++) {
-                if (w[k].merged && w[k].merged < w[k].pages) {
-                    w[k].err = e;
-                }
-            }
+            *err = errno;
+            goto unmerge;
         }
-        for (size_t k = 0; registered && k < nr; k++) {
-            const bool *m = merged + first[k];
+        for (size_t i = 0; i < pages;) {
+            size_t n = nuksm_remap_stretch(merged, i, pages);
 
-            for (size_t i = 0; !w[k].err && w[k].merged &&
-                               i < w[k].pages;) {
-                size_t n = nuksm_remap_stretch(m, i, w[k].pages);
-
-                if (!m[i]) {
-                    w[k].err = nuksm_remap_fill_copies(uffd,
-                                                       slots[k] + i * psz,
-                                                       host + (first[k] + i) *
-                                                       psz, n);
-                    if (w[k].err) {
-                        trace_nuksm_remap_copy_failed(
-                            host + (first[k] + i) * psz, n, w[k].err);
-                    }
+            if (!merged[i]) {
+                *err = nuksm_remap_fill_copies(uffd, slots + i * psz,
+                                               host + i * psz, n);
+                if (*err) {
+                    trace_nuksm_remap_copy_failed(host + i * psz, n, *err);
+                    goto unmerge;
                 }
-                i += n;
             }
+            i += n;
         }
         /*
-         * Moved while registered, a window would merge with a mapping of
-         * the next slots before it (registered with the same
+         * Moved while registered, the window would merge with a mapping
+         * of the next slots before it (registered with the same
          * userfaultfd), and mremap() then drops the registration of the
          * merged mapping whole (no UFFD_FEATURE_EVENT_REMAP): the pages
          * before the window could no longer be write-protected.
          */
-        if (registered && uffd_unregister_memory(uffd, registered, len)) {
-            int e = errno;
-
-            for (size_t k = 0; k < nr; k++) {
-                w[k].err = w[k].err ? w[k].err : e;
-            }
+        if (uffd_unregister_memory(uffd, slots, pages * psz)) {
+            *err = errno;
+            goto unmerge;
         }
     }
-    if (ready && delay_us) {
+    if (delay_us) {
         g_usleep(delay_us);
     }
 
-    for (size_t k = 0; k < nr; k++) {
-        uint8_t *to = host + first[k] * psz;
-
-        if (w[k].err || !w[k].merged) {
-            continue;
-        }
-        if (mremap(slots[k], w[k].pages * psz, w[k].pages * psz,
-                   MREMAP_MAYMOVE | MREMAP_FIXED, to) == MAP_FAILED) {
-            /* Checked before anything is unmapped (e.g. ENOMEM at
-             * vm.max_map_count): the pages stay as they were. */
-            w[k].err = errno;
-            continue;
-        }
-        moved[k] = true;
-        done += w[k].merged;
-        trace_nuksm_remap_merge_window(to, w[k].pages, w[k].merged);
+    p = mremap(slots, pages * psz, pages * psz, MREMAP_MAYMOVE | MREMAP_FIXED,
+               host);
+    if (p == MAP_FAILED) {
+        /* Checked before anything is unmapped (e.g. ENOMEM at
+         * vm.max_map_count): the pages stay as they were. */
+        *err = errno;
+        goto unmerge;
     }
+    nuksm_remap_renew(uffd, host, pages * psz, true);
+    uffd_wakeup(uffd, host, pages * psz);
+    trace_nuksm_remap_merge_window(host, pages, equal);
+    return equal;
 
-    /*
-     * Register each run of moved windows (never the reserve as a whole:
-     * another thread may map into what was moved away); windows that
-     * stay lose their slots, and their pages their protection.
-     */
-    for (size_t k = 0; k < nr;) {
-        size_t j = k, pages = 0;
-
-        while (j < nr && moved[j] == moved[k]) {
-            pages += w[j].pages;
-            if (!moved[j]) {
-                w[j].merged = 0;
-                memset(merged + first[j], 0, w[j].pages * sizeof(*merged));
-                nuksm_remap_unmap_window(&w[j], slots[j]);
-            }
-            j++;
-        }
-        if (moved[k]) {
-            nuksm_remap_renew(uffd, host + first[k] * psz, pages * psz, true);
-        } else if (protected) {
-            nuksm_remap_protect(uffd, host + first[k] * psz, pages * psz,
-                                false);
-        }
-        k = j;
-    }
-    if (protected) {
-        uffd_wakeup(uffd, host, total * psz);
-    }
-    return done;
+unmerge:
+    memset(merged, 0, pages * sizeof(*merged));
+unprotect:
+    nuksm_remap_abandon(uffd, host, pages, slots);
+    return 0;
 }
 
 /* The pagemap entry of the page at @host, or 0 (not populated). */

@@ -65,29 +65,19 @@ size_t nuksm_remap_merge_in_place(int uffd, uint8_t *host, size_t pages,
                                   uint32_t delay_us, const bool *want,
                                   bool *merged, int *err);
 
-/* A window of nuksm_remap_merge_windows(). */
-typedef struct NuksmRemapWindow {
-    size_t pages;               /* its span */
-    uint64_t slot;              /* the slot its first page maps */
-    size_t merged;              /* out: its pages that merged */
-    int err;                    /* out: errno of a failed step, or 0 */
-} NuksmRemapWindow;
-
 /*
- * Map each of the @nr windows @w, which lie side by side from @host, onto
- * the consecutive slots of a store from its slot, as one mapping per
- * window.  Pages with want[i] (i counts from @host) merge where their
- * content equals their slot (merged[i] is set); every other page of a
- * window keeps its content as a private copy inside the window's new
- * mapping.  A window changes nothing unless some page of it merges
- * (its merged count), nor where a step failed (its err).  Returns how
- * many pages merged in all.  @delay_us widens the window between
- * comparing and mapping, for tests (x-commit-delay).
+ * Map the window of @pages pages at @host onto the consecutive slots of a
+ * store from @slot, as one mapping.  Pages with want[i] merge where their
+ * content equals their slot (merged[i] is set); every other page keeps
+ * its content as a private copy inside the new mapping.  Nothing changes
+ * unless some page merges: returns how many did.  *err is an errno of a
+ * failed step (nothing changed then), 0 if none.  @delay_us widens the
+ * window between comparing and mapping, for tests (x-commit-delay).
  */
-size_t nuksm_remap_merge_windows(int uffd, uint8_t *host,
-                                 NuksmRemapWindow *w, size_t nr,
-                                 int store_fd, uint32_t delay_us,
-                                 const bool *want, bool *merged);
+size_t nuksm_remap_merge_window(int uffd, uint8_t *host, size_t pages,
+                                int store_fd, uint64_t slot,
+                                uint32_t delay_us, const bool *want,
+                                bool *merged, int *err);
 
 /* What became of a page nuksm_remap_probe_reads() was asked to probe. */
 typedef enum NuksmReadProbe {
