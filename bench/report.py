@@ -199,13 +199,26 @@ def list_table(header, rows, widths=None):
     return lines
 
 
+def machine_line(meta):
+    return (f"{meta['cpu']}, {meta['cores']} cores, "
+            f"{meta['memory_gib']:.0f} GiB; kernel {meta['kernel']}; "
+            f"commit ``{meta['commit']}``; {meta['date']}; "
+            f"``{meta['command']}`` in {meta['elapsed_s'] / 60:.1f} min")
+
+
+def machine_lines(meta):
+    """Where and when a run ran: one line, or one per part of a run in
+    parts (bench/run.py --add)."""
+    parts = meta.get("parts", [])
+    if len(parts) < 2:
+        return [f"Machine: {machine_line(parts[0] if parts else meta)}."]
+    return [f"Run in {len(parts)} parts:", ""] + [
+        f"- {machine_line(p)}: {', '.join(p['pairs'])}." for p in parts]
+
+
 def rst_block(meta, pairs, goals, images, docs_dir):
     runs = [r for pair in pairs for r in pair]
-    out = [f"Machine: {meta['cpu']}, {meta['cores']} cores, "
-           f"{meta['memory_gib']:.0f} GiB; kernel {meta['kernel']}; "
-           f"commit ``{meta['commit']}``; {meta['date']}; "
-           f"``{meta['command']}`` in {meta['elapsed_s'] / 60:.1f} min.",
-           ""]
+    out = machine_lines(meta) + [""]
     out += list_table(COLUMNS, [row(r) for r in runs])
     foreign = [f"{r['workload']}/{r['budget']} ({foreign_mib(r):.0f} MiB)"
                for r in runs if foreign_mib(r)]

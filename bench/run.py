@@ -3,13 +3,16 @@
 """Benchmarks of nuksm side by side with kernel KSM (docs/benchmarks.rst).
 
     bench/run.py [--quick] [--workload NAME ...] [--budget NAME ...]
-                 [--out DIR] [--no-docs] [--perf] [--report]
+                 [--out DIR] [--add] [--no-docs] [--perf] [--report]
 
 Each workload runs at each of its budgets on KSM first (at its default
 budget, with its advisor too, where the kernel has one), then on nuksm
 (whose CPU share at KSM's default budget is the one plain KSM just used),
 on this machine, in this run.  Writes OUT/results.json and one PNG per
 workload, and replaces the run's results block in docs/benchmarks.rst.
+With --add, the workloads run now are added to OUT/results.json instead,
+replacing their own earlier pairs only: a full run in parts, each part
+named with its machine, commit and time.
 Must run as root (KSM's settings are global; they are restored).
 """
 
@@ -79,6 +82,10 @@ def main():
     parser.add_argument("--out", type=Path,
                         help="results directory (default bench/results/"
                         "quick or bench/results/full)")
+    parser.add_argument("--add", action="store_true",
+                        help="add this run's pairs to OUT/results.json, "
+                        "replacing those of the same workload and budget "
+                        "and keeping the others (a run in parts)")
     parser.add_argument("--no-docs", action="store_true",
                         help="leave docs/benchmarks.rst alone")
     parser.add_argument("--perf", action="store_true",
@@ -91,6 +98,7 @@ def main():
     mode = "quick" if args.quick else "full"
     out = args.out or HERE / "results" / mode
     workloads = suite(args.quick)
+    order = [(w.name, b) for w in workloads for b in w.budgets]
     if args.workload:
         unknown = set(args.workload) - {w.name for w in workloads}
         if unknown:
@@ -157,9 +165,54 @@ def main():
         host.restore()
         shutil.rmtree(workdir, ignore_errors=True)
     meta["elapsed_s"] = time.monotonic() - started
+    log(f"ran in {meta['elapsed_s'] / 60:.1f} min")
+    if args.add:
+        meta, pairs = add_to(out / "results.json", meta, pairs, order)
 
     publish(meta, pairs, titles, out, mode, not args.no_docs)
-    log(f"results in {out} ({meta['elapsed_s'] / 60:.1f} min)")
+    log(f"results in {out}")
+
+
+def pair_key(pair):
+    return pair[0]["workload"], pair[0]["budget"]
+
+
+def part(meta, pairs):
+    """What the header of a run in parts says of one part."""
+    keys = ("cpu", "cores", "memory_gib", "kernel", "commit", "date",
+            "command", "elapsed_s")
+    return {**{k: meta[k] for k in keys},
+            "pairs": ["/".join(pair_key(p)) for p in pairs]}
+
+
+def add_to(path, meta, pairs, order):
+    """The run in @path with @pairs (run now, described by @meta) added:
+    they replace the pairs of the same workload and budget, the others
+    stay, in the suite's @order.  The meta is this part's, with the list
+    of parts the pairs come from and the floors of the part that ran the
+    profiled pairs (the cost model's)."""
+    try:
+        with open(path) as f:
+            earlier = json.load(f)
+    except FileNotFoundError:
+        return meta, pairs
+    now = {pair_key(p) for p in pairs}
+    kept = [p for p in earlier["runs"] if pair_key(p) not in now]
+    runs = sorted(kept + pairs, key=lambda p: order.index(pair_key(p))
+                  if pair_key(p) in order else len(order))
+    parts = []
+    for p in (earlier["meta"].get("parts") or
+              [part(earlier["meta"], earlier["runs"])]):
+        p["pairs"] = [k for k in p["pairs"]
+                      if tuple(k.split("/")) not in now]
+        if p["pairs"]:
+            parts.append(p)
+    parts.append(part(meta, pairs))
+    profiled_now = any(r["side"] == PROFILED for p in pairs for r in p)
+    merged = {**meta, "parts": parts,
+              "floors": (meta["floors"] if profiled_now else
+                         earlier["meta"].get("floors"))}
+    return merged, runs
 
 
 def publish(meta, pairs, titles, out, mode, docs):
