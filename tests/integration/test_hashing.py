@@ -9,11 +9,7 @@ sees it and the next is hashed once, in full, and needs no sample.  The
 samples look at pages written again meanwhile: a write releases the
 protection of its whole stretch, which then does not tell which page
 changed.  So these tests keep rewriting their pages while the passes
-look at them (rewriting()), at max-cpu=10, medium's own: a pass that
-finds new pages then rests the governor's full second before the next
-offers them, time enough for the writer to rewrite its 4 MiB (above the
-governor's max-cpu the rest is shorter, 316 ms at 100, and the pages
-would be offered unwritten).
+look at them (rewriting()).
 
 Line 1 of a page (bytes 64 to 127) is the last line a sampled digest
 reads (lines go in bit-reversed order: it is the 33rd): at every strength
@@ -31,7 +27,6 @@ MIB = 1 << 20
 REGION_AT = 64 * MIB
 HIDDEN_AT = 64           # line 1
 PAGES = 1024             # 4 MiB
-MAX_CPU = 10             # medium's own: see above
 
 
 def hidden_page(i):
@@ -82,7 +77,7 @@ def test_pages_zero_where_sampled_are_kept(agent, qtest_vm):
     compare finds them not zero, and they keep their data.  Each such
     miss costs a full compare, so the adaptive strength rises, to a whole
     page here, where the samples see the data."""
-    vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=MAX_CPU)
+    vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100)
     vm.wait_state("active")
     assert vm.nuksm()["hashing"]["strength"] == 256
     pages = [hidden_page(i) for i in range(PAGES)]
@@ -106,7 +101,7 @@ def test_pages_zero_where_sampled_are_kept(agent, qtest_vm):
 def test_fixed_strength_does_not_adapt(agent, qtest_vm):
     """hash-strength fixes the strength: the same misses leave it where
     it is, and the pages keep their data all the same."""
-    vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=MAX_CPU,
+    vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100,
                   hash_strength=128)
     vm.wait_state("active")
     pages = [hidden_page(i) for i in range(PAGES)]
@@ -130,7 +125,7 @@ def test_strength_falls_where_samples_are_right(agent, qtest_vm):
     """Zero pages, which their samples nominate rightly: every full
     compare confirms them, no miss, and the strength falls to its
     weakest, one line, while each is dropped."""
-    vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=MAX_CPU)
+    vm = qtest_vm(extra=["-m", "512M"], agent=agent.sock, max_cpu=100)
     vm.wait_state("active")
     with rewriting(vm, lambda q: q.memset(REGION_AT, 4 * PAGES * PAGE, 0)):
         vm.wait_nuksm(lambda i: i["hashing"]["strength"] == 64,
