@@ -77,6 +77,5 @@ def test_governor_holds_the_scanner_and_lets_it_go(agent, qtest_vm):
     budget = vm.nuksm()["budget"]
     assert budget == {"governor": "low", "max-cpu": 2,
                       "max-cpu-source": "property", "scan-rate": 0,
-                      "scan-rate-source": "governor", "rest-ms": 2000,
-                      "stable-ms": 2000}
+                      "scan-rate-source": "governor", "rest-ms": 2000}
     q.close()

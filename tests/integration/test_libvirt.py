@@ -362,8 +362,7 @@ def test_libvirt_domains_merge(libvirtd, lv_agent, domains, installed):
         assert reads["source"] == "minor-faults" and "note" not in reads
         assert info["budget"] == {
             "governor": "full", "max-cpu": 100, "max-cpu-source": "property",
-            "scan-rate": 0, "scan-rate-source": "governor", "rest-ms": 500,
-            "stable-ms": 316}
+            "scan-rate": 0, "scan-rate-source": "governor", "rest-ms": 500}
     # Across the two domains, not only within each.
     wait_until(lambda: ctl_json(agent.sock, "status")["pages_sharing"] >=
                2 * (fill_pages - 256), 60, "the domains to share pages")

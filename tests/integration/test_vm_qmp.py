@@ -183,8 +183,7 @@ def test_info_nuksm(agent, qtest_vm):
     assert lines[1] == "  merge domain default (shared), priority in " \
                        "force 42 (limit 1000)"
     assert lines[2] == "  governor medium: max-cpu 10% (governor), " \
-                       "scan-rate 0 (governor), rests from 1000 ms " \
-                       "(1000 ms after news)"
+                       "scan-rate 0 (governor), rests from 1000 ms"
     assert lines[3].startswith(f"  eligible {VM_PAGES} pages, scanned ")
     assert lines[4] == "  merged 0 (zero 0, local 0, remote 0), " \
                        "cow-breaks 0"

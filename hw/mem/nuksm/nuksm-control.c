@@ -44,7 +44,6 @@ void nuksm_control_set_budget(NuksmControl *ctl, const NuksmBudget *budget,
     qemu_mutex_lock(&ctl->lock);
     ctl->max_cpu = budget->max_cpu;
     ctl->scan_rate = budget->scan_rate;
-    ctl->stable_ms = budget->stable_ms;
     /* A new rest applies at once: the pause starts over from it. */
     if (ctl->rest_ms != budget->rest_ms) {
         ctl->rest_ms = budget->rest_ms;

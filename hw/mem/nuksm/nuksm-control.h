@@ -46,7 +46,6 @@ struct NuksmControl {
     double max_cpu;             /* percent of one core */
     uint64_t scan_rate;
     uint32_t rest_ms;           /* the shortest rest between passes */
-    uint32_t stable_ms;         /* the rest after a pass with news */
     int64_t pause_ms;           /* rest after the current pass */
     uint32_t hash_strength;     /* hash-strength: bytes, 0 = adaptive */
     NuksmScanCounters stats;

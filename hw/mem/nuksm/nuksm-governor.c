@@ -19,7 +19,6 @@
  */
 
 #include "qemu/osdep.h"
-#include <math.h>
 #include "nuksm-governor.h"
 
 typedef struct NuksmGovernorPreset {
@@ -37,25 +36,6 @@ static const NuksmGovernorPreset nuksm_governor_presets[] = {
 QEMU_BUILD_BUG_ON(ARRAY_SIZE(nuksm_governor_presets) !=
                   NUKSM_GOVERNOR__MAX);
 
-/*
- * The rest after a pass that found new pages: how long they stay
- * unwritten before they are offered (write tracking's stability test).
- * For a max-cpu above the governor's it is shorter, in the proportion
- * the presets keep (half the rest for four times the budget): else the
- * rest, not the CPU, bounds how soon a generous budget merges (at
- * max-cpu=100 under medium, two passes a second apart for a few
- * hundred milliseconds of work).  The rests of idle passes stay the
- * governor's, and so does what an idle VM costs.
- */
-static uint32_t nuksm_governor_stable_ms(const NuksmGovernorPreset *preset,
-                                         double max_cpu)
-{
-    if (max_cpu <= preset->max_cpu) {
-        return preset->rest_ms;
-    }
-    return lround(preset->rest_ms * sqrt(preset->max_cpu / max_cpu));
-}
-
 void nuksm_governor_budget(Nuksm *s, NuksmBudget *budget)
 {
     const NuksmGovernorPreset *preset =
@@ -70,5 +50,4 @@ void nuksm_governor_budget(Nuksm *s, NuksmBudget *budget)
                                NUKSM_SETTING_SOURCE_PROPERTY :
                                NUKSM_SETTING_SOURCE_GOVERNOR;
     budget->rest_ms = preset->rest_ms;
-    budget->stable_ms = nuksm_governor_stable_ms(preset, budget->max_cpu);
 }

@@ -365,13 +365,13 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
         }
 
         monitor_printf(mon, "  governor %s: max-cpu %g%% (%s), scan-rate %"
-                       PRIu64 " (%s), rests from %u ms (%u ms after news)\n",
+                       PRIu64 " (%s), rests from %u ms\n",
                        NuksmGovernor_str(i->budget->governor),
                        i->budget->max_cpu,
                        NuksmSettingSource_str(i->budget->max_cpu_source),
                        i->budget->scan_rate,
                        NuksmSettingSource_str(i->budget->scan_rate_source),
-                       i->budget->rest_ms, i->budget->stable_ms);
+                       i->budget->rest_ms);
         monitor_printf(mon, "  eligible %" PRIu64 " pages, scanned %"
                        PRIu64 " in %" PRIu64 " full passes, volatile %"
                        PRIu64 "\n", i->eligible_pages, i->pages_scanned,

@@ -77,11 +77,9 @@
  */
 #define NUKSM_SCAN_HINT_PAGES   NUKSM_SCAN_CHUNK_PAGES
 /*
- * Rest between full passes, so an idle VM costs next to nothing: after
- * a pass that found new pages the budget's stable rest (the governor's
- * rest, 1 s for medium, or less for a max-cpu above the governor's:
- * nuksm-governor.c), doubling from the governor's rest after each pass
- * that found nothing new, up to 4 rests.  With write tracking, an
+ * Rest between full passes, so an idle VM costs next to nothing: the
+ * governor's rest (1 s for medium, nuksm-governor.c), doubling after each
+ * pass that found nothing new, up to 4 rests.  With write tracking, an
  * idle pass costs a walk of the pagemap of the pages resident or merged,
  * one read per stretch: the rest grows up to 16 rests per 2 GiB of them
  * (at most 128 rests), so that idle costs the same share of a core
@@ -1288,8 +1286,8 @@ static void *nuksm_scan_thread(void *opaque)
             }
             qatomic_set(&ctl->settled, settled);
             qemu_mutex_lock(&ctl->lock);
-            ctl->pause_ms = sc->news ? ctl->stable_ms :
-                            MIN(MAX(ctl->pause_ms, ctl->rest_ms) * 2,
+            ctl->pause_ms = sc->news ? ctl->rest_ms :
+                            MIN(ctl->pause_ms * 2,
                                 nuksm_scan_pause_max_ms(sc));
             ctl->stats.full_scans++;
             trace_nuksm_scan_pass_done(ctl->stats.full_scans,
