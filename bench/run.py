@@ -98,14 +98,15 @@ def main():
     mode = "quick" if args.quick else "full"
     out = args.out or HERE / "results" / mode
     workloads = suite(args.quick)
+    # Of the whole suite: a run in parts holds pairs of workloads not run now.
     order = [(w.name, b) for w in workloads for b in w.budgets]
+    titles = {w.name: w.title for w in workloads}
     if args.workload:
         unknown = set(args.workload) - {w.name for w in workloads}
         if unknown:
             sys.exit(f"bench: unknown workload {', '.join(unknown)} "
                      f"(have: {', '.join(w.name for w in workloads)})")
         workloads = [w for w in workloads if w.name in args.workload]
-    titles = {w.name: w.title for w in workloads}
     if args.report:
         with open(out / "results.json") as f:
             results = json.load(f)
