@@ -199,6 +199,19 @@ def list_table(header, rows, widths=None):
     return lines
 
 
+def pair_name(pair):
+    return f"{pair[0]['workload']}/{pair[0]['budget']}"
+
+
+def part(meta, pairs):
+    """What machine_lines() says of one part of a run in parts: where,
+    when and what (the names of its @pairs)."""
+    keys = ("cpu", "cores", "memory_gib", "kernel", "commit", "date",
+            "command", "elapsed_s")
+    return {**{k: meta[k] for k in keys},
+            "pairs": [pair_name(p) for p in pairs]}
+
+
 def machine_line(meta):
     return (f"{meta['cpu']}, {meta['cores']} cores, "
             f"{meta['memory_gib']:.0f} GiB; kernel {meta['kernel']}; "

@@ -99,7 +99,7 @@ def main():
     out = args.out or HERE / "results" / mode
     workloads = suite(args.quick)
     # Of the whole suite: a run in parts holds pairs of workloads not run now.
-    order = [(w.name, b) for w in workloads for b in w.budgets]
+    order = [f"{w.name}/{b}" for w in workloads for b in w.budgets]
     titles = {w.name: w.title for w in workloads}
     if args.workload:
         unknown = set(args.workload) - {w.name for w in workloads}
@@ -174,18 +174,6 @@ def main():
     log(f"results in {out}")
 
 
-def pair_key(pair):
-    return pair[0]["workload"], pair[0]["budget"]
-
-
-def part(meta, pairs):
-    """What the header of a run in parts says of one part."""
-    keys = ("cpu", "cores", "memory_gib", "kernel", "commit", "date",
-            "command", "elapsed_s")
-    return {**{k: meta[k] for k in keys},
-            "pairs": ["/".join(pair_key(p)) for p in pairs]}
-
-
 def add_to(path, meta, pairs, order):
     """The run in @path with @pairs (run now, described by @meta) added:
     they replace the pairs of the same workload and budget, the others
@@ -197,18 +185,18 @@ def add_to(path, meta, pairs, order):
             earlier = json.load(f)
     except FileNotFoundError:
         return meta, pairs
-    now = {pair_key(p) for p in pairs}
-    kept = [p for p in earlier["runs"] if pair_key(p) not in now]
-    runs = sorted(kept + pairs, key=lambda p: order.index(pair_key(p))
-                  if pair_key(p) in order else len(order))
+    name = report.pair_name
+    now = {name(p) for p in pairs}
+    kept = [p for p in earlier["runs"] if name(p) not in now]
+    runs = sorted(kept + pairs, key=lambda p: order.index(name(p))
+                  if name(p) in order else len(order))
     parts = []
     for p in (earlier["meta"].get("parts") or
-              [part(earlier["meta"], earlier["runs"])]):
-        p["pairs"] = [k for k in p["pairs"]
-                      if tuple(k.split("/")) not in now]
+              [report.part(earlier["meta"], earlier["runs"])]):
+        p["pairs"] = [k for k in p["pairs"] if k not in now]
         if p["pairs"]:
             parts.append(p)
-    parts.append(part(meta, pairs))
+    parts.append(report.part(meta, pairs))
     profiled_now = any(r["side"] == PROFILED for p in pairs for r in p)
     merged = {**meta, "parts": parts,
               "floors": (meta["floors"] if profiled_now else
