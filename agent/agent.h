@@ -101,6 +101,7 @@
 #include "memcg.h"
 #include "nuksm-proto.h"
 #include "policy.h"
+#include "pressure.h"
 #include "relocate.h"
 #include "slots.h"
 #include "store.h"
@@ -146,6 +147,27 @@ typedef struct AgentThrottle {
     CpuBucket host;          /* the agent's, at max_cpu */
 } AgentThrottle;
 
+/* The budget and when merging works (nuksmd's options, budget.h). */
+typedef struct BudgetConfig {
+    uint32_t budget_ppm;     /* millionths of a core; 0: no budget */
+    NuksmRunId run;
+    uint32_t short_below_pm; /* run=pressure: short below this much */
+                             /* available, per mille of the total */
+    uint32_t short_stall_pm; /* ... or above this much stall (PSI), */
+                             /* per mille; 0: stalls are not looked at */
+    const char *cgroup;      /* whose memory; NULL: the host's */
+} BudgetConfig;
+
+/* The VMs' scanners' one CPU budget, and when they merge (budget.c). */
+typedef struct AgentBudget {
+    BudgetConfig cfg;
+    bool memory_short;       /* run=pressure: the last look found it so */
+    PressureSample memory;   /* what that look read */
+    char *memory_error;      /* why it could read nothing, or NULL */
+    guint timer;             /* the periodic look */
+    guint soon;              /* a look soon, after a VM joined */
+} AgentBudget;
+
 /* Slots no VM references that a process may still map (recovery.c). */
 typedef struct AgentOrphans {
     uint64_t pages;          /* slots in SLOT_ORPHAN (the ledger counts) */
@@ -176,6 +198,7 @@ typedef struct AgentPlacement {
     uint32_t cold_windows;   /* idle windows or samples before a page */
                              /* is cold */
     guint home_timer;        /* home.c's periodic look */
+    uint32_t home_ticks;     /* its looks so far */
     PolicyLoad load;         /* the nodes for policy.c: use */
                              /* agent_policy_load() */
     guint reads_pass_timer;  /* the re-placement pass read hotness */
@@ -240,6 +263,7 @@ typedef struct NuksmAgent {
     GQueue detached;         /* parked references (detached.c) */
     AgentConditions conditions;
     AgentThrottle throttle;
+    AgentBudget budget;
     AgentOrphans orphans;
     AgentEffects effects;
     AgentCounters counters;

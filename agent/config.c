@@ -334,6 +334,95 @@ static bool set_max_cpu(NuksmdConfig *cfg, const char *origin,
     return true;
 }
 
+/*
+ * --scan-budget's default, percent of one core: measured against KSM's
+ * defaults and its advisor's in docs/benchmarks.rst.
+ */
+#define SCAN_BUDGET_DEFAULT_PERCENT 20
+
+/*
+ * --pressure-available and --pressure-stall's defaults, percent: below
+ * 20% available, as ksmtuned, oVirt MOM and KubeVirt switch KSM on; and
+ * tasks stalled a tenth of the time.
+ */
+#define PRESSURE_AVAILABLE_DEFAULT_PERCENT 20
+#define PRESSURE_STALL_DEFAULT_PERCENT 10
+
+/* "20%", "20" or "2.5%": percent of one core, 0 for no budget. */
+static bool set_scan_budget(NuksmdConfig *cfg, const char *origin,
+                            const char *value)
+{
+    char *end;
+    double percent = g_ascii_strtod(value, &end);
+
+    if (end != value && *end == '%') {
+        end++;
+    }
+    /* Written so that NaN fails too. */
+    if (end == value || *end || !(percent == 0 ||
+        (percent >= NUKSM_SHARE_MIN_PPM / 1e4 && percent <= 102400))) {
+        usage_error(origin, "invalid scan budget '%s' (allowed: 0 for "
+                    "none, or %g%%..102400%% of one core)", value,
+                    NUKSM_SHARE_MIN_PPM / 1e4);
+        return false;
+    }
+    cfg->scan_budget_ppm = percent * 1e4;
+    return true;
+}
+
+static bool set_run(NuksmdConfig *cfg, const char *origin,
+                    const char *value)
+{
+    for (uint32_t r = 0; r < NUKSM_RUN__MAX; r++) {
+        if (g_str_equal(value, nuksm_run_name(r))) {
+            cfg->run = r;
+            return true;
+        }
+    }
+    usage_error(origin, "unknown run mode '%s' (allowed: always, pressure, "
+                "off)", value);
+    return false;
+}
+
+/* "20%" or "20": a percentage, kept per mille. */
+static bool set_percent_pm(const char *origin, const char *value,
+                           uint32_t min, uint32_t max, const char *what,
+                           uint32_t *out_pm)
+{
+    g_autofree char *number = g_strdup(value);
+    size_t len = strlen(number);
+    uint32_t percent;
+
+    if (len && number[len - 1] == '%') {
+        number[len - 1] = '\0';
+    }
+    if (!parse_number(origin, number, min, max, what, "%", &percent)) {
+        return false;
+    }
+    *out_pm = percent * 10;
+    return true;
+}
+
+static bool set_pressure_available(NuksmdConfig *cfg, const char *origin,
+                                   const char *value)
+{
+    return set_percent_pm(origin, value, 1, 99, "share of memory",
+                          &cfg->pressure_available_pm);
+}
+
+static bool set_pressure_stall(NuksmdConfig *cfg, const char *origin,
+                               const char *value)
+{
+    return set_percent_pm(origin, value, 0, 100, "share of time stalled",
+                          &cfg->pressure_stall_pm);
+}
+
+static bool set_pressure_cgroup(NuksmdConfig *cfg, const char *origin,
+                                const char *value)
+{
+    return set_dir(&cfg->pressure_cgroup, origin, value, "cgroup");
+}
+
 static bool set_colocate_threshold(NuksmdConfig *cfg, const char *origin,
                                    const char *value)
 {
@@ -496,6 +585,31 @@ static const struct {
       "Take at most N% of a core for the VMs' messages, reading them "
       "more slowly past it (default 100%: no cap)",
       "N%" },
+    { "scan-budget", set_scan_budget, G_OPTION_ARG_STRING,
+      "The VMs' scanners take at most N% of a core in all, shared by "
+      "what each merges (default " G_STRINGIFY(SCAN_BUDGET_DEFAULT_PERCENT)
+      "%, 0: none, each VM its own governor's)",
+      "N%" },
+    { "run", set_run, G_OPTION_ARG_STRING,
+      "When to merge: always (default), pressure (while memory is "
+      "short: --pressure-available, --pressure-stall) or off (merged "
+      "pages stay merged)",
+      "MODE" },
+    { "pressure-available", set_pressure_available, G_OPTION_ARG_STRING,
+      "With --run=pressure, memory is short while less than N% of it "
+      "is available (1..99, default "
+      G_STRINGIFY(PRESSURE_AVAILABLE_DEFAULT_PERCENT) "%)",
+      "N%" },
+    { "pressure-stall", set_pressure_stall, G_OPTION_ARG_STRING,
+      "With --run=pressure, memory is short too while tasks stall on it "
+      "more than N% of the time (PSI; 0..100, default "
+      G_STRINGIFY(PRESSURE_STALL_DEFAULT_PERCENT) "%, 0: not looked at)",
+      "N%" },
+    { "pressure-cgroup", set_pressure_cgroup, G_OPTION_ARG_FILENAME,
+      "With --run=pressure, look at this cgroup's memory (its limit, "
+      "usage and, in cgroup v2, memory.pressure), e.g. the one the VMs "
+      "run in, instead of the host's",
+      "DIR" },
     { "libvirt-dir", set_libvirt_dir, G_OPTION_ARG_FILENAME,
       "Read libvirt's domain registrations (its nuksm hook) from DIR "
       "(default " NUKSM_DEFAULT_LIBVIRT_DIR ")",
@@ -878,6 +992,10 @@ bool config_load(NuksmdConfig *cfg, int argc, char **argv)
         .forget_after = 30,
         .memory_max_mib = default_memory_max(),
         .max_cpu = 100,
+        .scan_budget_ppm = SCAN_BUDGET_DEFAULT_PERCENT * 10000,
+        .run = NUKSM_RUN_ALWAYS,
+        .pressure_available_pm = PRESSURE_AVAILABLE_DEFAULT_PERCENT * 10,
+        .pressure_stall_pm = PRESSURE_STALL_DEFAULT_PERCENT * 10,
         .colocate_threshold = 40,
         .colocate_min_gain_mib = 16,
         .colocate_vcpus_per_cpu = 1,
@@ -938,5 +1056,6 @@ void config_clear(NuksmdConfig *cfg)
     g_clear_pointer(&cfg->state_dir, g_free);
     g_clear_pointer(&cfg->libvirt_dir, g_free);
     g_clear_pointer(&cfg->metrics_dir, g_free);
+    g_clear_pointer(&cfg->pressure_cgroup, g_free);
     assign_config_clear(&cfg->assign);
 }

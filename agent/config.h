@@ -31,6 +31,12 @@ typedef struct NuksmdConfig {
     uint32_t memory_max_mib;   /* heap budget of nuksmd's tables */
     uint32_t max_cpu;          /* percent of a core its VMs' messages */
                                /* may take: 100 is no cap */
+    uint32_t scan_budget_ppm;  /* the VMs' scanners' budget, millionths */
+                               /* of a core; 0: none (budget.h) */
+    NuksmRunId run;            /* when to merge (budget.h) */
+    uint32_t pressure_available_pm;    /* run=pressure: memory short */
+    uint32_t pressure_stall_pm;        /* below/above these, per mille */
+    char *pressure_cgroup;     /* whose memory, NULL: the host's */
     uint32_t colocate_threshold;       /* similar from this percent on */
     uint32_t colocate_min_gain_mib;    /* a planned move gains at least */
     uint32_t colocate_vcpus_per_cpu;   /* 0: no limit */

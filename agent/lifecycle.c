@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <unistd.h>
 
+#include "budget.h"
 #include "colocation.h"
 #include "conditions.h"
 #include "detached.h"
@@ -177,6 +178,13 @@ bool agent_start(NuksmAgent *agent, const NuksmdConfig *cfg)
     wanted_start(agent, cfg->forget_after);
     home_start(agent);
     colocation_start(agent);
+    budget_start(agent, &(BudgetConfig) {
+        .budget_ppm = cfg->scan_budget_ppm,
+        .run = cfg->run,
+        .short_below_pm = cfg->pressure_available_pm,
+        .short_stall_pm = cfg->pressure_stall_pm,
+        .cgroup = cfg->pressure_cgroup,
+    });
     effects_start(agent);
     metrics_start(agent);
     return true;
@@ -192,6 +200,7 @@ void agent_stop(NuksmAgent *agent)
     wanted_stop(agent);
     home_stop(agent);
     colocation_stop(agent);
+    budget_stop(agent);
     reads_stop(agent);
     relocate_destroy(agent);
     server_stop(agent);

@@ -35,7 +35,7 @@ class KsmSide:
         self.settings = None
         self.foreign = {}
 
-    def setup(self, workdir):
+    def setup(self, workdir, budget, vms):
         deadline = time.monotonic() + self.wait_foreign_s
         next_status = 0
         while (others := ksm.mergeable_pids()) and \

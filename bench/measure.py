@@ -302,7 +302,7 @@ class Run:
     def run(self, ksm_share=None):
         wl = self.wl
         log(f"{self.tag} starting {wl.vms} VMs ({wl.title})")
-        self.side.setup(self.workdir)
+        self.side.setup(self.workdir, self.budget, wl.vms)
         try:
             self.start_vms()
             self.side.after_start(self.vms, wl.mem_mib * MIB)

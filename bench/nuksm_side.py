@@ -31,13 +31,19 @@ class NuksmSide:
         self.zero = 0
         self.zero_at = -ZERO_PAGES_EVERY_S
 
-    def setup(self, workdir):
+    def setup(self, workdir, budget, vms):
+        """nuksmd for @vms VMs at @budget: at the "idle" budget, its own
+        defaults, scan budget included; at the others, whose figures are
+        each VM's max-cpu (budget()), a scan budget of a core per VM,
+        which never holds one back."""
         self.state_dir = Path(tempfile.mkdtemp(prefix="nuksm-bench-",
                                                dir="/dev/shm"))
         sock = Path(workdir) / "nuksmd.sock"
-        self.agent = Agent(sock, Path(workdir) / "nuksmd.log",
-                           ["--socket", sock, "--state-dir", self.state_dir,
-                            "--log-level", "warning"]).start()
+        args = ["--socket", sock, "--state-dir", self.state_dir,
+                "--log-level", "warning"]
+        if budget != "idle":
+            args += ["--scan-budget", f"{100 * vms}%"]
+        self.agent = Agent(sock, Path(workdir) / "nuksmd.log", args).start()
         self.agent_anon0 = procstat.smaps_rollup(self.agent.pid)["Anonymous"]
 
     def teardown(self):

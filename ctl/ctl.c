@@ -279,3 +279,16 @@ void ctl_table(GString *out, const char *const *header, int columns,
         g_string_append_c(out, '\n');
     }
 }
+
+char *ctl_share_text(const NuksmMsgShare *share)
+{
+    if (share->reason == NUKSM_SHARE_OFF) {
+        return g_strdup("-");
+    }
+    return share->pace > 1 ?
+           g_strdup_printf("%.3g%%(%s,x%u)", share->max_cpu_ppm / 1e4,
+                           nuksm_share_reason_name(share->reason),
+                           share->pace) :
+           g_strdup_printf("%.3g%%(%s)", share->max_cpu_ppm / 1e4,
+                           nuksm_share_reason_name(share->reason));
+}

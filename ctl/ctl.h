@@ -75,4 +75,11 @@ const NuksmVmEntry *ctl_vm_entry(const NuksmMsgVms *list, uint32_t id);
 /* What to call client @id: its VM name, else "client ID" (table_text). */
 char *ctl_vm_label(const NuksmMsgVms *list, uint32_t id);
 
+/*
+ * A VM's part of the host's scan budget for a table, in one word:
+ * "4.5%(yielding)", "0.01%(resting,x24)" with its pace, "-" without a
+ * budget.
+ */
+char *ctl_share_text(const NuksmMsgShare *share);
+
 #endif

@@ -47,11 +47,18 @@ static void cmd_status(Ctl *ctl, bool json)
         json_string(out, scope_name(info->scope));
         g_string_append_printf(out,
             ", \"nodes\": %u, \"vms\": %u, \"vms_reading\": %u"
+            ", \"scan_budget\": %g, \"vms_resting\": %u"
+            ", \"run\": \"%s\", \"held\": %s"
+            ", \"memory_available\": %g, \"memory_stall\": %g"
             ", \"pages_shared\": %" PRIu64
             ", \"pages_sharing\": %" PRIu64 ", \"pages_moved\": %" PRIu64
             ", \"moves_pending\": %" PRIu64 ", \"orphan_pages\": %" PRIu64
             ", \"store_pages\": [",
-            info->nr_nodes, info->vms, info->vms_reading, info->pages_shared,
+            info->nr_nodes, info->vms, info->vms_reading,
+            info->scan_budget_ppm / 1e6, info->vms_resting,
+            nuksm_run_name(info->run), info->held ? "true" : "false",
+            info->available_pm / 1e3, info->stall_pm / 1e3,
+            info->pages_shared,
             info->pages_sharing, info->pages_moved, info->moves_pending,
             info->orphan_pages);
         for (uint32_t i = 0; i < info->nr_nodes; i++) {
@@ -77,12 +84,27 @@ static void cmd_status(Ctl *ctl, bool json)
     printf("NUMA nodes:     %u\n", info->nr_nodes);
     printf("merging:        %s\n", info->conditions ?
            info->condition_reason : "not held back");
+    if (info->scan_budget_ppm) {
+        printf("scan budget:    %g%% of a core, shared by the VMs\n",
+               info->scan_budget_ppm / 1e4);
+    } else {
+        printf("scan budget:    none: each VM its own governor's\n");
+    }
+    printf("run:            %s: %s", nuksm_run_name(info->run),
+           info->held ? "merging rests" : "merging works");
+    if (info->run == NUKSM_RUN_PRESSURE) {
+        printf(" (%.1f%% of memory available, tasks stalled %.1f%% of "
+               "the time)", info->available_pm / 10.0,
+               info->stall_pm / 10.0);
+    }
+    printf("\n");
     if (info->scope != NUKSM_INFO_HOST) {
         printf("(the host's counters are for administrators: root, "
                "nuksmd's user or its admin-group)\n");
         return;
     }
     printf("VMs:            %u\n", info->vms);
+    printf("resting VMs:    %u\n", info->vms_resting);
     /* A VM not sampling says why in its query-nuksm (hotness.reads.note). */
     printf("read hotness:   %u of %u VMs sample reads (minor faults)\n",
            info->vms_reading, info->vms);
@@ -100,7 +122,7 @@ static void cmd_status(Ctl *ctl, bool json)
 }
 
 
-enum { VM_COLUMNS = 20 };
+enum { VM_COLUMNS = 21 };
 
 /* "0" or "0,1": the home node of each guest node; "-" before TOPOLOGY. */
 static char *home_text(const NuksmVmEntry *e)
@@ -239,7 +261,7 @@ static void print_vms_table(const NuksmMsgVms *vms,
     static const char *const header[VM_COLUMNS] = {
         "ID", "PID", "UID", "DOMAIN", "FROM", "NAME", "OBJECT", "PRIORITY",
         "MERGED", "LOCAL", "REMOTE", "READS", "WINDOW", "HOT", "HOME",
-        "LIMIT", "LIBVIRT", "UPLOADS", "TWIN", "PLAN",
+        "LIMIT", "LIBVIRT", "UPLOADS", "TWIN", "PLAN", "SHARE",
     };
     g_autoptr(GPtrArray) rows = g_ptr_array_new_with_free_func(
         (GDestroyNotify)g_strfreev);
@@ -277,6 +299,7 @@ static void print_vms_table(const NuksmMsgVms *vms,
                                                e->twin_pm / 10.0)
                              : g_strdup("-");
         row[19] = plan_text(e);
+        row[20] = ctl_share_text(&e->share);
         g_ptr_array_add(rows, row);
     }
 
@@ -431,7 +454,13 @@ static void cmd_vms(Ctl *ctl, bool json)
             e->scanner.full_scans, e->scanner.zero_pages,
             e->scanner.cow_breaks, e->scanner.pages_volatile,
             e->scanner.scan_cpu_ns / 1e9);
-        g_string_append_c(out, '}');
+        /* Its part of the host's scan budget (SHARE). */
+        g_string_append(out, ", \"share\": {\"reason\": ");
+        json_string(out, nuksm_share_reason_name(e->share.reason));
+        g_string_append_printf(out, ", \"max_cpu\": %g, \"pace\": %u"
+                               ", \"yield\": %u}}",
+                               e->share.max_cpu_ppm / 1e6, e->share.pace,
+                               e->share.yield);
     }
     g_string_append(out, "]}");
     print_json(out);

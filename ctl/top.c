@@ -155,6 +155,16 @@ static void frame_head(GString *out, const Sample *now, unsigned interval_s,
                            i->nr_nodes, i->nr_nodes == 1 ? "" : "s",
                            conditions->len ? conditions->str : "none",
                            interval_s, sort_names[sort]);
+    if (i->scan_budget_ppm) {
+        g_string_append_printf(out, "scan budget %g%% of a core, shared by "
+                               "what each VM merges",
+                               i->scan_budget_ppm / 1e4);
+        if (i->scope == NUKSM_INFO_HOST) {
+            g_string_append_printf(out, "; %u of %u VMs resting",
+                                   i->vms_resting, i->vms);
+        }
+        g_string_append_c(out, '\n');
+    }
     if (i->scope == NUKSM_INFO_NONE) {
         g_string_append(out, "host: its counters are for administrators\n");
         return;
@@ -218,14 +228,14 @@ static void frame_domains(GString *out, GArray *views)
     ctl_table(out, header, DOMAIN_COLUMNS, rows);
 }
 
-enum { VM_COLUMNS = 13 };
+enum { VM_COLUMNS = 14 };
 
 static void frame_vms(GString *out, GArray *views)
 {
     static const char *const header[VM_COLUMNS] = {
         "ID", "NAME", "DOMAIN", "MERGED MiB", "REMOTE MiB", "READS REMOTE",
         "ZERO", "SCANNED/s", "FULL SCANS", "COW", "SCAN CPU", "AGENT CPU",
-        "LIMIT",
+        "SHARE", "LIMIT",
     };
     g_autoptr(GPtrArray) rows = g_ptr_array_new_with_free_func(
         (GDestroyNotify)g_strfreev);
@@ -248,7 +258,8 @@ static void frame_vms(GString *out, GArray *views)
         row[9] = g_strdup_printf("%" PRIu64, e->scanner.cow_breaks);
         row[10] = g_strdup_printf("%.1f%%", v->scan_cpu);
         row[11] = g_strdup_printf("%.1f%%", v->agent_cpu);
-        row[12] = g_strdup(nuksm_vm_limit_name(e->limit) ?: "-");
+        row[12] = ctl_share_text(&e->share);
+        row[13] = g_strdup(nuksm_vm_limit_name(e->limit) ?: "-");
         g_ptr_array_add(rows, row);
     }
     ctl_table(out, header, VM_COLUMNS, rows);

@@ -51,6 +51,15 @@ typedef struct Member {
     MEMBER(type, prefix state, "I"), \
     MEMBER(type, prefix reserved, "I")
 
+/* The members of a NuksmMsgShare, as VM_STATS_MEMBERS. */
+#define SHARE_MEMBERS(type, prefix) \
+    MEMBER(type, prefix max_cpu_ppm, "I"), \
+    MEMBER(type, prefix reason, "I"), \
+    MEMBER(type, prefix pace, "I"), \
+    MEMBER(type, prefix vms, "I"), \
+    MEMBER(type, prefix budget_ppm, "I"), \
+    MEMBER(type, prefix yield, "I")
+
 static int failures;
 
 /* Bytes a struct.Struct code takes with "=" (no alignment). */
@@ -180,6 +189,19 @@ static void emit_constants(void)
     printf("]\n");
     printf("DEFAULT_DOMAIN = \"%s\"\n", NUKSM_DEFAULT_DOMAIN);
 
+    printf("SHARE_REASONS = [");
+    for (uint32_t r = 0; r < NUKSM_SHARE__MAX; r++) {
+        printf("%s\"%s\"", r ? ", " : "", nuksm_share_reason_name(r));
+    }
+    printf("]\n");
+    CONST("SHARE_MIN_PPM", NUKSM_SHARE_MIN_PPM);
+    printf("RUNS = [");
+    for (uint32_t r = 0; r < NUKSM_RUN__MAX; r++) {
+        printf("%s\"%s\"", r ? ", " : "", nuksm_run_name(r));
+    }
+    printf("]\n");
+    CONST("SHARE_PACE_MAX", NUKSM_SHARE_PACE_MAX);
+
     printf("POLICIES = [");
     for (uint32_t p = 0; p < NUKSM_POLICY_ID__MAX; p++) {
         printf("%s\"%s\"", p ? ", " : "", nuksm_policy_name(p));
@@ -230,6 +252,12 @@ static void emit_structs(void)
            MEMBER(NuksmMsgInfo, conditions, "I"),
            MEMBER(NuksmMsgInfo, scope, "I"),
            MEMBER(NuksmMsgInfo, vms_reading, "I"),
+           MEMBER(NuksmMsgInfo, scan_budget_ppm, "I"),
+           MEMBER(NuksmMsgInfo, vms_resting, "I"),
+           MEMBER(NuksmMsgInfo, run, "I"),
+           MEMBER(NuksmMsgInfo, held, "I"),
+           MEMBER(NuksmMsgInfo, available_pm, "I"),
+           MEMBER(NuksmMsgInfo, stall_pm, "I"),
            MEMBER(NuksmMsgInfo, pages_shared, "Q"),
            MEMBER(NuksmMsgInfo, pages_sharing, "Q"),
            MEMBER(NuksmMsgInfo, pages_moved, "Q"),
@@ -276,8 +304,10 @@ static void emit_structs(void)
            MEMBER(NuksmVmEntry, plan_verdict, "I"),
            MEMBER(NuksmVmEntry, scheme, "I"),
            MEMBER(NuksmVmEntry, applied_to, "I"),
-           VM_STATS_MEMBERS(NuksmVmEntry, scanner.));
+           VM_STATS_MEMBERS(NuksmVmEntry, scanner.),
+           SHARE_MEMBERS(NuksmVmEntry, share.));
     STRUCT("VM_STATS", NuksmMsgVmStats, VM_STATS_MEMBERS(NuksmMsgVmStats, ));
+    STRUCT("SHARE", NuksmMsgShare, SHARE_MEMBERS(NuksmMsgShare, ));
     STRUCT("APPLY_MOVE", NuksmMsgApplyMove,
            MEMBER(NuksmMsgApplyMove, client_id, "I"),
            MEMBER(NuksmMsgApplyMove, to, "I"));

@@ -53,6 +53,7 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_APPLY_MOVE]   = "APPLY_MOVE",
     [NUKSM_MSG_APPLIED]      = "APPLIED",
     [NUKSM_MSG_VM_STATS]     = "VM_STATS",
+    [NUKSM_MSG_SHARE]        = "SHARE",
     [NUKSM_MSG_VMS]          = "VMS",
     [NUKSM_MSG_STORE]        = "STORE",
     [NUKSM_MSG_CANDIDATES]   = "CANDIDATES",
@@ -164,6 +165,30 @@ const char *nuksm_plan_verdict_name(uint32_t verdict)
     }
 }
 
+const char *nuksm_share_reason_name(uint32_t reason)
+{
+    switch (reason) {
+    case NUKSM_SHARE_OFF:       return "off";
+    case NUKSM_SHARE_NEW:       return "new";
+    case NUKSM_SHARE_YIELDING:  return "yielding";
+    case NUKSM_SHARE_SIGNALLED: return "signalled";
+    case NUKSM_SHARE_RESTING:   return "resting";
+    case NUKSM_SHARE_IDLE:      return "idle";
+    case NUKSM_SHARE_HELD:      return "held";
+    default:                    return NULL;
+    }
+}
+
+const char *nuksm_run_name(uint32_t run)
+{
+    switch (run) {
+    case NUKSM_RUN_ALWAYS:   return "always";
+    case NUKSM_RUN_PRESSURE: return "pressure";
+    case NUKSM_RUN_OFF:      return "off";
+    default:                 return NULL;
+    }
+}
+
 const char *nuksm_vm_state_name(uint32_t state)
 {
     switch (state) {
@@ -230,6 +255,7 @@ static size_t fixed_payload_size(uint16_t type)
     case NUKSM_MSG_APPLY_MOVE:   return sizeof(NuksmMsgApplyMove);
     case NUKSM_MSG_APPLIED:      return sizeof(NuksmMsgApplied);
     case NUKSM_MSG_VM_STATS:     return sizeof(NuksmMsgVmStats);
+    case NUKSM_MSG_SHARE:        return sizeof(NuksmMsgShare);
     case NUKSM_MSG_WANTED:       return sizeof(NuksmMsgWanted);
     default:                     return 0;
     }
@@ -464,8 +490,12 @@ static const char *check_info(const void *p)
     if (i->scope >= NUKSM_INFO__MAX) {
         return "unknown scope in INFO";
     }
-    if (i->vms_reading > i->vms) {
-        return "more VMs sampling reads than VMs in INFO";
+    if (i->vms_reading > i->vms || i->vms_resting > i->vms) {
+        return "more VMs sampling reads or resting than VMs in INFO";
+    }
+    if (i->run >= NUKSM_RUN__MAX || i->held > 1 || i->available_pm > 1000 ||
+        i->stall_pm > 1000) {
+        return "run state out of range in INFO";
     }
     return NULL;
 }
@@ -529,6 +559,22 @@ static const char *check_colocation(const NuksmMsgColocation *m)
     }
     return strfield_ok(m->twin, sizeof(m->twin)) ? NULL :
            "unterminated twin name in COLOCATION";
+}
+
+/*
+ * A part of at most the budget (or the least part), of at most 1024
+ * cores, a reason and a pace of those there are; none but with OFF.
+ */
+static const char *check_share(const NuksmMsgShare *m)
+{
+    if (m->reason >= NUKSM_SHARE__MAX || m->pace < 1 ||
+        m->pace > NUKSM_SHARE_PACE_MAX || m->budget_ppm > 1024000000u ||
+        (m->max_cpu_ppm > m->budget_ppm &&
+         m->max_cpu_ppm > NUKSM_SHARE_MIN_PPM) ||
+        (m->reason == NUKSM_SHARE_OFF) != (m->max_cpu_ppm == 0)) {
+        return "SHARE out of range";
+    }
+    return NULL;
 }
 
 /* A CPU budget of at most 100 cores, a state of those there are. */
@@ -621,6 +667,9 @@ static const char *check_vms(const void *p, size_t len)
         if (check_vm_stats(&e[n].scanner)) {
             return "scanner figures out of range in VMS";
         }
+        if (check_share(&e[n].share)) {
+            return "scan budget share out of range in VMS";
+        }
         if (!strfield_ok(e[n].domain, sizeof(e[n].domain)) ||
             !strfield_ok(e[n].vm_name, sizeof(e[n].vm_name)) ||
             !strfield_ok(e[n].object_id, sizeof(e[n].object_id)) ||
@@ -703,6 +752,8 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
         return check_applied(p);
     case NUKSM_MSG_VM_STATS:
         return check_vm_stats(p);
+    case NUKSM_MSG_SHARE:
+        return check_share(p);
     case NUKSM_MSG_INFO:
         return check_info(p);
     case NUKSM_MSG_VM_LIMIT:

@@ -67,7 +67,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 17u
+#define NUKSM_PROTO_VERSION 18u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -147,6 +147,8 @@ typedef enum NuksmMsgType {
                                  /* (since protocol 16) */
     NUKSM_MSG_WANTED       = 40, /* agent -> VM: offer again your pages */
                                  /* of these contents (since protocol 17) */
+    NUKSM_MSG_SHARE        = 41, /* agent -> VM: its part of the host's */
+                                 /* scan budget (since protocol 18) */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -355,6 +357,16 @@ typedef struct NuksmMsgInfo {
     uint32_t conditions;     /* NuksmCondition bits in force */
     uint32_t scope;          /* NuksmInfoScopeId of the counters below */
     uint32_t vms_reading;    /* of @vms, those sampling reads (sent READS) */
+    uint32_t scan_budget_ppm;    /* the VMs' scanners' budget, millionths */
+                                 /* of a core; 0: none (since protocol 18) */
+    uint32_t vms_resting;    /* of @vms, those its share has resting or */
+                             /* idle (since protocol 18) */
+    uint32_t run;            /* NuksmRunId (since protocol 18) */
+    uint32_t held;           /* 1 while merging rests host-wide (run) */
+    uint32_t available_pm;   /* memory available, per mille of the total */
+                             /* (run=pressure; 0 otherwise) */
+    uint32_t stall_pm;       /* tasks stalled on memory, per mille of */
+                             /* the time (PSI some avg10; run=pressure) */
     uint64_t pages_shared;   /* store pages in use (KSM pages_shared) */
     uint64_t pages_sharing;  /* guest pages mapping them (KSM pages_sharing) */
     uint64_t pages_moved;    /* merged pages moved by re-placement */
@@ -405,6 +417,65 @@ typedef struct NuksmMsgVmStats {
     uint32_t reserved;
 } NuksmMsgVmStats;
 
+/*
+ * Why a VM has the part of the host's scan budget it has
+ * (agent/merge/budget.h).
+ */
+typedef enum NuksmShareReasonId {
+    NUKSM_SHARE_OFF      = 0,    /* no host budget (--scan-budget=0): */
+                                 /* its own governor alone */
+    NUKSM_SHARE_NEW      = 1,    /* its first pass is not over */
+    NUKSM_SHARE_YIELDING = 2,    /* it merged pages lately: by its yield */
+    NUKSM_SHARE_SIGNALLED = 3,   /* I/O hints or writes to merged pages */
+                                 /* tell of new duplicates */
+    NUKSM_SHARE_RESTING  = 4,    /* it found nothing to merge lately */
+    NUKSM_SHARE_IDLE     = 5,    /* it does not scan now (paused, */
+                                 /* disabled, limited) */
+    NUKSM_SHARE_HELD     = 6,    /* merging rests host-wide (run=off, */
+                                 /* or run=pressure with memory to spare) */
+    NUKSM_SHARE__MAX,
+} NuksmShareReasonId;
+
+/* "off", "new", "yielding", ...; NULL if unknown. */
+const char *nuksm_share_reason_name(uint32_t reason);
+
+/* The smallest part a VM is given, millionths of a core. */
+#define NUKSM_SHARE_MIN_PPM 10u
+
+/*
+ * When nuksmd merges (--run): always, only while memory is short, or
+ * never.
+ */
+typedef enum NuksmRunId {
+    NUKSM_RUN_ALWAYS   = 0,
+    NUKSM_RUN_PRESSURE = 1,
+    NUKSM_RUN_OFF      = 2,
+    NUKSM_RUN__MAX,
+} NuksmRunId;
+
+/* "always", "pressure", "off"; NULL if unknown. */
+const char *nuksm_run_name(uint32_t run);
+
+/*
+ * SHARE (seq 0, since protocol 18): the VM's part of the host's scan
+ * budget, sent when it changes.  Its scanner works at the smaller of its
+ * own max-cpu and @max_cpu_ppm, and its periodic samplers (hotness and
+ * read windows, counters told) run @pace times less often: a host of
+ * resting VMs costs what one costs.
+ */
+typedef struct NuksmMsgShare {
+    uint32_t max_cpu_ppm;    /* millionths of a core; 0 with OFF; at */
+                             /* most the budget, or the least part */
+    uint32_t reason;         /* NuksmShareReasonId */
+    uint32_t pace;           /* 1: its samplers' own periods; N: N times */
+                             /* longer (1..NUKSM_SHARE_PACE_MAX) */
+    uint32_t vms;            /* VMs that share the budget */
+    uint32_t budget_ppm;     /* the host's budget, millionths of a core */
+    uint32_t yield;          /* pages it merged per CPU-second lately */
+} NuksmMsgShare;
+
+#define NUKSM_SHARE_PACE_MAX 1024u
+
 typedef struct NuksmVmEntry {
     uint32_t client_id;
     uint32_t pid;            /* from SO_PEERCRED */
@@ -452,6 +523,8 @@ typedef struct NuksmVmEntry {
                              /* on, NUKSM_MAX_NODES if none */
     /* Since protocol 16: what its scanner counts (VM_STATS) */
     NuksmMsgVmStats scanner;
+    /* Since protocol 18: its part of the host's scan budget (SHARE) */
+    NuksmMsgShare share;
 } NuksmVmEntry;
 
 /* VMS: a NuksmMsgVms followed by count NuksmVmEntry records */

@@ -225,6 +225,7 @@ void ledger_map(NuksmAgent *agent, NuksmClient *client, PageRef *e)
     get_ref(agent, e->slot);
     slots_put_pending(t, slot_id_slot(e->slot));
     client->merged_pages++;
+    client->merges++;
 }
 
 void ledger_drop(NuksmAgent *agent, NuksmClient *client, uint64_t page)

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <unistd.h>
 
+#include "budget.h"
 #include "conditions.h"
 #include "copies.h"
 #include "detached.h"
@@ -56,6 +57,7 @@ void merge_client_join(NuksmAgent *agent, NuksmClient *client)
                                                 client->domain_id);
     g_assert(client->contents_slot);
     detached_adopt(agent, client);
+    budget_changed(agent);
 
     /* Before it gets the store: it may map slots from now on. */
     if (client->pid > 0) {

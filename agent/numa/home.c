@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "budget.h"
 #include "home.h"
 #include "log.h"
 #include "policy.h"
@@ -129,9 +130,15 @@ static gboolean on_home_timer(gpointer opaque)
     GHashTableIter it;
     NuksmClient *client;
 
+    uint32_t tick = agent->placement.home_ticks++;
+
     g_hash_table_iter_init(&it, agent->ledger.vms);
     while (g_hash_table_iter_next(&it, NULL, (gpointer *)&client)) {
-        if (client->home.topology) {
+        NuksmMsgShare share;
+
+        budget_told(client, &share);
+        /* Resting VMs take turns, by their ids. */
+        if (client->home.topology && (tick + client->id) % share.pace == 0) {
             update(agent, client, false);
         }
     }

@@ -6,7 +6,8 @@
  * and policy, and the Linux thread id of every vCPU); the agent answers
  * HOME and re-evaluates every HOME_PERIOD_MS, so that `taskset`, `virsh
  * vcpupin`, `virsh numatune --live` or a scheduler moving an unpinned VM
- * are followed: it looks at the vCPU threads (vcpus.h), and the rule
+ * are followed; a VM the scan budget has resting, its pace times less
+ * often (budget.h), so that resting VMs cost what one costs: it looks at the vCPU threads (vcpus.h), and the rule
  * (policy_home(), policy.h) decides.  A home that moves starts
  * re-placement (relocate.h).  The nodes the agent places on are 0..N-1
  * (topology.h).

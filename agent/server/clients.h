@@ -131,6 +131,20 @@ typedef struct ClientReads {
     bool capped;             /* some regions were not kept (logged once) */
 } ClientReads;
 
+/* Its part of the host's scan budget (budget.h). */
+typedef struct ClientShare {
+    NuksmMsgShare told;      /* the last SHARE sent; pace 0: none yet */
+    uint64_t merges_seen;    /* its merges at the last look */
+    uint64_t cpu_seen;       /* its scanner's and our CPU for it then, ns */
+    uint64_t hints_seen;     /* I/O hints it had taken then */
+    uint64_t breaks_seen;    /* merged pages writes had broken then */
+    double merges_avg;       /* merges per look, smoothed */
+    double cpu_avg_ns;       /* CPU per look, smoothed */
+    uint32_t quiet_looks;    /* looks in a row without a merge */
+    uint32_t doubt;          /* looks with signs but no merge, less */
+                             /* those without signs */
+} ClientShare;
+
 typedef struct NuksmClient {
     struct NuksmAgent *agent;
     int fd;
@@ -170,6 +184,7 @@ typedef struct NuksmClient {
     char object_id[NUKSM_NAME_LEN];
 
     uint64_t merged_pages;   /* guest pages mapped onto store pages */
+    uint64_t merges;         /* pages it merged (MERGED), all told */
     uint64_t parked_pages;   /* entries taken back, not yet restored */
     uint64_t refused_pages;  /* RESTORE entries refused */
     NuksmMsgVmLimit limit;   /* what holds back its merging in QEMU */
@@ -194,6 +209,7 @@ typedef struct NuksmClient {
     ContentSketch sketch;
     ClientColocation colocation;    /* co-location's last look */
     NuksmMsgVmStats scanner; /* its scanner's counters (VM_STATS) */
+    ClientShare share;       /* its part of the scan budget (budget.h) */
     uint32_t colocated_to;   /* the node a planned move (APPLY_MOVE) took */
                              /* it to, NUKSM_MAX_NODES if none: its pins */
                              /* there are nuksm's, not its operator's */

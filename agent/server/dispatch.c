@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "apply.h"
+#include "budget.h"
 #include "colocation.h"
 #include "conditions.h"
 #include "detached.h"
@@ -270,6 +271,7 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
         conditions_describe(agent, info.condition_reason,
                             sizeof(info.condition_reason));
     }
+    budget_info(agent, &info);
     if (info.scope == NUKSM_INFO_HOST) {
         info.vms = clients_count_vms(&agent->clients);
         info.vms_reading = clients_count_vms_reading(&agent->clients, -1);
@@ -372,6 +374,7 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
         e->scheme = vm->colocation.scheme;
         e->applied_to = vm->colocated_to;
         e->scanner = vm->scanner;
+        budget_told(vm, &e->share);
         if (vm->cpu.paused_at) {
             e->throttled_ns += (g_get_monotonic_time() -
                                 vm->cpu.paused_at) * 1000;
@@ -402,7 +405,15 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
 static void handle_vm_stats(NuksmAgent *agent, NuksmClient *client,
                             uint32_t seq, const void *payload)
 {
-    client->scanner = *(const NuksmMsgVmStats *)payload;
+    const NuksmMsgVmStats *stats = payload;
+    bool share_changes = stats->max_cpu_pm != client->scanner.max_cpu_pm ||
+                         stats->state != client->scanner.state;
+
+    client->scanner = *stats;
+    /* Its part of the scan budget follows its own budget and state. */
+    if (share_changes) {
+        budget_changed(agent);
+    }
 }
 
 /* Requests clients may send; NULL for the types only nuksmd sends. */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "budget.h"
 #include "conditions.h"
 #include "ledger.h"
 #include "libvirt.h"
@@ -269,6 +270,18 @@ static void vm_families(NuksmAgent *agent, GArray *rows, GString *out)
                    scanner_figure(&r->vm->scanner, fig));
         }
     }
+    family(out, "nuksm_vm_scan_share_ratio", "gauge",
+           "The VM's part of the host's scan budget, in cores, by why it "
+           "has it (new, yielding, signalled, resting, idle; off: no "
+           "budget, its own governor's).");
+    EACH_VM(r) {
+        NuksmMsgShare share;
+
+        budget_told(r->vm, &share);
+        sample_with(out, "nuksm_vm_scan_share_ratio", r->labels, "reason",
+                    nuksm_share_reason_name(share.reason),
+                    share.max_cpu_ppm / 1e6);
+    }
     family(out, "nuksm_vm_io_hint_pages_total", "counter",
            "Pages the VM's I/O hints named (hinted), that its scanner "
            "hashed first for them (served), and that merged so (merged).");
@@ -445,8 +458,28 @@ static void host_families(NuksmAgent *agent, GArray *rows, GString *out)
            (double)conditions_heap_bytes());
     family(out, "nuksm_run", "gauge",
            "1 while nuksmd merges, 0 while a condition of its own (store "
-           "full, memory budget) holds every merge back (KSM: run).");
-    sample(out, "nuksm_run", "", !held);
+           "full, memory budget) holds every merge back or merging rests "
+           "(--run=off, or pressure with memory to spare) (KSM: run).");
+    sample(out, "nuksm_run", "", !held && !budget_held(agent));
+    if (agent->budget.cfg.run == NUKSM_RUN_PRESSURE) {
+        NuksmMsgInfo info = { .scope = NUKSM_INFO_NONE };
+
+        budget_info(agent, &info);
+        family(out, "nuksm_memory_available_ratio", "gauge",
+               "The share of memory available, as --run=pressure reads "
+               "it (the host's, or --pressure-cgroup's).");
+        sample(out, "nuksm_memory_available_ratio", "",
+               info.available_pm / 1e3);
+        family(out, "nuksm_memory_stall_ratio", "gauge",
+               "The share of time tasks stalled on memory over the last "
+               "10 s (PSI some avg10), as --run=pressure reads it.");
+        sample(out, "nuksm_memory_stall_ratio", "", info.stall_pm / 1e3);
+    }
+    family(out, "nuksm_scan_budget_ratio", "gauge",
+           "The CPU budget the VMs' scanners share, in cores; 0: none, "
+           "each VM its own governor's (--scan-budget).");
+    sample(out, "nuksm_scan_budget_ratio", "",
+           agent->budget.cfg.budget_ppm / 1e6);
     family(out, "nuksm_merge_across_nodes", "gauge",
            "1 if the placement policy lets pages of different NUMA nodes "
            "share a copy (KSM: merge_across_nodes).");

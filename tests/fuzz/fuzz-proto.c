@@ -164,6 +164,15 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
         sink += v->pages_scanned + v->scan_cpu_ns;
         break;
     }
+    case NUKSM_MSG_SHARE: {
+        const NuksmMsgShare *sh = p;
+
+        REQUIRE(nuksm_share_reason_name(sh->reason) != NULL);
+        REQUIRE(sh->pace >= 1 && sh->pace <= NUKSM_SHARE_PACE_MAX);
+        REQUIRE(sh->max_cpu_ppm <= sh->budget_ppm ||
+                sh->max_cpu_ppm <= NUKSM_SHARE_MIN_PPM);
+        break;
+    }
     case NUKSM_MSG_APPLIED: {
         const NuksmMsgApplied *a = p;
 
@@ -221,6 +230,7 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
         REQUIRE(!(i->conditions & ~NUKSM_COND_ALL));
         REQUIRE(nuksm_policy_name(i->policy) != NULL);
         REQUIRE(i->nr_nodes >= 1 && i->nr_nodes <= NUKSM_MAX_NODES);
+        REQUIRE(nuksm_run_name(i->run) != NULL && i->held <= 1);
         for (uint32_t n = 0; n < i->nr_nodes; n++) {
             sink += i->store_pages[n];
         }
@@ -239,6 +249,9 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
             read_string(e[n].object_id, sizeof(e[n].object_id));
             REQUIRE(e[n].nr_gnodes <= NUKSM_MAX_GNODES);
             REQUIRE(e[n].limit < NUKSM_VM_LIMIT__MAX);
+            REQUIRE(e[n].share.pace >= 1 &&
+                    (e[n].share.max_cpu_ppm <= e[n].share.budget_ppm ||
+                     e[n].share.max_cpu_ppm <= NUKSM_SHARE_MIN_PPM));
             read_string(e[n].limit_reason, sizeof(e[n].limit_reason));
             for (uint32_t g = 0; g < e[n].nr_gnodes; g++) {
                 sink += e[n].home[g];

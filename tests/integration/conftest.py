@@ -27,6 +27,11 @@ def pytest_configure(config):
         "markers", "allocator: measures how glibc's allocator holds and "
         "gives back memory (ASan replaces that allocator, so make "
         "check-sanitize leaves these out; make check-integration runs them)")
+    config.addinivalue_line(
+        "markers", "full_throttle: the module's agents take no scan budget "
+        "(--scan-budget=0) unless a test gives one: it tests the merge "
+        "path at the VMs' own max-cpu, not the host's budget "
+        "(test_budget.py does)")
 
 
 def pytest_collection_modifyitems(items):
@@ -156,7 +161,7 @@ def qemu_bin():
 
 
 @pytest.fixture
-def start_agent(workdir, shm_dir, nuksmd_bin, nuksmctl_bin):
+def start_agent(request, workdir, shm_dir, nuksmd_bin, nuksmctl_bin):
     """start_agent(*extra_args, name=, args=, state_dir=, user=, binary=)
     -> an Agent.
 
@@ -165,14 +170,18 @@ def start_agent(workdir, shm_dir, nuksmd_bin, nuksmctl_bin):
     whole command line.  Its store is in shm_dir/NAME unless @state_dir
     is false, so an agent started again under the same name finds its
     predecessor's store.  Agents still running at teardown are stopped
-    with SIGTERM and must exit 0 and remove their socket.
+    with SIGTERM and must exit 0 and remove their socket.  In a module
+    marked full_throttle, it takes no scan budget unless given one.
     """
     agents = []
+    full_throttle = request.node.get_closest_marker("full_throttle")
 
     def start(*extra_args, name="nuksmd", args=None, state_dir=True,
               user=None, binary=None):
         sock = workdir / f"{name}.sock"
         if args is None:
+            if full_throttle and "--scan-budget" not in extra_args:
+                extra_args = ("--scan-budget", "0", *extra_args)
             args = ["--socket", sock, *extra_args]
         if state_dir:
             state_dir = shm_dir / name

@@ -67,7 +67,8 @@ from nuksm_proto import (  # noqa: E402,F401 (re-exported for the tests)
     MSG_SET_PRIORITY, MSG_STORE, MSG_TOPOLOGY, MSG_UNMERGED, MSG_UPLOAD,
     MSG_UPLOAD_REQ, MSG_VM_LIMIT, MSG_VMS, MSG_WANTED, NUKSM_PAGE_SIZE,
     PAGE_RANGE,
-    MSG_READS, POLICIES, POLICY, PRIORITY, PROTO_MAGIC, PROTO_VERSION,
+    MSG_READS, MSG_SHARE, POLICIES, POLICY, PRIORITY, PROTO_MAGIC,
+    PROTO_VERSION, SHARE, SHARE_REASONS,
     READ_REGION, READ_REGION_PAGES, READS, READS_MAX, ROLE_CONTROL,
     ROLE_VM, SLOTREF, SLOTREFS_MAX, STATUS_CHANGED, STATUS_COW,
     STATUS_DISCARDED, STATUS_FAILED, STATUS_GONE, STATUS_MERGED,
@@ -295,8 +296,10 @@ def parse_condition(msg):
 
 def parse_info(msg):
     fields = INFO.unpack(msg.payload)
-    _, _, vms, nodes, _, _, _, shared, sharing, _, _, orphans = fields[:12]
-    return Info(vms, shared, sharing, list(fields[12:12 + nodes]), orphans)
+    # NuksmMsgInfo's order: 13 fields before pages_shared.
+    vms, nodes = fields[2:4]
+    shared, sharing, _, _, orphans = fields[13:18]
+    return Info(vms, shared, sharing, list(fields[18:18 + nodes]), orphans)
 
 
 def info_scope(msg):
@@ -314,7 +317,14 @@ VmEntry = collections.namedtuple(
     "read_window_ms read_hot_regions twin_id twin_pm plan_to plan_verdict "
     "scheme applied_to eligible_pages pages_scanned full_scans zero_pages "
     "cow_breaks pages_volatile scan_rate scan_cpu_ns hints_received "
-    "hints_served hints_merged rest_ms max_cpu_pm state reserved3")
+    "hints_served hints_merged rest_ms max_cpu_pm state reserved3 "
+    "share_max_cpu_ppm share_reason share_pace share_vms share_budget_ppm "
+    "share_yield")
+
+
+# A SHARE message: a VM's part of the host's scan budget.
+Share = collections.namedtuple("Share", "max_cpu_ppm reason pace vms "
+                               "budget_ppm yield_")
 
 
 def parse_vms(msg):
@@ -373,6 +383,7 @@ class VmClient(RawClient):
         self.retried = []  # pages the agent sent back in RETRY, in order
         self.wanted = set()  # digest fragments the agent sent in WANTED
         self.charged_ns = 0  # CPU the agent CHARGEd for our messages
+        self.share = None  # the agent's last SHARE, a Share
         self.userfaultfd = None  # /dev/userfaultfd from the agent
         self.send(pack(MSG_HELLO, 1, hello(
             role=ROLE_VM, priority=100, domain=domain.encode(),
@@ -460,9 +471,10 @@ class VmClient(RawClient):
         """(messages before the reply, Info) of a GET_INFO round trip.
 
         CONDITION messages are not among them: the last one is kept in
-        self.condition.  Nor are RETRY messages: their pages are added
-        to self.retried; nor CHARGE messages, added to self.charged_ns;
-        nor WANTED messages, their fragments added to self.wanted.
+        self.condition; nor SHARE messages, the last kept in self.share.
+        Nor are RETRY messages: their pages are added to self.retried;
+        nor CHARGE messages, added to self.charged_ns; nor WANTED
+        messages, their fragments added to self.wanted.
 
         The agent handles a client's messages in order and sends what one
         produces before it reads the next: the messages are everything
@@ -477,6 +489,8 @@ class VmClient(RawClient):
                 return messages, parse_info(msg)
             if msg.type == MSG_CONDITION:
                 self.condition = parse_condition(msg)
+            elif msg.type == MSG_SHARE:
+                self.share = Share._make(SHARE.unpack(msg.payload))
             elif msg.type == MSG_RETRY:
                 self.retried += [r.page for r in msg.slot_refs()]
             elif msg.type == MSG_CHARGE:

@@ -870,7 +870,8 @@ def test_reconnected_vm_restores_after_what_it_sends_first(agent, vms,
     if first == "topology":
         b.topology([(0, 0)], [(threading.get_native_id(), 0)],
                    [(0, 1 << 15, 0)])
-        assert b.recv().type == MSG_HOME
+        messages, _ = b.sync()
+        assert [m.type for m in messages] == [MSG_HOME]
     else:
         b.vm_limit(VM_LIMIT_USERFAULTFD, "no userfaultfd")
     b.restore([ref_b])

@@ -20,6 +20,9 @@ from harness import wait_until
 from test_placement import (SHARE_READS, copy_nodes, home, node_cpus, pin,
                             reads_caught, remote_share)
 
+# The merge path at the VMs' own max-cpu: no host scan budget.
+pytestmark = pytest.mark.full_throttle
+
 REGION_START, REGION_PAGES = 4 << 20, 512
 PAGE = 4096
 HOT_PAGES = 64

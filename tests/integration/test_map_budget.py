@@ -22,6 +22,9 @@ import pytest
 
 from harness import Qtest, b64read, ctl_json, wait_until, write_big
 
+# The merge path at the VMs' own max-cpu: no host scan budget.
+pytestmark = pytest.mark.full_throttle
+
 PAGE = 4096
 MIB = 1 << 20
 MAX_MAP_COUNT = Path("/proc/sys/vm/max_map_count")

@@ -103,6 +103,8 @@ static size_t pack_vms(void *buf, uint32_t count, uint32_t total)
         nuksm_strfield_set(e[n].object_id, sizeof(e[n].object_id), "obj");
         e[n].merged_pages = n * 100;
         e[n].plan_verdict = NUKSM_PLAN__MAX;
+        e[n].share = (NuksmMsgShare) { .reason = NUKSM_SHARE_OFF,
+                                       .pace = 1 };
     }
     return nuksm_msg_pack(buf, NUKSM_MSG_VMS, 42, v, len);
 }
@@ -347,6 +349,13 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
         NuksmMsgVmStats v = { .eligible_pages = 32768, .pages_scanned = 9,
                               .full_scans = 2, .max_cpu_pm = 200 };
         return nuksm_msg_pack(buf, type, seq, &v, sizeof(v));
+    }
+    case NUKSM_MSG_SHARE: {
+        NuksmMsgShare sh = { .max_cpu_ppm = 50000,
+                             .reason = NUKSM_SHARE_YIELDING, .pace = 1,
+                             .vms = 3, .budget_ppm = 200000,
+                             .yield = 4000 };
+        return nuksm_msg_pack(buf, type, seq, &sh, sizeof(sh));
     }
     case NUKSM_MSG_APPLY_MOVE: {
         NuksmMsgApplyMove m = { .client_id = 3, .to = 1 };
@@ -629,7 +638,13 @@ static void test_reject_unterminated(void)
     i = info_msg();
     i.vms_reading = i.vms + 1;
     size = nuksm_msg_pack(BUF, NUKSM_MSG_INFO, 1, &i, sizeof(i));
-    assert_rejected(BUF, size, "more VMs sampling reads than VMs in INFO");
+    assert_rejected(BUF, size,
+                    "more VMs sampling reads or resting than VMs in INFO");
+    i = info_msg();
+    i.vms_resting = i.vms + 1;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_INFO, 1, &i, sizeof(i));
+    assert_rejected(BUF, size,
+                    "more VMs sampling reads or resting than VMs in INFO");
 
     size = pack_vms(BUF, 3, 3);
     entries = (NuksmVmEntry *)((NuksmMsgVms *)payload_of(BUF) + 1);
@@ -826,6 +841,11 @@ static void test_reject_vms_count(void)
     size = pack_vms(BUF, 1, 1);
     entries_of_vms(BUF)->plan_to = NUKSM_MAX_NODES;
     assert_rejected(BUF, size, "co-location out of range in VMS");
+
+    /* A share as SHARE takes it: no pace is not one. */
+    size = pack_vms(BUF, 1, 1);
+    entries_of_vms(BUF)->share.pace = 0;
+    assert_rejected(BUF, size, "scan budget share out of range in VMS");
 }
 
 static void test_batch_values(void)
@@ -1282,6 +1302,46 @@ static void test_reject_vm_stats(void)
                     "paused");
 }
 
+/*
+ * SHARE: a part of at most the budget, a known reason, a pace of 1 to
+ * NUKSM_SHARE_PACE_MAX; a part but with OFF, and only then none.
+ */
+static void test_reject_share(void)
+{
+    NuksmMsgShare sh = { .max_cpu_ppm = 200000,
+                         .reason = NUKSM_SHARE_RESTING,
+                         .pace = NUKSM_SHARE_PACE_MAX, .vms = 2,
+                         .budget_ppm = 200000 };
+    NuksmMsgShare bad;
+    size_t size;
+
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_SHARE, 0, &sh, sizeof(sh));
+    assert_valid(BUF, size);
+    bad = sh;
+    bad.max_cpu_ppm = sh.budget_ppm + 1;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_SHARE, 0, &bad, sizeof(bad));
+    assert_rejected(BUF, size, "SHARE out of range");
+    bad = sh;
+    bad.pace = NUKSM_SHARE_PACE_MAX + 1;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_SHARE, 0, &bad, sizeof(bad));
+    assert_rejected(BUF, size, "SHARE out of range");
+    bad = sh;
+    bad.reason = NUKSM_SHARE__MAX;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_SHARE, 0, &bad, sizeof(bad));
+    assert_rejected(BUF, size, "SHARE out of range");
+    bad = sh;
+    bad.reason = NUKSM_SHARE_OFF;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_SHARE, 0, &bad, sizeof(bad));
+    assert_rejected(BUF, size, "SHARE out of range");
+    bad = sh;
+    bad.max_cpu_ppm = 0;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_SHARE, 0, &bad, sizeof(bad));
+    assert_rejected(BUF, size, "SHARE out of range");
+    g_assert_cmpstr(nuksm_share_reason_name(NUKSM_SHARE_SIGNALLED), ==,
+                    "signalled");
+    g_assert_null(nuksm_share_reason_name(NUKSM_SHARE__MAX));
+}
+
 /* APPLY_MOVE and APPLIED: nodes, ways and flags in range. */
 static void test_reject_apply(void)
 {
@@ -1453,6 +1513,7 @@ int main(int argc, char **argv)
     g_test_add_func("/proto/reject/colocation", test_reject_colocation);
     g_test_add_func("/proto/reject/apply", test_reject_apply);
     g_test_add_func("/proto/reject/vm-stats", test_reject_vm_stats);
+    g_test_add_func("/proto/reject/share", test_reject_share);
     g_test_add_func("/proto/vms-max-entries", test_vms_max_entries);
     g_test_add_func("/proto/policy-names", test_policy_names);
     g_test_add_func("/proto/msg-type-names", test_msg_type_names);

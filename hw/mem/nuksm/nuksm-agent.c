@@ -28,6 +28,7 @@
 #include "nuksm-agent.h"
 #include "nuksm-commit.h"
 #include "nuksm-control.h"
+#include "nuksm-governor.h"
 #include "nuksm-numa.h"
 #include "nuksm-outbox.h"
 #include "nuksm-state.h"
@@ -86,6 +87,7 @@ static void nuksm_agent_clear_assignment(NuksmAgentConn *c)
     c->colocation = (NuksmMsgColocation) {
         .plan_verdict = NUKSM_PLAN__MAX,
     };
+    c->share = (NuksmMsgShare) { .reason = NUKSM_SHARE_OFF, .pace = 1 };
 }
 
 /*
@@ -113,6 +115,8 @@ static void nuksm_agent_disconnect(Nuksm *s, const char *reason)
     g_clear_pointer(&c->condition_reason, g_free);
     nuksm_agent_clear_assignment(c);
     nuksm_agent_set_error(s, reason);
+    /* Without the agent, the VM's own budget alone holds. */
+    nuksm_governor_apply(s);
 
     QLIST_FOREACH_SAFE(req, &c->requests, next, tmp) {
         Error *err = NULL;
@@ -385,6 +389,22 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
                                      co->plan_to, co->plan_verdict,
                                      co->scheme);
         c->colocation = *co;
+        return;
+    }
+    if (hdr->type == NUKSM_MSG_SHARE && hdr->seq == 0) {
+        const NuksmMsgShare *share = payload;
+        bool released = c->share.reason == NUKSM_SHARE_HELD &&
+                        share->reason != NUKSM_SHARE_HELD;
+
+        trace_nuksm_agent_share(s->id, share->max_cpu_ppm,
+                                nuksm_share_reason_name(share->reason),
+                                share->pace);
+        c->share = *share;
+        nuksm_governor_apply(s);
+        /* Memory is short again: look now, not after the held rest. */
+        if (released) {
+            nuksm_control_kick(s->control);
+        }
         return;
     }
     if (hdr->type == NUKSM_MSG_CHARGE && hdr->seq == 0) {

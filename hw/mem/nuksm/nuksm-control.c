@@ -14,6 +14,7 @@ NuksmControl *nuksm_control_new(void)
     NuksmControl *ctl = g_new0(NuksmControl, 1);
 
     ctl->zero_pages = true;
+    ctl->pace = 1;
     qemu_mutex_init(&ctl->lock);
     qemu_cond_init(&ctl->cond);
     return ctl;
@@ -39,10 +40,11 @@ void nuksm_control_set_active(NuksmControl *ctl, bool active, uint32_t epoch)
 }
 
 void nuksm_control_set_budget(NuksmControl *ctl, const NuksmBudget *budget,
-                              bool zero_pages)
+                              uint32_t pace, bool zero_pages)
 {
     qemu_mutex_lock(&ctl->lock);
     ctl->max_cpu = budget->max_cpu;
+    ctl->pace = pace;
     ctl->scan_rate = budget->scan_rate;
     /* A new rest applies at once: the pause starts over from it. */
     if (ctl->rest_ms != budget->rest_ms) {
@@ -113,6 +115,12 @@ void nuksm_control_nudge(NuksmControl *ctl)
 {
     qatomic_set(&ctl->nudged, true);
     qatomic_set(&ctl->settled, false);
+    /*
+     * Without the lock, which the caller may not take: a wake-up lost to
+     * a thread about to wait costs it one look of its rest (a second,
+     * times its pace).
+     */
+    qemu_cond_broadcast(&ctl->cond);
 }
 
 bool nuksm_control_settled(NuksmControl *ctl)

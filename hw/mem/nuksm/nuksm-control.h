@@ -47,6 +47,7 @@ struct NuksmControl {
     uint64_t scan_rate;
     uint32_t rest_ms;           /* the shortest rest between passes */
     int64_t pause_ms;           /* rest after the current pass */
+    uint32_t pace;              /* the host's share's (SHARE), 1: none */
     uint32_t hash_strength;     /* hash-strength: bytes, 0 = adaptive */
     NuksmScanCounters stats;
     NuksmHashStats hashing;     /* the thread's strength figures */
@@ -63,9 +64,13 @@ void nuksm_control_free(NuksmControl *ctl);
 /* Run (scan, merge, hold userfaultfd) for connection @epoch, or stop. */
 void nuksm_control_set_active(NuksmControl *ctl, bool active,
                               uint32_t epoch);
-/* The budget to keep to (nuksm-governor.h), and whether to drop zeros. */
+/*
+ * The budget to keep to (nuksm-governor.h), how many times longer than
+ * a second the thread may rest without looking whether it is nudged
+ * (@pace), and whether to drop zeros.
+ */
 void nuksm_control_set_budget(NuksmControl *ctl, const NuksmBudget *budget,
-                              bool zero_pages);
+                              uint32_t pace, bool zero_pages);
 /*
  * The strength of the change test (nuksm-strength.h): @bytes, a power of
  * 2 from 64 to 4096, or 0 to let it adapt.  Applied by the thread.
@@ -84,8 +89,8 @@ void nuksm_control_wake(NuksmControl *ctl);
 bool nuksm_control_is_active(NuksmControl *ctl);
 /*
  * A tracked page was written (nuksm-writes.c), or the agent asked for
- * pages again (RETRY): the rest after a pass ends within a second.
- * Lock-free.
+ * pages again (RETRY): the rest after a pass ends once its shortest
+ * rest is over.  Lock-free.
  */
 void nuksm_control_nudge(NuksmControl *ctl);
 /*

@@ -14,12 +14,29 @@
  * governor's value from then on, whatever the governor becomes: the
  * order of properties on the command line does not matter.
  *
+ * The VM's budget is a cap: nuksmd shares one scan budget among the
+ * host's VMs (SHARE, nuksmd's merge/budget.h), and the scanner works
+ * within the smaller of the two.
+ *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
 #include "qemu/osdep.h"
+#include "nuksm-control.h"
 #include "nuksm-governor.h"
+#include "nuksm-reads.h"
+
+/* The reasons numbered alike: QAPI's NuksmShareReason, libnuksm's Id. */
+QEMU_BUILD_BUG_ON((int)NUKSM_SHARE_REASON_OFF != NUKSM_SHARE_OFF ||
+                  (int)NUKSM_SHARE_REASON_NEW != NUKSM_SHARE_NEW ||
+                  (int)NUKSM_SHARE_REASON_YIELDING != NUKSM_SHARE_YIELDING ||
+                  (int)NUKSM_SHARE_REASON_SIGNALLED !=
+                  NUKSM_SHARE_SIGNALLED ||
+                  (int)NUKSM_SHARE_REASON_RESTING != NUKSM_SHARE_RESTING ||
+                  (int)NUKSM_SHARE_REASON_IDLE != NUKSM_SHARE_IDLE ||
+                  (int)NUKSM_SHARE_REASON_HELD != NUKSM_SHARE_HELD ||
+                  (int)NUKSM_SHARE_REASON__MAX != NUKSM_SHARE__MAX);
 
 typedef struct NuksmGovernorPreset {
     double max_cpu;             /* percent of one core */
@@ -50,4 +67,64 @@ void nuksm_governor_budget(Nuksm *s, NuksmBudget *budget)
                                NUKSM_SETTING_SOURCE_PROPERTY :
                                NUKSM_SETTING_SOURCE_GOVERNOR;
     budget->rest_ms = preset->rest_ms;
+}
+
+/* The agent's share, while it has told one. */
+static const NuksmMsgShare *nuksm_governor_share(Nuksm *s)
+{
+    const NuksmMsgShare *share = &s->conn.share;
+
+    return s->conn.ready && share->reason != NUKSM_SHARE_OFF ? share : NULL;
+}
+
+double nuksm_governor_scan_max_cpu(Nuksm *s, const NuksmBudget *budget)
+{
+    const NuksmMsgShare *share = nuksm_governor_share(s);
+
+    return share ? MIN(budget->max_cpu, share->max_cpu_ppm / 1e4)
+                 : budget->max_cpu;
+}
+
+uint32_t nuksm_governor_pace(Nuksm *s)
+{
+    const NuksmMsgShare *share = nuksm_governor_share(s);
+
+    return share ? share->pace : 1;
+}
+
+NuksmHostShare *nuksm_governor_host_share(Nuksm *s)
+{
+    const NuksmMsgShare *share = nuksm_governor_share(s);
+    NuksmHostShare *info;
+
+    if (!share) {
+        return NULL;
+    }
+    info = g_new0(NuksmHostShare, 1);
+    *info = (NuksmHostShare) {
+        .max_cpu = share->max_cpu_ppm / 1e4,
+        .reason = share->reason,
+        .pace = share->pace,
+        .vms = share->vms,
+        .budget = share->budget_ppm / 1e4,
+        .yield = share->yield,
+    };
+    return info;
+}
+
+void nuksm_governor_apply(Nuksm *s)
+{
+    NuksmBudget budget;
+    uint32_t pace = nuksm_governor_pace(s);
+
+    if (s->control) {
+        nuksm_governor_budget(s, &budget);
+        budget.max_cpu = nuksm_governor_scan_max_cpu(s, &budget);
+        nuksm_control_set_budget(s->control, &budget, pace, s->zero_pages);
+    }
+    /* A resting VM's read windows are its pace times longer. */
+    if (s->reads) {
+        nuksm_reads_configure(s->reads, s->hot_window_ms * pace,
+                              s->read_samples);
+    }
 }

@@ -33,6 +33,7 @@
 #include "exec/ramblock.h"
 #include "nuksm-commit.h"
 #include "nuksm-control.h"
+#include "nuksm-governor.h"
 #include "nuksm-hot.h"
 #include "nuksm-pages.h"
 #include "nuksm-ram.h"
@@ -160,8 +161,11 @@ static void nuksm_hot_tick(void *opaque)
             error_free(err);
         }
     }
+    /* A VM the host's scan budget has resting rests its pace times longer. */
     timer_mod(h->timer, qemu_clock_get_ms(QEMU_CLOCK_REALTIME) +
-              (s->hot_window_ms ? s->hot_window_ms : NUKSM_HOT_OFF_POLL_MS));
+              (!s->hot_window_ms ? NUKSM_HOT_OFF_POLL_MS :
+               h->logging ? s->hot_window_ms :
+               s->hot_window_ms * nuksm_governor_pace(s)));
 }
 
 void nuksm_hot_start(Nuksm *s)

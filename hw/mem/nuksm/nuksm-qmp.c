@@ -168,6 +168,7 @@ static NuksmInfo *nuksm_get_info(Nuksm *s)
     info->excluded = nuksm_ram_exclusions(s);
     info->budget = g_new0(NuksmBudget, 1);
     nuksm_governor_budget(s, info->budget);
+    info->budget->host_share = nuksm_governor_host_share(s);
     info->hashing = g_new0(NuksmHashing, 1);
     info->hashing->strength = stats.hashing.strength;
     info->hashing->adaptive = stats.hashing.adaptive;
@@ -372,6 +373,15 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
                        i->budget->scan_rate,
                        NuksmSettingSource_str(i->budget->scan_rate_source),
                        i->budget->rest_ms);
+        if (i->budget->host_share) {
+            const NuksmHostShare *hs = i->budget->host_share;
+
+            monitor_printf(mon, "  host scan budget %g%% among %u VMs: "
+                           "its part %g%% (%s, %u pages per CPU-second), "
+                           "pace %u\n", hs->budget, hs->vms, hs->max_cpu,
+                           NuksmShareReason_str(hs->reason), hs->yield,
+                           hs->pace);
+        }
         monitor_printf(mon, "  eligible %" PRIu64 " pages, scanned %"
                        PRIu64 " in %" PRIu64 " full passes, volatile %"
                        PRIu64 "\n", i->eligible_pages, i->pages_scanned,

@@ -63,7 +63,7 @@ static void nuksm_report_tick(void *opaque)
     NuksmMsgVmStats msg;
 
     timer_mod(r->timer, qemu_clock_get_ms(QEMU_CLOCK_REALTIME) +
-              NUKSM_REPORT_PERIOD_MS);
+              NUKSM_REPORT_PERIOD_MS * nuksm_governor_pace(s));
     if (!s->conn.ready) {
         return;
     }
@@ -83,6 +83,13 @@ void nuksm_report_start(Nuksm *s)
     s->report.timer = timer_new_ms(QEMU_CLOCK_REALTIME, nuksm_report_tick,
                                    s);
     timer_mod(s->report.timer, qemu_clock_get_ms(QEMU_CLOCK_REALTIME));
+}
+
+void nuksm_report_soon(Nuksm *s)
+{
+    if (s->report.timer) {
+        timer_mod(s->report.timer, qemu_clock_get_ms(QEMU_CLOCK_REALTIME));
+    }
 }
 
 void nuksm_report_stop(Nuksm *s)

@@ -12,10 +12,15 @@
 
 #include "nuksm.h"
 
-/* How often the counters are looked at. */
+/* How often the counters are looked at, times the host share's pace. */
 #define NUKSM_REPORT_PERIOD_MS 1000
 
 void nuksm_report_start(Nuksm *s);
+/*
+ * The VM's own budget changed: tell the agent now, not a period later,
+ * so that the host's scan budget follows at once.
+ */
+void nuksm_report_soon(Nuksm *s);
 void nuksm_report_stop(Nuksm *s);
 
 #endif /* HW_MEM_NUKSM_REPORT_H */

@@ -894,21 +894,24 @@ static bool nuksm_scan_throttle(NuksmScanner *sc, int64_t wall_ns,
                       qatomic_xchg(&ctl->charged_ns, 0);
     int64_t window_ns = MIN(get_clock() - sc->wall_mark,
                             NUKSM_SCAN_BUDGET_WINDOW_NS);
-    int64_t sleep_ns, deadline;
+    int64_t start = get_clock();
     bool go_on;
 
     /* A long pass keeps the mapping budget and read sampling going. */
     nuksm_commit_tick(sc->s->commit);
     qemu_mutex_lock(&ctl->lock);
-    sleep_ns = (int64_t)(used_ns * 100.0 / ctl->max_cpu) - window_ns;
-    if (ctl->scan_rate) {
-        int64_t min_ns = (int64_t)pages * NANOSECONDS_PER_SECOND /
-                         ctl->scan_rate;
-        sleep_ns = MAX(sleep_ns, min_ns - wall_ns);
-    }
-    deadline = get_clock() + sleep_ns;
     for (;;) {
-        int64_t left = deadline - get_clock();
+        /* Each time: a new budget (SHARE, max-cpu) applies at once. */
+        int64_t sleep_ns = (int64_t)(used_ns * 100.0 / ctl->max_cpu) -
+                           window_ns;
+        int64_t left;
+
+        if (ctl->scan_rate) {
+            int64_t min_ns = (int64_t)pages * NANOSECONDS_PER_SECOND /
+                             ctl->scan_rate;
+            sleep_ns = MAX(sleep_ns, min_ns - wall_ns);
+        }
+        left = start + sleep_ns - get_clock();
 
         nuksm_scan_serve(sc);
         go_on = ctl->active && !ctl->quit && !ctl->restart;
@@ -1152,6 +1155,31 @@ static int64_t nuksm_scan_pause_max_ms(NuksmScanner *sc)
 }
 
 /*
+ * How long the rest that started at @start and ends at @end waits next:
+ * until it ends, a nudge ends it (its shortest rest is over), or a read
+ * sampling window ends; and at most a second times the pace, to see
+ * hints and nudges whose wake-up was lost (nuksm_control_nudge()).
+ * Called with the control's lock.
+ */
+static int64_t nuksm_scan_rest_wait_ms(NuksmScanner *sc, int64_t start,
+                                       int64_t end)
+{
+    NuksmControl *ctl = sc->ctl;
+    int64_t now = get_clock();
+    int64_t wake = MIN(end, now + (int64_t)ctl->pace *
+                                  NANOSECONDS_PER_SECOND);
+    int64_t due = nuksm_commit_tick_due_ns(sc->s->commit);
+
+    if (due < wake - now) {
+        wake = now + due;
+    }
+    if (qatomic_read(&ctl->nudged)) {
+        wake = MIN(wake, start + ctl->rest_ms * SCALE_MS);
+    }
+    return MAX(1, (wake - now) / SCALE_MS);
+}
+
+/*
  * Rest after a full pass, serving the agent, until the pause is over, a
  * write to a tracked page cuts it short, or the pass is to restart.
  * Called with the control's lock held.
@@ -1187,13 +1215,8 @@ static void nuksm_scan_rest(NuksmScanner *sc)
         qemu_mutex_unlock(&ctl->lock);
         nuksm_commit_tick(sc->s->commit);
         qemu_mutex_lock(&ctl->lock);
-        /* Limited, see within a second whether it is over; and the
-         * end of each read sampling window. */
         qemu_cond_timedwait(&ctl->cond, &ctl->lock,
-                            MAX(1, MIN(MIN(end - get_clock(),
-                                           NANOSECONDS_PER_SECOND),
-                                       nuksm_commit_tick_due_ns(
-                                           sc->s->commit)) / SCALE_MS));
+                            nuksm_scan_rest_wait_ms(sc, start, end));
     }
 }
 

@@ -251,14 +251,10 @@ static void nuksm_set_commit_delay(Object *obj, Visitor *v, const char *name,
     }
 }
 
-/* Read sampling follows hot-window and read-samples (nuksm-reads.c). */
-static void nuksm_configure_reads(Nuksm *s)
-{
-    if (s->reads) {
-        nuksm_reads_configure(s->reads, s->hot_window_ms, s->read_samples);
-    }
-}
-
+/*
+ * Read sampling follows hot-window and read-samples, at the host share's
+ * pace (nuksm_governor_apply()).
+ */
 static void nuksm_set_hot_window(Object *obj, Visitor *v, const char *name,
                                  void *opaque, Error **errp)
 {
@@ -275,7 +271,7 @@ static void nuksm_set_hot_window(Object *obj, Visitor *v, const char *name,
         return;
     }
     NUKSM(obj)->hot_window_ms = value;
-    nuksm_configure_reads(NUKSM(obj));
+    nuksm_governor_apply(NUKSM(obj));
     trace_nuksm_set_property(name, value);
 }
 
@@ -287,18 +283,7 @@ static void nuksm_set_read_samples(Object *obj, Visitor *v, const char *name,
     if (nuksm_visit_uint32_range(v, name, 0, NUKSM_READ_SAMPLES_MAX, &value,
                                  errp)) {
         NUKSM(obj)->read_samples = value;
-        nuksm_configure_reads(NUKSM(obj));
-    }
-}
-
-/* Give the scanner the budget of the governor and the properties. */
-static void nuksm_update_budget(Nuksm *s)
-{
-    NuksmBudget budget;
-
-    if (s->control) {
-        nuksm_governor_budget(s, &budget);
-        nuksm_control_set_budget(s->control, &budget, s->zero_pages);
+        nuksm_governor_apply(NUKSM(obj));
     }
 }
 
@@ -313,7 +298,8 @@ static void nuksm_set_governor(Object *obj, int value, Error **errp)
 
     s->governor = value;
     trace_nuksm_set_governor(NuksmGovernor_str(value));
-    nuksm_update_budget(s);
+    nuksm_governor_apply(s);
+    nuksm_report_soon(s);
 }
 
 /* max-cpu and scan-rate read as applied: the governor's unless set. */
@@ -346,7 +332,8 @@ static void nuksm_set_max_cpu(Object *obj, Visitor *v, const char *name,
                             (uint32_t)(value * 100) % 100);
     s->max_cpu = value;
     s->max_cpu_set = true;
-    nuksm_update_budget(s);
+    nuksm_governor_apply(s);
+    nuksm_report_soon(s);
 }
 
 static void nuksm_get_scan_rate(Object *obj, Visitor *v, const char *name,
@@ -370,7 +357,8 @@ static void nuksm_set_scan_rate(Object *obj, Visitor *v, const char *name,
     s->scan_rate = value;
     s->scan_rate_set = true;
     trace_nuksm_set_property(name, value);
-    nuksm_update_budget(s);
+    nuksm_governor_apply(s);
+    nuksm_report_soon(s);
 }
 
 static bool nuksm_get_zero_pages(Object *obj, Error **errp)
@@ -383,7 +371,7 @@ static void nuksm_set_zero_pages(Object *obj, bool value, Error **errp)
     Nuksm *s = NUKSM(obj);
 
     s->zero_pages = value;
-    nuksm_update_budget(s);
+    nuksm_governor_apply(s);
 }
 
 static bool nuksm_get_io_hints(Object *obj, Error **errp)
@@ -587,12 +575,12 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     nuksm_pages_init(s->pages);
     nuksm_pages_set_distilling(s->pages, s->distilling);
     s->reads = nuksm_reads_new(s);
-    nuksm_configure_reads(s);
+    /* Before the scanner runs: it starts within its budget. */
+    nuksm_governor_apply(s);
     s->commit = nuksm_commit_new(s, s->pages);
     s->hints = nuksm_hints_new();
     nuksm_hints_set_enabled(s->hints, s->io_hints);
     s->scanner = nuksm_scanner_new(s);
-    nuksm_update_budget(s);
     nuksm_control_set_hash_strength(s->control, s->hash_strength);
     migration_add_notifier(&s->migration_notifier, nuksm_migration_notify);
     s->vm_state = qemu_add_vm_change_state_handler(nuksm_vm_state_change, s);

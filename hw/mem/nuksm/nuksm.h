@@ -148,6 +148,8 @@ typedef struct NuksmAgentConn {
     char *condition_reason;     /* why, while conditions is not 0 */
     NuksmMsgColocation colocation;  /* the agent's last COLOCATION; */
                                     /* no twin, no move before one */
+    NuksmMsgShare share;        /* the agent's last SHARE; reason OFF */
+                                /* before one (nuksm-governor.c) */
     uint32_t vm_limit_sent;     /* NuksmVmLimit we last told the agent, */
                                 /* NUKSM_VM_LIMIT__MAX before we did */
     uint32_t next_seq;

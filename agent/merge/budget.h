@@ -1,0 +1,67 @@
+/*
+ * nuksmd scan budget: one budget of CPU for every VM's scanner, shared by
+ * what each yields (core/shares.h), as one ksmd scans for all of a
+ * host's VMs.
+ *
+ * Every BUDGET_LOOK_S, and soon after a VM joins or its own budget or
+ * state changes, the agent looks at what each VM did since the last
+ * look: the pages it merged (MERGED), the CPU that took (its scanner's,
+ * from VM_STATS, and the agent's for its messages) and the signs of new
+ * duplicates, I/O hints and writes that broke merged pages (VM_STATS).  From that each VM asks for a part
+ * (NuksmShareReasonId): new until its second pass is over, yielding
+ * while it merged in the last BUDGET_QUIET_LOOKS looks, signalled while
+ * signs come that merges followed lately (BUDGET_DOUBT_LOOKS looks of
+ * signs without a merge end that), resting otherwise, idle while it
+ * does not scan.  Its part is sent to it (SHARE) when it changes by more
+ * than an eighth or its reason or pace changes; QEMU keeps its scanner
+ * within the smaller of the part and its own governor's budget, which
+ * stays a cap.
+ *
+ * --scan-budget=0 turns the budget off: every VM works within its own
+ * governor's budget, as before protocol 18.
+ *
+ * --run says when merging works at all: always (the default), never
+ * (off), or while memory is short (pressure, host/pressure.h): while
+ * the memory available is below --pressure-available of the total or
+ * tasks stall on memory more than --pressure-stall of the time; it
+ * ends once BUDGET_SPARE_PM more is available and they stall less than
+ * half that.  While merging rests (held), every VM is told so (SHARE
+ * reason HELD, the least part, the longest pace): its scanner and
+ * samplers all but stop, what is merged stays merged, and the next
+ * look that finds memory short, within BUDGET_LOOK_S, lets them go.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef NUKSMD_BUDGET_H
+#define NUKSMD_BUDGET_H
+
+#include "agent.h"
+
+#define BUDGET_LOOK_S 2
+#define BUDGET_QUIET_LOOKS 3
+#define BUDGET_DOUBT_LOOKS 3
+#define BUDGET_SPARE_PM 50
+
+/* Share the budget, and merge when @cfg says, from now on. */
+void budget_start(NuksmAgent *agent, const BudgetConfig *cfg);
+void budget_stop(NuksmAgent *agent);
+
+/* Merging rests host-wide now (run=off, or pressure with memory to spare). */
+bool budget_held(const NuksmAgent *agent);
+
+/* A VM joined, or its own budget or state changed: look again soon. */
+void budget_changed(NuksmAgent *agent);
+
+/*
+ * The budget, when merging works and why for INFO, whatever its scope;
+ * with the host's, how many VMs were last told they rest, are idle or
+ * are held.
+ */
+void budget_info(NuksmAgent *agent, NuksmMsgInfo *info);
+
+/* What @vm was last told (LIST_VMS, metrics): OFF before any SHARE. */
+void budget_told(const NuksmClient *vm, NuksmMsgShare *share);
+
+#endif /* NUKSMD_BUDGET_H */
