@@ -122,6 +122,17 @@ static void emit_struct(const char *name, size_t size, const Member *m,
 #define CONST(pyname, value) \
     printf("%s = %llu\n", pyname, (unsigned long long)(value))
 
+/* A list of the names @name() gives the ids 0..@count-1. */
+static void emit_names(const char *pyname, const char *(*name)(uint32_t),
+                  uint32_t count)
+{
+    printf("%s = [", pyname);
+    for (uint32_t i = 0; i < count; i++) {
+        printf("%s\"%s\"", i ? ", " : "", name(i));
+    }
+    printf("]\n");
+}
+
 static void emit_constants(void)
 {
     CONST("PROTO_MAGIC", NUKSM_PROTO_MAGIC);
@@ -182,31 +193,13 @@ static void emit_constants(void)
     CONST("HOME_RUNNING", NUKSM_HOME_RUNNING);
     CONST("HOME_MEMORY", NUKSM_HOME_MEMORY);
 
-    printf("DOMAIN_SOURCES = [");
-    for (uint32_t d = 0; d < NUKSM_DOMAIN__MAX; d++) {
-        printf("%s\"%s\"", d ? ", " : "", nuksm_domain_source_name(d));
-    }
-    printf("]\n");
+    emit_names("DOMAIN_SOURCES", nuksm_domain_source_name, NUKSM_DOMAIN__MAX);
     printf("DEFAULT_DOMAIN = \"%s\"\n", NUKSM_DEFAULT_DOMAIN);
-
-    printf("SHARE_REASONS = [");
-    for (uint32_t r = 0; r < NUKSM_SHARE__MAX; r++) {
-        printf("%s\"%s\"", r ? ", " : "", nuksm_share_reason_name(r));
-    }
-    printf("]\n");
+    emit_names("SHARE_REASONS", nuksm_share_reason_name, NUKSM_SHARE__MAX);
     CONST("SHARE_MIN_PPM", NUKSM_SHARE_MIN_PPM);
-    printf("RUNS = [");
-    for (uint32_t r = 0; r < NUKSM_RUN__MAX; r++) {
-        printf("%s\"%s\"", r ? ", " : "", nuksm_run_name(r));
-    }
-    printf("]\n");
     CONST("SHARE_PACE_MAX", NUKSM_SHARE_PACE_MAX);
-
-    printf("POLICIES = [");
-    for (uint32_t p = 0; p < NUKSM_POLICY_ID__MAX; p++) {
-        printf("%s\"%s\"", p ? ", " : "", nuksm_policy_name(p));
-    }
-    printf("]\n");
+    emit_names("RUNS", nuksm_run_name, NUKSM_RUN__MAX);
+    emit_names("POLICIES", nuksm_policy_name, NUKSM_POLICY_ID__MAX);
 }
 
 static void emit_structs(void)
