@@ -129,7 +129,6 @@ static gboolean on_home_timer(gpointer opaque)
     NuksmAgent *agent = opaque;
     GHashTableIter it;
     NuksmClient *client;
-
     uint32_t tick = agent->placement.home_ticks++;
 
     g_hash_table_iter_init(&it, agent->ledger.vms);

@@ -7,10 +7,10 @@
  * HOME and re-evaluates every HOME_PERIOD_MS, so that `taskset`, `virsh
  * vcpupin`, `virsh numatune --live` or a scheduler moving an unpinned VM
  * are followed; a VM the scan budget has resting, its pace times less
- * often (budget.h), so that resting VMs cost what one costs: it looks at the vCPU threads (vcpus.h), and the rule
- * (policy_home(), policy.h) decides.  A home that moves starts
- * re-placement (relocate.h).  The nodes the agent places on are 0..N-1
- * (topology.h).
+ * often (budget.h), so that resting VMs cost what one costs.  It looks
+ * at the vCPU threads (vcpus.h), and the rule (policy_home(), policy.h)
+ * decides.  A home that moves starts re-placement (relocate.h).  The
+ * nodes the agent places on are 0..N-1 (topology.h).
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
