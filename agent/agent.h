@@ -166,6 +166,8 @@ typedef struct AgentBudget {
     char *memory_error;      /* why it could read nothing, or NULL */
     guint timer;             /* the periodic look */
     guint soon;              /* a look soon, after a VM joined */
+    GHashTable *pruned;      /* merge domain id + 1 -> itself: merging */
+                             /* rests there since a PRUNE */
 } AgentBudget;
 
 /* Slots no VM references that a process may still map (recovery.c). */
@@ -208,6 +210,8 @@ typedef struct AgentPlacement {
                                  /* pinned (--colocate-pins=move) */
     ColocateApply colocate_apply;    /* which moves it carries out */
     guint colocate_timer;    /* colocation.c's periodic look */
+    GArray *colocate_pairs;  /* its last look's ColocatePairs, and what */
+    uint64_t colocate_key;   /* they were compared from (colocation.c) */
 } AgentPlacement;
 
 /* Counts nothing else keeps, for the metrics (metrics.h). */

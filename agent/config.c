@@ -335,12 +335,12 @@ static bool set_max_cpu(NuksmdConfig *cfg, const char *origin,
 }
 
 /*
- * --scan-budget's default, percent of one core: none yet.  A VM the
- * budget has resting finds new content at its resting part, which took
- * 24 VMs two minutes to merge pages written meanwhile: the budget is on
- * by default once resting VMs are woken by the writes they see.
+ * --scan-budget's default, percent of one core: two VMs at the default
+ * governor's 10% each, as before the budget; a third and more share it.
+ * It is what the benchmark's many-VMs series measures against KSM's
+ * defaults and its advisor (docs/benchmarks.rst).
  */
-#define SCAN_BUDGET_DEFAULT_PERCENT 0
+#define SCAN_BUDGET_DEFAULT_PERCENT 20
 
 /*
  * --pressure-available and --pressure-stall's defaults, percent: below

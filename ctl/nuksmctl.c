@@ -18,6 +18,7 @@
 #include "nuksm-config.h"
 #include "nuksm-proto.h"
 #include "plan.h"
+#include "run.h"
 #include "similarity.h"
 #include "top.h"
 
@@ -527,6 +528,8 @@ int main(int argc, char **argv)
     g_autofree char *sort_name = NULL;
     int sort = TOP_SORT_SAVED;
     gboolean version = FALSE;
+    gboolean no_wait = FALSE;
+    int rate_mib = PRUNE_RATE_DEFAULT_MIB;
     GOptionEntry entries[] = {
         { "socket", 0, 0, G_OPTION_ARG_FILENAME, &socket_path,
           "nuksmd socket (default " NUKSM_DEFAULT_SOCKET ")", "PATH" },
@@ -545,6 +548,12 @@ int main(int argc, char **argv)
           "KEY" },
         { "once", 0, 0, G_OPTION_ARG_NONE, &once,
           "With top: print one frame, after one interval, and exit", NULL },
+        { "rate", 0, 0, G_OPTION_ARG_INT, &rate_mib,
+          "With prune: unmerge at most N MiB per second per VM (1..65536, "
+          "default " G_STRINGIFY(PRUNE_RATE_DEFAULT_MIB) ")", "N" },
+        { "no-wait", 0, 0, G_OPTION_ARG_NONE, &no_wait,
+          "With prune: return at once instead of showing what is left "
+          "until no page is merged", NULL },
         { "version", 0, 0, G_OPTION_ARG_NONE, &version,
           "Print the version and exit", NULL },
         { NULL },
@@ -555,6 +564,7 @@ int main(int argc, char **argv)
     const char *cmd;
     int max_argc;
     int policy = -1;
+    int run = -1;
     int status = 0;
 
     if (argc >= 2 && g_str_equal(argv[1], "libvirt")) {
@@ -563,7 +573,7 @@ int main(int argc, char **argv)
 
     octx = g_option_context_new(
         "status|vms|top|similarity|plan [--apply [VM...]]|policy [NAME]|"
-        "libvirt ...");
+        "run MODE|prune [DOMAIN]|libvirt ...");
     g_option_context_set_summary(octx,
         "  status         agent version, policy, nodes, VMs, page counts\n"
         "  vms            the connected VMs, their merged pages and the\n"
@@ -581,6 +591,13 @@ int main(int argc, char **argv)
         "                 or of all\n"
         "  policy         the placement policy in force\n"
         "  policy NAME    switch every VM to policy NAME\n"
+        "  run MODE       merge always, only while memory is short\n"
+        "                 (pressure) or never (off), from now on; ends a\n"
+        "                 prune (administrators only)\n"
+        "  prune [DOMAIN] stop merging in merge domain DOMAIN, or on the\n"
+        "                 host, and unmerge every merged page there, at\n"
+        "                 most --rate MiB/s per VM, until nuksmctl run\n"
+        "                 (administrators only)\n"
         "  libvirt attach|detach DOMAIN ...\n"
         "                 add the nuksm object to a libvirt domain, or\n"
         "                 remove it (nuksmctl libvirt --help)");
@@ -597,11 +614,16 @@ int main(int argc, char **argv)
     }
     if (argc < 2) {
         die(2, "missing command (allowed: status, vms, top, similarity, "
-            "plan, policy, libvirt)");
+            "plan, policy, run, prune, libvirt)");
     }
 
     cmd = argv[1];
-    if (g_str_equal(cmd, "policy")) {
+    if (g_str_equal(cmd, "policy") || g_str_equal(cmd, "prune")) {
+        max_argc = 3;
+    } else if (g_str_equal(cmd, "run")) {
+        if (argc < 3) {
+            die(2, "run: missing MODE (allowed: always, pressure, off)");
+        }
         max_argc = 3;
     } else if (g_str_equal(cmd, "plan") && apply) {
         max_argc = argc;
@@ -611,7 +633,15 @@ int main(int argc, char **argv)
         max_argc = 2;
     } else {
         die(2, "unknown command '%s' (allowed: status, vms, top, "
-            "similarity, plan, policy, libvirt)", cmd);
+            "similarity, plan, policy, run, prune, libvirt)", cmd);
+    }
+    if ((rate_mib != PRUNE_RATE_DEFAULT_MIB || no_wait) &&
+        !g_str_equal(cmd, "prune")) {
+        die(2, "--rate and --no-wait go with prune");
+    }
+    if (rate_mib < 1 || rate_mib > 65536) {
+        die(2, "--rate: %d is out of range (allowed: 1..65536 MiB/s)",
+            rate_mib);
     }
     if ((once || sort_name || interval != 2) && !g_str_equal(cmd, "top")) {
         die(2, "--interval, --sort and --once go with top");
@@ -645,6 +675,23 @@ int main(int argc, char **argv)
         }
     }
 
+    if (g_str_equal(cmd, "run")) {
+        for (uint32_t r = 0; r < NUKSM_RUN__MAX; r++) {
+            if (g_str_equal(argv[2], nuksm_run_name(r))) {
+                run = r;
+            }
+        }
+        if (run < 0) {
+            die(2, "run: unknown mode '%s' (allowed: always, pressure, off)",
+                argv[2]);
+        }
+    }
+    if (g_str_equal(cmd, "prune") && argc == 3 &&
+        strlen(argv[2]) >= NUKSM_NAME_LEN) {
+        die(2, "prune: domain name '%s' is too long (at most %u bytes)",
+            argv[2], NUKSM_NAME_LEN - 1);
+    }
+
     ctl.socket_path = socket_path ? socket_path : NUKSM_DEFAULT_SOCKET;
     ctl.buf = g_malloc(NUKSM_MSG_MAX);
     ctl_connect(&ctl);
@@ -664,6 +711,11 @@ int main(int argc, char **argv)
         status = cmd_plan_apply(&ctl, argc > 2 ? argv + 2 : NULL, json);
     } else if (g_str_equal(cmd, "plan")) {
         cmd_plan(&ctl, json);
+    } else if (g_str_equal(cmd, "run")) {
+        cmd_run(&ctl, run, json);
+    } else if (g_str_equal(cmd, "prune")) {
+        status = cmd_prune(&ctl, argc > 2 ? argv[2] : NULL, rate_mib,
+                           !no_wait, json);
     } else {
         cmd_policy(&ctl, policy, json);
     }

@@ -46,6 +46,7 @@ typedef struct Member {
     MEMBER(type, prefix hints_received, "Q"), \
     MEMBER(type, prefix hints_served, "Q"), \
     MEMBER(type, prefix hints_merged, "Q"), \
+    MEMBER(type, prefix tracked_writes, "Q"), \
     MEMBER(type, prefix rest_ms, "I"), \
     MEMBER(type, prefix max_cpu_pm, "I"), \
     MEMBER(type, prefix state, "I"), \
@@ -183,6 +184,7 @@ static void emit_constants(void)
     CONST("STATUS_FAILED", NUKSM_STATUS_FAILED);
     CONST("STATUS_COW", NUKSM_STATUS_COW);
     CONST("STATUS_DISCARDED", NUKSM_STATUS_DISCARDED);
+    CONST("STATUS_PRUNED", NUKSM_STATUS_PRUNED);
     CONST("MEMPOLICY_DEFAULT", NUKSM_MEMPOLICY_DEFAULT);
     CONST("MEMPOLICY_PREFERRED", NUKSM_MEMPOLICY_PREFERRED);
     CONST("MEMPOLICY_BIND", NUKSM_MEMPOLICY_BIND);
@@ -301,6 +303,14 @@ static void emit_structs(void)
            SHARE_MEMBERS(NuksmVmEntry, share.));
     STRUCT("VM_STATS", NuksmMsgVmStats, VM_STATS_MEMBERS(NuksmMsgVmStats, ));
     STRUCT("SHARE", NuksmMsgShare, SHARE_MEMBERS(NuksmMsgShare, ));
+    STRUCT("SET_RUN", NuksmMsgSetRun,
+           MEMBER(NuksmMsgSetRun, run, "I"),
+           MEMBER(NuksmMsgSetRun, reserved, "I"));
+    STRUCT("PRUNE", NuksmMsgPrune,
+           MEMBER(NuksmMsgPrune, domain, "64s"),
+           MEMBER(NuksmMsgPrune, rate, "I"),
+           MEMBER(NuksmMsgPrune, vms, "I"));
+    CONST("PRUNE_RATE_MAX", NUKSM_PRUNE_RATE_MAX);
     STRUCT("APPLY_MOVE", NuksmMsgApplyMove,
            MEMBER(NuksmMsgApplyMove, client_id, "I"),
            MEMBER(NuksmMsgApplyMove, to, "I"));

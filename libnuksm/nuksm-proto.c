@@ -54,6 +54,8 @@ static const char *const msg_type_names[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_APPLIED]      = "APPLIED",
     [NUKSM_MSG_VM_STATS]     = "VM_STATS",
     [NUKSM_MSG_SHARE]        = "SHARE",
+    [NUKSM_MSG_SET_RUN]      = "SET_RUN",
+    [NUKSM_MSG_PRUNE]        = "PRUNE",
     [NUKSM_MSG_VMS]          = "VMS",
     [NUKSM_MSG_STORE]        = "STORE",
     [NUKSM_MSG_CANDIDATES]   = "CANDIDATES",
@@ -256,6 +258,8 @@ static size_t fixed_payload_size(uint16_t type)
     case NUKSM_MSG_APPLIED:      return sizeof(NuksmMsgApplied);
     case NUKSM_MSG_VM_STATS:     return sizeof(NuksmMsgVmStats);
     case NUKSM_MSG_SHARE:        return sizeof(NuksmMsgShare);
+    case NUKSM_MSG_SET_RUN:      return sizeof(NuksmMsgSetRun);
+    case NUKSM_MSG_PRUNE:        return sizeof(NuksmMsgPrune);
     case NUKSM_MSG_WANTED:       return sizeof(NuksmMsgWanted);
     default:                     return 0;
     }
@@ -577,6 +581,23 @@ static const char *check_share(const NuksmMsgShare *m)
     return NULL;
 }
 
+/* A run mode of those there are. */
+static const char *check_set_run(const NuksmMsgSetRun *m)
+{
+    return m->run >= NUKSM_RUN__MAX || m->reserved ?
+           "SET_RUN out of range" : NULL;
+}
+
+/* A terminated domain name, a rate of 1..NUKSM_PRUNE_RATE_MAX. */
+static const char *check_prune(const NuksmMsgPrune *m)
+{
+    if (!strfield_ok(m->domain, sizeof(m->domain))) {
+        return "unterminated domain name in PRUNE";
+    }
+    return m->rate < 1 || m->rate > NUKSM_PRUNE_RATE_MAX ?
+           "PRUNE rate out of range" : NULL;
+}
+
 /* A CPU budget of at most 100 cores, a state of those there are. */
 static const char *check_vm_stats(const NuksmMsgVmStats *m)
 {
@@ -754,6 +775,10 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
         return check_vm_stats(p);
     case NUKSM_MSG_SHARE:
         return check_share(p);
+    case NUKSM_MSG_SET_RUN:
+        return check_set_run(p);
+    case NUKSM_MSG_PRUNE:
+        return check_prune(p);
     case NUKSM_MSG_INFO:
         return check_info(p);
     case NUKSM_MSG_VM_LIMIT:
@@ -813,7 +838,7 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
         if (!check_batch(p, len, sizeof(NuksmSlotRef), 0)) {
             return "UNMERGED size does not match its count";
         }
-        return check_slot_refs(p, NUKSM_STATUS_COW, NUKSM_STATUS_DISCARDED);
+        return check_slot_refs(p, NUKSM_STATUS_COW, NUKSM_STATUS_PRUNED);
     default:
         return "unknown message type";
     }

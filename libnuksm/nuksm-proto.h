@@ -67,7 +67,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 18u
+#define NUKSM_PROTO_VERSION 19u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -149,6 +149,11 @@ typedef enum NuksmMsgType {
                                  /* of these contents (since protocol 17) */
     NUKSM_MSG_SHARE        = 41, /* agent -> VM: its part of the host's */
                                  /* scan budget (since protocol 18) */
+    /* When merging works, at run time (since protocol 19) */
+    NUKSM_MSG_SET_RUN      = 42, /* control -> agent; reply INFO or ERROR */
+    NUKSM_MSG_PRUNE        = 43, /* control -> agent; reply PRUNE or */
+                                 /* ERROR; agent -> VM (seq 0): unmerge */
+                                 /* every merged page */
     NUKSM_MSG__MAX,
 } NuksmMsgType;
 
@@ -411,6 +416,9 @@ typedef struct NuksmMsgVmStats {
     uint64_t hints_received;     /* pages I/O hints named */
     uint64_t hints_served;       /* of them, hashed first */
     uint64_t hints_merged;       /* merges of such pages */
+    uint64_t tracked_writes;     /* writes to pages it tracked as stable */
+                                 /* (write tracking): a stretch once a */
+                                 /* pass at most */
     uint32_t rest_ms;            /* its rest between passes */
     uint32_t max_cpu_pm;         /* its CPU budget, per mille of a core */
     uint32_t state;              /* NuksmVmStateId: its query-nuksm state */
@@ -426,8 +434,9 @@ typedef enum NuksmShareReasonId {
                                  /* its own governor alone */
     NUKSM_SHARE_NEW      = 1,    /* its first pass is not over */
     NUKSM_SHARE_YIELDING = 2,    /* it merged pages lately: by its yield */
-    NUKSM_SHARE_SIGNALLED = 3,   /* I/O hints or writes to merged pages */
-                                 /* tell of new duplicates */
+    NUKSM_SHARE_SIGNALLED = 3,   /* I/O hints, writes, candidates or */
+                                 /* its memory growing tell of new */
+                                 /* duplicates */
     NUKSM_SHARE_RESTING  = 4,    /* it found nothing to merge lately */
     NUKSM_SHARE_IDLE     = 5,    /* it does not scan now (paused, */
                                  /* disabled, limited) */
@@ -455,6 +464,33 @@ typedef enum NuksmRunId {
 
 /* "always", "pressure", "off"; NULL if unknown. */
 const char *nuksm_run_name(uint32_t run);
+
+/*
+ * SET_RUN (since protocol 19): when merging works from now on, as
+ * nuksmd's --run; it also ends what PRUNE held.  Administrators only.
+ */
+typedef struct NuksmMsgSetRun {
+    uint32_t run;            /* NuksmRunId */
+    uint32_t reserved;
+} NuksmMsgSetRun;
+
+/*
+ * PRUNE (since protocol 19), from a control client (administrators
+ * only): stop merging in merge domain @domain, or on the whole host
+ * ("": as run=off), and unmerge every page merged there, each VM at
+ * most @rate pages per second; until SET_RUN.  The reply says how many
+ * VMs were told (@vms).  To each of them the agent sends PRUNE (seq 0)
+ * with its @rate, and the VM unmerges its merged pages, each a private
+ * copy again, telling the agent (UNMERGED, PRUNED).
+ */
+typedef struct NuksmMsgPrune {
+    char domain[NUKSM_NAME_LEN];  /* merge domain; "" = every one */
+    uint32_t rate;           /* pages per second per VM; */
+                             /* 1..NUKSM_PRUNE_RATE_MAX */
+    uint32_t vms;            /* reply: VMs told to unmerge */
+} NuksmMsgPrune;
+
+#define NUKSM_PRUNE_RATE_MAX (1u << 24)  /* 64 GiB/s: no bound */
 
 /*
  * SHARE (seq 0, since protocol 18): the VM's part of the host's scan
@@ -765,7 +801,8 @@ typedef enum NuksmSlotStatus {
     NUKSM_STATUS_FAILED    = 4,  /* MERGED: the remap failed (map count) */
     NUKSM_STATUS_COW       = 5,  /* UNMERGED: a write broke the sharing */
     NUKSM_STATUS_DISCARDED = 6,  /* UNMERGED: the page was discarded */
-    /* 7 is not used: it was a status no side ever sent. */
+    NUKSM_STATUS_PRUNED    = 7,  /* UNMERGED: PRUNE unmerged it (since */
+                                 /* protocol 19; no side sent 7 before) */
     NUKSM_STATUS__MAX,
 } NuksmSlotStatus;
 

@@ -95,27 +95,41 @@ static void fill(double left, const ShareAsk *asks, uint32_t n,
     }
 }
 
+/* What the working VMs of @part were given, all together. */
+static double working_total(const ShareAsk *asks, uint32_t n,
+                            const double *part)
+{
+    double total = 0;
+
+    for (uint32_t i = 0; i < n; i++) {
+        total += resting(&asks[i]) ? 0 : part[i];
+    }
+    return total;
+}
+
 void shares_divide(uint32_t budget_ppm, const ShareAsk *asks, uint32_t n,
                    ShareGiven *given)
 {
     g_autofree double *weight = g_new0(double, n);
     g_autofree double *part = g_new0(double, n);
     uint32_t nr_resting = 0, nr_paced = 0;
-    double left = budget_ppm;
+    double floor, left;
 
     for (uint32_t i = 0; i < n; i++) {
         nr_resting += resting(&asks[i]);
         nr_paced += paced(&asks[i]);
     }
+    /* The working VMs first, less the resting VMs' least part. */
+    floor = nr_resting ? (double)budget_ppm / SHARES_RESTING_PART : 0;
+    weigh(asks, n, weight);
+    fill(budget_ppm - floor, asks, n, weight, part);
+    /* The resting VMs then, what the working VMs leave, evenly. */
+    left = MAX(budget_ppm - working_total(asks, n, part), floor);
     for (uint32_t i = 0; i < n; i++) {
         if (resting(&asks[i])) {
-            part[i] = MIN((double)budget_ppm / SHARES_RESTING_PART /
-                          nr_resting, asks[i].cap_ppm);
-            left -= part[i];
+            part[i] = MIN(left / nr_resting, asks[i].cap_ppm);
         }
     }
-    weigh(asks, n, weight);
-    fill(MAX(left, 0), asks, n, weight, part);
     for (uint32_t i = 0; i < n; i++) {
         given[i] = (ShareGiven) {
             .max_cpu_ppm = CLAMP((uint32_t)part[i], NUKSM_SHARE_MIN_PPM,

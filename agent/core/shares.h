@@ -6,12 +6,14 @@
  * has been doing (NuksmShareReasonId):
  *
  * - a VM that scans nothing now (IDLE) and one whose scanner found
- *   nothing to merge lately (RESTING) share SHARES_RESTING_PART of the
- *   budget, evenly, and run their periodic samplers as many times less
- *   often as there are of them (their pace): a host of resting VMs
- *   costs what one resting VM costs, however many there are; but one
- *   whose merged pages are read lately keeps its samplers' own periods,
- *   which place its copies by who reads them;
+ *   nothing to merge lately (RESTING) share what the others leave of
+ *   the budget (1 / SHARES_RESTING_PART of it at least), evenly, and
+ *   pass and run their periodic samplers as many times less often as
+ *   there are of them (their pace): a host of resting VMs costs what
+ *   one resting VM costs, however many there are, and a resting VM
+ *   that finds something new finds it at the speed the budget leaves;
+ *   but one whose merged pages are read lately keeps its samplers' own
+ *   periods, which place its copies by who reads them;
  * - the others share what is left by weight: a VM that merged lately
  *   (YIELDING) by its yield, the pages it merged per CPU-second; a VM
  *   whose first pass is not over (NEW) or that I/O hints or writes to
@@ -35,7 +37,7 @@
 
 #include "nuksm-proto.h"
 
-/* The resting VMs' part of the budget, all together: 1 / this. */
+/* The resting VMs' least part of the budget, all together: 1 / this. */
 #define SHARES_RESTING_PART 100u
 
 /* What one VM asks for. */

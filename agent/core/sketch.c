@@ -62,10 +62,14 @@ void sketch_note(ContentSketch *sk, uint64_t page, uint64_t digest)
     if (!in_sample(fp, sk->shift)) {
         if (e) {
             keymap_remove(&sk->pages, e);
+            sk->changes++;
         }
         return;
     }
     e = keymap_insert(&sk->pages, page, 0, &added);
+    if (added || e->value != fp >> 8 || e->tag != (fp & 0xff)) {
+        sk->changes++;
+    }
     e->value = fp >> 8;
     e->tag = fp & 0xff;
     /* 40 bits: a sample of one content in 2^40 is as far as it goes. */

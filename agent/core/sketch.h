@@ -52,6 +52,8 @@ typedef struct ContentSketch {
     KeyMap pages;            /* sampled page -> fingerprint: bits 63..32 */
                              /* of its hash (value), 31..24 (tag) */
     uint32_t shift;          /* sampled: the hash's top @shift bits 0 */
+    uint64_t changes;        /* changes of the sample, ever: what was */
+                             /* compared with it holds while this stays */
 } ContentSketch;
 
 void sketch_init(ContentSketch *sk, uint64_t seed);

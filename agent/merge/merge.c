@@ -374,10 +374,13 @@ void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
 {
     const NuksmMsgBatch *batch = payload;
     const NuksmCandidate *c = (const NuksmCandidate *)(batch + 1);
+    uint32_t found = 0;
+    bool held;
 
     if (!conditions_memory_has_room(agent)) {
         return;
     }
+    held = budget_vm_held(agent, client);
     for (uint32_t i = 0; i < batch->count; i++) {
         const NuksmMsgTopology *t = client->home.topology;
         uint32_t gnodes = t ? t->nr_gnodes : 1;
@@ -395,7 +398,21 @@ void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
                              c[i].page, gnodes, gnodes == 1 ? "" : "s");
             return;
         }
+        /*
+         * Merging rests for it (run=off, pressure or a prune): offered
+         * again once it works, as its scanner passes again only then.
+         */
+        if (held) {
+            outbox_add_retry(agent, client, c[i].page);
+            continue;
+        }
         handle_candidate(agent, client, &c[i]);
+        found += !(c[i].flags & NUKSM_CANDIDATE_WANTED);
+    }
+    /* What its scanner found: a sign of new duplicates (budget.h). */
+    if (found) {
+        client->share.offered += found;
+        budget_signed(agent, client);
     }
 }
 

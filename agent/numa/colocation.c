@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "colocation.h"
+#include "nuksm-digest.h"
 #include "ledger.h"
 #include "similarity.h"
 #include "transport.h"
@@ -47,8 +48,29 @@ static GPtrArray *plan_vms(NuksmAgent *agent)
     return vms;
 }
 
+/*
+ * What the pairs of @vms are compared from: the VMs, their merge
+ * domains and their sketches' changes.  Idle VMs' sketches stay: their
+ * pairs are not compared again, which would cost every look the square
+ * of their number.
+ */
+static uint64_t pairs_key(GPtrArray *vms)
+{
+    uint64_t key = vms->len;
+
+    for (guint i = 0; i < vms->len; i++) {
+        const NuksmClient *vm = g_ptr_array_index(vms, i);
+
+        key = nuksm_mix64(key ^ vm->id);
+        key = nuksm_mix64(key ^ vm->domain_id);
+        key = nuksm_mix64(key ^ vm->sketch.changes);
+        key = nuksm_mix64(key ^ vm->sketch.shift);
+    }
+    return key;
+}
+
 /* Every pair of @vms of one merge domain, compared by their sketches. */
-static GArray *plan_pairs(GPtrArray *vms)
+static GArray *compare_pairs(GPtrArray *vms)
 {
     GArray *pairs = g_array_new(FALSE, FALSE, sizeof(ColocatePair));
     g_autoptr(GPtrArray) exports = similarity_exports(vms);
@@ -78,6 +100,20 @@ static GArray *plan_pairs(GPtrArray *vms)
         }
     }
     return pairs;
+}
+
+/* The pairs of @vms, compared again only if something changed. */
+static GArray *plan_pairs(NuksmAgent *agent, GPtrArray *vms)
+{
+    AgentPlacement *pl = &agent->placement;
+    uint64_t key = pairs_key(vms);
+
+    if (!pl->colocate_pairs || pl->colocate_key != key) {
+        g_clear_pointer(&pl->colocate_pairs, g_array_unref);
+        pl->colocate_pairs = compare_pairs(vms);
+        pl->colocate_key = key;
+    }
+    return g_array_ref(pl->colocate_pairs);
 }
 
 /* The plan for the VMs as they are now. */
@@ -110,7 +146,7 @@ static void colocation_look(NuksmAgent *agent, Colocation *c)
             nodes[cv->node].vcpus += cv->vcpus;
         }
     }
-    c->pairs = plan_pairs(c->vms);
+    c->pairs = plan_pairs(agent, c->vms);
     c->moves = colocate_plan(c->cvms, c->vms->len, nodes, agent->nr_nodes,
                              (const ColocatePair *)c->pairs->data,
                              c->pairs->len, &agent->placement.colocate,
@@ -284,4 +320,5 @@ void colocation_start(NuksmAgent *agent)
 void colocation_stop(NuksmAgent *agent)
 {
     g_clear_handle_id(&agent->placement.colocate_timer, g_source_remove);
+    g_clear_pointer(&agent->placement.colocate_pairs, g_array_unref);
 }

@@ -134,15 +134,22 @@ typedef struct ClientReads {
 /* Its part of the host's scan budget (budget.h). */
 typedef struct ClientShare {
     NuksmMsgShare told;      /* the last SHARE sent; pace 0: none yet */
-    uint64_t merges_seen;    /* its merges at the last look */
-    uint64_t cpu_seen;       /* its scanner's and our CPU for it then, ns */
-    uint64_t hints_seen;     /* I/O hints it had taken then */
-    uint64_t breaks_seen;    /* merged pages writes had broken then */
+    uint64_t offered;        /* candidates its scanner found, not */
+                             /* those WANTED asked for, ever (merge.c) */
+    uint64_t resident;       /* its process's pages in RAM, lately */
+    /* At the last periodic look: */
+    uint64_t merges_seen;    /* its merges */
+    uint64_t cpu_seen;       /* its scanner's and our CPU for it, ns */
+    uint64_t hints_seen;     /* I/O hints it had taken */
+    uint64_t breaks_seen;    /* merged pages writes had broken */
+    uint64_t writes_seen;    /* writes to its tracked pages */
+    uint64_t offered_seen;   /* candidates it had offered */
+    uint64_t resident_seen;  /* its process's pages in RAM */
     double merges_avg;       /* merges per look, smoothed */
     double cpu_avg_ns;       /* CPU per look, smoothed */
     uint32_t quiet_looks;    /* looks in a row without a merge */
-    uint32_t doubt;          /* looks with signs but no merge, less */
-                             /* those without signs */
+    uint32_t doubt;          /* looks signalled but without a merge, */
+                             /* less those without signs */
 } ClientShare;
 
 typedef struct NuksmClient {

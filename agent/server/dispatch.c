@@ -303,6 +303,55 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
 }
 
 /*
+ * A control client's request that changes when merging works: from an
+ * administrator only.  Returns the reason it is refused, or NULL.
+ */
+static const char *run_denied(const NuksmClient *client)
+{
+    if (client->role == NUKSM_ROLE_VM) {
+        return "a VM cannot say when the host merges";
+    }
+    return client->admin ? NULL :
+           "changing when the host merges needs an administrator: root, "
+           "nuksmd's user or a member of its admin-group";
+}
+
+static void handle_set_run(NuksmAgent *agent, NuksmClient *client,
+                           uint32_t seq, const void *payload)
+{
+    const NuksmMsgSetRun *req = payload;
+    const char *denied = run_denied(client);
+
+    if (denied) {
+        g_autofree char *text = g_strdup_printf("SET_RUN: %s", denied);
+
+        log_info("%s: SET_RUN %s refused: %s", client->label,
+                 nuksm_run_name(req->run), denied);
+        transport_deny(client, seq, text);
+        return;
+    }
+    budget_set_run(agent, req->run, client->label);
+    handle_get_info(agent, client, seq, NULL);
+}
+
+static void handle_prune(NuksmAgent *agent, NuksmClient *client,
+                         uint32_t seq, const void *payload)
+{
+    NuksmMsgPrune reply = *(const NuksmMsgPrune *)payload;
+    const char *denied = run_denied(client);
+
+    if (denied) {
+        g_autofree char *text = g_strdup_printf("PRUNE: %s", denied);
+
+        log_info("%s: PRUNE refused: %s", client->label, denied);
+        transport_deny(client, seq, text);
+        return;
+    }
+    reply.vms = budget_prune(agent, reply.domain, reply.rate, client->label);
+    transport_send(client, NUKSM_MSG_PRUNE, seq, &reply, sizeof(reply));
+}
+
+/*
  * Whether @client may see @vm in LIST_VMS: an administrator sees every
  * VM, a VM its own process's.  Another control client sees the VMs of
  * its own user in the merge domain its own process would be in as a VM
@@ -408,11 +457,16 @@ static void handle_vm_stats(NuksmAgent *agent, NuksmClient *client,
     const NuksmMsgVmStats *stats = payload;
     bool share_changes = stats->max_cpu_pm != client->scanner.max_cpu_pm ||
                          stats->state != client->scanner.state;
+    bool signs = stats->hints_received != client->scanner.hints_received ||
+                 stats->cow_breaks != client->scanner.cow_breaks ||
+                 stats->tracked_writes != client->scanner.tracked_writes;
 
     client->scanner = *stats;
     /* Its part of the scan budget follows its own budget and state. */
     if (share_changes) {
         budget_changed(agent);
+    } else if (signs) {
+        budget_signed(agent, client);
     }
 }
 
@@ -438,6 +492,8 @@ static const RequestHandler handlers[NUKSM_MSG__MAX] = {
     [NUKSM_MSG_APPLY_MOVE]   = apply_handle_apply_move,
     [NUKSM_MSG_VM_STATS]     = handle_vm_stats,
     [NUKSM_MSG_GET_SKETCH]   = similarity_handle_get_sketch,
+    [NUKSM_MSG_SET_RUN]      = handle_set_run,
+    [NUKSM_MSG_PRUNE]        = handle_prune,
 };
 
 /* Requests of the merge engine, which only VMs take part in. */

@@ -156,6 +156,10 @@ static const ScannerFigure scanner_figures[] = {
     { "nuksm_vm_cow_breaks_total", "counter",
       "The VM's merged pages written, and so unmerged.",
       FIELD(cow_breaks), 1 },
+    { "nuksm_vm_tracked_writes_total", "counter",
+      "Writes to pages the VM's scanner had found stable (write "
+      "tracking), each 2 MiB stretch once a pass at most.",
+      FIELD(tracked_writes), 1 },
     { "nuksm_vm_scan_rate_max", "gauge",
       "Pages per second the VM's scanner may hash, 0 for no cap (KSM: "
       "pages_to_scan per sleep).", FIELD(scan_rate), 1 },

@@ -173,6 +173,16 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
                 sh->max_cpu_ppm <= NUKSM_SHARE_MIN_PPM);
         break;
     }
+    case NUKSM_MSG_SET_RUN:
+        REQUIRE(nuksm_run_name(((const NuksmMsgSetRun *)p)->run) != NULL);
+        break;
+    case NUKSM_MSG_PRUNE: {
+        const NuksmMsgPrune *m = p;
+
+        read_string(m->domain, sizeof(m->domain));
+        REQUIRE(m->rate >= 1 && m->rate <= NUKSM_PRUNE_RATE_MAX);
+        break;
+    }
     case NUKSM_MSG_APPLIED: {
         const NuksmMsgApplied *a = p;
 
@@ -314,7 +324,7 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
                            NUKSM_STATUS_FAILED);
         } else if (type == NUKSM_MSG_UNMERGED) {
             read_slot_refs(r, count, NUKSM_STATUS_COW,
-                           NUKSM_STATUS_DISCARDED);
+                           NUKSM_STATUS_PRUNED);
         } else {
             read_slot_refs(r, count, NUKSM_STATUS_NONE, NUKSM_STATUS_NONE);
         }

@@ -148,7 +148,7 @@ def test_metrics_file_says_what_nuksmctl_says(start_agent, qtest_vm,
                  merge_domain="default") == status["pages_sharing"] * 4096
     assert value(samples, "nuksm_run") == 1
     assert value(samples, "nuksm_merge_across_nodes") == 1
-    assert value(samples, "nuksm_scan_budget_ratio") == 0
+    assert value(samples, "nuksm_scan_budget_ratio") == 0.2
     assert value(samples, "nuksm_agent_clients", role="vm") == 2
     assert value(samples, "nuksm_agent_condition",
                  condition="store-full") == 0
@@ -174,11 +174,13 @@ def test_metrics_file_says_what_nuksmctl_says(start_agent, qtest_vm,
             scanner = [value(now, f"nuksm_vm_{name}", **labels)
                        for name in ("eligible_pages", "zero_pages",
                                     "full_scans_total",
-                                    "cow_breaks_total")]
+                                    "cow_breaks_total",
+                                    "tracked_writes_total")]
             return (local, remote) == (info["merged-local"],
                                        info["merged-remote"]) and \
                 scanner == [info["eligible-pages"], info["zero-pages"],
-                            info["full-scans"], info["cow-breaks"]] and now
+                            info["full-scans"], info["cow-breaks"],
+                            info["tracked-writes"]] and now
         now = wait_until(agrees, 10 * INTERVAL,
                          f"{vm.name}'s merged pages to agree")
         assert value(now, "nuksm_vm_limited", reason="userfaultfd",
@@ -193,9 +195,7 @@ def test_metrics_file_says_what_nuksmctl_says(start_agent, qtest_vm,
         assert value(now, "nuksm_vm_rest_seconds", **labels) == \
             budget["rest-ms"] / 1000
         # Its part of the host's scan budget, as the agent last told it.
-        # No host scan budget by default: no part.
-        assert value(now, "nuksm_vm_scan_share_ratio", reason="off",
-                     **labels) == 0
+        assert 0 < value(now, "nuksm_vm_scan_share_ratio", **labels) <= 0.2
         assert 0 < value(now, "nuksm_vm_scanner_cpu_seconds_total",
                          **labels) < 600
         assert value(now, "nuksm_vm_pages_scanned_total", **labels) > 0

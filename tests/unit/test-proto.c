@@ -158,7 +158,7 @@ static size_t pack_batch(void *buf, NuksmMsgType type, uint32_t seq,
         if (type == NUKSM_MSG_MERGED) {
             r[n].status = NUKSM_STATUS_MERGED + n % 4;
         } else if (type == NUKSM_MSG_UNMERGED) {
-            r[n].status = NUKSM_STATUS_COW + n % 2;
+            r[n].status = NUKSM_STATUS_COW + n % 3;
         }
     }
     memset(pages, 0xa5, count * item);
@@ -356,6 +356,15 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
                              .vms = 3, .budget_ppm = 200000,
                              .yield = 4000 };
         return nuksm_msg_pack(buf, type, seq, &sh, sizeof(sh));
+    }
+    case NUKSM_MSG_SET_RUN: {
+        NuksmMsgSetRun r = { .run = NUKSM_RUN_PRESSURE };
+        return nuksm_msg_pack(buf, type, seq, &r, sizeof(r));
+    }
+    case NUKSM_MSG_PRUNE: {
+        NuksmMsgPrune p = { .rate = 65536, .vms = 2 };
+        nuksm_strfield_set(p.domain, sizeof(p.domain), "blue");
+        return nuksm_msg_pack(buf, type, seq, &p, sizeof(p));
     }
     case NUKSM_MSG_APPLY_MOVE: {
         NuksmMsgApplyMove m = { .client_id = 3, .to = 1 };
@@ -974,7 +983,7 @@ static void test_reject_slot_refs(void)
         { NUKSM_MSG_REFUSED,    NUKSM_STATUS_NONE,   NUKSM_STATUS_NONE },
         { NUKSM_MSG_RETRY,      NUKSM_STATUS_NONE,   NUKSM_STATUS_NONE },
         { NUKSM_MSG_MERGED,     NUKSM_STATUS_MERGED, NUKSM_STATUS_FAILED },
-        { NUKSM_MSG_UNMERGED,   NUKSM_STATUS_COW,    NUKSM_STATUS_DISCARDED },
+        { NUKSM_MSG_UNMERGED,   NUKSM_STATUS_COW,    NUKSM_STATUS_PRUNED },
     };
 
     for (size_t i = 0; i < G_N_ELEMENTS(kinds); i++) {
@@ -1342,6 +1351,33 @@ static void test_reject_share(void)
     g_assert_null(nuksm_share_reason_name(NUKSM_SHARE__MAX));
 }
 
+/* SET_RUN: a known mode; PRUNE: a terminated domain, a rate in range. */
+static void test_reject_run_and_prune(void)
+{
+    NuksmMsgSetRun run = { .run = NUKSM_RUN__MAX };
+    NuksmMsgPrune prune = { .rate = NUKSM_PRUNE_RATE_MAX };
+    size_t size;
+
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_SET_RUN, 1, &run, sizeof(run));
+    assert_rejected(BUF, size, "SET_RUN out of range");
+    run = (NuksmMsgSetRun) { .run = NUKSM_RUN_OFF, .reserved = 1 };
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_SET_RUN, 1, &run, sizeof(run));
+    assert_rejected(BUF, size, "SET_RUN out of range");
+
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_PRUNE, 1, &prune, sizeof(prune));
+    assert_valid(BUF, size);
+    prune.rate = 0;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_PRUNE, 1, &prune, sizeof(prune));
+    assert_rejected(BUF, size, "PRUNE rate out of range");
+    prune.rate = NUKSM_PRUNE_RATE_MAX + 1;
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_PRUNE, 1, &prune, sizeof(prune));
+    assert_rejected(BUF, size, "PRUNE rate out of range");
+    prune.rate = 1;
+    memset(prune.domain, 'a', sizeof(prune.domain));
+    size = nuksm_msg_pack(BUF, NUKSM_MSG_PRUNE, 1, &prune, sizeof(prune));
+    assert_rejected(BUF, size, "unterminated domain name in PRUNE");
+}
+
 /* APPLY_MOVE and APPLIED: nodes, ways and flags in range. */
 static void test_reject_apply(void)
 {
@@ -1514,6 +1550,8 @@ int main(int argc, char **argv)
     g_test_add_func("/proto/reject/apply", test_reject_apply);
     g_test_add_func("/proto/reject/vm-stats", test_reject_vm_stats);
     g_test_add_func("/proto/reject/share", test_reject_share);
+    g_test_add_func("/proto/reject/run-and-prune",
+                    test_reject_run_and_prune);
     g_test_add_func("/proto/vms-max-entries", test_vms_max_entries);
     g_test_add_func("/proto/policy-names", test_policy_names);
     g_test_add_func("/proto/msg-type-names", test_msg_type_names);

@@ -80,8 +80,9 @@ static void test_signals_weigh_as_the_mean(void)
 }
 
 /*
- * However many VMs rest, together they get the resting part, and their
- * pace slows their samplers as many times: their cost does not grow.
+ * However many VMs rest, they share what the working VMs leave, and
+ * their pace slows their passes and samplers as many times: their cost
+ * does not grow.
  */
 static void test_resting_vms_cost_one(void)
 {
@@ -97,14 +98,45 @@ static void test_resting_vms_cost_one(void)
         shares_divide(BUDGET, asks, n + 1, given);
         for (uint32_t i = 0; i < n; i++) {
             g_assert_cmpuint(given[i].max_cpu_ppm, ==,
-                             MAX(BUDGET / SHARES_RESTING_PART / n,
+                             MAX(MIN((BUDGET - CAP) / n, CAP),
                                  NUKSM_SHARE_MIN_PPM));
             g_assert_cmpuint(given[i].pace, ==,
                              MIN(n, NUKSM_SHARE_PACE_MAX));
         }
         g_assert_cmpuint(given[n].max_cpu_ppm, ==, CAP);
         g_assert_cmpuint(given[n].pace, ==, 1);
+        g_assert_cmpuint(sum(given, n + 1), <=,
+                         BUDGET + n * NUKSM_SHARE_MIN_PPM);
     }
+}
+
+/*
+ * What working VMs leave (their caps) goes to the resting VMs, which
+ * then find what is written into them at once; working VMs that take
+ * it all leave them the least part.
+ */
+static void test_resting_vms_take_what_is_left(void)
+{
+    ShareAsk asks[4] = {
+        { NUKSM_SHARE_YIELDING, 10000, 3000, false },
+        { NUKSM_SHARE_SIGNALLED, 10000, 0, false },
+        { NUKSM_SHARE_RESTING, CAP, 0, false },
+        { NUKSM_SHARE_IDLE, CAP, 0, false },
+    };
+    ShareGiven given[4];
+
+    shares_divide(BUDGET, asks, 4, given);
+    g_assert_cmpuint(given[0].max_cpu_ppm, ==, 10000);
+    g_assert_cmpuint(given[1].max_cpu_ppm, ==, 10000);
+    g_assert_cmpuint(given[2].max_cpu_ppm, ==, (BUDGET - 20000) / 2);
+    g_assert_cmpuint(given[3].max_cpu_ppm, ==, (BUDGET - 20000) / 2);
+    g_assert_cmpuint(sum(given, 4), ==, BUDGET);
+
+    asks[0].cap_ppm = asks[1].cap_ppm = BUDGET;
+    shares_divide(BUDGET, asks, 4, given);
+    g_assert_cmpuint(given[2].max_cpu_ppm, ==,
+                     BUDGET / SHARES_RESTING_PART / 2);
+    g_assert_cmpuint(sum(given, 4), <=, BUDGET);
 }
 
 /*
@@ -125,8 +157,7 @@ static void test_read_vms_keep_their_pace(void)
     g_assert_cmpuint(given[1].pace, ==, 2);
     g_assert_cmpuint(given[2].pace, ==, 2);
     for (int i = 0; i < 3; i++) {
-        g_assert_cmpuint(given[i].max_cpu_ppm, ==,
-                         BUDGET / SHARES_RESTING_PART / 3);
+        g_assert_cmpuint(given[i].max_cpu_ppm, ==, BUDGET / 3);
     }
 }
 
@@ -155,6 +186,8 @@ int main(int argc, char **argv)
                     test_signals_weigh_as_the_mean);
     g_test_add_func("/shares/resting-vms-cost-one",
                     test_resting_vms_cost_one);
+    g_test_add_func("/shares/resting-vms-take-what-is-left",
+                    test_resting_vms_take_what_is_left);
     g_test_add_func("/shares/read-vms-keep-their-pace",
                     test_read_vms_keep_their_pace);
     g_test_add_func("/shares/least-part", test_least_part);

@@ -395,6 +395,8 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
         const NuksmMsgShare *share = payload;
         bool released = c->share.reason == NUKSM_SHARE_HELD &&
                         share->reason != NUKSM_SHARE_HELD;
+        bool signalled = c->share.reason != NUKSM_SHARE_SIGNALLED &&
+                         share->reason == NUKSM_SHARE_SIGNALLED;
 
         trace_nuksm_agent_share(s->id, share->max_cpu_ppm,
                                 nuksm_share_reason_name(share->reason),
@@ -404,7 +406,17 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
         /* Memory is short again: look now, not after the held rest. */
         if (released) {
             nuksm_control_kick(s->control);
+        } else if (signalled) {
+            /* The agent saw signs of new duplicates: a pass soon. */
+            nuksm_control_nudge(s->control);
         }
+        return;
+    }
+    if (hdr->type == NUKSM_MSG_PRUNE && hdr->seq == 0) {
+        const NuksmMsgPrune *prune = payload;
+
+        trace_nuksm_agent_prune(s->id, prune->rate);
+        nuksm_control_prune(s->control, prune->rate);
         return;
     }
     if (hdr->type == NUKSM_MSG_CHARGE && hdr->seq == 0) {

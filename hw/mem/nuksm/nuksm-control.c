@@ -6,6 +6,7 @@
  */
 
 #include "qemu/osdep.h"
+#include "qemu/main-loop.h"
 #include "nuksm-control.h"
 #include "trace.h"
 
@@ -32,6 +33,10 @@ void nuksm_control_set_active(NuksmControl *ctl, bool active, uint32_t epoch)
     qemu_mutex_lock(&ctl->lock);
     if (ctl->active != active || ctl->epoch != epoch) {
         trace_nuksm_scan_active(active);
+        /* A PRUNE was the old connection's: a new one asks again. */
+        if (ctl->epoch != epoch) {
+            qatomic_set(&ctl->prune_rate, 0);
+        }
         ctl->active = active;
         qatomic_set(&ctl->epoch, epoch);
         qemu_cond_broadcast(&ctl->cond);
@@ -40,11 +45,14 @@ void nuksm_control_set_active(NuksmControl *ctl, bool active, uint32_t epoch)
 }
 
 void nuksm_control_set_budget(NuksmControl *ctl, const NuksmBudget *budget,
-                              uint32_t pace, bool zero_pages)
+                              uint32_t pace, bool held, bool zero_pages)
 {
     qemu_mutex_lock(&ctl->lock);
     ctl->max_cpu = budget->max_cpu;
     ctl->pace = pace;
+    /* Held now: a pass under way stops, and none starts till let go. */
+    ctl->restart |= held && !ctl->held;
+    ctl->held = held;
     ctl->scan_rate = budget->scan_rate;
     /* A new rest applies at once: the pause starts over from it. */
     if (ctl->rest_ms != budget->rest_ms) {
@@ -80,9 +88,19 @@ void nuksm_control_get_stats(NuksmControl *ctl, NuksmStats *stats)
     stats->pages_volatile = ctl->stats.pages_volatile;
     stats->cow_breaks = ctl->stats.cow_breaks;
     stats->hints_served = ctl->stats.hints_served;
+    stats->tracked_writes = qatomic_read(&ctl->tracked_writes);
     stats->promotions = ctl->stats.promotions;
     stats->demotions = ctl->stats.demotions;
     stats->hashing = ctl->hashing;
+    qemu_mutex_unlock(&ctl->lock);
+}
+
+void nuksm_control_prune(NuksmControl *ctl, uint32_t rate)
+{
+    qemu_mutex_lock(&ctl->lock);
+    qatomic_set(&ctl->prune_rate, rate);
+    ctl->restart = true;
+    qemu_cond_broadcast(&ctl->cond);
     qemu_mutex_unlock(&ctl->lock);
 }
 
@@ -121,6 +139,17 @@ void nuksm_control_nudge(NuksmControl *ctl)
      * times its pace).
      */
     qemu_cond_broadcast(&ctl->cond);
+}
+
+void nuksm_control_written(NuksmControl *ctl)
+{
+    bool first = !qatomic_read(&ctl->nudged);
+
+    qatomic_inc(&ctl->tracked_writes);
+    nuksm_control_nudge(ctl);
+    if (first && ctl->written) {
+        qemu_bh_schedule(ctl->written);
+    }
 }
 
 bool nuksm_control_settled(NuksmControl *ctl)

@@ -48,11 +48,18 @@ struct NuksmControl {
     uint32_t rest_ms;           /* the shortest rest between passes */
     int64_t pause_ms;           /* rest after the current pass */
     uint32_t pace;              /* the host's share's (SHARE), 1: none */
+    bool held;                  /* merging rests host-wide (SHARE HELD): */
+                                /* no pass starts */
+    uint32_t prune_rate;        /* PRUNE asked for, pages per second; */
+                                /* 0: none; also read atomically */
     uint32_t hash_strength;     /* hash-strength: bytes, 0 = adaptive */
     NuksmScanCounters stats;
     NuksmHashStats hashing;     /* the thread's strength figures */
 
     bool nudged;                /* something to look at again; atomic */
+    uint64_t tracked_writes;    /* writes to tracked pages; atomic */
+    QEMUBH *written;            /* scheduled by the first of them since */
+                                /* the pass began, if set */
     bool settled;               /* the last pass found nothing; atomic */
     uint64_t charged_ns;        /* agent CPU to count (CHARGE); atomic */
 };
@@ -70,7 +77,9 @@ void nuksm_control_set_active(NuksmControl *ctl, bool active,
  * (@pace), and whether to drop zeros.
  */
 void nuksm_control_set_budget(NuksmControl *ctl, const NuksmBudget *budget,
-                              uint32_t pace, bool zero_pages);
+                              uint32_t pace, bool held, bool zero_pages);
+/* PRUNE: unmerge every merged page, at most @rate pages per second. */
+void nuksm_control_prune(NuksmControl *ctl, uint32_t rate);
 /*
  * The strength of the change test (nuksm-strength.h): @bytes, a power of
  * 2 from 64 to 4096, or 0 to let it adapt.  Applied by the thread.
@@ -93,6 +102,11 @@ bool nuksm_control_is_active(NuksmControl *ctl);
  * rest is over.  Lock-free.
  */
 void nuksm_control_nudge(NuksmControl *ctl);
+/*
+ * The guest wrote a page tracked as stable: count it, nudge, and, the
+ * first time since the pass began, schedule ctl->written.
+ */
+void nuksm_control_written(NuksmControl *ctl);
 /*
  * The last pass found nothing new and nothing has nudged the thread
  * since: nothing is offered to the agent until something changes.

@@ -114,13 +114,16 @@ NuksmHostShare *nuksm_governor_host_share(Nuksm *s)
 
 void nuksm_governor_apply(Nuksm *s)
 {
+    const NuksmMsgShare *share = nuksm_governor_share(s);
     NuksmBudget budget;
     uint32_t pace = nuksm_governor_pace(s);
 
     if (s->control) {
         nuksm_governor_budget(s, &budget);
         budget.max_cpu = nuksm_governor_scan_max_cpu(s, &budget);
-        nuksm_control_set_budget(s->control, &budget, pace, s->zero_pages);
+        nuksm_control_set_budget(s->control, &budget, pace,
+                                 share && share->reason == NUKSM_SHARE_HELD,
+                                 s->zero_pages);
     }
     /* A resting VM's read windows are its pace times longer. */
     if (s->reads) {

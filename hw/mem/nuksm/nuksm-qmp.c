@@ -143,6 +143,7 @@ static NuksmInfo *nuksm_get_info(Nuksm *s)
     info->merged_pages = stats.merged_pages + stats.zero_pages;
     info->zero_pages = stats.zero_pages;
     info->cow_breaks = stats.cow_breaks;
+    info->tracked_writes = stats.tracked_writes;
     tail = &info->merged_per_node;
     for (uint32_t node = 0; node < NUKSM_MAX_NODES; node++) {
         NuksmNodePages *np;

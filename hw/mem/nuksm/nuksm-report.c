@@ -50,6 +50,7 @@ static void nuksm_report_collect(Nuksm *s, NuksmMsgVmStats *msg)
         .hints_received = hints.hinted,
         .hints_served = stats.hints_served,
         .hints_merged = stats.hints_merged,
+        .tracked_writes = stats.tracked_writes,
         .rest_ms = budget.rest_ms,
         .max_cpu_pm = MIN(budget.max_cpu * 10, 100000),
         .state = nuksm_state(s),

@@ -62,6 +62,7 @@
 #include "nuksm-hints.h"
 #include "nuksm-outbox.h"
 #include "nuksm-pages.h"
+#include "nuksm-prune.h"
 #include "nuksm-ram.h"
 #include "nuksm-reads.h"
 #include "nuksm-regions.h"
@@ -1190,15 +1191,21 @@ static void nuksm_scan_rest(NuksmScanner *sc)
     int64_t start = get_clock();
 
     for (;;) {
-        /* Read each time: a new governor changes the pause. */
-        int64_t end = start + ctl->pause_ms * SCALE_MS;
+        /*
+         * Read each time: a new governor or pace changes the pause.  A
+         * pass that found nothing new rests its pace times longer: a
+         * host of resting VMs passes as often as one resting VM.
+         */
+        int64_t end = ctl->held ? INT64_MAX :
+                      start + ctl->pause_ms * SCALE_MS *
+                      (qatomic_read(&ctl->settled) ? ctl->pace : 1);
 
         nuksm_scan_apply_strength(sc);
         if (!ctl->active || ctl->restart || ctl->quit || get_clock() >= end) {
             break;
         }
         /* Hints do not wait for the next pass: a walk costs more. */
-        if (nuksm_hints_pending(sc->s->hints)) {
+        if (!ctl->held && nuksm_hints_pending(sc->s->hints)) {
             qemu_mutex_unlock(&ctl->lock);
             qatomic_set(&ctl->settled, false);
             nuksm_scan_drain_hints(sc, sc->started_epoch);
@@ -1206,7 +1213,7 @@ static void nuksm_scan_rest(NuksmScanner *sc)
             qemu_mutex_lock(&ctl->lock);
             continue;
         }
-        if (qatomic_read(&ctl->nudged) &&
+        if (qatomic_read(&ctl->nudged) && !ctl->held &&
             get_clock() >= start + ctl->rest_ms * SCALE_MS) {
             qatomic_set(&ctl->settled, false);
             break;
@@ -1247,6 +1254,25 @@ static void nuksm_scan_release_heap(void)
 #ifdef CONFIG_MALLOC_TRIM
     malloc_trim(0);
 #endif
+}
+
+/*
+ * Run the PRUNE asked for, if any (nuksm-prune.h).  Returns whether one
+ * was asked for: the caller looks at the control again.
+ */
+static bool nuksm_scan_prune(NuksmScanner *sc, uint32_t epoch)
+{
+    NuksmControl *ctl = sc->ctl;
+    uint32_t rate = qatomic_read(&ctl->prune_rate);
+
+    if (!rate) {
+        return false;
+    }
+    if (nuksm_prune_run(sc->s, rate, epoch, sc->pagemap_fd)) {
+        /* Unless another came meanwhile (it restarted this one). */
+        qatomic_cmpxchg(&ctl->prune_rate, rate, 0);
+    }
+    return true;
 }
 
 static void *nuksm_scan_thread(void *opaque)
@@ -1296,6 +1322,15 @@ static void *nuksm_scan_thread(void *opaque)
             sc->started_epoch = epoch;
         }
         nuksm_commit_tick(c);
+        if (nuksm_scan_prune(sc, epoch)) {
+            qemu_mutex_lock(&ctl->lock);
+            continue;
+        }
+        if (qatomic_read(&ctl->held)) {
+            qemu_mutex_lock(&ctl->lock);
+            nuksm_scan_rest(sc);
+            continue;
+        }
         trace_nuksm_scan_pass_start();
         sc->passes++;
         sc->news = 0;

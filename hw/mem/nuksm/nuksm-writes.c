@@ -102,7 +102,7 @@ static void nuksm_writes_release(NuksmWrites *w, uint64_t addr)
         qemu_mutex_unlock(&w->s->pages->lock);
     }
     trace_nuksm_writes_fault(page, start, len);
-    nuksm_control_nudge(w->s->control);
+    nuksm_control_written(w->s->control);
 }
 
 /*

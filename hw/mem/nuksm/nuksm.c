@@ -514,6 +514,16 @@ static void nuksm_reset(void *opaque)
     qemu_bh_schedule(s->trim_bh);
 }
 
+/*
+ * The guest wrote a page its scanner had found stable: tell the agent
+ * now, not at the next report, which comes its pace times later while
+ * the VM rests; its part of the budget may be small.
+ */
+static void nuksm_written_bh(void *opaque)
+{
+    nuksm_report_soon(opaque);
+}
+
 static void nuksm_trim_bh(void *opaque)
 {
     nuksm_ram_trim_all();
@@ -571,6 +581,7 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     qemu_register_reset(nuksm_reset, s);
     s->limit_bh = qemu_bh_new(nuksm_scanner_limit_changed, s);
     s->control = nuksm_control_new();
+    s->control->written = qemu_bh_new(nuksm_written_bh, s);
     s->pages = g_new0(NuksmPages, 1);
     nuksm_pages_init(s->pages);
     nuksm_pages_set_distilling(s->pages, s->distilling);
@@ -639,6 +650,7 @@ static void nuksm_instance_finalize(Object *obj)
         nuksm_hints_free(s->hints);
         nuksm_commit_free(s->commit);
         nuksm_reads_free(s->reads);
+        qemu_bh_delete(s->control->written);
         nuksm_control_free(s->control);
         nuksm_pages_destroy(s->pages);
         g_free(s->pages);

@@ -252,6 +252,7 @@ typedef struct NuksmStats {
     uint64_t pages_volatile;
     uint64_t cow_breaks;
     uint64_t hints_served;      /* hinted pages hashed */
+    uint64_t tracked_writes;    /* writes to pages tracked as stable */
     uint64_t promotions;        /* regions moved up a level */
     uint64_t demotions;         /* and down (nuksm-regions.c) */
     /* nuksm-pages.c */

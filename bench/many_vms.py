@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""A host of many small VMs, each side at its defaults
+(docs/benchmarks.rst, "Many small VMs").
+
+    bench/many_vms.py [--vms N ...] [--out DIR] [--no-docs]
+
+For each number of VMs (8, 24, 64 and 128 by default): that many qtest
+VMs of 128 MiB, each holding 16 MiB alike in all of them and 16 MiB of
+its own, are started and filled, then deduplicated from one moment on
+by each side at its defaults: kernel KSM (pages_to_scan=100,
+sleep_millisecs=20), KSM with its advisor (advisor_mode=scan-time, where
+the kernel has it), and nuksm (nuksmd's and the object's defaults, the
+host's scan budget among them); and, for the baseline, by nothing.
+Each side: the time until 99% of what can be saved is saved, then, once
+settled, the CPU of every thread of the QEMUs and of ksmd or nuksmd over
+a window, against the same VMs with no deduplication; and nuksm's own
+threads (nuksmd, and each QEMU's nuksm-* threads) alone, which the
+QEMUs' idle main loops, whose cost varies from run to run, do not blur.
+Must run as root, alone on the host (KSM's settings are restored).
+"""
+
+import argparse
+import concurrent.futures
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT / "tests/integration")]
+
+import harness  # noqa: E402
+import ksm  # noqa: E402
+import procstat  # noqa: E402
+import report  # noqa: E402
+from harness import Agent, Qtest, Vm, ctl_json  # noqa: E402
+from workloads import BACKGROUND, MIB, PAGE, pipeline, tag  # noqa: E402
+
+SERIES_VMS = (8, 24, 64, 128)
+VM_MIB = 128
+ALIKE_MIB = 16
+OWN_MIB = 16
+AT = 64 * MIB           # above the low RAM the firmware uses
+SETTLE_S = 60           # after 99%: each side settles, then ...
+WINDOW_S = 60           # ... is measured over this
+SAMPLE_S = 1.0
+# Qtest connections filling VMs at once (QEMU decodes, we encode).
+FILLERS = 4
+SIDES = ("none", "ksm", "ksm-advisor", "nuksm")
+
+
+def log(msg):
+    print(f"many-vms: {msg}", flush=True)
+
+
+def fill(vm, index):
+    """16 MiB alike in every VM, then 16 MiB of VM @index's own."""
+    q = Qtest(vm.qtest_path)
+    q.sock.settimeout(120)
+    for kind, offset, mib in (("shared", 0, ALIKE_MIB),
+                              ("unique", ALIKE_MIB, OWN_MIB)):
+        addr = AT + offset * MIB
+        q.memset(addr, mib * MIB, BACKGROUND)
+        pipeline(q, [f"writeq {addr + p * PAGE:#x} "
+                     f"{tag(kind, index, p):#x}"
+                     for p in range(mib * MIB // PAGE)])
+    q.close()
+
+
+def expected_saving(vms):
+    """Pages the alike memory saves: all copies but one."""
+    return (vms - 1) * ALIKE_MIB * MIB // PAGE
+
+
+class Host:
+    """The VMs of one side, and what deduplicates them."""
+
+    def __init__(self, side, vms, workdir, control):
+        self.side = side
+        self.n = vms
+        self.workdir = workdir
+        self.control = control
+        self.agent = None
+        self.vms = []
+
+    def start(self):
+        if self.side == "nuksm":
+            self.state_dir = Path(tempfile.mkdtemp(prefix="nuksm-many-",
+                                                   dir="/dev/shm"))
+            sock = self.workdir / "nuksmd.sock"
+            self.agent = Agent(sock, self.workdir / "nuksmd.log",
+                               ["--socket", sock, "--state-dir",
+                                self.state_dir, "--log-level",
+                                "warning"]).start()
+        for i in range(self.n):
+            name = f"{self.side}{i}"
+            objects = []
+            if self.agent:
+                objects = [harness.nuksm_object(id="dedup0",
+                                                agent=self.agent.sock,
+                                                enabled="off")]
+            args = harness.qtest_args(self.workdir / f"{name}.qtest",
+                                      *objects, mem=f"{VM_MIB}M")
+            merge = "off" if self.side == "nuksm" else "on"
+            self.vms.append(Vm(self.workdir, name, [
+                *args, "-name", f"{name},debug-threads=on",
+                "-machine", f"mem-merge={merge}"]).start())
+        start = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(FILLERS) as pool:
+            list(pool.map(fill, self.vms, range(self.n)))
+        log(f"{self.side} x{self.n}: filled in "
+            f"{time.monotonic() - start:.0f} s")
+
+    def enable(self):
+        if self.side == "nuksm":
+            for vm in self.vms:
+                vm.cmd("qom-set", path="/objects/dedup0",
+                       property="enabled", value=True)
+        elif self.side.startswith("ksm"):
+            settings = dict(ksm.DEFAULT)
+            if self.side == "ksm-advisor":
+                settings.update(ksm.ADVISOR)
+            self.control.set(**settings, run=1)
+
+    def saving(self):
+        if self.side == "nuksm":
+            return ctl_json(self.agent.sock, "status")["pages_sharing"]
+        if self.side.startswith("ksm"):
+            return ksm.counters()["pages_sharing"]
+        return 0
+
+    def cpu_ns(self):
+        """Every thread of the QEMUs, ksmd or nuksmd, and nuksm's own
+        threads (nuksmd's, the QEMUs' nuksm-*) apart."""
+        qemu = sum(harness.process_cpu_ns(vm.pid) for vm in self.vms)
+        own = 0
+        if self.agent:
+            own = harness.process_cpu_ns(self.agent.pid)
+            for vm in self.vms:
+                for tid in procstat.threads(vm.pid):
+                    try:
+                        comm = Path(f"/proc/{vm.pid}/task/{tid}/comm") \
+                            .read_text().strip()
+                    except FileNotFoundError:
+                        continue
+                    if comm.startswith("nuksm-"):
+                        own += procstat.thread_cpu_ns(vm.pid, tid)
+        elif self.side.startswith("ksm"):
+            own = self.control.cpu_ns()
+        agent = harness.process_cpu_ns(self.agent.pid) if self.agent else 0
+        return {"all": qemu + (own if self.side.startswith("ksm") else
+                               agent),
+                "own": own, "agent": agent}
+
+    def stop(self):
+        for vm in self.vms:
+            vm.kill()
+        if self.agent:
+            self.agent.stop()
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        if self.side.startswith("ksm"):
+            self.control.reset()
+            if self.side == "ksm-advisor":
+                self.control.set(**{ksm.ADVISOR_MODE: "none"})
+
+
+def window(host, seconds):
+    """Each CPU figure of @host over @seconds, in cores."""
+    start = host.cpu_ns()
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    end = host.cpu_ns()
+    wall = time.monotonic() - t0
+    return {k: (end[k] - start[k]) / 1e9 / wall for k in start}
+
+
+def run_side(side, vms, workdir, control):
+    host = Host(side, vms, workdir, control)
+    try:
+        host.start()
+        result = {"side": side, "vms": vms}
+        target = 0.99 * expected_saving(vms)
+        cpu0 = host.cpu_ns()
+        t0 = time.monotonic()
+        host.enable()
+        timeout = 120 + 15 * vms
+        saved = 0
+        next_log = 0
+        while side != "none" and saved < target:
+            t = time.monotonic() - t0
+            if t > timeout:
+                log(f"{side} x{vms}: timed out at {t:.0f} s")
+                break
+            saved = host.saving()
+            if t >= next_log:
+                next_log += 30
+                log(f"{side} x{vms}: t={t:.0f} s saved "
+                    f"{saved * PAGE / MIB:.0f} of "
+                    f"{expected_saving(vms) * PAGE / MIB:.0f} MiB")
+            time.sleep(SAMPLE_S)
+        if side != "none":
+            result["merge_s"] = (time.monotonic() - t0
+                                 if saved >= target else None)
+            cpu1 = host.cpu_ns()
+            result["merge_cpu_s"] = (cpu1["own"] - cpu0["own"]) / 1e9
+            result["saved_pages"] = saved
+        time.sleep(SETTLE_S)
+        result["steady"] = window(host, WINDOW_S)
+        log(f"{side} x{vms}: merged in {result.get('merge_s')} s; steady "
+            f"{100 * result['steady']['all']:.2f}% of a core in all, own "
+            f"{100 * result['steady']['own']:.3f}%")
+        return result
+    finally:
+        host.stop()
+
+
+def derive(results):
+    """Beyond the baseline: each side's steady CPU less the same VMs'
+    without deduplication."""
+    base = {r["vms"]: r["steady"]["all"] for r in results
+            if r["side"] == "none"}
+    for r in results:
+        if r["side"] != "none" and r["vms"] in base:
+            r["beyond_baseline"] = r["steady"]["all"] - base[r["vms"]]
+
+
+def by_side(results, side):
+    return sorted((r for r in results if r["side"] == side),
+                  key=lambda r: r["vms"])
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"ksm": "tab:blue", "ksm-advisor": "tab:cyan",
+               "nuksm": "tab:orange"}
+    labels = {"ksm": "KSM, its defaults",
+              "ksm-advisor": "KSM's advisor, its defaults",
+              "nuksm": "nuksm, its defaults"}
+    fig, (t_ax, cpu_ax) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
+    for side in ("ksm", "ksm-advisor", "nuksm"):
+        runs = by_side(results, side)
+        if not runs:
+            continue
+        xs = [r["vms"] for r in runs]
+        t_ax.plot(xs, [r["merge_s"] or float("nan") for r in runs], "o-",
+                  color=colours[side], label=labels[side])
+        cpu_ax.plot(xs, [100 * r["steady"]["own"] for r in runs], "o-",
+                    color=colours[side],
+                    label=f"{labels[side]}: ksmd or nuksm's threads")
+        cpu_ax.plot(xs, [100 * r.get("beyond_baseline", float("nan"))
+                         for r in runs], "o:", color=colours[side],
+                    label=f"{labels[side]}: every QEMU thread, beyond "
+                    "no deduplication")
+    t_ax.set_yscale("log")
+    t_ax.set_ylabel("time to 99% saved (s)")
+    t_ax.legend(fontsize=8)
+    t_ax.set_title(f"Many VMs of {VM_MIB} MiB, {ALIKE_MIB} MiB alike: "
+                   "each side at its defaults")
+    cpu_ax.axhline(0.5, color="grey", linewidth=0.8, linestyle="--")
+    cpu_ax.set_ylabel("steady CPU (% of a core)")
+    cpu_ax.set_xlabel("VMs")
+    cpu_ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def rst(meta, results, image, docs_dir):
+    rows = []
+    for r in sorted((r for r in results if r["side"] != "none"),
+                    key=lambda r: (r["vms"], SIDES.index(r["side"]))):
+        merge = r.get("merge_s")
+        rows.append([str(r["vms"]), r["side"],
+                     "—" if merge is None else f"{merge:.1f}",
+                     f"{100 * r['steady']['own']:.3f}%",
+                     f"{100 * r['steady']['agent']:.3f}%"
+                     if r["side"] == "nuksm" else "—",
+                     f"{100 * r.get('beyond_baseline', 0):+.2f}%"])
+    out = [f"``bench/many_vms.py`` on ``{meta['commit']}``, "
+           f"{meta['date']}, {meta['cpu']}: VMs of {VM_MIB} MiB, "
+           f"{ALIKE_MIB} MiB alike in all and {OWN_MIB} MiB of their own; "
+           "time until 99% of the saving, then CPU over "
+           f"{WINDOW_S} s once settled {SETTLE_S} s: ksmd or nuksm's own "
+           "threads (nuksmd and the QEMUs' nuksm-*), nuksmd alone, and "
+           "every thread of the QEMUs with ksmd or nuksmd beyond the same "
+           "VMs without deduplication (the QEMUs' idle main loops vary "
+           "from run to run: a difference within their noise).", ""]
+    out += report.list_table(["VMs", "side", "time to 99% (s)",
+                              "steady, own threads", "of which nuksmd",
+                              "steady, all, beyond none"], rows)
+    rel = os.path.relpath(image, docs_dir)
+    out += ["", f".. image:: {rel}",
+            "   :alt: many-vms: time to 99% and steady CPU against the "
+            "number of VMs, KSM, its advisor and nuksm"]
+    return "\n".join(out) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--vms", type=int, action="append",
+                        help="numbers of VMs (repeatable; default "
+                        f"{', '.join(map(str, SERIES_VMS))})")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "full")
+    parser.add_argument("--no-docs", action="store_true")
+    args = parser.parse_args()
+    if os.geteuid() != 0 or not ksm.available():
+        sys.exit("many-vms: must run as root, with KSM")
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    control = ksm.Ksm()
+    results = []
+    sides = [s for s in SIDES if s != "ksm-advisor" or ksm.has_advisor()]
+    try:
+        for vms in args.vms or SERIES_VMS:
+            for side in sides:
+                with tempfile.TemporaryDirectory(prefix="nuksm-many-") as d:
+                    results.append(run_side(side, vms, Path(d), control))
+    finally:
+        control.restore()
+    derive(results)
+    report.publish(args.out, "many-vms", results, started, plot,
+                   lambda meta, image, docs: rst(meta, results, image,
+                                                 docs),
+                   docs=not args.no_docs)
+    log(f"ran in {(time.monotonic() - started) / 60:.1f} min; results in "
+        f"{args.out / 'many-vms.json'}")
+
+
+if __name__ == "__main__":
+    main()
