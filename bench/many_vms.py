@@ -3,7 +3,7 @@
 """A host of many small VMs, each side at its defaults
 (docs/benchmarks.rst, "Many small VMs").
 
-    bench/many_vms.py [--vms N ...] [--out DIR] [--no-docs]
+    bench/many_vms.py [--vms N ...] [--window S] [--out DIR] [--no-docs]
 
 For each number of VMs (8, 24, 64 and 128 by default): that many qtest
 VMs of 128 MiB, each holding 16 MiB alike in all of them and 16 MiB of
@@ -45,8 +45,8 @@ VM_MIB = 128
 ALIKE_MIB = 16
 OWN_MIB = 16
 AT = 64 * MIB           # above the low RAM the firmware uses
-SETTLE_S = 60           # after 99%: each side settles, then ...
-WINDOW_S = 60           # ... is measured over this
+WINDOW_S = 60           # after 99%: each side settles, then is
+                        # measured, this long each (--window)
 SAMPLE_S = 1.0
 # Qtest connections filling VMs at once (QEMU decodes, we encode).
 FILLERS = 4
@@ -178,7 +178,7 @@ def window(host, seconds):
     return {k: (end[k] - start[k]) / 1e9 / wall for k in start}
 
 
-def run_side(side, vms, workdir, control):
+def run_side(side, vms, workdir, control, window_s):
     host = Host(side, vms, workdir, control)
     try:
         host.start()
@@ -208,8 +208,8 @@ def run_side(side, vms, workdir, control):
             cpu1 = host.cpu_ns()
             result["merge_cpu_s"] = (cpu1["own"] - cpu0["own"]) / 1e9
             result["saved_pages"] = saved
-        time.sleep(SETTLE_S)
-        result["steady"] = window(host, WINDOW_S)
+        time.sleep(window_s)
+        result["steady"] = window(host, window_s)
         log(f"{side} x{vms}: merged in {result.get('merge_s')} s; steady "
             f"{100 * result['steady']['all']:.2f}% of a core in all, own "
             f"{100 * result['steady']['own']:.3f}%")
@@ -266,6 +266,9 @@ def plot(results, path):
     cpu_ax.axhline(0.5, color="grey", linewidth=0.8, linestyle="--")
     cpu_ax.set_ylabel("steady CPU (% of a core)")
     cpu_ax.set_xlabel("VMs")
+    sizes = sorted({r["vms"] for r in results})
+    cpu_ax.set_xscale("log", base=2)
+    cpu_ax.set_xticks(sizes, [str(n) for n in sizes])
     cpu_ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
@@ -287,7 +290,8 @@ def rst(meta, results, image, docs_dir):
            f"{meta['date']}, {meta['cpu']}: VMs of {VM_MIB} MiB, "
            f"{ALIKE_MIB} MiB alike in all and {OWN_MIB} MiB of their own; "
            "time until 99% of the saving, then CPU over "
-           f"{WINDOW_S} s once settled {SETTLE_S} s: ksmd or nuksm's own "
+           f"{meta['window_s']:.0f} s once settled as long: ksmd or "
+           "nuksm's own "
            "threads (nuksmd and the QEMUs' nuksm-*), nuksmd alone, and "
            "every thread of the QEMUs with ksmd or nuksmd beyond the same "
            "VMs without deduplication (the QEMUs' idle main loops vary "
@@ -307,6 +311,9 @@ def main():
     parser.add_argument("--vms", type=int, action="append",
                         help="numbers of VMs (repeatable; default "
                         f"{', '.join(map(str, SERIES_VMS))})")
+    parser.add_argument("--window", type=float, default=WINDOW_S,
+                        help="seconds to settle, then to measure "
+                        f"(default {WINDOW_S})")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "full")
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
@@ -321,13 +328,15 @@ def main():
         for vms in args.vms or SERIES_VMS:
             for side in sides:
                 with tempfile.TemporaryDirectory(prefix="nuksm-many-") as d:
-                    results.append(run_side(side, vms, Path(d), control))
+                    results.append(run_side(side, vms, Path(d), control,
+                                            args.window))
     finally:
         control.restore()
     derive(results)
     report.publish(args.out, "many-vms", results, started, plot,
-                   lambda meta, image, docs: rst(meta, results, image,
-                                                 docs),
+                   lambda meta, image, docs: rst(
+                       {**meta, "window_s": args.window}, results, image,
+                       docs),
                    docs=not args.no_docs)
     log(f"ran in {(time.monotonic() - started) / 60:.1f} min; results in "
         f"{args.out / 'many-vms.json'}")
