@@ -57,18 +57,33 @@ def log(msg):
     print(f"many-vms: {msg}", flush=True)
 
 
-def fill(vm, index):
-    """16 MiB alike in every VM, then 16 MiB of VM @index's own."""
+def fill(vm, index, alike_mib=ALIKE_MIB, own_mib=OWN_MIB):
+    """@alike_mib alike in every VM, then @own_mib of VM @index's own."""
     q = Qtest(vm.qtest_path)
     q.sock.settimeout(120)
-    for kind, offset, mib in (("shared", 0, ALIKE_MIB),
-                              ("unique", ALIKE_MIB, OWN_MIB)):
+    for kind, offset, mib in (("shared", 0, alike_mib),
+                              ("unique", alike_mib, own_mib)):
         addr = AT + offset * MIB
         q.memset(addr, mib * MIB, BACKGROUND)
         pipeline(q, [f"writeq {addr + p * PAGE:#x} "
                      f"{tag(kind, index, p):#x}"
                      for p in range(mib * MIB // PAGE)])
     q.close()
+
+
+def nuksm_cpu_ns(agent, vms):
+    """nuksm's own threads: nuksmd's, and the QEMUs' nuksm-*."""
+    own = harness.process_cpu_ns(agent.pid)
+    for vm in vms:
+        for tid in procstat.threads(vm.pid):
+            try:
+                comm = Path(f"/proc/{vm.pid}/task/{tid}/comm") \
+                    .read_text().strip()
+            except FileNotFoundError:
+                continue
+            if comm.startswith("nuksm-"):
+                own += procstat.thread_cpu_ns(vm.pid, tid)
+    return own
 
 
 def expected_saving(vms):
@@ -139,16 +154,7 @@ class Host:
         qemu = sum(harness.process_cpu_ns(vm.pid) for vm in self.vms)
         own = 0
         if self.agent:
-            own = harness.process_cpu_ns(self.agent.pid)
-            for vm in self.vms:
-                for tid in procstat.threads(vm.pid):
-                    try:
-                        comm = Path(f"/proc/{vm.pid}/task/{tid}/comm") \
-                            .read_text().strip()
-                    except FileNotFoundError:
-                        continue
-                    if comm.startswith("nuksm-"):
-                        own += procstat.thread_cpu_ns(vm.pid, tid)
+            own = nuksm_cpu_ns(self.agent, self.vms)
         elif self.side.startswith("ksm"):
             own = self.control.cpu_ns()
         agent = harness.process_cpu_ns(self.agent.pid) if self.agent else 0

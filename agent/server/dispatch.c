@@ -145,6 +145,14 @@ static void send_policy(NuksmAgent *agent, NuksmClient *client, uint32_t seq)
     transport_send(client, NUKSM_MSG_POLICY, seq, &msg, sizeof(msg));
 }
 
+/* Why control client @client may not change host-wide settings, or NULL. */
+static const char *admin_denied(const NuksmClient *client)
+{
+    return client->admin ? NULL :
+           "changing host-wide settings needs an administrator: root, "
+           "nuksmd's user or a member of its admin-group";
+}
+
 /* Why @client may not change host-wide settings, or NULL if it may. */
 static const char *host_wide_denied(NuksmAgent *agent,
                                     const NuksmClient *client)
@@ -154,9 +162,7 @@ static const char *host_wide_denied(NuksmAgent *agent,
                "this nuksmd does not let VMs set the host-wide policy "
                "(vm-set-policy=false); ask the host's administrator";
     }
-    return client->admin ? NULL :
-           "changing host-wide settings needs an administrator: root, "
-           "nuksmd's user or a member of its admin-group";
+    return admin_denied(client);
 }
 
 static void handle_set_policy(NuksmAgent *agent, NuksmClient *client,
@@ -303,17 +309,13 @@ static void handle_get_info(NuksmAgent *agent, NuksmClient *client,
 }
 
 /*
- * A control client's request that changes when merging works: from an
- * administrator only.  Returns the reason it is refused, or NULL.
+ * A request that changes when merging works: from an administrator's
+ * control client only.  Returns the reason it is refused, or NULL.
  */
 static const char *run_denied(const NuksmClient *client)
 {
-    if (client->role == NUKSM_ROLE_VM) {
-        return "a VM cannot say when the host merges";
-    }
-    return client->admin ? NULL :
-           "changing when the host merges needs an administrator: root, "
-           "nuksmd's user or a member of its admin-group";
+    return client->role == NUKSM_ROLE_VM ?
+           "a VM cannot say when the host merges" : admin_denied(client);
 }
 
 static void handle_set_run(NuksmAgent *agent, NuksmClient *client,

@@ -93,6 +93,16 @@ def awake(vm):
     return share(vm)["reason"] in ("signalled", "yielding")
 
 
+def wait_awake(vms, what):
+    """Wait until each of @vms was seen awake, within a few looks."""
+    woke = set()
+
+    def all_woke():
+        woke.update(vm.name for vm in vms if awake(vm))
+        return len(woke) == len(vms)
+    wait_until(all_woke, 6 * BUDGET_LOOK_S, what)
+
+
 def test_a_resting_vm_written_into_wakes_at_once(start_agent, qtest_vm):
     """Three VMs rest at a pace of three, each having hashed 8 MiB of its
     own.  Pages alike written into two of them wake them within a look
@@ -110,8 +120,7 @@ def test_a_resting_vm_written_into_wakes_at_once(start_agent, qtest_vm):
     untouched = random.Random(98).randbytes(8 * MIB)
     for vm in vms[:2]:
         fill(vm, untouched, at=AT + 16 * MIB)
-    wait_until(lambda: all(awake(vm) for vm in vms[:2]), 4 * BUDGET_LOOK_S,
-               "vm0 and vm1 to wake, their memory grown")
+    wait_awake(vms[:2], "vm0 and vm1 to wake, their memory grown")
     for vm in vms[:2]:
         vm.wait_nuksm(lambda i: i["merged-pages"] >= 8 * MIB // PAGE,
                       "the pages written into untouched memory to merge",
@@ -122,14 +131,14 @@ def test_a_resting_vm_written_into_wakes_at_once(start_agent, qtest_vm):
     over = random.Random(99).randbytes(8 * MIB)
     for vm in vms[:2]:
         fill(vm, over)
-    wait_until(lambda: all(awake(vm) for vm in vms[:2]), 4 * BUDGET_LOOK_S,
-               "vm0 and vm1 to wake, their tracked pages written")
+    wait_awake(vms[:2], "vm0 and vm1 to wake, their tracked pages written")
     for vm, before in zip(vms[:2], written):
         assert vm.nuksm()["tracked-writes"] > before
         vm.wait_nuksm(lambda i: i["merged-pages"] >= 16 * MIB // PAGE,
                       "the pages written over stable ones to merge",
                       timeout=60)
-    assert share(vms[2])["reason"] == "resting"
+    wait_until(lambda: share(vms[2])["reason"] == "resting", 6 *
+               BUDGET_LOOK_S, "vm2 to rest on")
     assert vms[2].nuksm()["merged-pages"] == 0
 
 

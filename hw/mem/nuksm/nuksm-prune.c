@@ -26,11 +26,6 @@
  */
 #define NUKSM_PRUNE_WALKS 4
 
-typedef struct NuksmPruneBlock {
-    char *name;
-    uint8_t gnode;
-} NuksmPruneBlock;
-
 typedef struct NuksmPrune {
     Nuksm *s;
     uint32_t rate;              /* pages per second */
@@ -40,24 +35,6 @@ typedef struct NuksmPrune {
     uint64_t unmerged;          /* pages so far */
     uint64_t found;             /* merged pages the current walk found */
 } NuksmPrune;
-
-static void nuksm_prune_block_free(gpointer p)
-{
-    NuksmPruneBlock *pb = p;
-
-    g_free(pb->name);
-    g_free(pb);
-}
-
-static bool nuksm_prune_add_block(RAMBlock *rb, uint8_t gnode, void *opaque)
-{
-    NuksmPruneBlock *pb = g_new(NuksmPruneBlock, 1);
-
-    pb->name = g_strdup(rb->idstr);
-    pb->gnode = gnode;
-    g_ptr_array_add(opaque, pb);
-    return true;
-}
 
 /* Is the object still to prune, for this connection? */
 static bool nuksm_prune_goes_on(NuksmPrune *p)
@@ -145,7 +122,7 @@ static void nuksm_prune_forget(NuksmPrune *p, NuksmBlockState *bs,
  * Unmerge the merged pages among the NUKSM_PRUNE_BATCH from page @first
  * of block @pb.  Returns false past the block's end.
  */
-static bool nuksm_prune_batch(NuksmPrune *p, const NuksmPruneBlock *pb,
+static bool nuksm_prune_batch(NuksmPrune *p, const NuksmRamBlockName *pb,
                               uint64_t first)
 {
     NuksmPages *pages = p->s->pages;
@@ -189,8 +166,7 @@ static bool nuksm_prune_batch(NuksmPrune *p, const NuksmPruneBlock *pb,
 
 bool nuksm_prune_run(Nuksm *s, uint32_t rate, uint32_t epoch, int pagemap_fd)
 {
-    g_autoptr(GPtrArray) blocks =
-        g_ptr_array_new_with_free_func(nuksm_prune_block_free);
+    g_autoptr(GPtrArray) blocks = nuksm_ram_resolved_names(s);
     NuksmPrune p = {
         .s = s,
         .rate = MAX(rate, 1),
@@ -199,12 +175,11 @@ bool nuksm_prune_run(Nuksm *s, uint32_t rate, uint32_t epoch, int pagemap_fd)
         .start = get_clock(),
     };
 
-    nuksm_ram_foreach_resolved(s, nuksm_prune_add_block, blocks);
     trace_nuksm_prune_start(rate);
     for (unsigned walk = 0; walk < NUKSM_PRUNE_WALKS; walk++) {
         p.found = 0;
         for (guint b = 0; b < blocks->len; b++) {
-            const NuksmPruneBlock *pb = g_ptr_array_index(blocks, b);
+            const NuksmRamBlockName *pb = g_ptr_array_index(blocks, b);
 
             for (uint64_t first = 0;
                  nuksm_prune_batch(&p, pb, first);

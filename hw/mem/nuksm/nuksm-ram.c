@@ -241,6 +241,33 @@ void nuksm_ram_foreach_resolved(Nuksm *s, NuksmRamResolvedFn fn,
     }
 }
 
+static void nuksm_ram_block_name_free(gpointer p)
+{
+    NuksmRamBlockName *bn = p;
+
+    g_free(bn->name);
+    g_free(bn);
+}
+
+static bool nuksm_ram_add_name(RAMBlock *rb, uint8_t gnode, void *opaque)
+{
+    NuksmRamBlockName *bn = g_new(NuksmRamBlockName, 1);
+
+    bn->name = g_strdup(rb->idstr);
+    bn->gnode = gnode;
+    g_ptr_array_add(opaque, bn);
+    return true;
+}
+
+GPtrArray *nuksm_ram_resolved_names(Nuksm *s)
+{
+    GPtrArray *names = g_ptr_array_new_with_free_func(
+        nuksm_ram_block_name_free);
+
+    nuksm_ram_foreach_resolved(s, nuksm_ram_add_name, names);
+    return names;
+}
+
 bool nuksm_ram_resolved_gnode(Nuksm *s, RAMBlock *rb, uint8_t *gnode)
 {
     NuksmRamList *list = qatomic_rcu_read(&s->ram);

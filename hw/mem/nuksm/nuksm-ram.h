@@ -39,6 +39,19 @@ void nuksm_ram_free(Nuksm *s);
 void nuksm_ram_foreach_resolved(Nuksm *s, NuksmRamResolvedFn fn,
                                 void *opaque);
 /*
+ * A resolved eligible block, by name: a walk over guest RAM that drops
+ * the RCU read lock between steps looks it up again each time
+ * (qemu_ram_block_by_name()), so that hot-unplug is safe.
+ */
+typedef struct NuksmRamBlockName {
+    char *name;
+    uint8_t gnode;
+} NuksmRamBlockName;
+
+/* The resolved eligible blocks now, NuksmRamBlockName each; any thread. */
+GPtrArray *nuksm_ram_resolved_names(Nuksm *s);
+
+/*
  * Is @rb among the resolved eligible blocks (as for
  * nuksm_ram_foreach_resolved()), and of which guest NUMA node?  Any
  * thread, with the RCU read lock held.

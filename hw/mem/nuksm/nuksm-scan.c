@@ -933,29 +933,6 @@ static bool nuksm_scan_throttle(NuksmScanner *sc, int64_t wall_ns,
 }
 
 /* A RAM block a pass walks. */
-typedef struct NuksmPassBlock {
-    char *name;
-    uint8_t gnode;
-} NuksmPassBlock;
-
-static void nuksm_pass_block_free(gpointer p)
-{
-    NuksmPassBlock *pb = p;
-
-    g_free(pb->name);
-    g_free(pb);
-}
-
-static bool nuksm_pass_add_block(RAMBlock *rb, uint8_t gnode, void *opaque)
-{
-    NuksmPassBlock *pb = g_new(NuksmPassBlock, 1);
-
-    pb->name = g_strdup(rb->idstr);
-    pb->gnode = gnode;
-    g_ptr_array_add(opaque, pb);
-    return true;
-}
-
 /*
  * The walk is through the region of page @idx of @bs: judge it, if
  * distilling (nuksm-regions.c).
@@ -983,7 +960,8 @@ static void nuksm_scan_judge_region(NuksmScanner *sc, NuksmBlockState *bs,
  * has such a page; returns false at the block's end.  Adds to *hashed
  * and @delta.
  */
-static bool nuksm_scan_next_chunk(NuksmScanner *sc, const NuksmPassBlock *pb,
+static bool nuksm_scan_next_chunk(NuksmScanner *sc,
+                                  const NuksmRamBlockName *pb,
                                   uint64_t first, uint32_t epoch,
                                   unsigned *hashed, NuksmScanCounters *delta)
 {
@@ -1108,16 +1086,14 @@ static bool nuksm_scan_drain_hints(NuksmScanner *sc, uint32_t epoch)
  */
 static bool nuksm_scan_pass(NuksmScanner *sc, uint32_t epoch)
 {
-    g_autoptr(GPtrArray) pass =
-        g_ptr_array_new_with_free_func(nuksm_pass_block_free);
+    g_autoptr(GPtrArray) pass = nuksm_ram_resolved_names(sc->s);
     NuksmPassClock pc = {};
     NuksmScanCounters delta;
     unsigned hashed;
 
-    nuksm_ram_foreach_resolved(sc->s, nuksm_pass_add_block, pass);
 
     for (guint b = 0; b < pass->len; b++) {
-        const NuksmPassBlock *pb = g_ptr_array_index(pass, b);
+        const NuksmRamBlockName *pb = g_ptr_array_index(pass, b);
 
         for (uint64_t first = 0;; first += NUKSM_SCAN_CHUNK_PAGES) {
             if (!pc.wall_start) {
