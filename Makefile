@@ -22,6 +22,9 @@
 #   make bench-many-vms  8 to 128 small VMs, each side at its defaults:
 #                   time to merge, steady CPU against no deduplication
 #                   (about an hour; also part of make bench)
+#   make bench-pressure  merging only while memory is short, against KSM
+#                   under a ksmtuned-style controller (about 20 minutes;
+#                   also part of make bench)
 #   make soak       ... and churn eight VMs for SOAK_SECONDS (default 1800)
 #                   while the agent is killed again and again
 #   make install    install nuksmd, nuksmctl, the patched QEMU (as
@@ -168,7 +171,7 @@ soak: all
 # Benchmarks against kernel KSM (docs/benchmarks.rst): root, since KSM's
 # settings are global (they are restored).  Results in bench/results/.
 .PHONY: bench bench-quick bench-placement bench-scheme bench-fleet \
-	bench-many-vms
+	bench-many-vms bench-pressure
 bench: all guest
 	@echo "==> benchmarks: nuksm and kernel KSM side by side (about two and a half hours)"
 	@$(VENV)/bin/python bench/run.py
@@ -176,9 +179,13 @@ bench: all guest
 	@$(MAKE) --no-print-directory bench-scheme
 	@$(MAKE) --no-print-directory bench-fleet
 	@$(MAKE) --no-print-directory bench-many-vms
+	@$(MAKE) --no-print-directory bench-pressure
 bench-many-vms: all
 	@echo "==> many small VMs, each side at its defaults (about an hour)"
 	@$(VENV)/bin/python bench/many_vms.py
+bench-pressure: all
+	@echo "==> merging by memory pressure against a ksmtuned-style controller (about 20 min)"
+	@$(VENV)/bin/python bench/pressure.py
 bench-scheme: all
 	@echo "==> co-location and the adaptive scheme on AdaptMD's mirrored deployment (about 15 min)"
 	@$(VENV)/bin/python bench/scheme.py
