@@ -71,9 +71,9 @@ def fill(vm, index, alike_mib=ALIKE_MIB, own_mib=OWN_MIB):
     q.close()
 
 
-def nuksm_cpu_ns(agent, vms):
-    """nuksm's own threads: nuksmd's, and the QEMUs' nuksm-*."""
-    own = harness.process_cpu_ns(agent.pid)
+def nuksm_threads_cpu_ns(vms):
+    """The QEMUs' nuksm-* threads."""
+    own = 0
     for vm in vms:
         for tid in procstat.threads(vm.pid):
             try:
@@ -152,12 +152,12 @@ class Host:
         """Every thread of the QEMUs, ksmd or nuksmd, and nuksm's own
         threads (nuksmd's, the QEMUs' nuksm-*) apart."""
         qemu = sum(harness.process_cpu_ns(vm.pid) for vm in self.vms)
+        agent = harness.process_cpu_ns(self.agent.pid) if self.agent else 0
         own = 0
         if self.agent:
-            own = nuksm_cpu_ns(self.agent, self.vms)
+            own = agent + nuksm_threads_cpu_ns(self.vms)
         elif self.side.startswith("ksm"):
             own = self.control.cpu_ns()
-        agent = harness.process_cpu_ns(self.agent.pid) if self.agent else 0
         return {"all": qemu + (own if self.side.startswith("ksm") else
                                agent),
                 "own": own, "agent": agent}

@@ -113,18 +113,18 @@ void shares_divide(uint32_t budget_ppm, const ShareAsk *asks, uint32_t n,
     g_autofree double *weight = g_new0(double, n);
     g_autofree double *part = g_new0(double, n);
     uint32_t nr_resting = 0, nr_paced = 0;
-    double floor, left;
+    double least, left;
 
     for (uint32_t i = 0; i < n; i++) {
         nr_resting += resting(&asks[i]);
         nr_paced += paced(&asks[i]);
     }
     /* The working VMs first, less the resting VMs' least part. */
-    floor = nr_resting ? (double)budget_ppm / SHARES_RESTING_PART : 0;
+    least = nr_resting ? (double)budget_ppm / SHARES_RESTING_PART : 0;
     weigh(asks, n, weight);
-    fill(budget_ppm - floor, asks, n, weight, part);
+    fill(budget_ppm - least, asks, n, weight, part);
     /* The resting VMs then, what the working VMs leave, evenly. */
-    left = MAX(budget_ppm - working_total(asks, n, part), floor);
+    left = MAX(budget_ppm - working_total(asks, n, part), least);
     for (uint32_t i = 0; i < n; i++) {
         if (resting(&asks[i])) {
             part[i] = MIN(left / nr_resting, asks[i].cap_ppm);
