@@ -43,7 +43,7 @@ import harness  # noqa: E402
 import ksm  # noqa: E402
 import report  # noqa: E402
 from harness import Agent, Vm, ctl_json  # noqa: E402
-from many_vms import fill, nuksm_cpu_ns  # noqa: E402
+from many_vms import fill, nuksm_threads_cpu_ns  # noqa: E402
 from workloads import MIB, PAGE  # noqa: E402
 
 VMS = 4
@@ -192,7 +192,8 @@ class Side:
 
     def cpu_ns(self):
         if self.agent:
-            return nuksm_cpu_ns(self.agent, self.vms)
+            return harness.process_cpu_ns(self.agent.pid) + \
+                nuksm_threads_cpu_ns(self.vms)
         return self.control.cpu_ns()
 
     def stop(self):
