@@ -13,7 +13,9 @@ it for a phase (memory is short: less than 20% left), then exits (to
 spare again) for another.  The thresholds are ksmtuned's, MOM's and
 KubeVirt's: merging works while less than 20% of the memory is
 available.  nuksm: nuksmd --run=pressure looking at the cgroup
-(--pressure-cgroup), at its defaults otherwise.  KSM: a controller after
+(--pressure-cgroup), at its defaults otherwise; nuksmd runs in the
+cgroup too, so that its store, the merged copies, counts in the
+memory the cgroup stands for, as it does on a host.  KSM: a controller after
 ksmtuned (its defaults: a look every 60 s, --interval; below the
 threshold run=1 and pages_to_scan up by 300 to at most 1250, else
 run=0 and pages_to_scan down by 50 to at least 64; sleep_millisecs 10
@@ -167,6 +169,9 @@ class Side:
                 "--pressure-cgroup", self.cgroup.path,
                 "--pressure-available", f"{THRESHOLD_PERCENT}%",
                 "--pressure-stall", "0"]).start()
+            # The cgroup stands for the host: the store is memory of it,
+            # as on a host (charged to nuksmd, which writes it).
+            self.cgroup.add(self.agent.pid)
             objects = [harness.nuksm_object(id="dedup0",
                                             agent=self.agent.sock)]
         for i in range(VMS):
