@@ -456,13 +456,24 @@ static bool nuksm_get_enabled(Object *obj, Error **errp)
     return NUKSM(obj)->enabled;
 }
 
+/*
+ * Whether the object may run changed: run the scanner to match, and tell
+ * the agent now, not at the next report, which comes its pace times
+ * later for a VM the agent held idle; its part of the budget follows.
+ */
+static void nuksm_activity_changed(Nuksm *s)
+{
+    nuksm_update_activity(s);
+    nuksm_report_soon(s);
+}
+
 static void nuksm_set_enabled(Object *obj, bool value, Error **errp)
 {
     Nuksm *s = NUKSM(obj);
 
     s->enabled = value;
     trace_nuksm_set_property("enabled", value);
-    nuksm_update_activity(s);
+    nuksm_activity_changed(s);
 }
 
 /*
@@ -476,7 +487,7 @@ static int nuksm_migration_notify(NotifierWithReturn *notifier,
 
     s->migrating = e->type == MIG_EVENT_PRECOPY_SETUP;
     trace_nuksm_migration(s->id, s->migrating);
-    nuksm_update_activity(s);
+    nuksm_activity_changed(s);
     return 0;
 }
 
@@ -573,7 +584,7 @@ static void nuksm_machine_done(Notifier *notifier, void *data)
 /* Leaving the incoming-migration state lets the object become active. */
 static void nuksm_vm_state_change(void *opaque, bool running, RunState state)
 {
-    nuksm_update_activity(opaque);
+    nuksm_activity_changed(opaque);
 }
 
 static void nuksm_complete(UserCreatable *uc, Error **errp)
