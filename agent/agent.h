@@ -166,6 +166,7 @@ typedef struct AgentBudget {
     char *memory_error;      /* why it could read nothing, or NULL */
     guint timer;             /* the periodic look */
     guint soon;              /* a look soon, after a VM joined */
+    uint32_t looks;          /* periodic looks so far */
     GHashTable *pruned;      /* merge domain id + 1 -> itself: merging */
                              /* rests there since a PRUNE */
 } AgentBudget;
@@ -210,6 +211,7 @@ typedef struct AgentPlacement {
                                  /* pinned (--colocate-pins=move) */
     ColocateApply colocate_apply;    /* which moves it carries out */
     guint colocate_timer;    /* colocation.c's periodic look */
+    guint colocate_periods;  /* periods since it last looked */
     GArray *colocate_pairs;  /* its last look's ColocatePairs, and what */
     uint64_t colocate_key;   /* they were compared from (colocation.c) */
 } AgentPlacement;

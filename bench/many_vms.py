@@ -3,7 +3,8 @@
 """A host of many small VMs, each side at its defaults
 (docs/benchmarks.rst, "Many small VMs").
 
-    bench/many_vms.py [--vms N ...] [--window S] [--out DIR] [--no-docs]
+    bench/many_vms.py [--vms N ...] [--window S] [--out DIR] [--keep]
+                      [--no-docs]
 
 For each number of VMs (8, 24, 64 and 128 by default): that many qtest
 VMs of 128 MiB, each holding 16 MiB alike in all of them and 16 MiB of
@@ -17,11 +18,14 @@ settled, the CPU of every thread of the QEMUs and of ksmd or nuksmd over
 a window, against the same VMs with no deduplication; and nuksm's own
 threads (nuksmd, and each QEMU's nuksm-* threads) alone, which the
 QEMUs' idle main loops, whose cost varies from run to run, do not blur.
+With --keep, the numbers of VMs not run now keep their results from
+OUT/many-vms.json, each marked with the run it comes from.
 Must run as root, alone on the host (KSM's settings are restored).
 """
 
 import argparse
 import concurrent.futures
+import json
 import os
 import shutil
 import sys
@@ -224,6 +228,17 @@ def run_side(side, vms, workdir, control, window_s):
         host.stop()
 
 
+def kept(path, running):
+    """The results in @path for numbers of VMs not in @running, each
+    marked with the commit and date of the run it comes from."""
+    if not path.exists():
+        return []
+    old = json.loads(path.read_text())
+    mark = {k: old["meta"][k] for k in ("commit", "date")}
+    return [{"run": mark, **r} for r in old["results"]
+            if r["vms"] not in running]
+
+
 def derive(results):
     """Beyond the baseline: each side's steady CPU less the same VMs'
     without deduplication."""
@@ -302,6 +317,14 @@ def rst(meta, results, image, docs_dir):
            "every thread of the QEMUs with ksmd or nuksmd beyond the same "
            "VMs without deduplication (the QEMUs' idle main loops vary "
            "from run to run: a difference within their noise).", ""]
+    earlier = {}
+    for r in results:
+        if "run" in r:
+            earlier.setdefault((r["run"]["commit"], r["run"]["date"]),
+                               set()).add(r["vms"])
+    for (commit, date), sizes in sorted(earlier.items()):
+        out[0] += (f" The {', '.join(map(str, sorted(sizes)))} VMs come "
+                   f"from ``{commit}``, {date}.")
     out += report.list_table(["VMs", "side", "time to 99% (s)",
                               "steady, own threads", "of which nuksmd",
                               "steady, all, beyond none"], rows)
@@ -321,6 +344,9 @@ def main():
                         help="seconds to settle, then to measure "
                         f"(default {WINDOW_S})")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "full")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep OUT/many-vms.json's results for the "
+                        "numbers of VMs not run now")
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
     if os.geteuid() != 0 or not ksm.available():
@@ -338,6 +364,9 @@ def main():
                                             args.window))
     finally:
         control.restore()
+    if args.keep:
+        results += kept(args.out / "many-vms.json",
+                        {r["vms"] for r in results})
     derive(results)
     report.publish(args.out, "many-vms", results, started, plot,
                    lambda meta, image, docs: rst(

@@ -47,6 +47,9 @@ typedef struct Member {
     MEMBER(type, prefix hints_served, "Q"), \
     MEMBER(type, prefix hints_merged, "Q"), \
     MEMBER(type, prefix tracked_writes, "Q"), \
+    MEMBER(type, prefix huge_held_pages, "Q"), \
+    MEMBER(type, prefix huge_kept, "Q"), \
+    MEMBER(type, prefix huge_splits, "Q"), \
     MEMBER(type, prefix rest_ms, "I"), \
     MEMBER(type, prefix max_cpu_pm, "I"), \
     MEMBER(type, prefix state, "I"), \

@@ -67,7 +67,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 19u
+#define NUKSM_PROTO_VERSION 20u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -419,6 +419,10 @@ typedef struct NuksmMsgVmStats {
     uint64_t tracked_writes;     /* writes to pages it tracked as stable */
                                  /* (write tracking): a stretch once a */
                                  /* pass at most */
+    /* Since protocol 20: huge pages kept where merging does not pay */
+    uint64_t huge_held_pages;    /* duplicates held back for them */
+    uint64_t huge_kept;          /* huge pages kept so */
+    uint64_t huge_splits;        /* huge pages split, as merging paid */
     uint32_t rest_ms;            /* its rest between passes */
     uint32_t max_cpu_pm;         /* its CPU budget, per mille of a core */
     uint32_t state;              /* NuksmVmStateId: its query-nuksm state */
@@ -798,7 +802,7 @@ typedef enum NuksmSlotStatus {
     NUKSM_STATUS_MERGED    = 1,  /* MERGED: the page now maps the slot */
     NUKSM_STATUS_CHANGED   = 2,  /* MERGED: content differs from the slot */
     NUKSM_STATUS_GONE      = 3,  /* MERGED: page not mergeable any more */
-    NUKSM_STATUS_FAILED    = 4,  /* MERGED: the remap failed (map count) */
+    NUKSM_STATUS_FAILED    = 4,  /* MERGED: held back (map count, huge page) */
     NUKSM_STATUS_COW       = 5,  /* UNMERGED: a write broke the sharing */
     NUKSM_STATUS_DISCARDED = 6,  /* UNMERGED: the page was discarded */
     NUKSM_STATUS_PRUNED    = 7,  /* UNMERGED: PRUNE unmerged it (since */

@@ -239,12 +239,16 @@ static void look(NuksmAgent *agent, bool periodic)
     }
     asks = g_new(ShareAsk, n);
     given = g_new(ShareGiven, n);
+    if (periodic) {
+        b->looks++;
+    }
     for (guint i = 0; i < n; i++) {
         NuksmClient *vm = g_ptr_array_index(all, i);
         uint32_t cap = vm->scanner.max_cpu_pm * 1000;
         NuksmShareReasonId reason;
 
-        if (periodic) {
+        if (periodic && (b->looks + vm->id) %
+            MAX(n / BUDGET_RESIDENT_PER_LOOK, 1u) == 0) {
             read_resident(vm);
         }
         reason = look_at(vm, periodic);

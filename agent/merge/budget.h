@@ -10,7 +10,8 @@
  * and writes to pages tracked as stable (VM_STATS), the candidates its
  * scanner found (not those WANTED asked for again), and its process's
  * memory in RAM growing by BUDGET_GROWTH_PAGES or more
- * (host/resident.h: what its guest writes where it never wrote).  From
+ * (host/resident.h: what its guest writes where it never wrote; read
+ * for BUDGET_RESIDENT_PER_LOOK VMs a look, in turn).  From
  * that each VM asks for a part (NuksmShareReasonId): new until its
  * second pass is over, yielding while it merged in the last
  * BUDGET_QUIET_LOOKS looks, signalled while signs come (once more than
@@ -56,6 +57,13 @@
 #define BUDGET_DOUBT_LOOKS 3
 #define BUDGET_SPARE_PM 50
 #define BUDGET_GROWTH_PAGES 256
+/*
+ * VMs whose memory in RAM one periodic look reads, at most (each VM in
+ * its turn): an idle host's cost must grow no faster than its VMs, and
+ * memory growing is seen within as many looks as there are times this
+ * many VMs.
+ */
+#define BUDGET_RESIDENT_PER_LOOK 32
 
 /* Share the budget, and merge when @cfg says, from now on. */
 void budget_start(NuksmAgent *agent, const BudgetConfig *cfg);

@@ -259,9 +259,15 @@ static gboolean on_refresh(gpointer opaque)
 {
     NuksmAgent *agent = opaque;
     g_autoptr(GPtrArray) all = clients_list_vms(&agent->clients);
-    g_autofree ClientColocation *before = g_new(ClientColocation, all->len);
+    g_autofree ClientColocation *before = NULL;
     Colocation c;
 
+    if (++agent->placement.colocate_periods <
+        all->len / COLOCATION_VMS_PER_PERIOD) {
+        return G_SOURCE_CONTINUE;
+    }
+    agent->placement.colocate_periods = 0;
+    before = g_new(ClientColocation, all->len);
     for (guint i = 0; i < all->len; i++) {
         NuksmClient *vm = g_ptr_array_index(all, i);
 

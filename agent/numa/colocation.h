@@ -19,9 +19,12 @@
  * similar VM of its domain (its twin) and its planned move, if any, for
  * LIST_VMS, and to tell each VM whose twin or move changed
  * (COLOCATION, which query-nuksm shows), with the adaptive scheme's
- * choice for its merge domain (colocate_scheme()).  A look exports each VM's sketch once and compares every two
- * VMs of a domain by a merge of their exports (core/sketch.h): some 80
- * ms of CPU for 100 VMs of one domain, every period, about 1% of a core.
+ * choice for its merge domain (colocate_scheme()); past
+ * COLOCATION_VMS_PER_PERIOD VMs, as many periods apart as there are
+ * times that many.  A look exports each VM's sketch once and compares
+ * every two VMs of a domain by a merge of their exports (core/sketch.h),
+ * only when their sketches changed: some 80 ms of CPU for 100 VMs of one
+ * domain.
  *
  * Copyright (c) 2026 nuksm developers
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -34,6 +37,12 @@
 
 /* Seconds between two looks for LIST_VMS. */
 #define COLOCATION_PERIOD_S 10
+/*
+ * With more VMs than this, looks come as many periods apart as there are
+ * times this many: a plan weighs every pair of VMs (colocate_plan()),
+ * and an idle host's cost must grow no faster than its VMs.
+ */
+#define COLOCATION_VMS_PER_PERIOD 32
 
 void colocation_handle_get_plan(NuksmAgent *agent, NuksmClient *client,
                                 uint32_t seq, const void *payload);

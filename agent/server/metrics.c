@@ -160,6 +160,15 @@ static const ScannerFigure scanner_figures[] = {
       "Writes to pages the VM's scanner had found stable (write "
       "tracking), each 2 MiB stretch once a pass at most.",
       FIELD(tracked_writes), 1 },
+    { "nuksm_vm_huge_pages_kept", "gauge",
+      "The VM's huge pages kept whole, their duplicates held back: too few "
+      "to pay for splitting them (huge-split).", FIELD(huge_kept), 1 },
+    { "nuksm_vm_huge_held_pages", "gauge",
+      "The VM's duplicate pages held back to keep huge pages whole.",
+      FIELD(huge_held_pages), 1 },
+    { "nuksm_vm_huge_splits_total", "counter",
+      "The VM's huge pages split for merging, as enough of their pages "
+      "were duplicates to pay for it.", FIELD(huge_splits), 1 },
     { "nuksm_vm_scan_rate_max", "gauge",
       "Pages per second the VM's scanner may hash, 0 for no cap (KSM: "
       "pages_to_scan per sleep).", FIELD(scan_rate), 1 },

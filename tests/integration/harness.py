@@ -317,7 +317,8 @@ VmEntry = collections.namedtuple(
     "read_window_ms read_hot_regions twin_id twin_pm plan_to plan_verdict "
     "scheme applied_to eligible_pages pages_scanned full_scans zero_pages "
     "cow_breaks pages_volatile scan_rate scan_cpu_ns hints_received "
-    "hints_served hints_merged tracked_writes rest_ms max_cpu_pm state reserved3 "
+    "hints_served hints_merged tracked_writes huge_held_pages huge_kept "
+    "huge_splits rest_ms max_cpu_pm state reserved3 "
     "share_max_cpu_ppm share_reason share_pace share_vms share_budget_ppm "
     "share_yield")
 

@@ -446,6 +446,8 @@ def test_priority_limit_of_a_rule(workdir, start_agent, qtest_vm):
     ("domain=a/b", "property 'domain' must be 1 to 63 characters"),
     ("agent=/" + "x" * 120, "property 'agent' must be a unix socket path"),
     ("memdev=nope", "property 'memdev': no memory backend with id 'nope'"),
+    ("huge-split=0", "property 'huge-split' must be from 1 (split a huge "
+     "page for any duplicate) to 512 (only for a whole duplicate), got 0"),
 ])
 def test_bad_object_properties(workdir, qemu_bin, props, message):
     result = harness.run_qemu(*harness.qtest_args(

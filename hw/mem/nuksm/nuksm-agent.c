@@ -31,6 +31,7 @@
 #include "nuksm-governor.h"
 #include "nuksm-numa.h"
 #include "nuksm-outbox.h"
+#include "nuksm-report.h"
 #include "nuksm-state.h"
 #include "trace.h"
 
@@ -235,6 +236,8 @@ static void nuksm_agent_handle_hello_ack(Nuksm *s, const NuksmMsgHelloAck *a,
     c->vm_limit_sent = NUKSM_VM_LIMIT__MAX;
     nuksm_limit_changed(s);
     nuksm_update_activity(s);
+    /* The new agent learns our state now, not at our pace. */
+    nuksm_report_soon(s);
 }
 
 static void nuksm_agent_handle_reply(Nuksm *s, const NuksmMsgHeader *hdr,
@@ -397,6 +400,7 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
                         share->reason != NUKSM_SHARE_HELD;
         bool signalled = c->share.reason != NUKSM_SHARE_SIGNALLED &&
                          share->reason == NUKSM_SHARE_SIGNALLED;
+        bool quicker = share->pace < c->share.pace;
 
         trace_nuksm_agent_share(s->id, share->max_cpu_ppm,
                                 nuksm_share_reason_name(share->reason),
@@ -409,6 +413,13 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
         } else if (signalled) {
             /* The agent saw signs of new duplicates: a pass soon. */
             nuksm_control_nudge(s->control);
+        }
+        /*
+         * The next report was timed at the slower pace: the agent, which
+         * judges the VM by it, would see what it does that much later.
+         */
+        if (quicker) {
+            nuksm_report_soon(s);
         }
         return;
     }

@@ -37,6 +37,7 @@
 #include "libnuksm/nuksm-digest.h"
 #include "nuksm-commit.h"
 #include "nuksm-control.h"
+#include "nuksm-huge.h"
 #include "nuksm-maps.h"
 #include "nuksm-outbox.h"
 #include "nuksm-ram.h"
@@ -272,9 +273,10 @@ bool nuksm_commit_drop_zero(NuksmCommit *c, NuksmBlockState *bs,
 }
 
 /*
- * Refuse the merge of page @idx of @bs (entry @r) for lack of mappings:
- * the agent forgets it (FAILED), and the scanner holds the page back
- * until merging resumes (nuksm-maps.c).
+ * Refuse the merge of page @idx of @bs (entry @r), for lack of mappings
+ * or for its huge page: the agent forgets it (FAILED), and the scanner
+ * holds the page back until merging resumes (nuksm-maps.c) or the huge
+ * page is to split (nuksm-huge.c).
  */
 static void nuksm_commit_hold(NuksmBlockState *bs, uint64_t idx,
                               NuksmSlotRef *r)
@@ -674,6 +676,26 @@ static bool nuksm_commit_stale(NuksmCommit *c, NuksmWork *w)
     return nuksm_control_epoch(c->s->control) != w->epoch;
 }
 
+/*
+ * How many entries of @r from @i on (sorted by page, @count in all) lie
+ * in the stretch of @r[@i] in @bs?
+ */
+static unsigned nuksm_commit_stretch_entries(NuksmBlockState *bs,
+                                             const NuksmSlotRef *r, size_t i,
+                                             size_t count)
+{
+    uint64_t idx = r[i].page - bs->first_page;
+    uint64_t end = bs->first_page +
+                   MIN(QEMU_ALIGN_DOWN(idx, NUKSM_TRACK_STRETCH) +
+                       NUKSM_TRACK_STRETCH, bs->nr_pages);
+    size_t j = i;
+
+    while (j < count && r[j].page < end) {
+        j++;
+    }
+    return j - i;
+}
+
 static void nuksm_commit_merge(NuksmCommit *c, NuksmWork *w)
 {
     const NuksmMsgBatch *b = (const NuksmMsgBatch *)w->payload;
@@ -681,8 +703,9 @@ static void nuksm_commit_merge(NuksmCommit *c, NuksmWork *w)
                                            b->count * sizeof(NuksmSlotRef));
     g_autofree NuksmWindow *windows = g_new(NuksmWindow, b->count);
     size_t i = 0, nr_windows = 0;
-    NuksmBlockState *floor_bs = NULL;
-    uint64_t floor = 0;
+    NuksmBlockState *floor_bs = NULL, *huge_bs = NULL;
+    uint64_t floor = 0, huge_stretch = 0;
+    bool huge_hold = false;
 
     /* In page order, so that scattered merges in line share windows. */
     qsort(r, b->count, sizeof(*r), nuksm_commit_ref_cmp);
@@ -697,6 +720,18 @@ static void nuksm_commit_merge(NuksmCommit *c, NuksmWork *w)
 
         if (!nuksm_commit_find_page(c, r[i].page, &rb, &bs, &idx)) {
             r[i++].status = NUKSM_STATUS_GONE;
+            continue;
+        }
+        if (bs != huge_bs ||
+            idx / NUKSM_TRACK_STRETCH != huge_stretch) {
+            huge_bs = bs;
+            huge_stretch = idx / NUKSM_TRACK_STRETCH;
+            huge_hold = !nuksm_huge_may_split(
+                c->s->huge, qatomic_read(&c->s->huge_split), rb, bs, idx,
+                nuksm_commit_stretch_entries(bs, r, i, b->count));
+        }
+        if (huge_hold) {
+            nuksm_commit_hold(bs, idx, &r[i++]);
             continue;
         }
         if (c->uffd >= 0 && nuksm_commit_copyable(bs, idx)) {

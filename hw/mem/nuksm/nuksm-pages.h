@@ -33,7 +33,8 @@
  *   OFFERED  implies STABLE: only a stable page is offered, and a page
  *            that stops being stable is no longer on offer;
  *   HELD     excludes OFFERED: a held page is not offered until merging
- *            resumes (nuksm-maps.c);
+ *            resumes (nuksm-maps.c) or its huge page is to split
+ *            (nuksm-huge.c);
  *   MERGED   implies REMAPPED: a page maps its slot through a mapping of
  *            the store, which stays when a write ends the sharing (a
  *            REMAPPED page that is not MERGED is a private copy in such
@@ -53,7 +54,8 @@ enum {
     NUKSM_PAGE_ZERO     = 1 << 2,  /* dropped as a zero page */
     NUKSM_PAGE_REMAPPED = 1 << 3,  /* mapped from a store file, maybe COWed */
     NUKSM_PAGE_OFFERED  = 1 << 4,  /* sent to the agent as a candidate */
-    NUKSM_PAGE_HELD     = 1 << 5,  /* refused for lack of mappings */
+    NUKSM_PAGE_HELD     = 1 << 5,  /* held back: for lack of mappings, */
+                                   /* or for a huge page (nuksm-huge.c) */
     NUKSM_PAGE_HINTED   = 1 << 6,  /* offered on an I/O hint, not merged */
                                    /* or changed since (nuksm-hints.c) */
     NUKSM_PAGE_WAITING  = 1 << 7,  /* protected at first sight, to be */
@@ -74,7 +76,7 @@ enum {
 #define NUKSM_REF_MAX_SLOT NUKSM_SLOTS_PER_NODE
 
 /*
- * Scan state of one RAM block: 6 bytes per guest page, 11 bytes per 2 MiB
+ * Scan state of one RAM block: 6 bytes per guest page, 13 bytes per 2 MiB
  * region, plus 8 bytes per page of the regions where some page is merged.
  */
 typedef struct NuksmBlockState {

@@ -144,6 +144,11 @@ static NuksmInfo *nuksm_get_info(Nuksm *s)
     info->zero_pages = stats.zero_pages;
     info->cow_breaks = stats.cow_breaks;
     info->tracked_writes = stats.tracked_writes;
+    info->huge_pages = g_new0(NuksmHugePages, 1);
+    info->huge_pages->split = qatomic_read(&s->huge_split);
+    info->huge_pages->kept = stats.huge_kept;
+    info->huge_pages->held_pages = stats.huge_held_pages;
+    info->huge_pages->splits = stats.huge_splits;
     tail = &info->merged_per_node;
     for (uint32_t node = 0; node < NUKSM_MAX_NODES; node++) {
         NuksmNodePages *np;

@@ -48,6 +48,8 @@ typedef struct NuksmRegion {
     uint16_t looked;            /* offered, or found changed */
     uint16_t merged;            /* merged, or dropped as zero */
     uint16_t cows;              /* sharings a write ended */
+    /* Duplicates held back for its huge page (nuksm-huge.c) */
+    uint16_t huge_held;
 } NuksmRegion;
 
 /* What a judgement did to a region. */

@@ -60,6 +60,7 @@
 #include "nuksm-commit.h"
 #include "nuksm-control.h"
 #include "nuksm-hints.h"
+#include "nuksm-huge.h"
 #include "nuksm-outbox.h"
 #include "nuksm-pages.h"
 #include "nuksm-prune.h"
@@ -240,8 +241,9 @@ static void nuksm_scan_changed(NuksmScanner *sc, NuksmBlockState *bs,
         delta->pages_volatile++;
         nuksm_region_looked(bs, idx);
     }
+    /* Held back, it was a duplicate: changed, it is to be seen again. */
     nuksm_page_update(bs, idx, NUKSM_PAGE_STABLE | NUKSM_PAGE_OFFERED |
-                      NUKSM_PAGE_HINTED, 0);
+                      NUKSM_PAGE_HINTED | NUKSM_PAGE_HELD, 0);
     sc->news++;
 }
 
@@ -385,6 +387,13 @@ static NuksmScanVerdict nuksm_scan_verdict(NuksmScanner *sc,
         return NUKSM_SCAN_KEEP;
     }
     /*
+     * Held back, for lack of mappings or for its huge page, zero pages
+     * too: offered or dropped when released.
+     */
+    if (flags & NUKSM_PAGE_HELD) {
+        return NUKSM_SCAN_KEEP;
+    }
+    /*
      * Its sample is the zero page's, and no full digest since it last
      * changed says otherwise: nominated, for the commit to check in full
      * under write protection (nuksm_remap_zero_run()), the only proof.
@@ -398,10 +407,6 @@ static NuksmScanVerdict nuksm_scan_verdict(NuksmScanner *sc,
         if (nuksm_page_is_zero(p, NUKSM_PAGE_SIZE)) {
             return NUKSM_SCAN_KEEP;
         }
-    }
-    /* Refused for lack of mappings: offered when merging resumes. */
-    if (flags & NUKSM_PAGE_HELD) {
-        return NUKSM_SCAN_KEEP;
     }
     /*
      * A candidate the agent did not merge stays in its unstable table,
@@ -731,6 +736,16 @@ static unsigned nuksm_scan_pages(NuksmScanner *sc, RAMBlock *rb,
             break;
         }
     }
+    /* Dropping them would split a huge page that they do not pay for. */
+    if (nr_zero &&
+        !nuksm_huge_may_split(sc->s->huge, qatomic_read(&sc->s->huge_split),
+                              rb, bs, first, nr_zero)) {
+        for (unsigned i = 0; i < nr_zero; i++) {
+            nuksm_page_update(bs, first + zero[i], NUKSM_PAGE_OFFERED,
+                              NUKSM_PAGE_HELD);
+        }
+        nr_zero = 0;
+    }
     if (nr_zero && nuksm_commit_has_uffd(sc->s->commit)) {
         sc->news += nr_zero;
         for (unsigned i = 0; i < nr_zero; i++) {
@@ -983,6 +998,7 @@ static bool nuksm_scan_next_chunk(NuksmScanner *sc,
             if ((first + count) % NUKSM_REGION_PAGES == 0 ||
                 first + count == bs->nr_pages) {
                 nuksm_scan_judge_region(sc, bs, first, delta);
+                nuksm_huge_walked(sc->s->huge, rb, bs, first);
             }
             nuksm_commit_flush_unmerged(sc->s->commit, epoch);
             more = true;

@@ -19,6 +19,7 @@
 #include "system/runstate.h"
 #include "nuksm-commit.h"
 #include "nuksm-control.h"
+#include "nuksm-huge.h"
 #include "nuksm-outbox.h"
 #include "nuksm-pages.h"
 #include "nuksm-scan.h"
@@ -52,6 +53,7 @@ void nuksm_get_stats(Nuksm *s, NuksmStats *stats)
         nuksm_control_get_stats(s->control, stats);
         nuksm_pages_get_stats(s->pages, stats);
         nuksm_commit_get_stats(s->commit, stats);
+        nuksm_huge_get_stats(s->huge, s->pages, stats);
     }
 }
 

@@ -35,6 +35,7 @@
 #include "nuksm-governor.h"
 #include "nuksm-hints.h"
 #include "nuksm-hot.h"
+#include "nuksm-huge.h"
 #include "nuksm-report.h"
 #include "nuksm-numa.h"
 #include "nuksm-pages.h"
@@ -430,9 +431,40 @@ static void nuksm_set_hash_strength(Object *obj, Visitor *v,
     }
 }
 
+static void nuksm_set_huge_split(Object *obj, Visitor *v, const char *name,
+                                 void *opaque, Error **errp)
+{
+    Nuksm *s = NUKSM(obj);
+    uint32_t value;
+
+    if (!visit_type_uint32(v, name, &value, errp)) {
+        return;
+    }
+    if (value < 1 || value > NUKSM_HUGE_SPLIT_MAX) {
+        error_setg(errp, "nuksm: property '%s' must be from 1 (split a "
+                   "huge page for any duplicate) to %d (only for a whole "
+                   "duplicate), got %" PRIu32, name, NUKSM_HUGE_SPLIT_MAX,
+                   value);
+        return;
+    }
+    qatomic_set(&s->huge_split, value);
+    trace_nuksm_set_property("huge-split", value);
+}
+
 static bool nuksm_get_enabled(Object *obj, Error **errp)
 {
     return NUKSM(obj)->enabled;
+}
+
+/*
+ * Whether the object may run changed: run the scanner to match, and tell
+ * the agent now, not at the next report, which comes its pace times
+ * later for a VM the agent held idle; its part of the budget follows.
+ */
+static void nuksm_activity_changed(Nuksm *s)
+{
+    nuksm_update_activity(s);
+    nuksm_report_soon(s);
 }
 
 static void nuksm_set_enabled(Object *obj, bool value, Error **errp)
@@ -441,7 +473,7 @@ static void nuksm_set_enabled(Object *obj, bool value, Error **errp)
 
     s->enabled = value;
     trace_nuksm_set_property("enabled", value);
-    nuksm_update_activity(s);
+    nuksm_activity_changed(s);
 }
 
 /*
@@ -455,7 +487,7 @@ static int nuksm_migration_notify(NotifierWithReturn *notifier,
 
     s->migrating = e->type == MIG_EVENT_PRECOPY_SETUP;
     trace_nuksm_migration(s->id, s->migrating);
-    nuksm_update_activity(s);
+    nuksm_activity_changed(s);
     return 0;
 }
 
@@ -552,7 +584,7 @@ static void nuksm_machine_done(Notifier *notifier, void *data)
 /* Leaving the incoming-migration state lets the object become active. */
 static void nuksm_vm_state_change(void *opaque, bool running, RunState state)
 {
-    nuksm_update_activity(opaque);
+    nuksm_activity_changed(opaque);
 }
 
 static void nuksm_complete(UserCreatable *uc, Error **errp)
@@ -584,6 +616,7 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     s->control->written = qemu_bh_new(nuksm_written_bh, s);
     s->pages = g_new0(NuksmPages, 1);
     nuksm_pages_init(s->pages);
+    s->huge = nuksm_huge_new();
     nuksm_pages_set_distilling(s->pages, s->distilling);
     s->reads = nuksm_reads_new(s);
     /* Before the scanner runs: it starts within its budget. */
@@ -626,6 +659,7 @@ static void nuksm_instance_init(Object *obj)
     s->enabled = true;
     s->hot_window_ms = NUKSM_DEFAULT_HOT_WINDOW_MS;
     s->read_samples = NUKSM_DEFAULT_READ_SAMPLES;
+    s->huge_split = NUKSM_HUGE_SPLIT_DEFAULT;
     s->limit_reported = NUKSM_LIMIT__MAX;
     nuksm_agent_init(s);
 }
@@ -652,6 +686,7 @@ static void nuksm_instance_finalize(Object *obj)
         nuksm_reads_free(s->reads);
         qemu_bh_delete(s->control->written);
         nuksm_control_free(s->control);
+        nuksm_huge_free(s->huge);
         nuksm_pages_destroy(s->pages);
         g_free(s->pages);
         ram_block_notifier_remove(&s->ram_notifier);
@@ -742,6 +777,12 @@ static void nuksm_class_init(ObjectClass *oc, void *data)
     object_class_property_set_description(oc, "read-samples",
         "Read regions (512 pages) probed for reads per window, 0 = off, "
         "0..65536 (default 256)");
+    object_class_property_add(oc, "huge-split", "uint32", nuksm_get_uint32,
+                              nuksm_set_huge_split, NULL,
+                              (void *)offsetof(Nuksm, huge_split));
+    object_class_property_set_description(oc, "huge-split",
+        "Duplicates of 512 that pay for splitting a huge page, 1..512 "
+        "(default " stringify(NUKSM_HUGE_SPLIT_DEFAULT) ")");
     object_class_property_add(oc, "x-commit-delay-us", "uint32",
                               nuksm_get_uint32, nuksm_set_commit_delay, NULL,
                               (void *)offsetof(Nuksm, commit_delay_us));

@@ -29,6 +29,8 @@
  *                   (NuksmCommit)                        scanner thread
  *   nuksm-maps.c    the mapping budget against vm.max_map_count
  *                                                        under page_lock
+ *   nuksm-huge.c    huge pages kept where merging does not pay
+ *                   (NuksmHuge)                          under page_lock
  *   nuksm-writes.c  lift the write protection of tracked pages a guest
  *                   writes, map back merged pages read while sampled
  *                   (NuksmWrites)                        fault threads
@@ -122,6 +124,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(Nuksm, NUKSM)
 typedef struct NuksmRequest NuksmRequest;
 typedef struct NuksmControl NuksmControl;
 typedef struct NuksmPages NuksmPages;
+typedef struct NuksmHuge NuksmHuge;
 typedef struct NuksmCommit NuksmCommit;
 typedef struct NuksmScanner NuksmScanner;
 typedef struct NuksmHints NuksmHints;
@@ -199,6 +202,7 @@ struct Nuksm {
     uint32_t hot_window_ms;     /* 0: no hotness sampling */
     uint32_t read_samples;      /* pages probed per window, 0: none */
     uint32_t commit_delay_us;   /* x-commit-delay-us, tests only */
+    uint32_t huge_split;        /* huge-split (nuksm-huge.h); atomic */
 
     /* @memdev, resolved once the machine is built */
     HostMemoryBackend *memdev_backend;
@@ -215,6 +219,7 @@ struct Nuksm {
     /* The units of the scanner thread, once complete */
     NuksmControl *control;      /* what it shares with the other threads */
     NuksmPages *pages;
+    NuksmHuge *huge;            /* huge pages kept (nuksm-huge.c) */
     NuksmCommit *commit;
     NuksmScanner *scanner;
     NuksmHints *hints;          /* I/O hints for the scanner */
@@ -258,6 +263,10 @@ typedef struct NuksmStats {
     /* nuksm-pages.c */
     uint64_t merged_pages;      /* pages mapping a store slot */
     uint64_t zero_pages;        /* pages dropped as zero */
+    /* nuksm-huge.c */
+    uint64_t huge_held_pages;   /* duplicates held back for huge pages */
+    uint64_t huge_kept;         /* huge pages kept so */
+    uint64_t huge_splits;       /* huge pages split, as they paid */
     uint64_t hints_merged;      /* merges of pages offered on a hint */
     uint64_t merged_per_node[NUKSM_MAX_NODES];
     /* nuksm-commit.c */
