@@ -215,6 +215,32 @@ void print_json(GString *out)
     fputs(out->str, stdout);
 }
 
+NuksmMsgVms *ctl_list_vms(Ctl *ctl)
+{
+    g_autoptr(GByteArray) entries = g_byte_array_new();
+    NuksmMsgListVms req = { .from_id = 0 };
+    const NuksmMsgVms *page;
+    NuksmMsgVms head = { 0 };
+
+    do {
+        const NuksmVmEntry *e;
+
+        page = ctl_request(ctl, NUKSM_MSG_LIST_VMS, &req, sizeof(req),
+                           NUKSM_MSG_VMS);
+        e = (const NuksmVmEntry *)(page + 1);
+        g_byte_array_append(entries, (const guint8 *)e,
+                            page->count * sizeof(*e));
+        head.count += page->count;
+        if (page->count) {
+            req.from_id = e[page->count - 1].client_id + 1;
+        }
+    } while (page->count == NUKSM_VMS_MAX_ENTRIES);
+    /* Those listed: a VM that left while it paged is not among them. */
+    head.total = head.count;
+    g_byte_array_prepend(entries, (const guint8 *)&head, sizeof(head));
+    return (NuksmMsgVms *)g_byte_array_free(g_steal_pointer(&entries), FALSE);
+}
+
 const NuksmVmEntry *ctl_vm_entry(const NuksmMsgVms *list, uint32_t id)
 {
     const NuksmVmEntry *e = (const NuksmVmEntry *)(list + 1);

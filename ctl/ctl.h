@@ -69,6 +69,12 @@ char *table_text(const char *s);
 void ctl_table(GString *out, const char *const *header, int columns,
                GPtrArray *rows);
 
+/*
+ * Every VM the caller may see, page by page (LIST_VMS from ids on): a
+ * NuksmMsgVms whose count entries follow it, for g_free().
+ */
+NuksmMsgVms *ctl_list_vms(Ctl *ctl);
+
 /* The LIST_VMS entry of client @id, or NULL if it left meanwhile. */
 const NuksmVmEntry *ctl_vm_entry(const NuksmMsgVms *list, uint32_t id);
 

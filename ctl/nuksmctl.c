@@ -306,9 +306,6 @@ static void print_vms_table(const NuksmMsgVms *vms,
 
     ctl_table(table, header, VM_COLUMNS, rows);
     fputs(table->str, stdout);
-    if (vms->total > vms->count) {
-        printf("(%u of %u VMs listed)\n", vms->count, vms->total);
-    }
     for (uint32_t i = 0; i < vms->count; i++) {
         const NuksmVmEntry *e = &entries[i];
         g_autofree char *reason = NULL;
@@ -334,8 +331,7 @@ static void cmd_vms(Ctl *ctl, bool json)
         g_strdup_printf("agent: %s", info->condition_reason);
     AgentConditions agent = { info->conditions, agent_reason };
     /* Replies share one buffer: INFO is not to be read from here on. */
-    const NuksmMsgVms *vms = ctl_request(ctl, NUKSM_MSG_LIST_VMS, NULL, 0,
-                                         NUKSM_MSG_VMS);
+    g_autofree NuksmMsgVms *vms = ctl_list_vms(ctl);
     const NuksmVmEntry *entries = (const NuksmVmEntry *)(vms + 1);
     g_autoptr(GString) out = NULL;
     double fairness, slowdown;

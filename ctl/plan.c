@@ -149,9 +149,8 @@ void cmd_plan(Ctl *ctl, bool json)
 {
     g_autofree NuksmMsgPlan *plan = fetch_plan(ctl);
     const NuksmPlanMove *moves = (const NuksmPlanMove *)(plan + 1);
-    /* For names: the reply buffer is LIST_VMS's from here. */
-    const NuksmMsgVms *list = ctl_request(ctl, NUKSM_MSG_LIST_VMS, NULL, 0,
-                                          NUKSM_MSG_VMS);
+    /* For names */
+    g_autofree NuksmMsgVms *list = ctl_list_vms(ctl);
 
     if (json) {
         print_json_plan(plan, moves, list);
@@ -409,10 +408,7 @@ int cmd_plan_apply(Ctl *ctl, char **names, bool json)
 {
     g_autofree NuksmMsgPlan *plan = fetch_plan(ctl);
     const NuksmPlanMove *moves = (const NuksmPlanMove *)(plan + 1);
-    const NuksmMsgVms *vms = ctl_request(ctl, NUKSM_MSG_LIST_VMS, NULL, 0,
-                                         NUKSM_MSG_VMS);
-    g_autofree NuksmMsgVms *list =
-        g_memdup2(vms, sizeof(*vms) + vms->count * sizeof(NuksmVmEntry));
+    g_autofree NuksmMsgVms *list = ctl_list_vms(ctl);
     g_autoptr(GString) out = g_string_new("{\"applied\": [");
     guint found = 0;
     int failed = 0;

@@ -36,7 +36,7 @@ void cmd_run(Ctl *ctl, NuksmRunId run, bool json)
  */
 static uint64_t merged_in(Ctl *ctl, const char *domain)
 {
-    const NuksmMsgVms *list;
+    g_autofree NuksmMsgVms *list = NULL;
     const NuksmVmEntry *entries;
     uint64_t merged = 0;
 
@@ -46,7 +46,7 @@ static uint64_t merged_in(Ctl *ctl, const char *domain)
 
         return info->pages_sharing;
     }
-    list = ctl_request(ctl, NUKSM_MSG_LIST_VMS, NULL, 0, NUKSM_MSG_VMS);
+    list = ctl_list_vms(ctl);
     entries = (const NuksmVmEntry *)(list + 1);
     for (uint32_t i = 0; i < list->count; i++) {
         if (!strcmp(entries[i].domain, domain)) {

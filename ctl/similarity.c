@@ -191,11 +191,7 @@ static bool append_sketch(Ctl *ctl, GString *out, const NuksmVmEntry *e)
 
 void cmd_sketches(Ctl *ctl)
 {
-    const NuksmMsgVms *reply = ctl_request(ctl, NUKSM_MSG_LIST_VMS, NULL, 0,
-                                           NUKSM_MSG_VMS);
-    g_autofree NuksmMsgVms *list =
-        g_memdup2(reply, sizeof(*reply) +
-                         reply->count * sizeof(NuksmVmEntry));
+    g_autofree NuksmMsgVms *list = ctl_list_vms(ctl);
     const NuksmVmEntry *e = (const NuksmVmEntry *)(list + 1);
     g_autoptr(GString) out = g_string_new(NULL);
     bool first = true;
@@ -231,12 +227,12 @@ void cmd_similarity(Ctl *ctl, bool json)
                  reply->nr_vms * sizeof(NuksmSimilarityVm) +
                  reply->nr_pairs * sizeof(NuksmSimilarityPair);
     Similarity sim = { .msg = g_memdup2(reply, len) };
-    const NuksmMsgVms *list;
+    g_autofree NuksmMsgVms *list = NULL;
 
     sim.vms = (const NuksmSimilarityVm *)(sim.msg + 1);
     sim.pairs = (const NuksmSimilarityPair *)(sim.vms + sim.msg->nr_vms);
-    /* For names and domains: the reply buffer is LIST_VMS's from here. */
-    list = ctl_request(ctl, NUKSM_MSG_LIST_VMS, NULL, 0, NUKSM_MSG_VMS);
+    /* For names and domains */
+    list = ctl_list_vms(ctl);
     if (json) {
         print_json_reply(&sim, list);
     } else {

@@ -49,12 +49,10 @@ static void sample_take(Ctl *ctl, Sample *s)
 {
     const NuksmMsgInfo *info = ctl_request(ctl, NUKSM_MSG_GET_INFO, NULL, 0,
                                            NUKSM_MSG_INFO);
-    const NuksmMsgVms *vms;
 
     s->info = *info;
-    vms = ctl_request(ctl, NUKSM_MSG_LIST_VMS, NULL, 0, NUKSM_MSG_VMS);
     g_free(s->vms);
-    s->vms = g_memdup2(vms, sizeof(*vms) + vms->count * sizeof(NuksmVmEntry));
+    s->vms = ctl_list_vms(ctl);
     s->at = g_get_monotonic_time();
 }
 
@@ -283,10 +281,6 @@ static void frame(GString *out, const Sample *before, const Sample *now,
     frame_domains(out, views);
     g_string_append_c(out, '\n');
     frame_vms(out, views);
-    if (now->vms->total > now->vms->count) {
-        g_string_append_printf(out, "(%u of %u VMs listed)\n",
-                               now->vms->count, now->vms->total);
-    }
 }
 
 static volatile sig_atomic_t stop;

@@ -263,6 +263,9 @@ static void emit_structs(void)
            MEMBER(NuksmMsgInfo, orphan_pages, "Q"),
            MEMBER(NuksmMsgInfo, store_pages, "64Q"),
            MEMBER(NuksmMsgInfo, condition_reason, "256s"));
+    STRUCT("LIST_VMS", NuksmMsgListVms,
+           MEMBER(NuksmMsgListVms, from_id, "I"),
+           MEMBER(NuksmMsgListVms, reserved, "I"));
     STRUCT("VMS", NuksmMsgVms,
            MEMBER(NuksmMsgVms, count, "I"),
            MEMBER(NuksmMsgVms, total, "I"));

@@ -253,6 +253,7 @@ static size_t fixed_payload_size(uint16_t type)
     case NUKSM_MSG_VM_LIMIT:     return sizeof(NuksmMsgVmLimit);
     case NUKSM_MSG_CHARGE:       return sizeof(NuksmMsgCharge);
     case NUKSM_MSG_GET_SKETCH:   return sizeof(NuksmMsgGetSketch);
+    case NUKSM_MSG_LIST_VMS:     return sizeof(NuksmMsgListVms);
     case NUKSM_MSG_COLOCATION:   return sizeof(NuksmMsgColocation);
     case NUKSM_MSG_APPLY_MOVE:   return sizeof(NuksmMsgApplyMove);
     case NUKSM_MSG_APPLIED:      return sizeof(NuksmMsgApplied);
@@ -751,7 +752,6 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
     }
     case NUKSM_MSG_GET_POLICY:
     case NUKSM_MSG_GET_INFO:
-    case NUKSM_MSG_LIST_VMS:
     case NUKSM_MSG_GET_SIMILARITY:
     case NUKSM_MSG_GET_PLAN:
         return len == 0 ? NULL : "unexpected payload";
@@ -762,6 +762,9 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
     case NUKSM_MSG_GET_SKETCH:
         return ((const NuksmMsgGetSketch *)p)->reserved ?
                "reserved field set in GET_SKETCH" : NULL;
+    case NUKSM_MSG_LIST_VMS:
+        return ((const NuksmMsgListVms *)p)->reserved ?
+               "reserved field set in LIST_VMS" : NULL;
     case NUKSM_MSG_SKETCH:
         return check_sketch(p, len);
     case NUKSM_MSG_COLOCATION:

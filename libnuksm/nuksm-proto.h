@@ -67,7 +67,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 20u
+#define NUKSM_PROTO_VERSION 21u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -567,10 +567,23 @@ typedef struct NuksmVmEntry {
     NuksmMsgShare share;
 } NuksmVmEntry;
 
+/*
+ * LIST_VMS (a payload since protocol 21): the VMs whose client id is
+ * @from_id or more, in order of id, as many as one VMS holds
+ * (NUKSM_VMS_MAX_ENTRIES).  A caller lists every VM page by page, each
+ * from the last id it got plus one, until a VMS holds fewer than that;
+ * a VM that connects meanwhile gets a higher id, so none is listed
+ * twice.
+ */
+typedef struct NuksmMsgListVms {
+    uint32_t from_id;
+    uint32_t reserved;
+} NuksmMsgListVms;
+
 /* VMS: a NuksmMsgVms followed by count NuksmVmEntry records */
 typedef struct NuksmMsgVms {
     uint32_t count;
-    uint32_t total;          /* VMs connected; > count if the list was cut */
+    uint32_t total;          /* VMs the caller may see, of every page */
 } NuksmMsgVms;
 
 /*

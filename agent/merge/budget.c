@@ -222,7 +222,7 @@ static void look(NuksmAgent *agent, bool periodic)
     g_autofree ShareAsk *asks = NULL;
     g_autofree ShareGiven *given = NULL;
     uint32_t budget = MAX(b->cfg.budget_ppm, NUKSM_SHARE_MIN_PPM);
-    guint n = 0;
+    guint n = 0, turns;
 
     if (b->soon) {
         g_clear_handle_id(&b->soon, g_source_remove);
@@ -242,13 +242,14 @@ static void look(NuksmAgent *agent, bool periodic)
     if (periodic) {
         b->looks++;
     }
+    /* Each look reads the memory of one VM in @turns: 32 at most. */
+    turns = (n + BUDGET_RESIDENT_PER_LOOK - 1) / BUDGET_RESIDENT_PER_LOOK;
     for (guint i = 0; i < n; i++) {
         NuksmClient *vm = g_ptr_array_index(all, i);
         uint32_t cap = vm->scanner.max_cpu_pm * 1000;
         NuksmShareReasonId reason;
 
-        if (periodic && (b->looks + vm->id) %
-            MAX(n / BUDGET_RESIDENT_PER_LOOK, 1u) == 0) {
+        if (periodic && (b->looks + i) % turns == 0) {
             read_resident(vm);
         }
         reason = look_at(vm, periodic);

@@ -263,7 +263,8 @@ static gboolean on_refresh(gpointer opaque)
     Colocation c;
 
     if (++agent->placement.colocate_periods <
-        all->len / COLOCATION_VMS_PER_PERIOD) {
+        (all->len + COLOCATION_VMS_PER_PERIOD - 1) /
+        COLOCATION_VMS_PER_PERIOD) {
         return G_SOURCE_CONTINUE;
     }
     agent->placement.colocate_periods = 0;

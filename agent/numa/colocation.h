@@ -20,8 +20,8 @@
  * LIST_VMS, and to tell each VM whose twin or move changed
  * (COLOCATION, which query-nuksm shows), with the adaptive scheme's
  * choice for its merge domain (colocate_scheme()); past
- * COLOCATION_VMS_PER_PERIOD VMs, as many periods apart as there are
- * times that many.  A look exports each VM's sketch once and compares
+ * COLOCATION_VMS_PER_PERIOD VMs, one period for each that many VMs or
+ * part of it.  A look exports each VM's sketch once and compares
  * every two VMs of a domain by a merge of their exports (core/sketch.h),
  * only when their sketches changed: some 80 ms of CPU for 100 VMs of one
  * domain.
@@ -38,9 +38,10 @@
 /* Seconds between two looks for LIST_VMS. */
 #define COLOCATION_PERIOD_S 10
 /*
- * With more VMs than this, looks come as many periods apart as there are
- * times this many: a plan weighs every pair of VMs (colocate_plan()),
- * and an idle host's cost must grow no faster than its VMs.
+ * With more VMs than this, looks come one period apart for each this
+ * many VMs or part of it: a plan weighs every pair of VMs
+ * (colocate_plan()), and an idle host's cost must grow no faster than
+ * its VMs.
  */
 #define COLOCATION_VMS_PER_PERIOD 32
 

@@ -372,8 +372,11 @@ static bool may_list(const NuksmClient *client, const NuksmClient *vm)
 static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
                             uint32_t seq, const void *payload)
 {
+    const NuksmMsgListVms *req = payload;
+    /* In order of id (clients_list_vms()), which is how a caller pages. */
     g_autoptr(GPtrArray) vms = clients_list_vms(&agent->clients);
-    g_autoptr(GHashTable) libvirt = libvirt_registry_read(agent->libvirt_dir);
+    g_autoptr(GHashTable) libvirt = NULL;
+    guint first = 0;
     uint32_t count;
     uint32_t len;
     g_autofree NuksmMsgVms *msg = NULL;
@@ -384,14 +387,20 @@ static void handle_list_vms(NuksmAgent *agent, NuksmClient *client,
             g_ptr_array_remove_index(vms, i);
         }
     }
-    count = MIN(vms->len, NUKSM_VMS_MAX_ENTRIES);
+    while (first < vms->len &&
+           ((const NuksmClient *)g_ptr_array_index(vms, first))->id <
+           req->from_id) {
+        first++;
+    }
+    count = MIN(vms->len - first, NUKSM_VMS_MAX_ENTRIES);
     len = sizeof(NuksmMsgVms) + count * sizeof(NuksmVmEntry);
     msg = g_malloc0(len);
     entries = (NuksmVmEntry *)(msg + 1);
     msg->count = count;
     msg->total = vms->len;
+    libvirt = count ? libvirt_registry_read(agent->libvirt_dir) : NULL;
     for (uint32_t i = 0; i < count; i++) {
-        const NuksmClient *vm = g_ptr_array_index(vms, i);
+        const NuksmClient *vm = g_ptr_array_index(vms, first + i);
         const LibvirtDomain *dom =
             g_hash_table_lookup(libvirt, GINT_TO_POINTER(vm->pid));
         NuksmVmEntry *e = &entries[i];

@@ -137,10 +137,12 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
     }
     case NUKSM_MSG_GET_POLICY:
     case NUKSM_MSG_GET_INFO:
-    case NUKSM_MSG_LIST_VMS:
     case NUKSM_MSG_GET_SIMILARITY:
     case NUKSM_MSG_GET_PLAN:
         REQUIRE(len == 0);
+        break;
+    case NUKSM_MSG_LIST_VMS:
+        REQUIRE(!((const NuksmMsgListVms *)p)->reserved);
         break;
     case NUKSM_MSG_GET_SKETCH:
         REQUIRE(!((const NuksmMsgGetSketch *)p)->reserved);

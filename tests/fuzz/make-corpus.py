@@ -35,6 +35,7 @@ OWN_TID = 1         # becomes the client's pid
 GEN_CURRENT = 0     # becomes the slot's current generation
 
 PAGE = bytes(range(256)) * 16
+LIST_ALL = P.LIST_VMS.pack(0, 0)    # LIST_VMS from the first client id
 DIGEST = xxhash.xxh3_64_intdigest(PAGE)
 
 
@@ -103,7 +104,7 @@ def proto_seeds():
                                             10, 20, 3, 4,
                                             5, 7, 9, *[0] * 62,
                                             b"store full")),
-        "list-vms": msg(P.MSG_LIST_VMS),
+        "list-vms": msg(P.MSG_LIST_VMS, P.LIST_VMS.pack(2, 0)),
         "get-similarity": msg(P.MSG_GET_SIMILARITY),
         "get-plan": msg(P.MSG_GET_PLAN),
         "apply-move": msg(P.MSG_APPLY_MOVE, h.APPLY_MOVE.pack(1, 1)),
@@ -253,9 +254,9 @@ def agent_seeds():
     control = h.hello()
     seeds = {
         "control": [
-            c(P.MSG_HELLO, control), c(P.MSG_GET_INFO), c(P.MSG_LIST_VMS),
+            c(P.MSG_HELLO, control), c(P.MSG_GET_INFO), c(P.MSG_LIST_VMS, LIST_ALL),
             c(P.MSG_GET_POLICY), c(P.MSG_SET_POLICY, h.POLICY.pack(3)),
-            a(P.MSG_SET_PRIORITY, h.PRIORITY.pack(5)), b(P.MSG_LIST_VMS),
+            a(P.MSG_SET_PRIORITY, h.PRIORITY.pack(5)), b(P.MSG_LIST_VMS, LIST_ALL),
         ],
         "version-mismatch": [
             c(P.MSG_HELLO, h.hello(version=h.PROTO_VERSION - 1)),
@@ -322,7 +323,7 @@ def agent_seeds():
             op(OP_TIMERS),
             a(P.MSG_MOVED, batch([move(1, (0, 0), (1, 0),
                                        h.STATUS_MERGED)])),
-            c(P.MSG_LIST_VMS), c(P.MSG_GET_INFO),
+            c(P.MSG_LIST_VMS, LIST_ALL), c(P.MSG_GET_INFO),
         ],
         # fair: A (home 1) reads the merged pages, whose copies move to
         # node 1; then B reads them too, and A sends a READS outside its
@@ -342,7 +343,7 @@ def agent_seeds():
                                   for i in range(8)])),
             b(P.MSG_READS, h.pack_reads([(0, 1), (1, 255)], remote=8)),
             op(OP_TIMERS), op(OP_TIMERS), op(OP_TIMERS),
-            c(P.MSG_LIST_VMS),
+            c(P.MSG_LIST_VMS, LIST_ALL),
             a(P.MSG_READS, h.pack_reads([(1 << 20, 0)])),
         ],
         "rogue": [

@@ -62,7 +62,7 @@ from nuksm_proto import (  # noqa: E402,F401 (re-exported for the tests)
     MSG_GET_INFO, MSG_GET_PLAN, MSG_GET_POLICY, MSG_GET_SIMILARITY,
     MSG_PLAN, MSG_SIMILARITY,
     MSG_HELLO, MSG_HELLO_ACK, MSG_HOME,
-    MSG_INFO, MSG_LIST_VMS, MSG_MAX, MSG_MERGE, MSG_MERGED, MSG_MOVE,
+    LIST_VMS, MSG_INFO, MSG_LIST_VMS, MSG_MAX, MSG_MERGE, MSG_MERGED, MSG_MOVE,
     MSG_MOVED, MSG_POLICY, MSG_REFUSED, MSG_RESTORE, MSG_RETRY, MSG_SET_POLICY,
     MSG_SET_PRIORITY, MSG_STORE, MSG_TOPOLOGY, MSG_UNMERGED, MSG_UPLOAD,
     MSG_UPLOAD_REQ, MSG_VM_LIMIT, MSG_VMS, MSG_WANTED, NUKSM_PAGE_SIZE,
@@ -326,6 +326,11 @@ VmEntry = collections.namedtuple(
 # A SHARE message: a VM's part of the host's scan budget.
 Share = collections.namedtuple("Share", "max_cpu_ppm reason pace vms "
                                "budget_ppm yield_")
+
+
+def list_vms(client, seq, from_id=0):
+    """The reply to LIST_VMS from client id @from_id on, one page."""
+    return client.request(MSG_LIST_VMS, seq, LIST_VMS.pack(from_id, 0))
 
 
 def parse_vms(msg):

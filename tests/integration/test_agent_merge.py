@@ -27,7 +27,7 @@ import xxhash
 import harness
 from harness import (CANDIDATE_WANTED, ERR_BAD_MESSAGE, IDLE_NEVER,
                      MSG_CANDIDATES, MSG_GET_INFO,
-                     MSG_HELLO, MSG_HOME, MSG_INFO, MSG_LIST_VMS, MSG_MERGE,
+                     MSG_HELLO, MSG_HOME, MSG_INFO, MSG_MERGE,
                      MSG_REFUSED, MSG_UPLOAD_REQ, MSG_VMS, NUKSM_PAGE_SIZE,
                      STATUS_CHANGED, STATUS_GONE, VM_ENTRY,
                      VM_LIMIT_USERFAULTFD, VMS, RawClient,
@@ -136,7 +136,7 @@ def answer_merges(request, pages):
 
 def list_vms(client):
     """{client id: merged pages} from LIST_VMS."""
-    reply = client.request(MSG_LIST_VMS, 77)
+    reply = harness.list_vms(client, 77)
     assert reply.type == MSG_VMS
     count, _ = VMS.unpack_from(reply.payload)
     entries = [VM_ENTRY.unpack_from(reply.payload, VMS.size + i * VM_ENTRY.size)
@@ -664,7 +664,7 @@ class GuestRam:
 def uploads(client):
     """{client id: (uploads read, uploads sent, errno of reading)} from
     LIST_VMS of @client, which has no message pending."""
-    reply = client.request(MSG_LIST_VMS, 78)
+    reply = harness.list_vms(client, 78)
     return {e.client_id: (e.uploads_read, e.uploads_sent, e.read_errno)
             for e in harness.parse_vms(reply)}
 

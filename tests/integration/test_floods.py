@@ -463,6 +463,44 @@ def test_a_process_is_bounded_over_all_its_connections(domains_agent):
                "the rogues' slots to be freed")
 
 
+def connect_vms(sock, process, ready):
+    """CLIENT_VMS_PER_PID VM connections of this process, named by
+    process and connection: ready(their client ids).  Returns them."""
+    clients = [VmClient(sock, name=f"vm{process}.{k}", timeout=30)
+               for k in range(CLIENT_VMS_PER_PID)]
+    ready(" ".join(str(client.client_id) for client in clients))
+    return clients
+
+
+def test_every_vm_is_listed_past_one_datagram(agent):
+    """More VMs than one VMS holds: LIST_VMS pages them in order of id,
+    each page from the id asked for, and nuksmctl lists every VM once."""
+    processes = harness.proto.VMS_MAX_ENTRIES // CLIENT_VMS_PER_PID + 2
+    flood = Forked(processes, lambda i, ready, released:
+                   connect_vms(agent.sock, i, ready))
+    try:
+        ids = sorted(int(n) for line in flood.wait_ready()
+                     for n in line.split())
+        assert len(ids) > harness.proto.VMS_MAX_ENTRIES
+        control = RawClient(agent.sock)
+        control.request(harness.MSG_HELLO, 1, harness.hello())
+        first = harness.parse_vms(harness.list_vms(control, 2))
+        assert [e.client_id for e in first] == \
+            ids[:harness.proto.VMS_MAX_ENTRIES]
+        rest = harness.parse_vms(harness.list_vms(control, 3,
+                                                  from_id=ids[-5]))
+        assert [e.client_id for e in rest] == ids[-5:]
+        control.close()
+        listed = harness.ctl_json(agent.sock, "vms")
+        assert sorted(vm["id"] for vm in listed["vms"]) == ids
+        assert listed["total"] == len(ids)
+        assert {vm["name"] for vm in listed["vms"]} == \
+            {f"vm{i}.{k}" for i in range(processes)
+             for k in range(CLIENT_VMS_PER_PID)}
+    finally:
+        flood.release()
+
+
 @pytest.mark.allocator
 def test_processes_holding_slots_give_their_memory_back(domains_agent):
     """8 processes of 16 VM connections each claim slots and never upload,

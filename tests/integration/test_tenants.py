@@ -23,12 +23,13 @@ import traceback
 import pytest
 import xxhash
 
+import harness
 from harness import (APPLY_MOVE, DEFAULT_DOMAIN, ERR_DENIED, HELLO_ACK, INFO_DOMAIN,
                      INFO_HOST, INFO_NONE, MSG_APPLIED, MSG_APPLY_MOVE,
                      MSG_GET_INFO, MSG_GET_PLAN,
                      MSG_GET_SIMILARITY, MSG_HELLO, MSG_HELLO_ACK, MSG_PLAN,
                      MSG_SIMILARITY,
-                     MSG_INFO, MSG_LIST_VMS, MSG_MERGE, MSG_POLICY,
+                     MSG_INFO, MSG_MERGE, MSG_POLICY,
                      MSG_SET_POLICY, MSG_SET_PRIORITY, MSG_UPLOAD_REQ,
                      MSG_VMS, NUKSM_PAGE_SIZE, POLICIES, POLICY, PRIORITY,
                      VM_ENTRY, VMS, RawClient, VmClient,
@@ -108,7 +109,7 @@ def set_policy(client, name, seq=2):
 
 def list_vms(client, seq=50):
     """The VM entries of LIST_VMS as dicts of the fields tests use."""
-    reply = client.request(MSG_LIST_VMS, seq)
+    reply = harness.list_vms(client, seq)
     assert reply.type == MSG_VMS
     count, total = VMS.unpack_from(reply.payload)
     entries = []

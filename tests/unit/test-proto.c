@@ -325,10 +325,13 @@ static size_t pack_valid(void *buf, NuksmMsgType type, uint32_t seq)
     }
     case NUKSM_MSG_GET_POLICY:
     case NUKSM_MSG_GET_INFO:
-    case NUKSM_MSG_LIST_VMS:
     case NUKSM_MSG_GET_SIMILARITY:
     case NUKSM_MSG_GET_PLAN:
         return nuksm_msg_pack(buf, type, seq, NULL, 0);
+    case NUKSM_MSG_LIST_VMS: {
+        NuksmMsgListVms l = { .from_id = 77 };
+        return nuksm_msg_pack(buf, type, seq, &l, sizeof(l));
+    }
     case NUKSM_MSG_SIMILARITY:
         return pack_similarity(buf, seq);
     case NUKSM_MSG_PLAN:
@@ -579,9 +582,10 @@ static void test_reject_wrong_size(void)
         NUKSM_MSG_HELLO, NUKSM_MSG_HELLO_ACK, NUKSM_MSG_ERROR,
         NUKSM_MSG_SET_POLICY, NUKSM_MSG_POLICY, NUKSM_MSG_SET_PRIORITY,
         NUKSM_MSG_INFO, NUKSM_MSG_STORE, NUKSM_MSG_CHARGE,
+        NUKSM_MSG_LIST_VMS,
     };
     static const NuksmMsgType empty[] = {
-        NUKSM_MSG_GET_POLICY, NUKSM_MSG_GET_INFO, NUKSM_MSG_LIST_VMS,
+        NUKSM_MSG_GET_POLICY, NUKSM_MSG_GET_INFO,
     };
     size_t size;
 

@@ -722,8 +722,8 @@ static void nuksm_commit_merge(NuksmCommit *c, NuksmWork *w)
             r[i++].status = NUKSM_STATUS_GONE;
             continue;
         }
-        if (bs != huge_bs ||
-            idx / NUKSM_TRACK_STRETCH != huge_stretch) {
+        if (c->uffd >= 0 && (bs != huge_bs ||
+                             idx / NUKSM_TRACK_STRETCH != huge_stretch)) {
             huge_bs = bs;
             huge_stretch = idx / NUKSM_TRACK_STRETCH;
             huge_hold = !nuksm_huge_may_split(

@@ -98,25 +98,35 @@ static bool nuksm_huge_is_huge(NuksmHuge *h, const uint8_t *host)
     return nuksm_huge_all_present(h, host);
 }
 
+/* The pages [*@first, *@end) of @bs in the stretch of page @idx. */
+static void nuksm_huge_stretch(NuksmBlockState *bs, uint64_t idx,
+                               uint64_t *first, uint64_t *end)
+{
+    *first = QEMU_ALIGN_DOWN(idx, NUKSM_TRACK_STRETCH);
+    *end = MIN(*first + NUKSM_TRACK_STRETCH, bs->nr_pages);
+}
+
 /* Let the pages held back in the stretch of page @idx of @bs go. */
 static void nuksm_huge_release(NuksmHuge *h, NuksmBlockState *bs,
                                uint64_t idx)
 {
-    uint64_t first = QEMU_ALIGN_DOWN(idx, NUKSM_TRACK_STRETCH);
-    uint64_t end = MIN(first + NUKSM_TRACK_STRETCH, bs->nr_pages);
+    uint64_t first, end;
 
+    nuksm_huge_stretch(bs, idx, &first, &end);
     for (uint64_t i = first; i < end; i++) {
         nuksm_page_update(bs, i, NUKSM_PAGE_HELD, 0);
     }
     nuksm_region_of(bs, idx)->huge_held = 0;
 }
 
+/* Where the stretch of page @idx of @bs (in @rb) is, if it is whole. */
 static uint8_t *nuksm_huge_stretch_host(RAMBlock *rb, NuksmBlockState *bs,
                                         uint64_t idx)
 {
-    uint64_t first = QEMU_ALIGN_DOWN(idx, NUKSM_TRACK_STRETCH);
+    uint64_t first, end;
 
-    if (first + NUKSM_TRACK_STRETCH > bs->nr_pages) {
+    nuksm_huge_stretch(bs, idx, &first, &end);
+    if (end - first < NUKSM_TRACK_STRETCH) {
         return NULL;            /* a block's tail: no whole huge page */
     }
     return rb->host + first * NUKSM_PAGE_SIZE;
@@ -149,8 +159,7 @@ void nuksm_huge_walked(NuksmHuge *h, RAMBlock *rb, NuksmBlockState *bs,
                        uint64_t idx)
 {
     NuksmRegion *r = nuksm_region_of(bs, idx);
-    uint64_t first = QEMU_ALIGN_DOWN(idx, NUKSM_TRACK_STRETCH);
-    uint64_t end = MIN(first + NUKSM_TRACK_STRETCH, bs->nr_pages);
+    uint64_t first, end;
     uint8_t *host;
     unsigned held = 0;
 
@@ -162,6 +171,7 @@ void nuksm_huge_walked(NuksmHuge *h, RAMBlock *rb, NuksmBlockState *bs,
         nuksm_huge_release(h, bs, idx);
         return;
     }
+    nuksm_huge_stretch(bs, idx, &first, &end);
     for (uint64_t i = first; i < end; i++) {
         held += !!(nuksm_page_flags(bs, i) & NUKSM_PAGE_HELD);
     }
