@@ -13,7 +13,8 @@ it for a phase (memory is short: less than 20% left), then exits (to
 spare again) for another.  The thresholds are ksmtuned's, MOM's and
 KubeVirt's: merging works while less than 20% of the memory is
 available.  nuksm: nuksmd --run=pressure looking at the cgroup
-(--pressure-cgroup), at its defaults otherwise; nuksmd runs in the
+(--pressure-cgroup), at its defaults otherwise (--pressure-available
+20%, theirs, and --pressure-stall 10%, which they lack); nuksmd runs in the
 cgroup too, so that its store, the merged copies, counts in the
 memory the cgroup stands for, as it does on a host.  KSM: a controller after
 ksmtuned (its defaults: a look every 60 s, --interval; below the
@@ -23,8 +24,12 @@ per 16 GiB of the host's memory) writing the real /sys/kernel/mm/ksm.
 Each side: the memory it saved while memory was short (integrated, in
 MiB-seconds, and how soon 99% of it was saved), and the CPU it spent
 while memory was to spare (ksmd, or nuksmd and the QEMUs' nuksm-*
-threads).  Must run as root, alone on the host; KSM's settings are
-restored.
+threads).  nuksm's saving is read from its metrics file (nuksmd's
+default: written every 15 s) while memory is to spare, and from
+nuksmctl status each second while it is short: a status costs nuksmd
+about 0.04% of a core a second, as much as all of its resting work,
+while KSM's counters cost ksmd nothing to read.  Must run as root,
+alone on the host; KSM's settings are restored.
 """
 
 import argparse
@@ -163,12 +168,13 @@ class Side:
             self.state_dir = Path(tempfile.mkdtemp(prefix="nuksm-pressure-",
                                                    dir="/dev/shm"))
             sock = self.workdir / "nuksmd.sock"
+            self.metrics_dir = self.workdir / "metrics"
+            self.metrics_dir.mkdir()
             self.agent = Agent(sock, self.workdir / "nuksmd.log", [
                 "--socket", sock, "--state-dir", self.state_dir,
+                "--metrics-dir", self.metrics_dir,
                 "--log-level", "info", "--run", "pressure",
-                "--pressure-cgroup", self.cgroup.path,
-                "--pressure-available", f"{THRESHOLD_PERCENT}%",
-                "--pressure-stall", "0"]).start()
+                "--pressure-cgroup", self.cgroup.path]).start()
             # The cgroup stands for the host: the store is memory of it,
             # as on a host (charged to nuksmd, which writes it).
             self.cgroup.add(self.agent.pid)
@@ -190,10 +196,15 @@ class Side:
             self.tuned = Ksmtuned(self.cgroup, self.interval)
             self.tuned.start()
 
-    def saving(self):
-        if self.agent:
+    def saving(self, asking):
+        """Pages saved now; nuksm's as of its last metrics unless
+        @asking (which costs nuksmd a request)."""
+        if not self.agent:
+            return ksm.counters()["pages_sharing"]
+        if asking:
             return ctl_json(self.agent.sock, "status")["pages_sharing"]
-        return ksm.counters()["pages_sharing"]
+        return harness.agent_metric(self.metrics_dir,
+                                    "nuksm_pages_sharing") or 0
 
     def cpu_ns(self):
         if self.agent:
@@ -219,7 +230,7 @@ def phase(side, name, seconds, samples):
     t0 = time.monotonic()
     saved_mib_s = 0.0
     while (t := time.monotonic() - t0) < seconds:
-        saved = side.saving()
+        saved = side.saving(asking=name == "short")
         available = side.cgroup.available_fraction()
         samples.append((round(time.monotonic() - side.t0, 1), name,
                         saved * PAGE / MIB, round(100 * available, 1)))
