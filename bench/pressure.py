@@ -33,6 +33,7 @@ alone on the host; KSM's settings are restored.
 """
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -224,8 +225,8 @@ class Side:
 
 
 def phase(side, name, seconds, samples):
-    """Sample @side for @seconds; returns (CPU seconds, MiB-seconds saved,
-    seconds to 99% of the phase's last saving)."""
+    """Sample @side for @seconds into @samples; returns the CPU seconds
+    it took."""
     cpu0 = side.cpu_ns()
     t0 = time.monotonic()
     saved_mib_s = 0.0
@@ -239,7 +240,7 @@ def phase(side, name, seconds, samples):
     cpu = (side.cpu_ns() - cpu0) / 1e9
     log(f"{side.name}: {name}: CPU {cpu:.3f} s in {seconds} s, saved "
         f"{saved_mib_s / seconds:.0f} MiB on average")
-    return cpu, saved_mib_s
+    return cpu
 
 
 def run_side(name, workdir, control, phase_s, interval):
@@ -252,35 +253,42 @@ def run_side(name, workdir, control, phase_s, interval):
         side.t0 = time.monotonic()
         log(f"{name}: filled; {100 * cgroup.available_fraction():.0f}% of "
             "the cgroup available")
-        spare_cpu, _ = phase(side, "spare", phase_s, samples)
+        spare_cpu = phase(side, "spare", phase_s, samples)
         hog = subprocess.Popen([sys.executable, "-c", HOG, cgroup.path,
                                 str(HOG_MIB)], stdout=subprocess.PIPE,
                                text=True)
         assert hog.stdout.readline().strip() == "ready"
-        short_at = time.monotonic() - side.t0
-        short_cpu, short_mib_s = phase(side, "short", phase_s, samples)
+        short_cpu = phase(side, "short", phase_s, samples)
         hog.kill()
         hog.wait()
         hog = None
-        again_cpu, _ = phase(side, "spare again", phase_s, samples)
-        short = [s for s in samples if s[1] == "short"]
-        best = max(s[2] for s in short)
-        first = next((s[0] for s in short if s[2] >= 0.99 * best), None)
+        again_cpu = phase(side, "spare again", phase_s, samples)
         return {"side": name, "samples": samples,
                 "spare_cpu_share": spare_cpu / phase_s,
                 "short_cpu_share": short_cpu / phase_s,
-                "spare_again_cpu_share": again_cpu / phase_s,
-                "short_saved_mib_s": short_mib_s,
-                "short_saved_mib_mean": short_mib_s / phase_s,
-                "short_saved_mib_best": best,
-                "to_99_s": None if first is None or not best
-                else first - short_at}
+                "spare_again_cpu_share": again_cpu / phase_s}
     finally:
         if hog:
             hog.kill()
             hog.wait()
         side.stop()
         cgroup.remove()
+
+
+def derive(result):
+    """@result with what its samples say of the phase of memory short:
+    the memory saved (mean and best), how soon 99% of the best was
+    saved, and how long the cgroup stayed below the threshold."""
+    short = [s for s in result["samples"] if s[1] == "short"]
+    start, end = short[0][0], short[-1][0]
+    best = max(s[2] for s in short)
+    first = next((s[0] for s in short if s[2] >= 0.99 * best), None)
+    spare = next((s[0] for s in short if s[3] >= THRESHOLD_PERCENT), end)
+    return {**result,
+            "short_saved_mib_mean": sum(s[2] for s in short) / len(short),
+            "short_saved_mib_best": best,
+            "to_99_s": None if first is None or not best else first - start,
+            "short_of_memory_s": spare - start}
 
 
 def plot(results, path):
@@ -319,7 +327,9 @@ def rst(meta, results, image, docs_dir):
         rows.append([r["side"],
                      f"{100 * r['spare_cpu_share']:.3f}%",
                      f"{100 * r['spare_again_cpu_share']:.3f}%",
-                     f"{r['short_saved_mib_mean']:.0f}",
+                     f"{r['short_of_memory_s']:.0f}",
+                     f"{r['short_saved_mib_mean']:.0f} / "
+                     f"{r['short_saved_mib_best']:.0f}",
                      "—" if to_99 is None else f"{to_99:.0f}",
                      f"{100 * r['short_cpu_share']:.2f}%"])
     out = [f"``bench/pressure.py`` on ``{meta['commit']}``, {meta['date']}, "
@@ -329,9 +339,10 @@ def rst(meta, results, image, docs_dir):
            f"every {meta['interval_s']:.0f} s.", ""]
     out += report.list_table(["side", "CPU, memory to spare",
                               "CPU, to spare again",
-                              "saved while short, mean (MiB)",
-                              "time to 99% of it (s)",
-                              "CPU while short"], rows)
+                              "below the threshold (s)",
+                              "saved in that phase, mean / most (MiB)",
+                              "time to 99% of the most (s)",
+                              "CPU in that phase"], rows)
     rel = os.path.relpath(image, docs_dir)
     out += ["", f".. image:: {rel}",
             "   :alt: pressure: memory saved and available over the three "
@@ -349,7 +360,21 @@ def main():
                         f"(default ksmtuned's {KSMTUNED_INTERVAL_S})")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "full")
     parser.add_argument("--no-docs", action="store_true")
+    parser.add_argument("--report", action="store_true",
+                        help="run nothing: redo the figures, the plot and "
+                        "the docs from OUT/pressure.json")
     args = parser.parse_args()
+    if args.report:
+        saved = json.loads((args.out / "pressure.json").read_text())
+        results = [derive(r) for r in saved["results"]]
+        image = args.out / "pressure.png"
+        plot(results, image)
+        doc = ROOT / "docs/benchmarks.rst"
+        meta = {**saved["meta"], "phase_s": args.phase,
+                "interval_s": args.interval}
+        report.update_docs(doc, "pressure",
+                           rst(meta, results, image, doc.parent))
+        return
     if os.geteuid() != 0 or not ksm.available():
         sys.exit("pressure: must run as root, with KSM")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -363,6 +388,7 @@ def main():
                                         args.interval))
     finally:
         control.restore()
+    results = [derive(r) for r in results]
     report.publish(args.out, "pressure", results, started, plot,
                    lambda meta, image, docs: rst(
                        {**meta, "phase_s": args.phase,
