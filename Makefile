@@ -25,6 +25,9 @@
 #   make bench-pressure  merging only while memory is short, against KSM
 #                   under a ksmtuned-style controller (about 20 minutes;
 #                   also part of make bench)
+#   make bench-huge-pages  a TLB-bound KVM guest's speed and its huge pages
+#                   beside the memory saved, none, KSM and nuksm (about
+#                   10 minutes; also part of make bench)
 #   make soak       ... and churn eight VMs for SOAK_SECONDS (default 1800)
 #                   while the agent is killed again and again
 #   make install    install nuksmd, nuksmctl, the patched QEMU (as
@@ -171,7 +174,7 @@ soak: all
 # Benchmarks against kernel KSM (docs/benchmarks.rst): root, since KSM's
 # settings are global (they are restored).  Results in bench/results/.
 .PHONY: bench bench-quick bench-placement bench-scheme bench-fleet \
-	bench-many-vms bench-pressure
+	bench-many-vms bench-pressure bench-huge-pages
 bench: all guest
 	@echo "==> benchmarks: nuksm and kernel KSM side by side (about two and a half hours)"
 	@$(VENV)/bin/python bench/run.py
@@ -180,12 +183,16 @@ bench: all guest
 	@$(MAKE) --no-print-directory bench-fleet
 	@$(MAKE) --no-print-directory bench-many-vms
 	@$(MAKE) --no-print-directory bench-pressure
+	@$(MAKE) --no-print-directory bench-huge-pages
 bench-many-vms: all
 	@echo "==> many small VMs, each side at its defaults (about an hour)"
 	@$(VENV)/bin/python bench/many_vms.py
 bench-pressure: all
 	@echo "==> merging by memory pressure against a ksmtuned-style controller (about 20 min)"
 	@$(VENV)/bin/python bench/pressure.py
+bench-huge-pages: all
+	@echo "==> a TLB-bound guest's speed and huge pages beside the memory saved (about 10 min)"
+	@$(VENV)/bin/python bench/huge_pages.py
 bench-scheme: all
 	@echo "==> co-location and the adaptive scheme on AdaptMD's mirrored deployment (about 15 min)"
 	@$(VENV)/bin/python bench/scheme.py

@@ -50,6 +50,7 @@ typedef struct Member {
     MEMBER(type, prefix huge_held_pages, "Q"), \
     MEMBER(type, prefix huge_kept, "Q"), \
     MEMBER(type, prefix huge_splits, "Q"), \
+    MEMBER(type, prefix huge_rebuilt, "Q"), \
     MEMBER(type, prefix rest_ms, "I"), \
     MEMBER(type, prefix max_cpu_pm, "I"), \
     MEMBER(type, prefix state, "I"), \
@@ -188,6 +189,7 @@ static void emit_constants(void)
     CONST("STATUS_COW", NUKSM_STATUS_COW);
     CONST("STATUS_DISCARDED", NUKSM_STATUS_DISCARDED);
     CONST("STATUS_PRUNED", NUKSM_STATUS_PRUNED);
+    CONST("STATUS_REBUILT", NUKSM_STATUS_REBUILT);
     CONST("MEMPOLICY_DEFAULT", NUKSM_MEMPOLICY_DEFAULT);
     CONST("MEMPOLICY_PREFERRED", NUKSM_MEMPOLICY_PREFERRED);
     CONST("MEMPOLICY_BIND", NUKSM_MEMPOLICY_BIND);

@@ -841,7 +841,7 @@ static const char *check_payload(uint16_t type, const void *p, size_t len)
         if (!check_batch(p, len, sizeof(NuksmSlotRef), 0)) {
             return "UNMERGED size does not match its count";
         }
-        return check_slot_refs(p, NUKSM_STATUS_COW, NUKSM_STATUS_PRUNED);
+        return check_slot_refs(p, NUKSM_STATUS_COW, NUKSM_STATUS_REBUILT);
     default:
         return "unknown message type";
     }

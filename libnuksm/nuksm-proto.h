@@ -423,6 +423,8 @@ typedef struct NuksmMsgVmStats {
     uint64_t huge_held_pages;    /* duplicates held back for them */
     uint64_t huge_kept;          /* huge pages kept so */
     uint64_t huge_splits;        /* huge pages split, as merging paid */
+    /* Since protocol 21 */
+    uint64_t huge_rebuilt;       /* huge pages rebuilt once it did not */
     uint32_t rest_ms;            /* its rest between passes */
     uint32_t max_cpu_pm;         /* its CPU budget, per mille of a core */
     uint32_t state;              /* NuksmVmStateId: its query-nuksm state */
@@ -820,6 +822,8 @@ typedef enum NuksmSlotStatus {
     NUKSM_STATUS_DISCARDED = 6,  /* UNMERGED: the page was discarded */
     NUKSM_STATUS_PRUNED    = 7,  /* UNMERGED: PRUNE unmerged it (since */
                                  /* protocol 19; no side sent 7 before) */
+    NUKSM_STATUS_REBUILT   = 8,  /* UNMERGED: its huge page was rebuilt */
+                                 /* (since protocol 21) */
     NUKSM_STATUS__MAX,
 } NuksmSlotStatus;
 

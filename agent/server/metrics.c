@@ -169,6 +169,10 @@ static const ScannerFigure scanner_figures[] = {
     { "nuksm_vm_huge_splits_total", "counter",
       "The VM's huge pages split for merging, as enough of their pages "
       "were duplicates to pay for it.", FIELD(huge_splits), 1 },
+    { "nuksm_vm_huge_rebuilt_total", "counter",
+      "The VM's huge pages rebuilt once writes or unmerges left too few "
+      "of their pages merged to pay for the split.", FIELD(huge_rebuilt),
+      1 },
     { "nuksm_vm_scan_rate_max", "gauge",
       "Pages per second the VM's scanner may hash, 0 for no cap (KSM: "
       "pages_to_scan per sleep).", FIELD(scan_rate), 1 },

@@ -66,6 +66,13 @@ def refs(*entries, status=h.STATUS_NONE):
                             for p, n, s in entries)
 
 
+def vm_stats(counters, rest_ms, max_cpu_pm, state):
+    """A VM_STATS payload: its first @counters, the later ones 0."""
+    count = P.VM_STATS.format.count("Q")
+    return P.VM_STATS.pack(*counters, *[0] * (count - len(counters)),
+                           rest_ms, max_cpu_pm, state, 0)
+
+
 def proto_seeds():
     vm_entry = h.VM_ENTRY.pack(*h.VmEntry(
         client_id=1, pid=100, uid=0, priority=10, domain=b"default",
@@ -82,7 +89,10 @@ def proto_seeds():
         applied_to=1, eligible_pages=32768, pages_scanned=100, full_scans=2,
         zero_pages=5, cow_breaks=1, pages_volatile=3, scan_rate=0,
         scan_cpu_ns=10 ** 9, hints_received=7, hints_served=6,
-        hints_merged=4, rest_ms=500, max_cpu_pm=200, state=1, reserved3=0))
+        hints_merged=4, tracked_writes=9, huge_held_pages=8, huge_kept=1,
+        huge_splits=2, huge_rebuilt=1, rest_ms=500, max_cpu_pm=200, state=1,
+        reserved3=0, share_max_cpu_ppm=20000, share_reason=1, share_pace=1,
+        share_vms=2, share_budget_ppm=50000, share_yield=100))
     return {
         "hello-vm": msg(P.MSG_HELLO, h.hello(role=h.ROLE_VM, priority=10,
                                              domain=b"default",
@@ -99,17 +109,21 @@ def proto_seeds():
         "get-policy": msg(P.MSG_GET_POLICY),
         "set-priority": msg(P.MSG_SET_PRIORITY, h.PRIORITY.pack(500)),
         "get-info": msg(P.MSG_GET_INFO),
+        # policy, VMs, nodes, conditions, scope, VMs reading, the scan
+        # budget, VMs resting, run, held, available and stall per mille;
+        # pages shared, sharing, moved, to move, orphans; store pages of
+        # nodes 0 and 1; the condition's reason.
         "info": msg(P.MSG_INFO, h.INFO.pack(b"0.1.0", 0, 2, 2,
                                             h.COND_STORE_FULL, h.INFO_HOST, 0,
-                                            10, 20, 3, 4,
-                                            5, 7, 9, *[0] * 62,
-                                            b"store full")),
+                                            50000, 0, 1, 0, 180, 0,
+                                            3, 4, 5, 7, 9, 10, 20,
+                                            *[0] * 62, b"store full")),
         "list-vms": msg(P.MSG_LIST_VMS, P.LIST_VMS.pack(2, 0)),
         "get-similarity": msg(P.MSG_GET_SIMILARITY),
         "get-plan": msg(P.MSG_GET_PLAN),
         "apply-move": msg(P.MSG_APPLY_MOVE, h.APPLY_MOVE.pack(1, 1)),
-        "vm-stats": msg(P.MSG_VM_STATS, P.VM_STATS.pack(
-            32768, 100, 2, 5, 1, 3, 0, 10 ** 9, 7, 6, 4, 500, 200, 1, 0),
+        "vm-stats": msg(P.MSG_VM_STATS, vm_stats(
+            [32768, 100, 2, 5, 1, 3, 0, 10 ** 9, 7, 6, 4], 500, 200, 1),
             seq=0),
         "get-sketch": msg(P.MSG_GET_SKETCH, struct.pack("=II", 1, 0)),
         "vms": msg(P.MSG_VMS, h.VMS.pack(2, 3) + vm_entry * 2),

@@ -318,7 +318,7 @@ VmEntry = collections.namedtuple(
     "scheme applied_to eligible_pages pages_scanned full_scans zero_pages "
     "cow_breaks pages_volatile scan_rate scan_cpu_ns hints_received "
     "hints_served hints_merged tracked_writes huge_held_pages huge_kept "
-    "huge_splits rest_ms max_cpu_pm state reserved3 "
+    "huge_splits huge_rebuilt rest_ms max_cpu_pm state reserved3 "
     "share_max_cpu_ppm share_reason share_pace share_vms share_budget_ppm "
     "share_yield")
 

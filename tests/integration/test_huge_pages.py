@@ -6,7 +6,8 @@ huge page around it: in a huge page, duplicates are held back until
 huge-split of its 512 pages would go.  Two VMs hold 32 regions of 2 MiB
 that are their own but for their first page, alike in both, and 32
 regions alike in both: the alike regions merge, the others keep their
-huge pages, and every page reads what was written.
+huge pages, and every page reads what was written.  Once writes end the
+merges of a region split so, its huge page is rebuilt.
 """
 
 import random
@@ -122,3 +123,33 @@ def test_huge_split_1_splits_for_any_duplicate(agent, qtest_vm):
         assert info["huge-pages"]["kept"] == 0, info["huge-pages"]
         assert anon_huge_bytes(vm.pid) < LONE * HUGE // 10
         check_intact(vm, d)
+
+
+def test_huge_pages_come_back_when_merging_ends(agent, qtest_vm):
+    """The alike regions merge whole, their huge pages split; then the
+    guest of VM 0 writes content of its own over them: every sharing
+    breaks, no merge pays for the split any more, and its scanner
+    rebuilds the huge pages (at least 90% of them, as query-nuksm and
+    AnonHugePages say), every page reading what was written last.
+    VM 1's pages still map their copies: its huge pages stay split."""
+    require_thp()
+    vms, data = start_pair(agent, qtest_vm)
+    for vm in vms:
+        settled(vm, ALIKE * 512)
+    before = anon_huge_bytes(vms[0].pid)
+    written = random.Random(55).randbytes(ALIKE * HUGE)
+    q = Qtest(vms[0].qtest_path)
+    write_big(q, AT + LONE * HUGE, written)
+    q.close()
+    info = vms[0].wait_nuksm(
+        lambda i: i["huge-pages"]["rebuilt"] >= ALIKE * 9 // 10,
+        "the written regions' huge pages to be rebuilt", timeout=120)
+    assert info["merged-pages"] < ALIKE * 512 // 10, info
+    after = anon_huge_bytes(vms[0].pid)
+    assert after >= before + ALIKE * HUGE * 9 // 10, \
+        f"{after >> 20} MiB of huge pages after, {before >> 20} before"
+    check_intact(vms[0], data[0][:LONE * HUGE] + written)
+    check_intact(vms[1], data[1])
+    other = vms[1].nuksm()
+    assert other["huge-pages"]["rebuilt"] == 0, other["huge-pages"]
+    assert other["merged-pages"] >= ALIKE * 512, other

@@ -28,6 +28,7 @@ URI = "qemu:///system"
 QEMU_USER = "libvirt-qemu"
 QEMU_GROUP = "kvm"       # libvirt-qemu's group on Debian: the socket's
 FILL_MIB = 64            # the guest fills 64 copies of 1 MiB
+GUEST_MIB = 256          # its RAM, all below 4 GiB: one block from 0
 DISK_MIB = 8             # and reads this much of a disk (I/O hints)
 # Where libvirtd looks for hooks, and where the hook registers domains.
 HOOK = Path("/etc/libvirt/hooks/qemu.d/nuksm")
@@ -182,7 +183,7 @@ def lv_agent(installed, start_agent, workdir):
 def domain_xml(name, emulator, files, serial):
     return f"""<domain type='qemu'>
   <name>{name}</name>
-  <memory unit='MiB'>256</memory>
+  <memory unit='MiB'>{GUEST_MIB}</memory>
   <vcpu>1</vcpu>
   <os>
     <type arch='x86_64' machine='q35'>hvm</type>
@@ -325,13 +326,37 @@ def uid_of(pid):
     raise AssertionError(f"no Uid line for pid {pid}")
 
 
-def test_libvirt_domains_merge(libvirtd, lv_agent, domains, installed):
+# The 1 MiB the guest fills with (scripts/make-guest.sh): `seq 10000000
+# 10200000 | head -c 1048576`, a page at a time.
+FILL_UNIT = "".join(f"{n}\n" for n in range(10000000, 10200000)).encode()
+FILL_PAGES = {FILL_UNIT[i:i + 4096] for i in range(0, 1 << 20, 4096)}
+
+
+def fill_in_ram(dom, workdir):
+    """{guest page: its content} of the guest's RAM pages that hold the
+    fill, as its QEMU reads them (pmemsave): root reading the QEMU's
+    memory would not resolve the faults its userfaultfd takes."""
+    dumps = workdir / "dumps"
+    dumps.mkdir(exist_ok=True)
+    os.chmod(dumps, 0o777)          # QEMU runs as libvirt-qemu
+    path = dumps / f"{dom.name}.ram"
+    dom.monitor("pmemsave", val=0, size=GUEST_MIB << 20, filename=str(path))
+    ram = path.read_bytes()
+    path.unlink()
+    return {at // 4096: ram[at:at + 4096] for at in range(0, len(ram), 4096)
+            if ram[at:at + 4096] in FILL_PAGES}
+
+
+def test_libvirt_domains_merge(libvirtd, lv_agent, domains, installed,
+                               workdir):
     """Two libvirt domains attached with nuksmctl libvirt, booting the
     project's guest, merge through the installed agent; the hook tells
     the agent which VM is which domain; virsh qemu-monitor-command shows
     the savings; policy and priority changes reach both sides; the agent
     follows virsh vcpupin; an agent restart under the running domains
-    loses nothing; a domain's registration goes when it stops."""
+    loses nothing; a domain's registration goes when it stops; nuksmctl
+    prune unmerges the domain left, its QEMU running as libvirt-qemu,
+    every page intact, and nuksmctl run always lets it merge again."""
     agent = lv_agent
     doms = []
     for n, priority in (("a", 300), ("b", 100)):
@@ -466,6 +491,26 @@ def test_libvirt_domains_merge(libvirtd, lv_agent, domains, installed):
     wait_until(lambda: [vm["libvirt"]["name"] for vm in
                         ctl_json(agent.sock, "vms")["vms"]] ==
                [doms[0].name], 30, f"{doms[1].name} to leave the agent")
+
+    # nuksmctl prune: the QEMU that libvirt runs as libvirt-qemu unmerges
+    # every page of the tenant (its fill is 64 copies of one MiB), each
+    # page keeping its content; nuksmctl run always lets it merge again.
+    dom = doms[0]
+    wait_until(lambda: dom.nuksm()["merged-pages"] >= fill_pages - 256, 60,
+               f"{dom.name}'s fill to merge within itself")
+    before = fill_in_ram(dom, workdir)
+    assert len(before) >= fill_pages
+    out = ctl_ok(agent.sock, "prune", "tenant-a", "--rate", "64")
+    assert out.rstrip().endswith("no page is merged any more"), out
+    info = dom.nuksm()
+    assert info["merged-pages"] - info["zero-pages"] == 0, info
+    assert info["budget"]["host-share"]["reason"] == "held", info
+    assert fill_in_ram(dom, workdir) == before
+    assert ctl_json(agent.sock, "run", "always") == {"run": "always",
+                                                     "held": False}
+    wait_until(lambda: dom.nuksm()["merged-pages"] >= fill_pages - 256, 60,
+               f"{dom.name}'s fill to merge again")
+    assert fill_in_ram(dom, workdir) == before
 
 
 def test_attach_detach_leave_the_rest(libvirtd, domains, installed):

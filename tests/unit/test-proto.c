@@ -987,7 +987,7 @@ static void test_reject_slot_refs(void)
         { NUKSM_MSG_REFUSED,    NUKSM_STATUS_NONE,   NUKSM_STATUS_NONE },
         { NUKSM_MSG_RETRY,      NUKSM_STATUS_NONE,   NUKSM_STATUS_NONE },
         { NUKSM_MSG_MERGED,     NUKSM_STATUS_MERGED, NUKSM_STATUS_FAILED },
-        { NUKSM_MSG_UNMERGED,   NUKSM_STATUS_COW,    NUKSM_STATUS_PRUNED },
+        { NUKSM_MSG_UNMERGED,   NUKSM_STATUS_COW,    NUKSM_STATUS_REBUILT },
     };
 
     for (size_t i = 0; i < G_N_ELEMENTS(kinds); i++) {

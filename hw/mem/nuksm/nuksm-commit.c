@@ -1329,6 +1329,47 @@ void nuksm_commit_get_stats(NuksmCommit *c, NuksmStats *stats)
     qemu_mutex_unlock(&c->pages->lock);
 }
 
+bool nuksm_commit_rebuild_huge(NuksmCommit *c, RAMBlock *rb,
+                               NuksmBlockState *bs, uint64_t idx)
+{
+    const size_t len = NUKSM_TRACK_STRETCH * NUKSM_PAGE_SIZE;
+    uint64_t first = QEMU_ALIGN_DOWN(idx, NUKSM_TRACK_STRETCH);
+    uint8_t *host = rb->host + first * NUKSM_PAGE_SIZE;
+    bool zero[NUKSM_TRACK_STRETCH];
+    uint8_t *stage;
+    int64_t edges;
+    bool huge;
+    int ret;
+
+    if (c->uffd < 0) {
+        return false;
+    }
+    for (unsigned i = 0; i < NUKSM_TRACK_STRETCH; i++) {
+        zero[i] = nuksm_page_flags(bs, first + i) & NUKSM_PAGE_ZERO;
+    }
+    ret = nuksm_remap_huge_stage(c->uffd, host, len, zero, &stage);
+    if (ret < 0) {
+        trace_nuksm_commit_rebuild_failed(host, -ret);
+        return false;
+    }
+    /* Without a huge page of its own the copy would rebuild nothing. */
+    huge = nuksm_huge_is_huge(c->s->huge, stage);
+    edges = nuksm_maps_window(bs, first, NUKSM_TRACK_STRETCH);
+    ret = nuksm_remap_huge_place(c->uffd, host, len, stage, huge);
+    if (ret < 0 || !huge) {
+        trace_nuksm_commit_rebuild_failed(host, ret < 0 ? -ret : EAGAIN);
+        return false;
+    }
+    for (unsigned i = 0; i < NUKSM_TRACK_STRETCH; i++) {
+        nuksm_commit_forget(c, bs, first + i, NUKSM_STATUS_REBUILT);
+        nuksm_pages_discarded(c->pages, bs, first + i);
+    }
+    /* The anonymous mapping gives back the mappings it replaced. */
+    nuksm_maps_account(c, nuksm_maps_window(bs, first, NUKSM_TRACK_STRETCH) -
+                          edges);
+    return true;
+}
+
 /*
  * RAM discard (balloon, virtio-mem, postcopy) over pages we remapped:
  * MADV_DONTNEED there would expose the store, so map fresh anonymous

@@ -108,5 +108,14 @@ void nuksm_commit_forget(NuksmCommit *c, NuksmBlockState *bs, uint64_t idx,
 void nuksm_commit_flush_unmerged(NuksmCommit *c, uint32_t epoch);
 bool nuksm_commit_drop_zero(NuksmCommit *c, NuksmBlockState *bs,
                             uint64_t idx, uint8_t *host);
+/*
+ * Rebuild the huge page of the stretch of page @idx of @bs (in @rb),
+ * whose merges no longer pay for its split (nuksm-huge.h): its content,
+ * under write protection, moves into a huge page of fresh anonymous
+ * memory; its merged pages are unmerged (UNMERGED, REBUILT) and its
+ * pages all seen afresh.  False if nothing changed.
+ */
+bool nuksm_commit_rebuild_huge(NuksmCommit *c, RAMBlock *rb,
+                               NuksmBlockState *bs, uint64_t idx);
 
 #endif /* HW_MEM_NUKSM_COMMIT_H */

@@ -66,8 +66,7 @@ static bool nuksm_huge_all_present(NuksmHuge *h, const uint8_t *host)
     return true;
 }
 
-/* Is the stretch at @host (2 MiB) one huge page now? */
-static bool nuksm_huge_is_huge(NuksmHuge *h, const uint8_t *host)
+bool nuksm_huge_is_huge(NuksmHuge *h, const uint8_t *host)
 {
     NuksmPageRegion region;
     NuksmPmScanArg arg = {
@@ -148,6 +147,7 @@ bool nuksm_huge_may_split(NuksmHuge *h, uint32_t split, RAMBlock *rb,
     if (held >= split) {
         trace_nuksm_huge_split(bs->first_page + idx, held);
         nuksm_huge_release(h, bs, idx);
+        r->huge_split = true;
         h->splits++;
         return true;
     }
@@ -155,27 +155,77 @@ bool nuksm_huge_may_split(NuksmHuge *h, uint32_t split, RAMBlock *rb,
     return false;
 }
 
-void nuksm_huge_walked(NuksmHuge *h, RAMBlock *rb, NuksmBlockState *bs,
-                       uint64_t idx)
+/*
+ * Is the stretch of page @idx of @bs (in @rb), split as it paid, to have
+ * its huge page rebuilt: fewer than half of @split of its pages merged
+ * or dropped, so that splitting it would not pay now?
+ */
+static bool nuksm_huge_to_rebuild(NuksmHuge *h, uint32_t split,
+                                  RAMBlock *rb, NuksmBlockState *bs,
+                                  uint64_t idx)
+{
+    uint8_t *host = nuksm_huge_stretch_host(rb, bs, idx);
+    uint64_t first, end;
+    unsigned saving = 0;
+
+    if (!host) {
+        return false;
+    }
+    nuksm_huge_stretch(bs, idx, &first, &end);
+    for (uint64_t i = first; i < end; i++) {
+        saving += !!(nuksm_page_flags(bs, i) &
+                     (NUKSM_PAGE_MERGED | NUKSM_PAGE_ZERO));
+    }
+    if (2 * saving >= split) {
+        return false;
+    }
+    if (nuksm_huge_is_huge(h, host)) {
+        /* khugepaged was first (a stretch with no merge left) */
+        nuksm_region_of(bs, idx)->huge_split = false;
+        return false;
+    }
+    trace_nuksm_huge_rebuild(bs->first_page + first, saving);
+    return true;
+}
+
+bool nuksm_huge_walked(NuksmHuge *h, uint32_t split, RAMBlock *rb,
+                       NuksmBlockState *bs, uint64_t idx)
 {
     NuksmRegion *r = nuksm_region_of(bs, idx);
     uint64_t first, end;
     uint8_t *host;
     unsigned held = 0;
 
+    if (r->huge_split) {
+        return nuksm_huge_to_rebuild(h, split, rb, bs, idx);
+    }
     if (!r->huge_held) {
-        return;
+        return false;
     }
     host = nuksm_huge_stretch_host(rb, bs, idx);
     if (!host || !nuksm_huge_is_huge(h, host)) {
         nuksm_huge_release(h, bs, idx);
-        return;
+        return false;
     }
     nuksm_huge_stretch(bs, idx, &first, &end);
     for (uint64_t i = first; i < end; i++) {
         held += !!(nuksm_page_flags(bs, i) & NUKSM_PAGE_HELD);
     }
     r->huge_held = held;
+    return false;
+}
+
+void nuksm_huge_rebuilt(NuksmHuge *h, NuksmBlockState *bs, uint64_t idx,
+                        bool done)
+{
+    NuksmRegion *r = nuksm_region_of(bs, idx);
+
+    /* Failed, it is not tried again: the kernel had no huge page. */
+    r->huge_split = false;
+    if (done) {
+        r->huge_held = 0;
+        h->rebuilt++;
+    }
 }
 
 typedef struct NuksmHugeCount {
@@ -204,5 +254,6 @@ void nuksm_huge_get_stats(NuksmHuge *h, NuksmPages *pages,
     stats->huge_held_pages = count.held;
     stats->huge_kept = count.kept;
     stats->huge_splits = h->splits;
+    stats->huge_rebuilt = h->rebuilt;
     qemu_mutex_unlock(&pages->lock);
 }

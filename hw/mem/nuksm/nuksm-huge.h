@@ -14,6 +14,10 @@
  * agent told FAILED) until huge-split of its 512 pages would go: then the
  * split pays for itself, the held pages are released, to be offered or
  * dropped again by the next pass, and the stretch merges as any other.
+ * Once writes, an unmerge or a policy leave fewer than half that many
+ * merged or dropped in a stretch split so, the split no longer pays: the
+ * scanner has its huge page rebuilt (nuksm_commit_rebuild_huge()), and
+ * the duplicates left are held back again.
  * A stretch that is not a huge page (the kernel gave it none, or split
  * it already) merges freely.  Reads of a huge page cannot be seen from
  * user space without splitting it (pagemap has no accessed bit; idle
@@ -49,6 +53,7 @@ struct NuksmHuge {
     int pagemap_fd;             /* /proc/self/pagemap, or -1 */
     bool scan_ioctl;            /* PAGEMAP_SCAN works here (Linux 6.7) */
     uint64_t splits;            /* huge pages split for paying */
+    uint64_t rebuilt;           /* huge pages rebuilt once it ended */
 };
 
 NuksmHuge *nuksm_huge_new(void);
@@ -64,14 +69,23 @@ void nuksm_huge_free(NuksmHuge *h);
 bool nuksm_huge_may_split(NuksmHuge *h, uint32_t split, RAMBlock *rb,
                           NuksmBlockState *bs, uint64_t idx, unsigned fresh);
 
+/* Is the stretch at @host (of a huge page's size and alignment) one? */
+bool nuksm_huge_is_huge(NuksmHuge *h, const uint8_t *host);
+
 /*
  * A pass walked the stretch of page @idx of @bs (in @rb): count again
  * what it holds back, and release it if it is no huge page any more.
+ * True if its huge page, split as it paid, is to be rebuilt now that
+ * fewer than half of @split of its pages are merged or dropped.
  */
-void nuksm_huge_walked(NuksmHuge *h, RAMBlock *rb, NuksmBlockState *bs,
-                       uint64_t idx);
+bool nuksm_huge_walked(NuksmHuge *h, uint32_t split, RAMBlock *rb,
+                       NuksmBlockState *bs, uint64_t idx);
 
-/* Pages held back, huge pages kept and split, into @stats. */
+/* The rebuild nuksm_huge_walked() asked for was @done, or failed. */
+void nuksm_huge_rebuilt(NuksmHuge *h, NuksmBlockState *bs, uint64_t idx,
+                        bool done);
+
+/* Pages held back, huge pages kept, split and rebuilt, into @stats. */
 void nuksm_huge_get_stats(NuksmHuge *h, NuksmPages *pages,
                           NuksmStats *stats);
 

@@ -149,6 +149,7 @@ static NuksmInfo *nuksm_get_info(Nuksm *s)
     info->huge_pages->kept = stats.huge_kept;
     info->huge_pages->held_pages = stats.huge_held_pages;
     info->huge_pages->splits = stats.huge_splits;
+    info->huge_pages->rebuilt = stats.huge_rebuilt;
     tail = &info->merged_per_node;
     for (uint32_t node = 0; node < NUKSM_MAX_NODES; node++) {
         NuksmNodePages *np;

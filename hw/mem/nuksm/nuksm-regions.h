@@ -50,6 +50,8 @@ typedef struct NuksmRegion {
     uint16_t cows;              /* sharings a write ended */
     /* Duplicates held back for its huge page (nuksm-huge.c) */
     uint16_t huge_held;
+    /* Its huge page split as it paid: rebuilt when that ends */
+    bool huge_split;
 } NuksmRegion;
 
 /* What a judgement did to a region. */

@@ -663,6 +663,76 @@ size_t nuksm_remap_zero_run(int uffd, uint8_t *host, size_t pages,
     return done;
 }
 
+/* Linux 6.1; glibc 2.36's headers lack it. */
+#define NUKSM_MADV_COLLAPSE 25
+
+int nuksm_remap_huge_stage(int uffd, uint8_t *host, size_t len,
+                           const bool *zero, uint8_t **stage)
+{
+    const size_t psz = NUKSM_PAGE_SIZE;
+    uint8_t *area = mmap(NULL, 2 * len, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint8_t *at;
+
+    if (area == MAP_FAILED) {
+        return -errno;
+    }
+    /* Aligned as a huge page, so that the kernel can back it with one. */
+    at = QEMU_ALIGN_PTR_UP(area, len);
+    if (at > area) {
+        munmap(area, at - area);
+    }
+    munmap(at + len, area + 2 * len - (at + len));
+    qemu_madvise(at, len, QEMU_MADV_HUGEPAGE);
+    for (size_t i = 0; i < len / psz; i++) {
+        if (zero[i] &&
+            qemu_madvise(host + i * psz, psz, QEMU_MADV_POPULATE_WRITE)) {
+            int err = -errno;
+
+            munmap(at, len);
+            return err;
+        }
+    }
+    if (uffd_change_protection(uffd, host, len, true, false)) {
+        int err = -errno;
+
+        munmap(at, len);
+        return err;
+    }
+    memcpy(at, host, len);
+    /*
+     * Where the first touch found no huge page free, the kernel compacts
+     * memory for one (one already there makes it a no-op; an older
+     * kernel refuses, and the first touch is all).
+     */
+    madvise(at, len, NUKSM_MADV_COLLAPSE);
+    *stage = at;
+    return 0;
+}
+
+int nuksm_remap_huge_place(int uffd, uint8_t *host, size_t len,
+                           uint8_t *stage, bool place)
+{
+    int ret = 0;
+
+    if (place && mremap(stage, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
+                        host) != MAP_FAILED) {
+        /* What physmem.c advises on anonymous RAM. */
+        if (machine_mem_merge(current_machine)) {
+            qemu_madvise(host, len, QEMU_MADV_MERGEABLE);
+        }
+        nuksm_remap_renew(uffd, host, len, false);
+        uffd_wakeup(uffd, host, len);
+        trace_nuksm_remap_huge_placed(host);
+        return 0;
+    }
+    if (place) {
+        ret = -errno;
+    }
+    nuksm_remap_abandon(uffd, host, len / NUKSM_PAGE_SIZE, stage);
+    return ret;
+}
+
 int nuksm_remap_anonymous(int uffd, void *host, size_t len)
 {
     void *p = mmap(host, len, PROT_READ | PROT_WRITE,

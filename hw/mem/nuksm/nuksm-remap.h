@@ -104,6 +104,28 @@ size_t nuksm_remap_zero_run(int uffd, uint8_t *host, size_t pages,
                             bool *zeroed);
 
 /*
+ * The first step of rebuilding a huge page: write-protect the @len bytes
+ * at @host (a stretch of a huge page's size and alignment) and copy them
+ * into fresh anonymous memory of the same alignment, advised for huge
+ * pages, at *@stage.  The pages with zero[i] (holes a dropped zero page
+ * left, which the protection would not cover) are populated first, their
+ * content untouched.  Where the first touch of *@stage found no huge page
+ * free, MADV_COLLAPSE has the kernel make one.  Returns 0, or -errno
+ * with nothing changed.
+ */
+int nuksm_remap_huge_stage(int uffd, uint8_t *host, size_t len,
+                           const bool *zero, uint8_t **stage);
+
+/*
+ * The second step: move @stage over @host if @place, as fresh anonymous
+ * memory registered with @uffd, else drop it; either way the writers
+ * held meanwhile go on.  Returns 0, or -errno if @stage could not be
+ * moved (it is dropped, and @host is as it was).
+ */
+int nuksm_remap_huge_place(int uffd, uint8_t *host, size_t len,
+                           uint8_t *stage, bool place);
+
+/*
  * Replace [host, host + len) with fresh anonymous memory (reads as zero),
  * with the advice QEMU gives guest RAM; registered with @uffd if >= 0.
  * Returns 0 or -errno.

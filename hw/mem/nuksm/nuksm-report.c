@@ -54,6 +54,7 @@ static void nuksm_report_collect(Nuksm *s, NuksmMsgVmStats *msg)
         .huge_held_pages = stats.huge_held_pages,
         .huge_kept = stats.huge_kept,
         .huge_splits = stats.huge_splits,
+        .huge_rebuilt = stats.huge_rebuilt,
         .rest_ms = budget.rest_ms,
         .max_cpu_pm = MIN(budget.max_cpu * 10, 100000),
         .state = nuksm_state(s),

@@ -998,7 +998,13 @@ static bool nuksm_scan_next_chunk(NuksmScanner *sc,
             if ((first + count) % NUKSM_REGION_PAGES == 0 ||
                 first + count == bs->nr_pages) {
                 nuksm_scan_judge_region(sc, bs, first, delta);
-                nuksm_huge_walked(sc->s->huge, rb, bs, first);
+                if (nuksm_huge_walked(sc->s->huge,
+                                      qatomic_read(&sc->s->huge_split),
+                                      rb, bs, first)) {
+                    nuksm_huge_rebuilt(sc->s->huge, bs, first,
+                                       nuksm_commit_rebuild_huge(
+                                           sc->s->commit, rb, bs, first));
+                }
             }
             nuksm_commit_flush_unmerged(sc->s->commit, epoch);
             more = true;

@@ -267,6 +267,7 @@ typedef struct NuksmStats {
     uint64_t huge_held_pages;   /* duplicates held back for huge pages */
     uint64_t huge_kept;         /* huge pages kept so */
     uint64_t huge_splits;       /* huge pages split, as they paid */
+    uint64_t huge_rebuilt;      /* and rebuilt once they did not */
     uint64_t hints_merged;      /* merges of pages offered on a hint */
     uint64_t merged_per_node[NUKSM_MAX_NODES];
     /* nuksm-commit.c */
