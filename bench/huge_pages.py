@@ -36,7 +36,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(HERE), str(ROOT / "tests/integration")]
+sys.path[:0] = [str(HERE), str(ROOT / "tests/integration"),
+               str(ROOT / "scripts")]
 
 import harness  # noqa: E402
 import ksm  # noqa: E402
@@ -49,7 +50,7 @@ MIB = 1 << 20
 PAGE = 4096
 GUEST_MIB = 256
 GUEST_BYTE_AT = 509          # kvm-tlb.S: 0x80 reads | its own pages' salt
-READS_AT = 3 * MIB           # kvm-tlb.S: reads done, in units of 2^20
+READS_AT = 3 * MIB           # kvm-tlb.S: reads done, in units of 2^14
 COLD_PAGES = 32 * 512        # alike in both guests
 HOT_DUPS = 32 * 8            # alike pages scattered in the hot stretches
 SIDES = ("none", "ksm", "nuksm", "nuksm-split-1")
@@ -69,20 +70,20 @@ def guest_disk(base, workdir, name, byte):
 
 
 def reads_done(vm, workdir):
-    """The reader's reads so far, in units of 2^20."""
+    """The reader's reads so far, in units of 2^14."""
     path = workdir / f"{vm.name}-reads.bin"
     vm.cmd("pmemsave", val=READS_AT, size=4, filename=str(path))
     return struct.unpack("<I", path.read_bytes())[0]
 
 
 def speed(vm, workdir, rounds, seconds):
-    """Millions of reads per second, median of @rounds rounds."""
+    """Thousands of reads per second, median of @rounds rounds."""
     rates = []
     for _ in range(rounds):
         before, t0 = reads_done(vm, workdir), time.monotonic()
         time.sleep(seconds)
         after, t1 = reads_done(vm, workdir), time.monotonic()
-        rates.append((after - before) * (1 << 20) / (t1 - t0) / 1e6)
+        rates.append((after - before) * (1 << 14) / (t1 - t0) / 1e3)
     return statistics.median(rates)
 
 
@@ -166,8 +167,8 @@ def run_side(name, workdir, base, control, rounds, seconds):
         saved = side.merge()
         after = speed(reader, workdir, rounds, seconds)
         result = {
-            "side": name, "reads_before_m_per_s": before,
-            "reads_after_m_per_s": after, "speed_ratio": after / before,
+            "side": name, "reads_before_k_per_s": before,
+            "reads_after_k_per_s": after, "speed_ratio": after / before,
             "saved_mib": saved * PAGE / MIB,
             "huge_before_mib": huge_before,
             "huge_after_mib": [huge_mib(vm) for vm in side.vms],
@@ -175,7 +176,7 @@ def run_side(name, workdir, base, control, rounds, seconds):
         if side.agent:
             result["huge_pages"] = [vm.nuksm()["huge-pages"]
                                     for vm in side.vms]
-        log(f"{name}: {before:.1f} -> {after:.1f} M reads/s "
+        log(f"{name}: {before:.0f} -> {after:.0f} k reads/s "
             f"({100 * after / before:.1f}%), saved {result['saved_mib']:.1f}"
             f" MiB, huge pages {result['huge_after_mib']} MiB")
         return result
@@ -210,15 +211,15 @@ def plot(results, path):
 
 
 def rst(meta, results, image, docs_dir):
-    rows = [[r["side"], f"{r['reads_before_m_per_s']:.1f}",
-             f"{r['reads_after_m_per_s']:.1f}",
+    rows = [[r["side"], f"{r['reads_before_k_per_s']:,.0f}",
+             f"{r['reads_after_k_per_s']:,.0f}",
              f"{100 * r['speed_ratio']:.1f}%", f"{r['saved_mib']:.1f}",
              f"{r['huge_after_mib'][0]:.0f}"] for r in results]
     lines = [f"``bench/huge_pages.py`` on commit ``{meta['commit']}``, "
              f"{meta['date']} ({meta['rounds']} rounds of "
              f"{meta['seconds']:g} s each way):", ""]
     lines += report.list_table(
-        ["side", "M reads/s before", "after", "after/before",
+        ["side", "k reads/s before", "after", "after/before",
          "saved (MiB)", "reader's huge pages after (MiB)"], rows)
     lines += ["", f".. image:: {os.path.relpath(image, docs_dir)}", ""]
     return "\n".join(lines)

@@ -16,7 +16,7 @@
  *   2. then, if bit 7 of that byte is set, reads dwords at random
  *      (xorshift32) in the hot stretches, each address depending on the
  *      dword read before, so that every TLB miss costs the guest its
- *      walk, and counts its reads, in units of 2^20, in the dword at
+ *      walk, and counts its reads, in units of 2^14, in the dword at
  *      3 MiB; else halts.
  *
  * Copyright (c) 2026 nuksm developers
@@ -29,7 +29,7 @@
 #define HOT_MASK     0x03fffffc      /* a dword of the hot stretches */
 #define DUPS         8               /* alike pages of a hot stretch */
 #define ALIKE        0x2d
-#define READS        0x00300000      /* reads done, in units of 2^20 */
+#define READS        0x00300000      /* reads done, in units of 2^14 */
 #define DEBUGCON     0xe9
 
 #include "protected-mode.inc"
@@ -89,7 +89,7 @@ read:
     and $0, %edx                /* not an idiom: the next address */
     add %edx, %eax              /* waits for this read */
     inc %ecx
-    test $0xfffff, %ecx
+    test $0x3fff, %ecx
     jnz read
     incl READS
     jmp read

@@ -138,7 +138,7 @@ bool nuksm_huge_may_split(NuksmHuge *h, uint32_t split, RAMBlock *rb,
     uint8_t *host = nuksm_huge_stretch_host(rb, bs, idx);
     unsigned held = r->huge_held + fresh;
 
-    if (split <= 1 || !host || !nuksm_huge_is_huge(h, host)) {
+    if (!host || !nuksm_huge_is_huge(h, host)) {
         if (r->huge_held) {
             nuksm_huge_release(h, bs, idx);
         }
