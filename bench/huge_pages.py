@@ -44,7 +44,7 @@ import ksm  # noqa: E402
 import procstat  # noqa: E402
 import report  # noqa: E402
 from harness import Agent, Vm, ctl_json, wait_until  # noqa: E402
-from test_kvm import assemble  # noqa: E402
+from test_kvm import assemble, patched_disk  # noqa: E402
 
 MIB = 1 << 20
 PAGE = 4096
@@ -59,14 +59,6 @@ KSM_PAGES_PER_S = 100_000    # a full scan of both guests each second
 
 def log(msg):
     print(f"huge-pages: {msg}", flush=True)
-
-
-def guest_disk(base, workdir, name, byte):
-    disk = workdir / f"{name}.img"
-    image = bytearray(base.read_bytes())
-    image[GUEST_BYTE_AT] = byte
-    disk.write_bytes(image)
-    return disk
 
 
 def reads_done(vm, workdir):
@@ -111,7 +103,8 @@ class Side:
         self.vms = []
         for name_, byte in (("reader", 0x81), ("other", 0x02)):
             debug = workdir / f"{name_}-debugcon.log"
-            disk = guest_disk(base, workdir, name_, byte)
+            disk = patched_disk(base, workdir / f"{name_}.img",
+                                GUEST_BYTE_AT, byte)
             vm = Vm(workdir, name_, [
                 "-accel", "kvm", "-machine",
                 f"q35,mem-merge={'on' if name == 'ksm' else 'off'}",

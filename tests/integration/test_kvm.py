@@ -45,13 +45,18 @@ def reader_pattern(region):
                     for p in range(first, first + REGION_PAGES))
 
 
-def reader_disk(reader, workdir, mask):
-    """A copy of the reader's disk that reads the regions in @mask."""
-    disk = workdir / f"kvm-reader-{mask:02x}.img"
-    image = bytearray(reader.read_bytes())
-    image[READ_MASK_AT] = mask
+def patched_disk(base, disk, at, value):
+    """A copy of boot disk @base at @disk, its byte @at set to @value."""
+    image = bytearray(base.read_bytes())
+    image[at] = value
     disk.write_bytes(image)
     return disk
+
+
+def reader_disk(reader, workdir, mask):
+    """A copy of the reader's disk that reads the regions in @mask."""
+    return patched_disk(reader, workdir / f"kvm-reader-{mask:02x}.img",
+                        READ_MASK_AT, mask)
 
 
 def assemble(out, name):

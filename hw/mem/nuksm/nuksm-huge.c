@@ -142,12 +142,13 @@ bool nuksm_huge_may_split(NuksmHuge *h, uint32_t split, RAMBlock *rb,
         if (r->huge_held) {
             nuksm_huge_release(h, bs, idx);
         }
+        r->huge_merged = true;
         return true;
     }
     if (held >= split) {
         trace_nuksm_huge_split(bs->first_page + idx, held);
         nuksm_huge_release(h, bs, idx);
-        r->huge_split = true;
+        r->huge_split = r->huge_merged = true;
         h->splits++;
         return true;
     }
@@ -197,7 +198,13 @@ bool nuksm_huge_walked(NuksmHuge *h, uint32_t split, RAMBlock *rb,
     unsigned held = 0;
 
     if (r->huge_split) {
-        return nuksm_huge_to_rebuild(h, split, rb, bs, idx);
+        bool merging = r->huge_merged;
+
+        /* Merges that break and form again (a page written with the
+         * same content) are no end of merging: not before a walk
+         * without any. */
+        r->huge_merged = false;
+        return !merging && nuksm_huge_to_rebuild(h, split, rb, bs, idx);
     }
     if (!r->huge_held) {
         return false;

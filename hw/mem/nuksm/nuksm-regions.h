@@ -52,6 +52,8 @@ typedef struct NuksmRegion {
     uint16_t huge_held;
     /* Its huge page split as it paid: rebuilt when that ends */
     bool huge_split;
+    /* A merge or a zero page dropped since the scanner last walked it */
+    bool huge_merged;
 } NuksmRegion;
 
 /* What a judgement did to a region. */
