@@ -174,8 +174,12 @@ static bool nuksm_huge_to_rebuild(NuksmHuge *h, uint32_t split,
     }
     nuksm_huge_stretch(bs, idx, &first, &end);
     for (uint64_t i = first; i < end; i++) {
-        saving += !!(nuksm_page_flags(bs, i) &
-                     (NUKSM_PAGE_MERGED | NUKSM_PAGE_ZERO));
+        uint8_t flags = nuksm_page_flags(bs, i);
+
+        if (flags & NUKSM_PAGE_HINTED) {
+            return false;   /* offered on an I/O hint: its merge may come */
+        }
+        saving += !!(flags & (NUKSM_PAGE_MERGED | NUKSM_PAGE_ZERO));
     }
     if (2 * saving >= split) {
         return false;
