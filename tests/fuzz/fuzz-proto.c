@@ -326,7 +326,7 @@ static void read_payload(uint16_t type, const void *p, uint32_t len)
                            NUKSM_STATUS_FAILED);
         } else if (type == NUKSM_MSG_UNMERGED) {
             read_slot_refs(r, count, NUKSM_STATUS_COW,
-                           NUKSM_STATUS_PRUNED);
+                           NUKSM_STATUS_REBUILT);
         } else {
             read_slot_refs(r, count, NUKSM_STATUS_NONE, NUKSM_STATUS_NONE);
         }

@@ -139,7 +139,9 @@ def proto_seeds():
              h.SlotRef(2, 1, 5, 7, h.STATUS_FAILED)])),
         "unmerged": msg(P.MSG_UNMERGED, h.pack_slot_refs(
             [h.SlotRef(1, 0, 0, 7, h.STATUS_COW),
-             h.SlotRef(2, 1, 5, 7, h.STATUS_DISCARDED)])),
+             h.SlotRef(2, 1, 5, 7, h.STATUS_DISCARDED),
+             h.SlotRef(3, 0, 2, 7, P.STATUS_PRUNED),
+             h.SlotRef(4, 1, 3, 7, P.STATUS_REBUILT)])),
         "restore": msg(P.MSG_RESTORE, refs((1, 0, 0), (9, 1, 2))),
         "topology": msg(P.MSG_TOPOLOGY, topology(
             [(0b01, MEMPOLICY_BIND), (0b10, 0)], [(1234, 0), (1235, 1)],

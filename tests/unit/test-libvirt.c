@@ -363,7 +363,8 @@ static void put_reg(Registry *r, const char *uuid, const char *name,
 {
     g_autofree char *file = g_strdup_printf("%s.conf", uuid);
     g_autofree char *text = reg(name, uuid, machine, pid, domain);
-    g_autofree char *path = put(r, file, text);
+
+    g_free(put(r, file, text));
 }
 
 /* The cgroups of a libvirt QEMU on cgroup v1 as /proc/PID/cgroup has. */
