@@ -121,9 +121,11 @@ def scattered(vm_index, pages, layout="alike", seed=0):
 
 def test_merging_stops_at_the_map_budget(agent, two_vms, max_map_count):
     """With vm.max_map_count a little above what the VMs use, scattered
-    duplicates merge up to the budget and no further: the state becomes
-    limited (map-count) with NUKSM_MERGING_LIMITED once, the mappings
-    stay within the budget, nothing spins, and QEMU still allocates
+    duplicates merge up to the budget, and then only where a merge costs
+    no mapping (nor does any huge page come back while its duplicates
+    wait): the state becomes limited (map-count) with
+    NUKSM_MERGING_LIMITED once, the mappings stay within the budget,
+    nothing spins, and QEMU still allocates
     (object-add, a 4 MiB qtest read, HMP xp).  Raising the limit again
     resumes merging (NUKSM_MERGING_RESUMED) and every duplicate merges,
     with no new guest content: the pages held back are offered again.
@@ -181,7 +183,12 @@ def test_merging_stops_at_the_map_budget(agent, two_vms, max_map_count):
         info = vm.nuksm()
         used = cpu_seconds(vm.pid) - cpu[i]
         assert info["state"] == "limited"
-        assert merged_non_zero(vm) == merged[i], "merging went on"
+        # Only merges that cost no mapping go on (a copy next to one
+        # mapped: the pages the scanner had not offered yet), and none
+        # goes back: a stretch whose duplicates wait for mappings still
+        # pays for its split, and keeps it.
+        assert merged_non_zero(vm) >= merged[i], "merges went back"
+        assert info["huge-pages"]["rebuilt"] == 0, info["huge-pages"]
         assert 1000 < merged[i] < pages // 2, \
             f"{vm.name}: {merged[i]} pages merged"
         assert info["mappings"] <= info["mappings-budget"]

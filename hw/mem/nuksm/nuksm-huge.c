@@ -142,13 +142,13 @@ bool nuksm_huge_may_split(NuksmHuge *h, uint32_t split, RAMBlock *rb,
         if (r->huge_held) {
             nuksm_huge_release(h, bs, idx);
         }
-        r->huge_merged = true;
+        r->huge_busy = true;
         return true;
     }
     if (held >= split) {
         trace_nuksm_huge_split(bs->first_page + idx, held);
         nuksm_huge_release(h, bs, idx);
-        r->huge_split = r->huge_merged = true;
+        r->huge_split = r->huge_busy = true;
         h->splits++;
         return true;
     }
@@ -158,8 +158,9 @@ bool nuksm_huge_may_split(NuksmHuge *h, uint32_t split, RAMBlock *rb,
 
 /*
  * Is the stretch of page @idx of @bs (in @rb), split as it paid, to have
- * its huge page rebuilt: fewer than half of @split of its pages merged
- * or dropped, so that splitting it would not pay now?
+ * its huge page rebuilt: fewer than half of @split of its pages merged,
+ * dropped or held back (in a split stretch, for lack of mappings: they
+ * merge once there are), so that splitting it would not pay now?
  */
 static bool nuksm_huge_to_rebuild(NuksmHuge *h, uint32_t split,
                                   RAMBlock *rb, NuksmBlockState *bs,
@@ -174,12 +175,9 @@ static bool nuksm_huge_to_rebuild(NuksmHuge *h, uint32_t split,
     }
     nuksm_huge_stretch(bs, idx, &first, &end);
     for (uint64_t i = first; i < end; i++) {
-        uint8_t flags = nuksm_page_flags(bs, i);
-
-        if (flags & NUKSM_PAGE_HINTED) {
-            return false;   /* offered on an I/O hint: its merge may come */
-        }
-        saving += !!(flags & (NUKSM_PAGE_MERGED | NUKSM_PAGE_ZERO));
+        saving += !!(nuksm_page_flags(bs, i) &
+                     (NUKSM_PAGE_MERGED | NUKSM_PAGE_ZERO |
+                      NUKSM_PAGE_HELD));
     }
     if (2 * saving >= split) {
         return false;
@@ -202,13 +200,15 @@ bool nuksm_huge_walked(NuksmHuge *h, uint32_t split, RAMBlock *rb,
     unsigned held = 0;
 
     if (r->huge_split) {
-        bool merging = r->huge_merged;
+        bool busy = r->huge_busy;
 
         /* Merges that break and form again (a page written with the
-         * same content) are no end of merging: not before a walk
-         * without any. */
-        r->huge_merged = false;
-        return !merging && nuksm_huge_to_rebuild(h, split, rb, bs, idx);
+         * same content) are no end of merging, nor is an offer whose
+         * answer may not have come (the pages a split released are
+         * offered again by the next pass): not before a walk without
+         * any. */
+        r->huge_busy = false;
+        return !busy && nuksm_huge_to_rebuild(h, split, rb, bs, idx);
     }
     if (!r->huge_held) {
         return false;
@@ -224,6 +224,11 @@ bool nuksm_huge_walked(NuksmHuge *h, uint32_t split, RAMBlock *rb,
     }
     r->huge_held = held;
     return false;
+}
+
+void nuksm_huge_offered(NuksmBlockState *bs, uint64_t idx)
+{
+    nuksm_region_of(bs, idx)->huge_busy = true;
 }
 
 void nuksm_huge_rebuilt(NuksmHuge *h, NuksmBlockState *bs, uint64_t idx,

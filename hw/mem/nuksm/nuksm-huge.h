@@ -15,11 +15,12 @@
  * split pays for itself, the held pages are released, to be offered or
  * dropped again by the next pass, and the stretch merges as any other.
  * Once writes, an unmerge or a policy leave fewer than half that many
- * merged or dropped in a stretch split so, and a whole walk of the
- * scanner saw no merge there (pages written with the same content merge
- * again), the split no longer pays: the scanner has its huge page
- * rebuilt (nuksm_commit_rebuild_huge()), and the duplicates left are
- * held back again.
+ * merged or dropped (or held back for lack of mappings) in a stretch
+ * split so, and a whole walk of the scanner saw no merge there (pages
+ * written with the same content merge again) nor an offer (its merge
+ * may still come), the split no longer pays: the scanner has its huge
+ * page rebuilt (nuksm_commit_rebuild_huge()), and the duplicates left
+ * are held back again.
  * A stretch that is not a huge page (the kernel gave it none, or split
  * it already) merges freely.  Reads of a huge page cannot be seen from
  * user space without splitting it (pagemap has no accessed bit; idle
@@ -78,11 +79,19 @@ bool nuksm_huge_is_huge(NuksmHuge *h, const uint8_t *host);
  * A pass walked the stretch of page @idx of @bs (in @rb): count again
  * what it holds back, and release it if it is no huge page any more.
  * True if its huge page, split as it paid, is to be rebuilt now that
- * fewer than half of @split of its pages are merged or dropped and
- * none merged or was dropped since the last walk.
+ * fewer than half of @split of its pages are merged, dropped or held
+ * back and none merged, was dropped or was offered since the last
+ * walk.
  */
 bool nuksm_huge_walked(NuksmHuge *h, uint32_t split, RAMBlock *rb,
                        NuksmBlockState *bs, uint64_t idx);
+
+/*
+ * Page @idx of @bs was offered to the agent: its stretch is not rebuilt
+ * before the next walk, so that the merge the agent may answer with is
+ * not held back by a huge page rebuilt under it.
+ */
+void nuksm_huge_offered(NuksmBlockState *bs, uint64_t idx);
 
 /* The rebuild nuksm_huge_walked() asked for was @done, or failed. */
 void nuksm_huge_rebuilt(NuksmHuge *h, NuksmBlockState *bs, uint64_t idx,

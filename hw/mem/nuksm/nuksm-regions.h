@@ -52,8 +52,11 @@ typedef struct NuksmRegion {
     uint16_t huge_held;
     /* Its huge page split as it paid: rebuilt when that ends */
     bool huge_split;
-    /* A merge or a zero page dropped since the scanner last walked it */
-    bool huge_merged;
+    /*
+     * Merging went on since the scanner last walked it: a merge, a zero
+     * page dropped, or a page offered, whose merge may still come
+     */
+    bool huge_busy;
 } NuksmRegion;
 
 /* What a judgement did to a region. */

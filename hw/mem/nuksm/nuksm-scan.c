@@ -428,6 +428,7 @@ static void nuksm_scan_offer(NuksmScanner *sc, uint32_t epoch,
         sc->news++;
     }
     nuksm_region_looked(bs, idx);
+    nuksm_huge_offered(bs, idx);
     nuksm_scan_add_candidate(sc, epoch, bs, idx, digest);
 }
 
