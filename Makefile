@@ -26,8 +26,9 @@
 #                   under a ksmtuned-style controller (about 20 minutes;
 #                   also part of make bench)
 #   make bench-huge-pages  a TLB-bound KVM guest's speed and its huge pages
-#                   beside the memory saved, none, KSM and nuksm (about
-#                   15 minutes; also part of make bench)
+#                   beside the memory saved, none, KSM and nuksm, and how
+#                   soon huge pages come back once merging ends (about
+#                   25 minutes; also part of make bench)
 #   make soak       ... and churn eight VMs for SOAK_SECONDS (default 1800)
 #                   while the agent is killed again and again
 #   make install    install nuksmd, nuksmctl, the patched QEMU (as
@@ -191,8 +192,9 @@ bench-pressure: all
 	@echo "==> merging by memory pressure against a ksmtuned-style controller (about 20 min)"
 	@$(VENV)/bin/python bench/pressure.py
 bench-huge-pages: all
-	@echo "==> a TLB-bound guest's speed and huge pages beside the memory saved (about 15 min)"
+	@echo "==> a TLB-bound guest's speed and huge pages beside the memory saved, and their rebuild (about 25 min)"
 	@$(VENV)/bin/python bench/huge_pages.py
+	@$(VENV)/bin/python bench/huge_rebuild.py
 bench-scheme: all
 	@echo "==> co-location and the adaptive scheme on AdaptMD's mirrored deployment (about 15 min)"
 	@$(VENV)/bin/python bench/scheme.py
