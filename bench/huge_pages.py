@@ -26,7 +26,6 @@ KSM's settings are restored.
 
 import argparse
 import os
-import shutil
 import statistics
 import struct
 import sys
@@ -43,7 +42,8 @@ import harness  # noqa: E402
 import ksm  # noqa: E402
 import procstat  # noqa: E402
 import report  # noqa: E402
-from harness import Agent, Vm, ctl_json, wait_until  # noqa: E402
+from harness import Vm, ctl_json, wait_until  # noqa: E402
+from nuksm_side import BenchAgent  # noqa: E402
 from test_kvm import assemble, patched_disk  # noqa: E402
 
 MIB = 1 << 20
@@ -89,17 +89,13 @@ class Side:
     def __init__(self, name, workdir, base, control):
         self.name, self.workdir, self.control = name, workdir, control
         self.agent = None
-        self.state_dir = None
         objects = []
         if name.startswith("nuksm"):
-            self.state_dir = Path(tempfile.mkdtemp(
-                prefix="nuksm-huge-pages-", dir="/dev/shm"))
-            sock = workdir / "nuksmd.sock"
-            self.agent = Agent(sock, workdir / "nuksmd.log", [
-                "--socket", sock, "--state-dir", self.state_dir]).start()
+            self.agent = BenchAgent(workdir)
             props = {"huge_split": 1} if name == "nuksm-split-1" else {}
             objects = ["-object", harness.nuksm_object(
-                id="dedup0", agent=sock, enabled="off", **props)]
+                id="dedup0", agent=self.agent.sock, enabled="off",
+                **props)]
         self.vms = []
         for name_, byte in (("reader", 0x81), ("other", 0x02)):
             debug = workdir / f"{name_}-debugcon.log"
@@ -147,7 +143,6 @@ class Side:
             vm.kill()
         if self.agent:
             self.agent.stop()
-            shutil.rmtree(self.state_dir, ignore_errors=True)
         self.control.reset()
 
 

@@ -23,7 +23,6 @@ on the host; KSM's settings are restored.
 import argparse
 import os
 import random
-import shutil
 import statistics
 import sys
 import tempfile
@@ -38,8 +37,9 @@ import harness  # noqa: E402
 import ksm  # noqa: E402
 import procstat  # noqa: E402
 import report  # noqa: E402
-from harness import (Agent, Qtest, Vm, ctl_json, read_big,  # noqa: E402
+from harness import (Qtest, Vm, ctl_json, read_big,  # noqa: E402
                      wait_until, write_big)
+from nuksm_side import BenchAgent  # noqa: E402
 
 MIB = 1 << 20
 PAGE = 4096
@@ -65,15 +65,12 @@ class Side:
 
     def __init__(self, name, workdir, control, alike):
         self.name, self.control = name, control
-        self.agent = self.state_dir = None
+        self.agent = None
         objects = []
         if name == "nuksm":
-            self.state_dir = Path(tempfile.mkdtemp(
-                prefix="nuksm-huge-rebuild-", dir="/dev/shm"))
-            sock = workdir / "nuksmd.sock"
-            self.agent = Agent(sock, workdir / "nuksmd.log", [
-                "--socket", sock, "--state-dir", self.state_dir]).start()
-            objects = [harness.nuksm_object(id="dedup0", agent=sock,
+            self.agent = BenchAgent(workdir)
+            objects = [harness.nuksm_object(id="dedup0",
+                                            agent=self.agent.sock,
                                             enabled="off")]
         merge = "on" if name == "ksm" else "off"
         self.vms = []
@@ -114,7 +111,6 @@ class Side:
             vm.kill()
         if self.agent:
             self.agent.stop()
-            shutil.rmtree(self.state_dir, ignore_errors=True)
         self.control.reset()
 
 

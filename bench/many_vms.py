@@ -18,6 +18,11 @@ settled, the CPU of every thread of the QEMUs and of ksmd or nuksmd over
 a window, against the same VMs with no deduplication; and nuksm's own
 threads (nuksmd, and each QEMU's nuksm-* threads) alone, which the
 QEMUs' idle main loops, whose cost varies from run to run, do not blur.
+Then, for KSM and nuksm, what each adds measured on the same processes:
+windows with it paused (KSM's run=0, the objects' enabled=off; what is
+merged stays) and running, in the order running, paused, paused,
+running; what it adds is its own threads while running, and how much
+more the QEMUs' other threads (main loops, vCPUs) take while it runs.
 With --keep, the numbers of VMs not run now keep their results from
 OUT/many-vms.json, each marked with the run it comes from.
 Must run as root, alone on the host (KSM's settings are restored).
@@ -27,7 +32,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -41,7 +45,8 @@ import harness  # noqa: E402
 import ksm  # noqa: E402
 import procstat  # noqa: E402
 import report  # noqa: E402
-from harness import Agent, Qtest, Vm, ctl_json  # noqa: E402
+from harness import Qtest, Vm, ctl_json  # noqa: E402
+from nuksm_side import BenchAgent  # noqa: E402
 from workloads import BACKGROUND, MIB, PAGE, pipeline, tag  # noqa: E402
 
 SERIES_VMS = (8, 24, 64, 128)
@@ -52,6 +57,10 @@ AT = 64 * MIB           # above the low RAM the firmware uses
 WINDOW_S = 60           # after 99%: each side settles, then is
                         # measured, this long each (--window)
 SAMPLE_S = 1.0
+# Windows of the paired measure, in the order taken (ABBA: a drift of
+# the QEMUs' idle cost over the four windows weighs on both alike).
+PAIRED = ("running", "paused", "paused", "running")
+PAIRED_SIDES = ("ksm", "nuksm")
 # Qtest connections filling VMs at once (QEMU decodes, we encode).
 FILLERS = 4
 SIDES = ("none", "ksm", "ksm-advisor", "nuksm")
@@ -108,13 +117,7 @@ class Host:
 
     def start(self):
         if self.side == "nuksm":
-            self.state_dir = Path(tempfile.mkdtemp(prefix="nuksm-many-",
-                                                   dir="/dev/shm"))
-            sock = self.workdir / "nuksmd.sock"
-            self.agent = Agent(sock, self.workdir / "nuksmd.log",
-                               ["--socket", sock, "--state-dir",
-                                self.state_dir, "--log-level",
-                                "warning"]).start()
+            self.agent = BenchAgent(self.workdir, "--log-level", "warning")
         for i in range(self.n):
             name = f"{self.side}{i}"
             objects = []
@@ -145,6 +148,15 @@ class Host:
                 settings.update(ksm.ADVISOR)
             self.control.set(**settings, run=1)
 
+    def pause(self, paused):
+        """Pause or resume deduplication; what is merged stays."""
+        if self.side == "nuksm":
+            for vm in self.vms:
+                vm.cmd("qom-set", path="/objects/dedup0",
+                       property="enabled", value=not paused)
+        else:
+            self.control.set(run=0 if paused else 1)
+
     def saving(self):
         if self.side == "nuksm":
             return ctl_json(self.agent.sock, "status")["pages_sharing"]
@@ -153,25 +165,28 @@ class Host:
         return 0
 
     def cpu_ns(self):
-        """Every thread of the QEMUs, ksmd or nuksmd, and nuksm's own
-        threads (nuksmd's, the QEMUs' nuksm-*) apart."""
+        """Every thread of the QEMUs, ksmd or nuksmd, and apart: the
+        side's own threads (ksmd; nuksmd's and the QEMUs' nuksm-*), and
+        the QEMUs' other threads."""
         qemu = sum(harness.process_cpu_ns(vm.pid) for vm in self.vms)
         agent = harness.process_cpu_ns(self.agent.pid) if self.agent else 0
-        own = 0
+        own = other = 0
         if self.agent:
-            own = agent + nuksm_threads_cpu_ns(self.vms)
+            in_qemu = nuksm_threads_cpu_ns(self.vms)
+            own = agent + in_qemu
+            other = qemu - in_qemu
         elif self.side.startswith("ksm"):
             own = self.control.cpu_ns()
+            other = qemu
         return {"all": qemu + (own if self.side.startswith("ksm") else
                                agent),
-                "own": own, "agent": agent}
+                "own": own, "agent": agent, "other": other}
 
     def stop(self):
         for vm in self.vms:
             vm.kill()
         if self.agent:
             self.agent.stop()
-            shutil.rmtree(self.state_dir, ignore_errors=True)
         if self.side.startswith("ksm"):
             self.control.reset()
             if self.side == "ksm-advisor":
@@ -186,6 +201,25 @@ def window(host, seconds):
     end = host.cpu_ns()
     wall = time.monotonic() - t0
     return {k: (end[k] - start[k]) / 1e9 / wall for k in start}
+
+
+def paired(host, window_s):
+    """What @host's side adds to the same VMs, measured in windows of
+    @window_s running and paused (PAIRED): its own threads while
+    running, and the QEMUs' other threads, running less paused."""
+    windows = {"running": [], "paused": []}
+    for state in PAIRED:
+        host.pause(state == "paused")
+        windows[state].append(window(host, window_s))
+
+    def mean(state, key):
+        return sum(w[key] for w in windows[state]) / len(windows[state])
+
+    return {"windows": windows,
+            "others_more": mean("running", "other") -
+            mean("paused", "other"),
+            "adds": mean("running", "own") + mean("running", "other") -
+            mean("paused", "other")}
 
 
 def run_side(side, vms, workdir, control, window_s):
@@ -223,6 +257,11 @@ def run_side(side, vms, workdir, control, window_s):
         log(f"{side} x{vms}: merged in {result.get('merge_s')} s; steady "
             f"{100 * result['steady']['all']:.2f}% of a core in all, own "
             f"{100 * result['steady']['own']:.3f}%")
+        if side in PAIRED_SIDES:
+            result["paired"] = paired(host, window_s / 2)
+            log(f"{side} x{vms}: adds {100 * result['paired']['adds']:.3f}%"
+                f" of a core to the same VMs (their other threads "
+                f"{100 * result['paired']['others_more']:+.3f}%)")
         return result
     finally:
         host.stop()
@@ -275,6 +314,12 @@ def plot(results, path):
         cpu_ax.plot(xs, [100 * r["steady"]["own"] for r in runs], "o-",
                     color=colours[side],
                     label=f"{labels[side]}: ksmd or nuksm's threads")
+        if side in PAIRED_SIDES:
+            cpu_ax.plot(xs, [100 * r["paired"]["adds"] if "paired" in r
+                             else float("nan") for r in runs], "s--",
+                        color=colours[side],
+                        label=f"{labels[side]}: what it adds to the same "
+                        "VMs (paired)")
         cpu_ax.plot(xs, [100 * r.get("beyond_baseline", float("nan"))
                          for r in runs], "o:", color=colours[side],
                     label=f"{labels[side]}: every QEMU thread, beyond "
@@ -306,7 +351,9 @@ def rst(meta, results, image, docs_dir):
                      f"{100 * r['steady']['own']:.3f}%",
                      f"{100 * r['steady']['agent']:.3f}%"
                      if r["side"] == "nuksm" else "—",
-                     f"{100 * r.get('beyond_baseline', 0):+.2f}%"])
+                     f"{100 * r.get('beyond_baseline', 0):+.2f}%",
+                     f"{100 * r['paired']['adds']:.3f}%"
+                     if "paired" in r else "—"])
     out = [f"``bench/many_vms.py`` on ``{meta['commit']}``, "
            f"{meta['date']}, {meta['cpu']}: VMs of {VM_MIB} MiB, "
            f"{ALIKE_MIB} MiB alike in all and {OWN_MIB} MiB of their own; "
@@ -316,7 +363,12 @@ def rst(meta, results, image, docs_dir):
            "threads (nuksmd and the QEMUs' nuksm-*), nuksmd alone, and "
            "every thread of the QEMUs with ksmd or nuksmd beyond the same "
            "VMs without deduplication (the QEMUs' idle main loops vary "
-           "from run to run: a difference within their noise).", ""]
+           "from run to run: a difference within their noise); and what "
+           "each side adds to the same VMs, paired: its own threads "
+           "while it runs, and how much more the QEMUs' other threads "
+           f"take than while it is paused (windows of "
+           f"{meta['window_s'] / 2:.0f} s running, paused, paused, "
+           "running).", ""]
     earlier = {}
     for r in results:
         if "run" in r:
@@ -327,7 +379,8 @@ def rst(meta, results, image, docs_dir):
                    f"from ``{commit}``, {date}.")
     out += report.list_table(["VMs", "side", "time to 99% (s)",
                               "steady, own threads", "of which nuksmd",
-                              "steady, all, beyond none"], rows)
+                              "steady, all, beyond none",
+                              "adds to the same VMs (paired)"], rows)
     rel = os.path.relpath(image, docs_dir)
     out += ["", f".. image:: {rel}",
             "   :alt: many-vms: time to 99% and steady CPU against the "

@@ -21,6 +21,30 @@ ZERO_PAGES_EVERY_S = 1.0
 DEFAULT_MAX_CPU = 10
 
 
+class BenchAgent(Agent):
+    """nuksmd for a benchmark, started: its socket and log in @workdir,
+    its store in a directory of its own under /dev/shm (/run is not
+    tmpfs on every host), removed when it stops; @args: more of its
+    options."""
+
+    def __init__(self, workdir, *args):
+        workdir = Path(workdir)
+        state_dir = Path(tempfile.mkdtemp(prefix="nuksm-bench-",
+                                          dir="/dev/shm"))
+        sock = workdir / "nuksmd.sock"
+        super().__init__(sock, workdir / "nuksmd.log",
+                         ["--socket", sock, "--state-dir", state_dir,
+                          *args], state_dir=state_dir)
+        self.start()
+
+    def stop(self):
+        try:
+            if self.running:
+                super().stop()
+        finally:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
 class NuksmSide:
     def __init__(self, name="nuksm", props=None):
         """@name: the side's name in the results; @props: more properties
@@ -36,20 +60,14 @@ class NuksmSide:
         defaults, scan budget included; at the others, whose figures are
         each VM's max-cpu (budget()), a scan budget of a core per VM,
         which never holds one back."""
-        self.state_dir = Path(tempfile.mkdtemp(prefix="nuksm-bench-",
-                                               dir="/dev/shm"))
-        sock = Path(workdir) / "nuksmd.sock"
-        args = ["--socket", sock, "--state-dir", self.state_dir,
-                "--log-level", "warning"]
+        args = ["--log-level", "warning"]
         if budget != "idle":
             args += ["--scan-budget", f"{100 * vms}%"]
-        self.agent = Agent(sock, Path(workdir) / "nuksmd.log", args).start()
+        self.agent = BenchAgent(workdir, *args)
         self.agent_anon0 = procstat.smaps_rollup(self.agent.pid)["Anonymous"]
 
     def teardown(self):
-        if self.agent.running:
-            self.agent.stop()
-        shutil.rmtree(self.state_dir, ignore_errors=True)
+        self.agent.stop()
 
     def vm_args(self, index):
         # mem-merge=off: ksmd (stopped anyway) never touches this side.
@@ -139,7 +157,7 @@ class NuksmSide:
 
     def store_bytes(self):
         return sum(p.stat().st_blocks * 512
-                   for p in self.state_dir.glob("store-*"))
+                   for p in self.agent.state_dir.glob("store-*"))
 
     def memory(self, vms):
         """Anonymous memory (proportional) of the QEMUs and nuksmd, plus

@@ -35,7 +35,6 @@ alone on the host; KSM's settings are restored.
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,8 +49,9 @@ sys.path[:0] = [str(HERE), str(ROOT / "tests/integration")]
 import harness  # noqa: E402
 import ksm  # noqa: E402
 import report  # noqa: E402
-from harness import Agent, Vm, ctl_json  # noqa: E402
+from harness import Vm, ctl_json  # noqa: E402
 from many_vms import fill, nuksm_threads_cpu_ns  # noqa: E402
+from nuksm_side import BenchAgent  # noqa: E402
 from workloads import MIB, PAGE  # noqa: E402
 
 VMS = 4
@@ -166,16 +166,12 @@ class Side:
     def start(self):
         objects = []
         if self.name == "nuksm":
-            self.state_dir = Path(tempfile.mkdtemp(prefix="nuksm-pressure-",
-                                                   dir="/dev/shm"))
-            sock = self.workdir / "nuksmd.sock"
             self.metrics_dir = self.workdir / "metrics"
             self.metrics_dir.mkdir()
-            self.agent = Agent(sock, self.workdir / "nuksmd.log", [
-                "--socket", sock, "--state-dir", self.state_dir,
-                "--metrics-dir", self.metrics_dir,
+            self.agent = BenchAgent(
+                self.workdir, "--metrics-dir", self.metrics_dir,
                 "--log-level", "info", "--run", "pressure",
-                "--pressure-cgroup", self.cgroup.path]).start()
+                "--pressure-cgroup", self.cgroup.path)
             # The cgroup stands for the host: the store is memory of it,
             # as on a host (charged to nuksmd, which writes it).
             self.cgroup.add(self.agent.pid)
@@ -220,7 +216,6 @@ class Side:
             vm.kill()
         if self.agent:
             self.agent.stop()
-            shutil.rmtree(self.state_dir, ignore_errors=True)
         self.control.reset()
 
 
