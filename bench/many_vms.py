@@ -3,8 +3,8 @@
 """A host of many small VMs, each side at its defaults
 (docs/benchmarks.rst, "Many small VMs").
 
-    bench/many_vms.py [--vms N ...] [--window S] [--out DIR] [--keep]
-                      [--no-docs]
+    bench/many_vms.py [--vms N ...] [--side SIDE ...] [--window S]
+                      [--out DIR] [--keep] [--no-docs]
 
 For each number of VMs (8, 24, 64 and 128 by default): that many qtest
 VMs of 128 MiB, each holding 16 MiB alike in all of them and 16 MiB of
@@ -24,8 +24,8 @@ merged stays) and running, in the order running, paused, paused,
 running, each change of state followed by a window to settle; what it
 adds is its own threads while running, and how much more the QEMUs'
 other threads (main loops, vCPUs) take while it runs.
-With --keep, the numbers of VMs not run now keep their results from
-OUT/many-vms.json, each marked with the run it comes from.
+With --keep, the numbers of VMs and sides not run now keep their
+results from OUT/many-vms.json, each marked with the run it comes from.
 Must run as root, alone on the host (KSM's settings are restored).
 """
 
@@ -275,23 +275,24 @@ def run_side(side, vms, workdir, control, window_s):
 
 
 def kept(path, running):
-    """The results in @path for numbers of VMs not in @running, each
-    marked with the commit and date of the run it comes from."""
+    """The results in @path for (numbers of VMs, side) not in @running,
+    each marked with the commit and date of the run it comes from."""
     if not path.exists():
         return []
     old = json.loads(path.read_text())
     mark = {k: old["meta"][k] for k in ("commit", "date")}
     return [{"run": mark, **r} for r in old["results"]
-            if r["vms"] not in running]
+            if (r["vms"], r["side"]) not in running]
 
 
 def derive(results):
     """Beyond the baseline: each side's steady CPU less the same VMs'
-    without deduplication."""
+    without deduplication, in the same run (a kept result keeps its
+    own)."""
     base = {r["vms"]: r["steady"]["all"] for r in results
-            if r["side"] == "none"}
+            if r["side"] == "none" and "run" not in r}
     for r in results:
-        if r["side"] != "none" and r["vms"] in base:
+        if r["side"] != "none" and "run" not in r and r["vms"] in base:
             r["beyond_baseline"] = r["steady"]["all"] - base[r["vms"]]
 
 
@@ -384,10 +385,12 @@ def rst(meta, results, image, docs_dir):
     for r in results:
         if "run" in r:
             earlier.setdefault((r["run"]["commit"], r["run"]["date"]),
-                               set()).add(r["vms"])
-    for (commit, date), sizes in sorted(earlier.items()):
-        out[0] += (f" The {', '.join(map(str, sorted(sizes)))} VMs come "
-                   f"from ``{commit}``, {date}.")
+                               []).append((r["vms"], SIDES.index(r["side"]),
+                                           r["side"]))
+    for (commit, date), rows in sorted(earlier.items()):
+        names = ", ".join(f"{vms} {side}" for vms, _, side in sorted(rows)
+                          if side != "none")
+        out[0] += f" The rows {names} come from ``{commit}``, {date}."
     out += report.list_table(["VMs", "side", "time to 99% (s)",
                               "steady, own threads", "of which nuksmd",
                               "steady, all, beyond none",
@@ -410,7 +413,10 @@ def main():
     parser.add_argument("--out", type=Path, default=HERE / "results" / "full")
     parser.add_argument("--keep", action="store_true",
                         help="keep OUT/many-vms.json's results for the "
-                        "numbers of VMs not run now")
+                        "numbers of VMs and sides not run now")
+    parser.add_argument("--side", choices=SIDES, action="append",
+                        help="run only this side (repeatable; default "
+                        "all)")
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
     if os.geteuid() != 0 or not ksm.available():
@@ -419,7 +425,8 @@ def main():
     started = time.monotonic()
     control = ksm.Ksm()
     results = []
-    sides = [s for s in SIDES if s != "ksm-advisor" or ksm.has_advisor()]
+    sides = [s for s in args.side or SIDES
+             if s != "ksm-advisor" or ksm.has_advisor()]
     try:
         for vms in args.vms or SERIES_VMS:
             for side in sides:
@@ -430,7 +437,7 @@ def main():
         control.restore()
     if args.keep:
         results += kept(args.out / "many-vms.json",
-                        {r["vms"] for r in results})
+                        {(r["vms"], r["side"]) for r in results})
     derive(results)
     report.publish(args.out, "many-vms", results, started, plot,
                    lambda meta, image, docs: rst(
