@@ -35,7 +35,6 @@ sys.path[:0] = [str(HERE), str(ROOT / "tests/integration")]
 
 import harness  # noqa: E402
 import ksm  # noqa: E402
-import procstat  # noqa: E402
 import report  # noqa: E402
 from harness import (Qtest, Vm, ctl_json, read_big,  # noqa: E402
                      wait_until, write_big)
@@ -54,10 +53,6 @@ POLL_S = 0.1
 
 def log(msg):
     print(f"huge-rebuild: {msg}", flush=True)
-
-
-def huge_bytes(vm):
-    return procstat.smaps_rollup(vm.pid)["AnonHugePages"]
 
 
 class Side:
@@ -120,13 +115,13 @@ def run_round(name, workdir, control, wait_s, seed):
     own = rng.randbytes(STRETCHES * HUGE)
     side = Side(name, workdir, control, alike)
     try:
-        before = huge_bytes(side.vms[0])
+        before = harness.anon_huge_bytes(side.vms[0].pid)
         if before < STRETCHES * HUGE:
             sys.exit(f"huge-rebuild: the kernel gave the VM {before >> 20}"
                      f" MiB of huge pages, not {STRETCHES * 2}: no huge "
                      "pages to rebuild (memory too fragmented?)")
         side.merge()
-        split = huge_bytes(side.vms[0])
+        split = harness.anon_huge_bytes(side.vms[0].pid)
         q = Qtest(side.vms[0].qtest_path)
         start = time.monotonic()
         write_big(q, AT, own)
@@ -136,7 +131,7 @@ def run_round(name, workdir, control, wait_s, seed):
                                 if side.agent else [])
         while len(times) < len(keys) and time.monotonic() - t0 < wait_s:
             t = time.monotonic() - t0
-            huge = huge_bytes(side.vms[0])
+            huge = harness.anon_huge_bytes(side.vms[0].pid)
             rebuilt = side.rebuilt() if side.agent else 0
             timeline.append([round(t, 2), huge / MIB])
             reached = {"huge_90_s": huge >= before - STRETCHES * HUGE // 10,
@@ -154,7 +149,8 @@ def run_round(name, workdir, control, wait_s, seed):
         result = {"side": name, "write_s": t0 - start,
                   "huge_before_mib": before / MIB,
                   "huge_merged_mib": split / MIB,
-                  "huge_after_mib": huge_bytes(side.vms[0]) / MIB,
+                  "huge_after_mib":
+                      harness.anon_huge_bytes(side.vms[0].pid) / MIB,
                   "timeline": timeline, **{k: times.get(k) for k in keys}}
         log(f"{name}: huge pages {result['huge_before_mib']:.0f} -> "
             f"{result['huge_merged_mib']:.0f} MiB merged -> "
@@ -248,8 +244,7 @@ def main():
     args = parser.parse_args()
     if os.geteuid() != 0 or not ksm.available():
         sys.exit("huge-rebuild: must run as root, with KSM")
-    if "[never]" in Path("/sys/kernel/mm/transparent_hugepage/enabled") \
-            .read_text():
+    if not harness.thp_in_use():
         sys.exit("huge-rebuild: transparent huge pages are off here")
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

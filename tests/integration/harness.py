@@ -106,6 +106,17 @@ def proc_kib_field(pid, table, field):
     raise AssertionError(f"no {field} in /proc/{pid}/{table}")
 
 
+def anon_huge_bytes(pid):
+    """Anonymous memory of @pid in transparent huge pages, bytes."""
+    return proc_kib_field(pid, "smaps_rollup", "AnonHugePages")
+
+
+def thp_in_use():
+    """Does the host give transparent huge pages (madvise or always)?"""
+    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+        return "[never]" not in f.read()
+
+
 def rss(pid):
     """Resident memory of a process, bytes."""
     return proc_kib_field(pid, "status", "VmRSS")

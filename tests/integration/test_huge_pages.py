@@ -28,15 +28,10 @@ LONE = 32               # regions alike in their first page only
 ALIKE = 32              # regions alike in all their pages
 
 
-def anon_huge_bytes(pid):
-    return harness.proc_kib_field(pid, "smaps_rollup", "AnonHugePages")
-
-
 def require_thp():
-    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-        if "[never]" in f.read():
-            pytest.skip("transparent huge pages are off on this host: "
-                        "there is no huge page to keep")
+    if not harness.thp_in_use():
+        pytest.skip("transparent huge pages are off on this host: "
+                    "there is no huge page to keep")
 
 
 def contents(index):
@@ -64,7 +59,7 @@ def start_pair(agent, qtest_vm, **props):
         write_big(q, AT, data[i])
         q.close()
         vms.append(vm)
-    huge = [anon_huge_bytes(vm.pid) for vm in vms]
+    huge = [harness.anon_huge_bytes(vm.pid) for vm in vms]
     if min(huge) < (LONE + ALIKE) * HUGE:
         pytest.skip(f"the kernel gave the VMs {huge} bytes of huge pages, "
                     f"not the {(LONE + ALIKE) * HUGE} written: no huge "
@@ -106,7 +101,7 @@ def test_lone_duplicates_keep_their_huge_pages(agent, qtest_vm):
         assert huge["splits"] >= ALIKE, huge
         assert info["merged-pages"] < ALIKE * 512 + LONE // 10, \
             f"lone duplicates merged: {info['merged-pages']} pages, {huge}"
-        kept = anon_huge_bytes(vm.pid)
+        kept = harness.anon_huge_bytes(vm.pid)
         assert kept >= LONE * HUGE * 9 // 10, \
             f"{vm.name}: {kept >> 20} MiB of huge pages left, not " \
             f"{LONE * 2 * 9 // 10} or more"
@@ -121,7 +116,7 @@ def test_huge_split_1_splits_for_any_duplicate(agent, qtest_vm):
     for vm, d in zip(vms, data):
         info = settled(vm, ALIKE * 512 + LONE)
         assert info["huge-pages"]["kept"] == 0, info["huge-pages"]
-        assert anon_huge_bytes(vm.pid) < LONE * HUGE // 10
+        assert harness.anon_huge_bytes(vm.pid) < LONE * HUGE // 10
         check_intact(vm, d)
 
 
@@ -136,7 +131,7 @@ def test_huge_pages_come_back_when_merging_ends(agent, qtest_vm):
     vms, data = start_pair(agent, qtest_vm)
     for vm in vms:
         settled(vm, ALIKE * 512)
-    before = anon_huge_bytes(vms[0].pid)
+    before = harness.anon_huge_bytes(vms[0].pid)
     written = random.Random(55).randbytes(ALIKE * HUGE)
     q = Qtest(vms[0].qtest_path)
     write_big(q, AT + LONE * HUGE, written)
@@ -145,7 +140,7 @@ def test_huge_pages_come_back_when_merging_ends(agent, qtest_vm):
         lambda i: i["huge-pages"]["rebuilt"] >= ALIKE * 9 // 10,
         "the written regions' huge pages to be rebuilt", timeout=120)
     assert info["merged-pages"] < ALIKE * 512 // 10, info
-    after = anon_huge_bytes(vms[0].pid)
+    after = harness.anon_huge_bytes(vms[0].pid)
     assert after >= before + ALIKE * HUGE * 9 // 10, \
         f"{after >> 20} MiB of huge pages after, {before >> 20} before"
     check_intact(vms[0], data[0][:LONE * HUGE] + written)

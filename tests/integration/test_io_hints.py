@@ -64,8 +64,7 @@ def test_a_hinted_page_holds_no_huge_page_back(agent, tcg_guest, workdir):
     their content.  With huge-split then raised to 512, the merged
     quarter no longer pays: the stretches are rebuilt, pages on offer
     from a hint or not, and every page still reads the disk's content."""
-    if "[never]" in open("/sys/kernel/mm/transparent_hugepage/"
-                         "enabled").read():
+    if not harness.thp_in_use():
         pytest.skip("transparent huge pages are off on this host: there "
                     "is no huge page to rebuild")
     rng = random.Random(12)

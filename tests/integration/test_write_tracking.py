@@ -28,16 +28,6 @@ REGION = 16 * MIB
 PAGES = REGION // PAGE
 
 
-def anon_huge_bytes(pid):
-    """Anonymous memory of @pid in transparent huge pages."""
-    return harness.proc_kib_field(pid, "smaps_rollup", "AnonHugePages")
-
-
-def thp_in_use():
-    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-        return "[never]" not in f.read()
-
-
 def next_passes(vm, n):
     """Start a pass now and wait for @n passes to end; returns the pages
     they hashed."""
@@ -66,7 +56,7 @@ def test_idle_passes_spare_unwritten_pages(agent, qtest_vm):
     content = bytearray(random.Random(1).randbytes(REGION))
     before = vm.nuksm()["pages-scanned"]
     write_big(q, REGION_AT, bytes(content))
-    huge_before = anon_huge_bytes(vm.pid)
+    huge_before = harness.anon_huge_bytes(vm.pid)
 
     # Pass 1 protects the pages it sees for the first time, pass 2 finds
     # them still protected and hashes each once, pass 3 on spares them.
@@ -79,8 +69,8 @@ def test_idle_passes_spare_unwritten_pages(agent, qtest_vm):
     assert PAGES <= once < PAGES + PAGES // 8, \
         f"{once} hashes of {PAGES} pages written once: not one each"
     assert info["hashing"]["pages-sampled"] == 0, info["hashing"]
-    if thp_in_use():
-        assert anon_huge_bytes(vm.pid) >= huge_before, \
+    if harness.thp_in_use():
+        assert harness.anon_huge_bytes(vm.pid) >= huge_before, \
             "write tracking split huge pages"
 
     # Pages of three stretches written: page 1 becomes a copy of page 0,
@@ -96,9 +86,9 @@ def test_idle_passes_spare_unwritten_pages(agent, qtest_vm):
     for p in range(PAGES):
         assert b64read(q, REGION_AT + p * PAGE, PAGE) == \
             bytes(content[p * PAGE:(p + 1) * PAGE]), f"page {p} differs"
-    if thp_in_use():
+    if harness.thp_in_use():
         # The stretch of pages 0 and 1 is merged now: 2 MiB split.
-        assert anon_huge_bytes(vm.pid) >= huge_before - 2 * MIB, \
+        assert harness.anon_huge_bytes(vm.pid) >= huge_before - 2 * MIB, \
             "lifting write protection split huge pages"
     q.close()
 
