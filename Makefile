@@ -7,7 +7,7 @@
 #                   handling, 10 minutes per target (FUZZ_SECONDS=)
 #   make demo       ... and boot two small VMs attached to a live agent
 #   make bench      ... and benchmark nuksm against kernel KSM (root,
-#                   about two and a half hours; docs/benchmarks.rst)
+#                   nearly three hours; docs/benchmarks.rst)
 #   make bench-quick  the same, smaller and fewer workloads (about 8 minutes)
 #   make bench-placement  where merged copies live under each policy,
 #                   counted in sampled reads, and what read sampling
@@ -175,9 +175,9 @@ soak: all
 # Benchmarks against kernel KSM (docs/benchmarks.rst): root, since KSM's
 # settings are global (they are restored).  Results in bench/results/.
 .PHONY: bench bench-quick bench-placement bench-scheme bench-fleet \
-	bench-many-vms bench-pressure bench-huge-pages
+	bench-many-vms bench-pressure bench-huge-pages bench-migration
 bench: all guest
-	@echo "==> benchmarks: nuksm and kernel KSM side by side (about two and a half hours)"
+	@echo "==> benchmarks: nuksm and kernel KSM side by side (nearly three hours)"
 	@$(VENV)/bin/python bench/run.py
 	@$(MAKE) --no-print-directory bench-placement
 	@$(MAKE) --no-print-directory bench-scheme
@@ -185,6 +185,7 @@ bench: all guest
 	@$(MAKE) --no-print-directory bench-many-vms
 	@$(MAKE) --no-print-directory bench-pressure
 	@$(MAKE) --no-print-directory bench-huge-pages
+	@$(MAKE) --no-print-directory bench-migration
 bench-many-vms: all
 	@echo "==> many small VMs, each side at its defaults (about an hour)"
 	@$(VENV)/bin/python bench/many_vms.py
@@ -195,6 +196,9 @@ bench-huge-pages: all
 	@echo "==> a TLB-bound guest's speed and huge pages beside the memory saved, and their rebuild (about 25 min)"
 	@$(VENV)/bin/python bench/huge_pages.py
 	@$(VENV)/bin/python bench/huge_rebuild.py
+bench-migration: all
+	@echo "==> a VM migrating to a host that holds half of its content, landing merged (about 15 min)"
+	@$(VENV)/bin/python bench/migration.py
 bench-scheme: all
 	@echo "==> co-location and the adaptive scheme on AdaptMD's mirrored deployment (about 15 min)"
 	@$(VENV)/bin/python bench/scheme.py

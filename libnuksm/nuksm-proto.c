@@ -317,7 +317,7 @@ static const char *check_candidates(const void *p)
         if (c[n].gnode >= NUKSM_MAX_GNODES) {
             return "guest node out of range in CANDIDATES";
         }
-        if (c[n].flags & ~NUKSM_CANDIDATE_WANTED) {
+        if (c[n].flags & ~NUKSM_CANDIDATE_FLAGS) {
             return "unknown flag in CANDIDATES";
         }
         if (!all_zero(c[n].reserved, sizeof(c[n].reserved))) {

@@ -67,7 +67,7 @@
 #include <stdint.h>
 
 #define NUKSM_PROTO_MAGIC   0x4d534b4eu   /* "NKSM" in little-endian memory */
-#define NUKSM_PROTO_VERSION 21u
+#define NUKSM_PROTO_VERSION 22u
 
 /* Largest datagram either side sends or accepts, header included. */
 #define NUKSM_MSG_MAX       65536u
@@ -809,6 +809,18 @@ typedef struct NuksmCandidate {
  * content was wanted, and makes no content wanted in turn.
  */
 #define NUKSM_CANDIDATE_WANTED 0x1u
+/*
+ * Landing (since protocol 22): a page of an incoming migration, whose
+ * content the VM holds in a buffer, not yet in its memory.  The agent
+ * answers it with MERGE (a copy of that content, or a new slot another
+ * VM's page uploads) or RETRY (the VM writes it into its memory); or
+ * with neither while its content was forgotten and WANTED from the
+ * domain's VMs, whose answer may pair it.  It never uploads such a page
+ * (nor any page of the VM while its candidates land), and it may
+ * remember it as a page seen.
+ */
+#define NUKSM_CANDIDATE_LANDING 0x2u
+#define NUKSM_CANDIDATE_FLAGS (NUKSM_CANDIDATE_WANTED | NUKSM_CANDIDATE_LANDING)
 
 /* Outcome of a MERGE entry (MERGED), or why a page left (UNMERGED). */
 typedef enum NuksmSlotStatus {

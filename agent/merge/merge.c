@@ -273,6 +273,10 @@ static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
         if (!ue || (u == v && ue->page == c->page)) {
             continue;
         }
+        /* One of the two must upload the content from its memory. */
+        if (v->landing && u->landing) {
+            continue;
+        }
         if (!policy_may_share(agent->placement.policy, pv, &pu)) {
             /*
              * Only hotness keeps two pages of one content from sharing
@@ -297,11 +301,11 @@ static bool pair_unstable(NuksmAgent *agent, NuksmClient *v,
 
 /*
  * @c paired with nothing: if no node holds a page seen with its content,
- * it may have been forgotten (wanted.h).  False if @c is to be offered
- * again later instead of remembered.
+ * it may have been forgotten (wanted.h).  Returns what became of it.
  */
-static bool unseen_wanted(NuksmAgent *agent, NuksmClient *v,
-                          const NuksmCandidate *c, CandidateProbes *cp)
+static WantedOutcome unseen_wanted(NuksmAgent *agent, NuksmClient *v,
+                                   const NuksmCandidate *c,
+                                   CandidateProbes *cp)
 {
     uint64_t keys[NUKSM_MAX_NODES];
 
@@ -309,7 +313,7 @@ static bool unseen_wanted(NuksmAgent *agent, NuksmClient *v,
         const ContentProbe *p = probe_node(agent, v, c, cp, n);
 
         if (p->seen) {
-            return true;
+            return WANTED_NOT;
         }
         keys[n] = p->hash;
     }
@@ -335,6 +339,7 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
     };
     const PageRef *e = ledger_page(v, c->page);
     CandidateProbes cp;     /* 2.5 KiB: only probed is set */
+    WantedOutcome wanted;
 
     cp.probed = 0;
     sketch_note(&v->sketch, c->page, c->digest);
@@ -359,14 +364,24 @@ static void handle_candidate(NuksmAgent *agent, NuksmClient *v,
         return;
     }
     if (join_copy(agent, v, c, &pv, &cp) ||
-        pair_unstable(agent, v, c, &pv, &cp) ||
-        !unseen_wanted(agent, v, c, &cp)) {
+        pair_unstable(agent, v, c, &pv, &cp)) {
+        return;
+    }
+    wanted = unseen_wanted(agent, v, c, &cp);
+    if (wanted == WANTED_LATER) {
         return;
     }
     /* The same page seen again only refreshes its entry. */
     contents_remember(&agent->contents, probe_node(agent, v, c, &cp, pv.home),
                       v->contents_slot, c->page, pv.hot, pv.warm,
                       quotas_unstable_max(agent, v->domain_id));
+    /*
+     * A landing page waits in the VM's buffer: unless a page WANTED
+     * may pair with it, it is written into the VM's memory now.
+     */
+    if ((c->flags & NUKSM_CANDIDATE_LANDING) && wanted == WANTED_NOT) {
+        outbox_add_retry(agent, v, c->page);
+    }
 }
 
 void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
@@ -402,6 +417,7 @@ void merge_handle_candidates(NuksmAgent *agent, NuksmClient *client,
          * Merging rests for it (run=off, pressure or a prune): offered
          * again once it works, as its scanner passes again only then.
          */
+        client->landing = c[i].flags & NUKSM_CANDIDATE_LANDING;
         if (held) {
             outbox_add_retry(agent, client, c[i].page);
             continue;

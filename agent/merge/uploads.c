@@ -31,9 +31,16 @@
 /* Revoked uploads of a client, remembered until they come or this many. */
 #define REVOKED_UPLOADS_MAX CLIENT_IN_FLIGHT_MAX
 
-bool uploads_trusted(const NuksmClient *client)
+/* May @client upload now (it missed none lately)? */
+static bool uploads_trusted(const NuksmClient *client)
 {
     return g_get_monotonic_time() >= client->uploads.distrusted_until;
+}
+
+/* A VM whose candidates land a migration may not hold their content yet. */
+static bool may_upload(const NuksmClient *client)
+{
+    return !client->landing && uploads_trusted(client);
 }
 
 /*
@@ -146,7 +153,7 @@ static gboolean on_upload_timer(gpointer opaque)
         uint32_t gen = ledger_slot(agent, id)->gen;
         LedgerWaiter late, next;
 
-        if (ledger_upload_reassign(agent, id, uploads_trusted, &late,
+        if (ledger_upload_reassign(agent, id, may_upload, &late,
                                    &next)) {
             ask_upload(agent, next.client, next.page, id);
         }
@@ -178,7 +185,8 @@ void uploads_start(NuksmAgent *agent, SlotId id, uint64_t digest,
     LedgerWaiter uploader = { first, first_page };
     LedgerWaiter waiter = { second, second_page };
 
-    if (!uploads_trusted(first) && uploads_trusted(second)) {
+    if (first->landing ||
+        (!uploads_trusted(first) && uploads_trusted(second))) {
         uploader = waiter;
         waiter = (LedgerWaiter) { first, first_page };
     }
@@ -212,7 +220,7 @@ void uploads_leave_changed(NuksmAgent *agent, NuksmClient *client,
     /* The last page of the slot frees it, and its upload with it. */
     ledger_drop(agent, client, page);
     if (uploader && ledger_upload_awaited(agent, id) &&
-        ledger_upload_reassign(agent, id, uploads_trusted, &late, &next)) {
+        ledger_upload_reassign(agent, id, may_upload, &late, &next)) {
         ask_upload(agent, next.client, next.page, id);
     }
 }

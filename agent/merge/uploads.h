@@ -43,14 +43,12 @@ typedef struct Uploads {
     uint8_t *bounce;         /* PEEK_PAGES_MAX pages read, to be written */
 } Uploads;
 
-/* May @client upload now (it missed none lately)? */
-bool uploads_trusted(const NuksmClient *client);
-
 /*
  * New slot @id is to hold the content of @digest that @first's
  * @first_page and @second's @second_page share: @first uploads it,
- * unless it missed an upload lately and @second did not; the other
- * waits.
+ * unless its candidates land a migration (NuksmClient.landing), or it
+ * missed an upload lately and @second did not; the other waits.  Both
+ * landing is for the caller to avoid.
  */
 void uploads_start(struct NuksmAgent *agent, SlotId id, uint64_t digest,
                    NuksmClient *first, uint64_t first_page,

@@ -11,10 +11,12 @@
 #include "transport.h"
 #include "wanted.h"
 
-/* Once a second while any is to be sent: send each VM its WANTED. */
-static gboolean on_send(gpointer opaque)
+/*
+ * Send each VM its WANTED; with @second, a second is over: each VM may
+ * make WANTED_CAUSED_MAX contents wanted again.  Whether any was sent.
+ */
+static bool send_wanted(NuksmAgent *agent, bool second)
 {
-    NuksmAgent *agent = opaque;
     GHashTableIter it;
     NuksmClient *client;
     bool sent = false;
@@ -29,17 +31,40 @@ static gboolean on_send(gpointer opaque)
             g_clear_pointer(&w->fragments, g_free);
             sent = true;
         }
-        w->caused = 0;
+        if (second) {
+            w->caused = 0;
+        }
     }
-    if (!sent) {
+    return sent;
+}
+
+/* Once a second while any is to be sent. */
+static gboolean on_send(gpointer opaque)
+{
+    NuksmAgent *agent = opaque;
+
+    if (!send_wanted(agent, true)) {
         agent->wanted.send_timer = 0;
         return G_SOURCE_REMOVE;
     }
     return G_SOURCE_CONTINUE;
 }
 
-/* Ask every VM of @domain for the pages of digest fragment @fragment. */
-static void want(NuksmAgent *agent, uint16_t domain, uint16_t fragment)
+static gboolean on_send_soon(gpointer opaque)
+{
+    NuksmAgent *agent = opaque;
+
+    send_wanted(agent, false);
+    agent->wanted.soon_timer = 0;
+    return G_SOURCE_REMOVE;
+}
+
+/*
+ * Ask every VM of @domain for the pages of digest fragment @fragment;
+ * @soon: for a landing page.
+ */
+static void want(NuksmAgent *agent, uint16_t domain, uint16_t fragment,
+                 bool soon)
 {
     GHashTableIter it;
     NuksmClient *client;
@@ -58,6 +83,10 @@ static void want(NuksmAgent *agent, uint16_t domain, uint16_t fragment)
     }
     if (!agent->wanted.send_timer) {
         agent->wanted.send_timer = g_timeout_add_seconds(1, on_send, agent);
+    }
+    if (soon && !agent->wanted.soon_timer) {
+        agent->wanted.soon_timer = g_timeout_add(WANTED_LANDING_MS,
+                                                 on_send_soon, agent);
     }
 }
 
@@ -108,6 +137,10 @@ void wanted_stop(NuksmAgent *agent)
         g_source_remove(wanted->send_timer);
         wanted->send_timer = 0;
     }
+    if (wanted->soon_timer) {
+        g_source_remove(wanted->soon_timer);
+        wanted->soon_timer = 0;
+    }
     forgotten_destroy(&wanted->forgotten);
 }
 
@@ -116,27 +149,29 @@ void wanted_client_destroy(ClientWanted *w)
     g_clear_pointer(&w->fragments, g_free);
 }
 
-bool wanted_unseen(NuksmAgent *agent, NuksmClient *v,
-                   const NuksmCandidate *c, const uint64_t *keys, size_t n)
+WantedOutcome wanted_unseen(NuksmAgent *agent, NuksmClient *v,
+                            const NuksmCandidate *c, const uint64_t *keys,
+                            size_t n)
 {
     bool forgotten = false;
 
     /* Offered again because its fragment was wanted: it only pairs. */
     if (c->flags & NUKSM_CANDIDATE_WANTED) {
-        return true;
+        return WANTED_NOT;
     }
     for (size_t i = 0; i < n && !forgotten; i++) {
         forgotten = forgotten_may_hold(&agent->wanted.forgotten, keys[i]);
     }
     if (!forgotten) {
-        return true;
+        return WANTED_NOT;
     }
     if (v->wanted.caused >= WANTED_CAUSED_MAX) {
         outbox_add_retry(agent, v, c->page);
-        return false;
+        return WANTED_LATER;
     }
     v->wanted.caused++;
     agent->wanted.wanted_total++;
-    want(agent, v->domain_id, nuksm_digest_fragment(c->digest));
-    return true;
+    want(agent, v->domain_id, nuksm_digest_fragment(c->digest),
+         c->flags & NUKSM_CANDIDATE_LANDING);
+    return WANTED_ASKED;
 }

@@ -8,9 +8,10 @@
  * that then finds neither a copy nor a page seen, but whose key the
  * filter may hold, is remembered, and its content is wanted: every VM of
  * its domain is sent a WANTED naming the digest's fragment, at most once
- * a second, and offers again at once the pages it offered with that
- * fragment, marked; the forgotten twin among them pairs with the
- * candidate.  A marked candidate makes no content wanted: a page
+ * a second (after WANTED_LANDING_MS if the candidate lands a migration,
+ * which waits in a buffer meanwhile), and offers again at once the pages
+ * it offered with that fragment, marked; the forgotten twin among them
+ * pairs with the candidate.  A marked candidate makes no content wanted: a page
  * offered again only because its fragment matched cannot start another
  * round.
  *
@@ -39,6 +40,9 @@
 struct NuksmAgent;
 
 #define WANTED_CAUSED_MAX 4096u
+
+/* How soon the contents a landing page wants are asked for. */
+#define WANTED_LANDING_MS 10u
 #define FORGOTTEN_PER_SEEN 4u
 
 /* The agent's: what it forgot, and when it next forgets. */
@@ -46,6 +50,7 @@ typedef struct Wanted {
     Forgotten forgotten;
     guint age_timer;
     guint send_timer;        /* sends WANTED while any is to be sent */
+    guint soon_timer;        /* sends it soon, for a landing page */
     uint64_t wanted_total;       /* contents wanted */
     uint64_t cleared_total;      /* times the filter was cleared */
 } Wanted;
@@ -57,13 +62,19 @@ void wanted_stop(struct NuksmAgent *agent);
 /* Free what a VM that is leaving was to be sent. */
 void wanted_client_destroy(ClientWanted *w);
 
+/* What became of a candidate that found nothing (wanted_unseen()). */
+typedef enum WantedOutcome {
+    WANTED_NOT,     /* to remember: nothing of its content was forgotten */
+    WANTED_ASKED,   /* to remember: its content is wanted, a page may pair */
+    WANTED_LATER,   /* to offer again later (RETRY, queued), not remember */
+} WantedOutcome;
+
 /*
  * @v's candidate @c found neither copy nor page seen under any of the
  * @n keys it probed: if a page of its content may have been forgotten,
- * want the content.  False if @v is to offer the page again later
- * (RETRY, queued) instead of its being remembered.
+ * want the content.
  */
-bool wanted_unseen(struct NuksmAgent *agent, NuksmClient *v,
+WantedOutcome wanted_unseen(struct NuksmAgent *agent, NuksmClient *v,
                    const NuksmCandidate *c, const uint64_t *keys, size_t n);
 
 #endif /* NUKSMD_WANTED_H */

@@ -202,6 +202,8 @@ typedef struct NuksmClient {
     uint64_t queue_max;      /* bytes its domain's VMs may leave unread */
                              /* (quotas_queue_max(), set as it joins) */
     uint16_t contents_slot;  /* names it in the content table; 0: none */
+    bool landing;            /* its last candidate landed a migration: */
+                             /* its memory may lack what it offered */
     uint16_t domain_id;
     PageRefs pages;          /* page -> slot it maps or is about to (ledger) */
     ClientOutbox outbox;

@@ -291,6 +291,20 @@ def agent_seeds():
             b(P.MSG_CANDIDATES, candidates((7, DIGEST))),
             b(P.MSG_MERGED, refs((7, 0, 0), status=h.STATUS_GONE)),
         ],
+        "landing": [
+            # A's page 1 lands on B's page 7: B uploads, A maps it; A's
+            # page 2 finds nothing and is written (RETRY); B's page 8
+            # pairs with it, which A, still landing, may not upload.
+            b(P.MSG_CANDIDATES, candidates((7, DIGEST))),
+            a(P.MSG_CANDIDATES, candidates(
+                (1, DIGEST, 0, h.IDLE_NEVER, P.CANDIDATE_LANDING),
+                (2, DIGEST + 1, 0, h.IDLE_NEVER, P.CANDIDATE_LANDING))),
+            b(P.MSG_UPLOAD, h.pack_slot_refs([h.SlotRef(7, 0, 0, 0)],
+                                             [PAGE])),
+            a(P.MSG_MERGED, refs((1, 0, 0), status=h.STATUS_MERGED)),
+            b(P.MSG_CANDIDATES, candidates((8, DIGEST + 1))),
+            a(P.MSG_CANDIDATES, candidates((3, DIGEST))),
+        ],
         "upload-changed": [
             a(P.MSG_CANDIDATES, candidates((1, DIGEST))),
             b(P.MSG_CANDIDATES, candidates((7, DIGEST))),

@@ -1134,7 +1134,9 @@ static void test_reject_candidates(void)
     c[2].gnode = 0;
     c[2].flags = NUKSM_CANDIDATE_WANTED;
     assert_valid(BUF, size);
-    c[2].flags = 2;
+    c[2].flags = NUKSM_CANDIDATE_LANDING;
+    assert_valid(BUF, size);
+    c[2].flags = 4;
     assert_rejected(BUF, size, "unknown flag in CANDIDATES");
     c[2].flags = 0;
     c[2].reserved[4] = 1;

@@ -17,6 +17,7 @@
  */
 
 #include "qemu/osdep.h"
+#include <poll.h>
 #include <sys/un.h>
 #include "qapi/error.h"
 #include "qapi/qapi-events-nuksm.h"
@@ -29,6 +30,7 @@
 #include "nuksm-commit.h"
 #include "nuksm-control.h"
 #include "nuksm-governor.h"
+#include "nuksm-landing.h"
 #include "nuksm-numa.h"
 #include "nuksm-outbox.h"
 #include "nuksm-report.h"
@@ -111,6 +113,10 @@ static void nuksm_agent_disconnect(Nuksm *s, const char *reason)
     close(c->fd);
     c->fd = -1;
     c->ready = false;
+    /* No answer will come for the pages that wait to land. */
+    if (s->landing) {
+        nuksm_landing_settle(s->landing);
+    }
     /* The next agent says what holds then, and where it puts us. */
     c->conditions = 0;
     g_clear_pointer(&c->condition_reason, g_free);
@@ -325,6 +331,19 @@ static void nuksm_agent_handle_message(Nuksm *s, const void *buf, size_t size,
         return;
     }
     trace_nuksm_agent_recv(s->id, hdr->type, hdr->seq, hdr->len);
+    /*
+     * While the VM is incoming, it offers only pages that land: their
+     * answers are for the landing, in the loading thread's turn.
+     */
+    if (c->ready && fd < 0 && runstate_check(RUN_STATE_INMIGRATE) &&
+        (hdr->type == NUKSM_MSG_MERGE || hdr->type == NUKSM_MSG_RETRY)) {
+        if (hdr->type == NUKSM_MSG_MERGE) {
+            nuksm_landing_merge(s->landing, c->epoch, payload);
+        } else {
+            nuksm_landing_retry(s->landing, payload);
+        }
+        return;
+    }
     if (c->ready && (hdr->type == NUKSM_MSG_STORE ||
                      hdr->type == NUKSM_MSG_UPLOAD_REQ ||
                      hdr->type == NUKSM_MSG_MERGE ||
@@ -518,6 +537,21 @@ static void nuksm_agent_read(void *opaque)
         }
         nuksm_agent_handle_message(s, buf, n, fd);
     }
+}
+
+bool nuksm_agent_pump(Nuksm *s, int timeout_ms)
+{
+    struct pollfd pfd = { .fd = s->conn.fd, .events = POLLIN };
+
+    if (pfd.fd < 0) {
+        return false;
+    }
+    nuksm_agent_flush(s);
+    if (s->conn.fd < 0 || poll(&pfd, 1, timeout_ms) <= 0) {
+        return false;
+    }
+    nuksm_agent_read(s);
+    return true;
 }
 
 static void nuksm_agent_connect(Nuksm *s)

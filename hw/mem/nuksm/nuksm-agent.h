@@ -20,6 +20,13 @@ void nuksm_agent_cleanup(Nuksm *s);
 /* Tell the agent our new priority property, if connected. */
 void nuksm_agent_send_priority(Nuksm *s);
 /*
+ * Send what waits for the agent and read what it sent, waiting up to
+ * @timeout_ms for it: for a thread that keeps the main loop from
+ * running, as an incoming migration's load does.  True if something
+ * came.
+ */
+bool nuksm_agent_pump(Nuksm *s, int timeout_ms);
+/*
  * From a QMP coroutine: send a request and wait for its reply, of
  * @reply_type and @reply_len bytes, a disconnection or a timeout (1 s).
  */

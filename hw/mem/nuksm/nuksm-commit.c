@@ -95,16 +95,19 @@ static bool nuksm_commit_find_page(NuksmCommit *c, uint64_t page,
     return true;
 }
 
-static void nuksm_commit_store(NuksmCommit *c, NuksmWork *w)
+/*
+ * A node's store, kept at once, not queued for the scanner thread: a
+ * landing (nuksm-landing.c) maps slots while the scanner does not run.
+ */
+static void nuksm_commit_store(NuksmCommit *c, const NuksmMsgStore *m, int fd)
 {
-    const NuksmMsgStore *m = (const NuksmMsgStore *)w->payload;
     NuksmStore *st = &c->stores[m->node];
 
     qemu_mutex_lock(&c->pages->lock);
     if (st->fd >= 0) {
         close(st->fd);
     }
-    st->fd = w->fd;
+    st->fd = fd;
     st->size = m->size;
     qemu_mutex_unlock(&c->pages->lock);
 }
@@ -779,6 +782,50 @@ static void nuksm_commit_merge(NuksmCommit *c, NuksmWork *w)
     nuksm_commit_post_refs(c, w->epoch, NUKSM_MSG_MERGED, r, b->count);
 }
 
+NuksmSlotStatus nuksm_commit_land(NuksmCommit *c, const NuksmSlotRef *r,
+                                  const uint8_t *content)
+{
+    g_autofree uint8_t *now = NULL;
+    NuksmBlockState *bs;
+    RAMBlock *rb;
+    uint64_t idx;
+    int64_t edges;
+    uint8_t *host;
+    int err;
+
+    RCU_READ_LOCK_GUARD();
+    QEMU_LOCK_GUARD(&c->pages->lock);
+    if (!nuksm_commit_find_page(c, r->page, &rb, &bs, &idx) ||
+        nuksm_page_flags(bs, idx) & (NUKSM_PAGE_REMAPPED | NUKSM_PAGE_ZERO) ||
+        !nuksm_commit_slot_valid(c, r, 1)) {
+        return NUKSM_STATUS_GONE;
+    }
+    host = rb->host + idx * NUKSM_PAGE_SIZE;
+    if (!content) {
+        /* The guest page itself: compared after the slot replaced it. */
+        content = now = g_memdup2(host, NUKSM_PAGE_SIZE);
+    }
+    nuksm_maps_tick(c, false);
+    if (!nuksm_maps_afford(c, nuksm_maps_cost(bs, idx, 1, false, r->node,
+                                              r->slot), 1)) {
+        return NUKSM_STATUS_FAILED;
+    }
+    edges = nuksm_maps_window(bs, idx, 1);
+    if (!nuksm_remap_land(host, c->stores[r->node].fd, r->slot, content,
+                          &err)) {
+        trace_nuksm_commit_land_failed(r->page, err);
+        if (err == ENOMEM) {
+            nuksm_maps_exhausted(c);
+            return NUKSM_STATUS_FAILED;
+        }
+        return NUKSM_STATUS_CHANGED;
+    }
+    nuksm_pages_merged(c->pages, bs, idx, r);
+    nuksm_reads_merged(c->s->reads, bs, idx);
+    nuksm_maps_account(c, nuksm_maps_window(bs, idx, 1) - edges);
+    return NUKSM_STATUS_MERGED;
+}
+
 /*
  * How many moves from @m on form one run: consecutive pages of @bs from
  * @idx, each mapping the next slot of one run and moving to the next
@@ -1019,9 +1066,6 @@ static void nuksm_commit_handle(NuksmCommit *c, NuksmWork *w)
 {
     trace_nuksm_commit_handle(w->type, w->len);
     switch (w->type) {
-    case NUKSM_MSG_STORE:
-        nuksm_commit_store(c, w);
-        break;
     case NUKSM_MSG_UPLOAD_REQ:
         nuksm_commit_upload(c, w);
         break;
@@ -1083,7 +1127,13 @@ bool nuksm_commit_has_work(NuksmCommit *c)
 void nuksm_commit_queue(NuksmCommit *c, NuksmMsgType type, uint32_t epoch,
                         const void *payload, uint32_t len, int fd)
 {
-    NuksmWork *w = g_malloc(sizeof(*w) + len);
+    NuksmWork *w;
+
+    if (type == NUKSM_MSG_STORE) {
+        nuksm_commit_store(c, payload, fd);
+        return;
+    }
+    w = g_malloc(sizeof(*w) + len);
 
     w->type = type;
     w->epoch = epoch;

@@ -85,6 +85,15 @@ void nuksm_commit_reoffer(NuksmCommit *c);
 /* Fill the userfaultfd and mapping figures of @stats. */
 void nuksm_commit_get_stats(NuksmCommit *c, NuksmStats *stats);
 
+/*
+ * Map guest page @r->page onto the slot @r names if it holds @content,
+ * the page as an incoming migration sent it (NULL: as it is in guest
+ * RAM), and the mapping budget allows: MERGED, else why not.  Main loop,
+ * while the migration is the only writer of guest RAM (nuksm-landing.c).
+ */
+NuksmSlotStatus nuksm_commit_land(NuksmCommit *c, const NuksmSlotRef *r,
+                                  const uint8_t *content);
+
 /* nuksm-commit.c: any thread */
 void nuksm_commit_release_uffd(NuksmCommit *c);
 bool nuksm_commit_discard(NuksmCommit *c, RAMBlock *rb, void *host,

@@ -19,6 +19,7 @@
 #include "nuksm-governor.h"
 #include "nuksm-hints.h"
 #include "nuksm-hot.h"
+#include "nuksm-landing.h"
 #include "nuksm-numa.h"
 #include "nuksm-pages.h"
 #include "nuksm-ram.h"
@@ -150,6 +151,16 @@ static NuksmInfo *nuksm_get_info(Nuksm *s)
     info->huge_pages->held_pages = stats.huge_held_pages;
     info->huge_pages->splits = stats.huge_splits;
     info->huge_pages->rebuilt = stats.huge_rebuilt;
+    info->landing = g_new0(NuksmLandingInfo, 1);
+    if (s->landing) {
+        NuksmLandingStats landing;
+
+        nuksm_landing_get_stats(s->landing, &landing);
+        info->landing->offered = landing.offered;
+        info->landing->landed = landing.landed;
+        info->landing->written = landing.written;
+        info->landing->passed = landing.passed;
+    }
     tail = &info->merged_per_node;
     for (uint32_t node = 0; node < NUKSM_MAX_NODES; node++) {
         NuksmNodePages *np;
@@ -428,6 +439,13 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
                        " merged\n", i->io_hints->enabled ? "on" : "off",
                        i->io_hints->pages_hinted, i->io_hints->pages_dropped,
                        i->io_hints->pages_served, i->io_hints->pages_merged);
+        if (i->landing->offered || i->landing->passed) {
+            monitor_printf(mon, "  landing: %" PRIu64 " pages offered, %"
+                           PRIu64 " landed, %" PRIu64 " written, %" PRIu64
+                           " passed\n", i->landing->offered,
+                           i->landing->landed, i->landing->written,
+                           i->landing->passed);
+        }
         monitor_printf(mon, "  hashing %s %" PRIu32 " bytes: %" PRIu64
                        " pages sampled, %" PRIu64 " hashed in full, %"
                        PRIu64 " misses\n",

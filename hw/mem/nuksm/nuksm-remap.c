@@ -408,6 +408,49 @@ size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
 }
 
 /*
+ * Land a page of an incoming migration: map slot @slot of @store_fd
+ * privately at a place of its own, compare it with @content, the page
+ * as sent, and if equal and filled move it over the guest page at
+ * @host, whatever that holds (nothing yet, or an older version).  No
+ * write protection: only the caller, the thread loading the migration,
+ * writes guest RAM then.  The slot is mapped before it is compared,
+ * for the reason nuksm_remap_merge_run() gives.  False leaves @host as
+ * it was, with *err set if a call failed.
+ */
+bool nuksm_remap_land(uint8_t *host, int store_fd, uint64_t slot,
+                      const uint8_t *content, int *err)
+{
+    const size_t psz = NUKSM_PAGE_SIZE;
+    uint8_t *slots;
+    bool equal;
+    ssize_t got;
+
+    *err = 0;
+    slots = mmap(NULL, psz, PROT_READ | PROT_WRITE, MAP_PRIVATE, store_fd,
+                 slot * psz);
+    if (slots == MAP_FAILED) {
+        *err = errno;
+        return false;
+    }
+    got = nuksm_remap_compare(content, 1, store_fd, slot, NULL, &equal);
+    if (got < 0) {
+        *err = -got;
+    }
+    if (got <= 0) {
+        munmap(slots, psz);
+        return false;
+    }
+    if (mremap(slots, psz, psz, MREMAP_MAYMOVE | MREMAP_FIXED, host) ==
+        MAP_FAILED) {
+        *err = errno;
+        munmap(slots, psz);
+        return false;
+    }
+    nuksm_remap_advise(host, psz);
+    return true;
+}
+
+/*
  * A private copy inside a mapping of the store in line with its slot
  * merges by dropping the copy (MADV_DONTNEED on a private mapping of a
  * file drops the private page and leaves the file alone): the next

@@ -79,6 +79,15 @@ size_t nuksm_remap_merge_window(int uffd, uint8_t *host, size_t pages,
                                 uint32_t delay_us, const bool *want,
                                 bool *merged, int *err);
 
+/*
+ * Map slot @slot of @store_fd over the guest page at @host if it holds
+ * @content, with no write protection: a page of an incoming migration,
+ * which only the caller writes.  True if it did; *err says why not, if
+ * a call failed.
+ */
+bool nuksm_remap_land(uint8_t *host, int store_fd, uint64_t slot,
+                      const uint8_t *content, int *err);
+
 /* What became of a page nuksm_remap_probe_reads() was asked to probe. */
 typedef enum NuksmReadProbe {
     NUKSM_READ_PROBE_SET,       /* its next access faults (minor fault) */

@@ -17,6 +17,7 @@
 #include "qapi/qapi-events-nuksm.h"
 #include "qemu/error-report.h"
 #include "system/runstate.h"
+#include "migration/misc.h"
 #include "nuksm-commit.h"
 #include "nuksm-control.h"
 #include "nuksm-huge.h"
@@ -57,6 +58,12 @@ void nuksm_get_stats(Nuksm *s, NuksmStats *stats)
     }
 }
 
+bool nuksm_incoming(void)
+{
+    return runstate_check(RUN_STATE_INMIGRATE) ||
+           migration_in_incoming_postcopy();
+}
+
 NuksmState nuksm_state(Nuksm *s)
 {
     NuksmStats stats;
@@ -67,8 +74,7 @@ NuksmState nuksm_state(Nuksm *s)
     if (!s->conn.ready) {
         return NUKSM_STATE_DISCONNECTED;
     }
-    /* Incoming migration (postcopy) uses userfaultfd on guest RAM. */
-    if (s->migrating || runstate_check(RUN_STATE_INMIGRATE)) {
+    if (s->migrating || nuksm_incoming()) {
         return NUKSM_STATE_PAUSED;
     }
     nuksm_get_stats(s, &stats);
@@ -83,6 +89,13 @@ bool nuksm_is_running(Nuksm *s)
     NuksmState state = nuksm_state(s);
 
     return state == NUKSM_STATE_ACTIVE || state == NUKSM_STATE_LIMITED;
+}
+
+bool nuksm_may_land(Nuksm *s)
+{
+    return s->enabled && s->landing_on && s->conn.ready &&
+           runstate_check(RUN_STATE_INMIGRATE) &&
+           !migration_incoming_postcopy_advised();
 }
 
 void nuksm_update_activity(Nuksm *s)

@@ -12,8 +12,21 @@
 #include "nuksm.h"
 
 NuksmState nuksm_state(Nuksm *s);
+/*
+ * Does an incoming migration hold guest RAM?  Until it completes; for
+ * postcopy, whose userfaultfd places pages while the VM runs, until its
+ * last page came.
+ */
+bool nuksm_incoming(void);
 /* Scanning and merging, maybe held back by a limit. */
 bool nuksm_is_running(Nuksm *s);
+/*
+ * May the pages of an incoming migration land on copies the host holds
+ * (nuksm-landing.c)?  While the VM waits for a precopy migration, the
+ * object is enabled, with landing=on, and its agent is ready: not once
+ * postcopy was advised, whose userfaultfd places pages itself.
+ */
+bool nuksm_may_land(Nuksm *s);
 /*
  * Start or stop the scanner to match the object's state: call it after
  * anything nuksm_is_running() looks at changed.

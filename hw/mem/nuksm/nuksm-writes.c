@@ -108,9 +108,11 @@ static void nuksm_writes_release(NuksmWrites *w, uint64_t addr)
 /*
  * A read of a merged page whose entry is not in the page table: map the
  * store's page back, read-only as the mapping is private (a write then
- * copies it), and count the read.  Where that fails (the page left the
- * store's page cache meanwhile), waking the reader has it fault again,
- * and the kernel serves that fault itself.
+ * copies it), and count the read.  Where that fails, the reader is woken
+ * all the same, or it would wait for ever: it faults again, and finds
+ * the page mapped (EEXIST: a fault of another thread on the page, read
+ * before its own, was served after it faulted) or the kernel serves that
+ * fault itself (the page left the store's page cache meanwhile).
  */
 static void nuksm_writes_continue(NuksmWrites *w, uint64_t addr, int tid)
 {
@@ -119,8 +121,11 @@ static void nuksm_writes_continue(NuksmWrites *w, uint64_t addr, int tid)
         .range = { .start = page, .len = NUKSM_PAGE_SIZE },
     };
 
-    if (ioctl(w->uffd, UFFDIO_CONTINUE, &cont) && errno != EEXIST) {
-        trace_nuksm_writes_continue_failed((void *)(uintptr_t)page, errno);
+    if (ioctl(w->uffd, UFFDIO_CONTINUE, &cont)) {
+        if (errno != EEXIST) {
+            trace_nuksm_writes_continue_failed((void *)(uintptr_t)page,
+                                               errno);
+        }
         uffd_wakeup(w->uffd, (void *)(uintptr_t)page, NUKSM_PAGE_SIZE);
     }
     nuksm_reads_note(w->s->reads, page, tid);

@@ -36,6 +36,7 @@
 #include "nuksm-hints.h"
 #include "nuksm-hot.h"
 #include "nuksm-huge.h"
+#include "nuksm-landing.h"
 #include "nuksm-report.h"
 #include "nuksm-numa.h"
 #include "nuksm-pages.h"
@@ -375,6 +376,19 @@ static void nuksm_set_zero_pages(Object *obj, bool value, Error **errp)
     nuksm_governor_apply(s);
 }
 
+static bool nuksm_get_landing(Object *obj, Error **errp)
+{
+    return NUKSM(obj)->landing_on;
+}
+
+static void nuksm_set_landing(Object *obj, bool value, Error **errp)
+{
+    Nuksm *s = NUKSM(obj);
+
+    s->landing_on = value;
+    trace_nuksm_set_property("landing", value);
+}
+
 static bool nuksm_get_io_hints(Object *obj, Error **errp)
 {
     return NUKSM(obj)->io_hints;
@@ -492,6 +506,34 @@ static int nuksm_migration_notify(NotifierWithReturn *notifier,
 }
 
 /*
+ * An incoming migration holds the object until it lets go of guest RAM,
+ * and may end without telling: a VM left paused (-S, or a source that
+ * was paused) leaves the inmigrate run state without a VM state change,
+ * and postcopy's listening thread closes its userfaultfd after the VM
+ * runs.  Look every 100 ms meanwhile.
+ */
+#define NUKSM_INCOMING_LOOK_MS 100
+
+static void nuksm_watch_incoming(Nuksm *s)
+{
+    if (nuksm_incoming()) {
+        timer_mod(s->incoming_timer, qemu_clock_get_ms(QEMU_CLOCK_REALTIME) +
+                  NUKSM_INCOMING_LOOK_MS);
+    }
+}
+
+static void nuksm_incoming_look(void *opaque)
+{
+    Nuksm *s = opaque;
+
+    if (nuksm_incoming()) {
+        nuksm_watch_incoming(s);
+    } else {
+        nuksm_activity_changed(s);
+    }
+}
+
+/*
  * ram_block_discard_range() over RAM some nuksm object remapped.  Set
  * while a complete nuksm object exists (@nuksm_live counts them): QEMU
  * has one such hook, not one per object.
@@ -521,6 +563,129 @@ static bool nuksm_discard_remapped(RAMBlock *rb, void *host, size_t length)
     object_child_foreach(object_get_objects_root(), nuksm_discard_one, &d);
     return d.done;
 }
+
+/*
+ * Landing: the hooks an incoming precopy migration calls for each page
+ * it loads (qemu-patches/0009), with the BQL, in the thread that loads
+ * it, which keeps the main loop from running: that thread reads the
+ * agent's answers itself (nuksm_agent_pump()).  The hook is set while
+ * a complete nuksm object exists, as the discard hook is.
+ */
+
+/* How long a section's end waits for answers that stopped coming. */
+#define NUKSM_LANDING_QUIET_MS 20
+/* ... and at most in all. */
+#define NUKSM_LANDING_SETTLE_MS 1000
+
+typedef struct NuksmLandingFind {
+    RAMBlock *rb;
+    bool landing;               /* only an object that may land now */
+    Nuksm *s;                   /* found */
+    uint8_t gnode;
+} NuksmLandingFind;
+
+static int nuksm_landing_find_one(Object *obj, void *opaque)
+{
+    Nuksm *s = (Nuksm *)object_dynamic_cast(obj, TYPE_NUKSM);
+    NuksmLandingFind *f = opaque;
+
+    if (s && s->completed && (!f->landing || nuksm_may_land(s)) &&
+        nuksm_ram_resolved_gnode(s, f->rb, &f->gnode)) {
+        f->s = s;
+        return 1;
+    }
+    return 0;
+}
+
+/*
+ * The object whose RAM holds the page at @host (@landing: that may land
+ * it now), with the page's block, offset and guest node; NULL if none.
+ */
+static Nuksm *nuksm_landing_owner(void *host, bool landing,
+                                  NuksmLandingFind *f, ram_addr_t *offset)
+{
+    *f = (NuksmLandingFind) {
+        .rb = qemu_ram_block_from_host(host, false, offset),
+        .landing = landing,
+    };
+    if (f->rb) {
+        object_child_foreach(object_get_objects_root(),
+                             nuksm_landing_find_one, f);
+    }
+    return f->s;
+}
+
+static void *nuksm_landing_buffer_hook(void *host)
+{
+    NuksmLandingFind f;
+    ram_addr_t offset;
+    Nuksm *s = nuksm_landing_owner(host, true, &f, &offset);
+
+    if (!s) {
+        return NULL;
+    }
+    /* Every buffer waits: answers that came may free some. */
+    if (nuksm_landing_full(s->landing)) {
+        nuksm_agent_pump(s, 0);
+    }
+    return nuksm_landing_buffer(s->landing, f.rb, offset);
+}
+
+static void nuksm_landing_arrived_hook(void *host, void *buf)
+{
+    NuksmLandingFind f;
+    ram_addr_t offset;
+    Nuksm *s = nuksm_landing_owner(host, false, &f, &offset);
+
+    /* The object holding the buffer cannot go (nuksm_can_be_deleted()). */
+    g_assert(s);
+    if (nuksm_landing_arrived(s->landing, f.rb, offset, f.gnode, buf)) {
+        nuksm_agent_pump(s, 0);
+    }
+}
+
+static void nuksm_landing_touch_hook(void *host)
+{
+    NuksmLandingFind f;
+    ram_addr_t offset;
+    Nuksm *s = nuksm_landing_owner(host, false, &f, &offset);
+
+    if (s) {
+        nuksm_landing_touch(s->landing, f.rb, offset);
+    }
+}
+
+static int nuksm_landing_settle_one(Object *obj, void *opaque)
+{
+    Nuksm *s = (Nuksm *)object_dynamic_cast(obj, TYPE_NUKSM);
+    int64_t deadline = qemu_clock_get_ms(QEMU_CLOCK_REALTIME) +
+                       NUKSM_LANDING_SETTLE_MS;
+
+    if (!s || !s->completed) {
+        return 0;
+    }
+    /* Wait for answers while they come, then write what still waits. */
+    while (nuksm_landing_send(s->landing) &&
+           qemu_clock_get_ms(QEMU_CLOCK_REALTIME) < deadline &&
+           nuksm_agent_pump(s, NUKSM_LANDING_QUIET_MS)) {
+        continue;
+    }
+    nuksm_landing_settle(s->landing);
+    return 0;
+}
+
+static void nuksm_landing_settle_hook(void)
+{
+    object_child_foreach(object_get_objects_root(), nuksm_landing_settle_one,
+                         NULL);
+}
+
+static const RAMLoadLanding nuksm_ram_load_landing = {
+    .buffer = nuksm_landing_buffer_hook,
+    .arrived = nuksm_landing_arrived_hook,
+    .touch = nuksm_landing_touch_hook,
+    .settle = nuksm_landing_settle_hook,
+};
 
 /* RAM blocks come and go under the BQL: resolve eligible RAM after. */
 static void nuksm_ram_changed(RAMBlockNotifier *n, void *host, size_t size,
@@ -581,10 +746,15 @@ static void nuksm_machine_done(Notifier *notifier, void *data)
     nuksm_ram_refresh(s);
 }
 
-/* Leaving the incoming-migration state lets the object become active. */
+/*
+ * Leaving the incoming-migration state lets the object become active;
+ * a VM that runs while postcopy still loads it is watched until that
+ * ends.
+ */
 static void nuksm_vm_state_change(void *opaque, bool running, RunState state)
 {
     nuksm_activity_changed(opaque);
+    nuksm_watch_incoming(opaque);
 }
 
 static void nuksm_complete(UserCreatable *uc, Error **errp)
@@ -605,6 +775,7 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     s->created = nuksm_created++;
     nuksm_live++;
     ram_block_discard_remapped = nuksm_discard_remapped;
+    ram_load_landing = &nuksm_ram_load_landing;
     s->ram_bh = qemu_bh_new(nuksm_ram_changed_bh, s);
     s->ram_notifier.ram_block_added = nuksm_ram_block_added;
     s->ram_notifier.ram_block_removed = nuksm_ram_changed;
@@ -623,10 +794,14 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     nuksm_governor_apply(s);
     s->commit = nuksm_commit_new(s, s->pages);
     s->hints = nuksm_hints_new();
+    s->landing = nuksm_landing_new(s);
     nuksm_hints_set_enabled(s->hints, s->io_hints);
     s->scanner = nuksm_scanner_new(s);
     nuksm_control_set_hash_strength(s->control, s->hash_strength);
     migration_add_notifier(&s->migration_notifier, nuksm_migration_notify);
+    s->incoming_timer = timer_new_ms(QEMU_CLOCK_REALTIME, nuksm_incoming_look,
+                                     s);
+    nuksm_watch_incoming(s);
     s->vm_state = qemu_add_vm_change_state_handler(nuksm_vm_state_change, s);
     nuksm_hot_start(s);
     nuksm_report_start(s);
@@ -634,16 +809,18 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
 }
 
 /*
- * A QMP command waiting for the agent still uses the object; and pages
- * it mapped from the store need it for as long as the VM runs (a discard
- * of them must go through it).  Disable it instead.
+ * A QMP command waiting for the agent still uses the object; pages it
+ * mapped from the store need it for as long as the VM runs (a discard
+ * of them must go through it); and an incoming migration may be reading
+ * a page into a landing buffer of its.  Disable it instead.
  */
 static bool nuksm_can_be_deleted(UserCreatable *uc)
 {
     Nuksm *s = NUKSM(uc);
 
     return QLIST_EMPTY(&s->conn.requests) &&
-           !(s->pages && nuksm_pages_has_remapped(s->pages));
+           !(s->pages && nuksm_pages_has_remapped(s->pages)) &&
+           !(s->landing && nuksm_landing_waiting(s->landing));
 }
 
 static void nuksm_instance_init(Object *obj)
@@ -656,6 +833,7 @@ static void nuksm_instance_init(Object *obj)
     s->governor = NUKSM_DEFAULT_GOVERNOR;
     s->zero_pages = true;
     s->io_hints = true;
+    s->landing_on = true;
     s->enabled = true;
     s->hot_window_ms = NUKSM_DEFAULT_HOT_WINDOW_MS;
     s->read_samples = NUKSM_DEFAULT_READ_SAMPLES;
@@ -672,8 +850,10 @@ static void nuksm_instance_finalize(Object *obj)
         s->completed = false;
         if (!--nuksm_live) {
             ram_block_discard_remapped = NULL;
+            ram_load_landing = NULL;
         }
         migration_remove_notifier(&s->migration_notifier);
+        timer_free(s->incoming_timer);
         qemu_del_vm_change_state_handler(s->vm_state);
         if (s->machine_done.notify) {
             qemu_remove_machine_init_done_notifier(&s->machine_done);
@@ -697,6 +877,7 @@ static void nuksm_instance_finalize(Object *obj)
         qemu_bh_delete(s->limit_bh);
     }
     nuksm_agent_cleanup(s);
+    g_clear_pointer(&s->landing, nuksm_landing_free);
     g_free(s->id);
     g_free(s->agent_path);
     g_free(s->domain);
@@ -750,6 +931,11 @@ static void nuksm_class_init(ObjectClass *oc, void *data)
                                    nuksm_set_io_hints);
     object_class_property_set_description(oc, "io-hints",
         "Take the guest pages disk transfers moved first (default on)");
+    object_class_property_add_bool(oc, "landing", nuksm_get_landing,
+                                   nuksm_set_landing);
+    object_class_property_set_description(oc, "landing",
+        "Land the pages of an incoming migration on copies the host holds "
+        "(default on)");
     object_class_property_add(oc, "hash-strength", "uint32", nuksm_get_uint32,
                               nuksm_set_hash_strength, NULL,
                               (void *)offsetof(Nuksm, hash_strength));

@@ -22,6 +22,8 @@
  *                                                        main loop, BQL
  *   nuksm-numa.c    guest NUMA layout for the agent, home nodes,
  *                   locality                             main loop, BQL
+ *   nuksm-landing.c pages of an incoming migration landed on copies
+ *                   the host holds                       main loop, BQL
  *   nuksm-scan.c    walk eligible RAM, hash pages, offer stable ones
  *                   (NuksmScanner)                       scanner thread
  *   nuksm-commit.c  carry out the agent's requests: userfaultfd, stores,
@@ -128,6 +130,7 @@ typedef struct NuksmHuge NuksmHuge;
 typedef struct NuksmCommit NuksmCommit;
 typedef struct NuksmScanner NuksmScanner;
 typedef struct NuksmHints NuksmHints;
+typedef struct NuksmLanding NuksmLanding;
 typedef struct NuksmReads NuksmReads;
 typedef struct NuksmRamList NuksmRamList;
 
@@ -195,6 +198,7 @@ struct Nuksm {
     bool scan_rate_set;
     bool zero_pages;
     bool io_hints;              /* take I/O hints (nuksm-hints.c) */
+    bool landing_on;            /* land incoming pages (nuksm-landing.c) */
     uint32_t hash_strength;     /* hash-strength (nuksm-strength.c) */
     bool distilling;            /* region distilling (nuksm-regions.c) */
     char *memdev;
@@ -223,6 +227,7 @@ struct Nuksm {
     NuksmCommit *commit;
     NuksmScanner *scanner;
     NuksmHints *hints;          /* I/O hints for the scanner */
+    NuksmLanding *landing;      /* pages of an incoming migration */
     NuksmReads *reads;          /* read sampling (nuksm-reads.c) */
     NuksmRamList *ram;          /* eligible RAM, RCU (nuksm-ram.c) */
     QEMUBH *ram_bh;             /* RAM blocks changed: refresh @ram */
@@ -234,6 +239,8 @@ struct Nuksm {
                                 /* NUKSM_LIMIT__MAX since RESUMED */
     Notifier machine_done;
     NotifierWithReturn migration_notifier;
+    QEMUTimer *incoming_timer;  /* looks whether an incoming migration */
+                                /* let go of guest RAM */
     VMChangeStateEntry *vm_state;
 };
 

@@ -1,0 +1,287 @@
+/*
+ * nuksm: landing (nuksm-landing.h).
+ *
+ * An incoming migration writes each page it receives into fresh guest
+ * RAM.  While nuksm may land them (nuksm_may_land()), a page is read
+ * into a buffer of ours instead (qemu-patches/0009), hashed once and
+ * offered to the agent, marked as landing: it answers with a slot of
+ * the same content in the VM's merge domain (MERGE), which the commit
+ * unit maps in place of the page, or with RETRY, and the page is
+ * written into guest RAM as the migration would have.  Until then the
+ * guest page is left as it was.  A page the stream loads otherwise
+ * (zero, XBZRLE) is written first, so that it reads as sent; at the end
+ * of each section of the stream every page still waiting is written,
+ * so that neither what follows (device state) nor the guest reads a
+ * page not in place.  A page sent again while it waits takes its
+ * buffer: whatever answer comes is checked against the content then.
+ *
+ * Only the loading thread writes guest RAM while the VM is incoming,
+ * and it runs this unit: the agent's answers are handled in it too
+ * (the loading thread reads them between pages, nuksm.c), so a page
+ * changes under none of them and needs no write protection.
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/cutils.h"
+#include "qemu/madvise.h"
+#include "exec/ramblock.h"
+#include "libnuksm/nuksm-digest.h"
+#include "nuksm-commit.h"
+#include "nuksm-landing.h"
+#include "nuksm-outbox.h"
+#include "trace.h"
+
+/* Offers sent as one batch: the answers of the first come meanwhile. */
+#define NUKSM_LANDING_BATCH 128
+
+#define NUKSM_LANDING_ARENA ((size_t)NUKSM_LANDING_PAGES * NUKSM_PAGE_SIZE)
+
+/* A page that waits for the agent in a buffer. */
+typedef struct NuksmLandingPage {
+    uint64_t page;              /* in the VM's RAM address space */
+    uint8_t *host;              /* where it goes in guest RAM */
+    uint8_t *buf;               /* its content as sent, in the arena */
+    bool reading;               /* the stream is filling @buf: the */
+                                /* loading coroutine may yield meanwhile */
+} NuksmLandingPage;
+
+struct NuksmLanding {
+    Nuksm *s;
+    GHashTable *waiting;        /* &page -> NuksmLandingPage */
+    /*
+     * The buffers, mapped once and given back to the host after each
+     * section: they cost memory only while pages wait in them.
+     */
+    uint8_t *arena;
+    unsigned nr_spare;          /* buffers never used since given back */
+    GPtrArray *spare;           /* buffers used and free again */
+    GArray *offers;             /* NuksmCandidate, not yet sent */
+    NuksmLandingStats stats;
+};
+
+NuksmLanding *nuksm_landing_new(Nuksm *s)
+{
+    NuksmLanding *l = g_new0(NuksmLanding, 1);
+
+    l->s = s;
+    l->waiting = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
+                                       g_free);
+    l->arena = mmap(NULL, NUKSM_LANDING_ARENA, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (l->arena == MAP_FAILED) {
+        l->arena = NULL;
+    }
+    l->nr_spare = l->arena ? NUKSM_LANDING_PAGES : 0;
+    l->spare = g_ptr_array_new();
+    l->offers = g_array_new(false, false, sizeof(NuksmCandidate));
+    return l;
+}
+
+void nuksm_landing_free(NuksmLanding *l)
+{
+    g_hash_table_destroy(l->waiting);
+    if (l->arena) {
+        munmap(l->arena, NUKSM_LANDING_ARENA);
+    }
+    g_ptr_array_free(l->spare, true);
+    g_array_free(l->offers, true);
+    g_free(l);
+}
+
+static uint64_t nuksm_landing_page_of(RAMBlock *rb, uint64_t offset)
+{
+    return (rb->offset + offset) / NUKSM_PAGE_SIZE;
+}
+
+bool nuksm_landing_full(NuksmLanding *l)
+{
+    return !l->nr_spare && !l->spare->len;
+}
+
+bool nuksm_landing_waiting(NuksmLanding *l)
+{
+    return g_hash_table_size(l->waiting) > 0;
+}
+
+void *nuksm_landing_buffer(NuksmLanding *l, RAMBlock *rb, uint64_t offset)
+{
+    uint64_t page = nuksm_landing_page_of(rb, offset);
+    NuksmLandingPage *p = g_hash_table_lookup(l->waiting, &page);
+
+    if (!p && nuksm_landing_full(l)) {
+        l->stats.passed++;
+        return NULL;
+    }
+    if (!p) {
+        p = g_new(NuksmLandingPage, 1);
+        p->page = page;
+        p->host = rb->host + offset;
+        p->buf = l->spare->len ?
+                 g_ptr_array_steal_index_fast(l->spare, l->spare->len - 1) :
+                 l->arena + (size_t)--l->nr_spare * NUKSM_PAGE_SIZE;
+        g_hash_table_insert(l->waiting, &p->page, p);
+    }
+    p->reading = true;
+    return p->buf;
+}
+
+/* The page waits no more: its buffer is free for the next one. */
+static void nuksm_landing_done(NuksmLanding *l, NuksmLandingPage *p)
+{
+    g_ptr_array_add(l->spare, p->buf);
+    g_hash_table_remove(l->waiting, &p->page);
+}
+
+/* Put page @p into guest RAM, as the migration would have. */
+static void nuksm_landing_put(NuksmLanding *l, NuksmLandingPage *p)
+{
+    /* A zero page over a page never written takes no memory. */
+    if (!buffer_is_zero(p->buf, NUKSM_PAGE_SIZE)) {
+        memcpy(p->host, p->buf, NUKSM_PAGE_SIZE);
+    } else if (!buffer_is_zero(p->host, NUKSM_PAGE_SIZE)) {
+        memset(p->host, 0, NUKSM_PAGE_SIZE);
+    }
+    nuksm_landing_done(l, p);
+}
+
+/* ... a page offered, which did not land. */
+static void nuksm_landing_write(NuksmLanding *l, NuksmLandingPage *p)
+{
+    l->stats.written++;
+    nuksm_landing_put(l, p);
+}
+
+bool nuksm_landing_send(NuksmLanding *l)
+{
+    if (l->offers->len) {
+        trace_nuksm_landing_offer(l->s->id, l->offers->len);
+        nuksm_outbox_post_batches(&l->s->outbox, l->s->conn.epoch,
+                                  NUKSM_MSG_CANDIDATES, l->offers->data,
+                                  sizeof(NuksmCandidate), l->offers->len,
+                                  NUKSM_CANDIDATES_MAX);
+        g_array_set_size(l->offers, 0);
+    }
+    return nuksm_landing_waiting(l);
+}
+
+bool nuksm_landing_arrived(NuksmLanding *l, RAMBlock *rb, uint64_t offset,
+                           uint8_t gnode, void *buf)
+{
+    uint64_t page = nuksm_landing_page_of(rb, offset);
+    NuksmLandingPage *p = g_hash_table_lookup(l->waiting, &page);
+    NuksmCandidate c = {
+        .page = page,
+        .gnode = gnode,
+        .idle = NUKSM_IDLE_NEVER,
+        .flags = NUKSM_CANDIDATE_LANDING,
+    };
+
+    g_assert(p && p->buf == buf && p->reading);
+    p->reading = false;
+    /*
+     * Zero pages merge locally, never through the agent; and with the
+     * agent gone no answer would come.
+     */
+    if (buffer_is_zero(buf, NUKSM_PAGE_SIZE) || !l->s->conn.ready) {
+        nuksm_landing_put(l, p);
+        return false;
+    }
+    c.digest = nuksm_page_digest(buf, NUKSM_PAGE_SIZE);
+    g_array_append_val(l->offers, c);
+    l->stats.offered++;
+    if (l->offers->len < NUKSM_LANDING_BATCH) {
+        return false;
+    }
+    nuksm_landing_send(l);
+    return true;
+}
+
+void nuksm_landing_touch(NuksmLanding *l, RAMBlock *rb, uint64_t offset)
+{
+    uint64_t page = nuksm_landing_page_of(rb, offset);
+    NuksmLandingPage *p = g_hash_table_lookup(l->waiting, &page);
+
+    if (p) {
+        nuksm_landing_write(l, p);
+    }
+}
+
+void nuksm_landing_settle(NuksmLanding *l)
+{
+    GHashTableIter it;
+    gpointer value;
+
+    trace_nuksm_landing_settle(l->s->id, g_hash_table_size(l->waiting));
+    g_hash_table_iter_init(&it, l->waiting);
+    while (g_hash_table_iter_next(&it, NULL, &value)) {
+        NuksmLandingPage *p = value;
+
+        /* Still being read (the agent went meanwhile): arrives later. */
+        if (p->reading) {
+            continue;
+        }
+        nuksm_landing_write(l, p);
+        /* nuksm_landing_done() removed it: the iterator is stale. */
+        g_hash_table_iter_init(&it, l->waiting);
+    }
+    g_array_set_size(l->offers, 0);
+    /* Nothing waits: the buffers' memory goes back to the host. */
+    if (l->arena && !g_hash_table_size(l->waiting) &&
+        l->nr_spare < NUKSM_LANDING_PAGES) {
+        qemu_madvise(l->arena, NUKSM_LANDING_ARENA, QEMU_MADV_DONTNEED);
+        l->nr_spare = NUKSM_LANDING_PAGES;
+        g_ptr_array_set_size(l->spare, 0);
+    }
+}
+
+void nuksm_landing_merge(NuksmLanding *l, uint32_t epoch,
+                         const NuksmMsgBatch *batch)
+{
+    const NuksmSlotRef *in = (const NuksmSlotRef *)(batch + 1);
+    g_autofree NuksmSlotRef *out = g_memdup2(in, batch->count * sizeof(*in));
+
+    for (uint32_t i = 0; i < batch->count; i++) {
+        NuksmLandingPage *p = g_hash_table_lookup(l->waiting, &out[i].page);
+
+        /* Sent again, and not read in full yet: its new content will be. */
+        if (p && p->reading) {
+            out[i].status = NUKSM_STATUS_CHANGED;
+            continue;
+        }
+        /* A page written already lands as it is now in guest RAM. */
+        out[i].status = nuksm_commit_land(l->s->commit, &out[i],
+                                          p ? p->buf : NULL);
+        if (!p) {
+            continue;
+        }
+        if (out[i].status == NUKSM_STATUS_MERGED) {
+            l->stats.landed++;
+            nuksm_landing_done(l, p);
+        } else {
+            nuksm_landing_write(l, p);
+        }
+    }
+    nuksm_outbox_post_batches(&l->s->outbox, epoch, NUKSM_MSG_MERGED, out,
+                              sizeof(*out), batch->count, NUKSM_SLOTREFS_MAX);
+}
+
+void nuksm_landing_retry(NuksmLanding *l, const NuksmMsgBatch *batch)
+{
+    const NuksmSlotRef *r = (const NuksmSlotRef *)(batch + 1);
+
+    for (uint32_t i = 0; i < batch->count; i++) {
+        NuksmLandingPage *p = g_hash_table_lookup(l->waiting, &r[i].page);
+
+        if (p && !p->reading) {
+            nuksm_landing_write(l, p);
+        }
+    }
+}
+
+void nuksm_landing_get_stats(NuksmLanding *l, NuksmLandingStats *stats)
+{
+    *stats = l->stats;
+}

@@ -1,0 +1,64 @@
+/*
+ * nuksm: landing, the pages of an incoming migration put where the
+ * host already holds their content (nuksm-landing.c).
+ *
+ * Copyright (c) 2026 nuksm developers
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef HW_MEM_NUKSM_LANDING_H
+#define HW_MEM_NUKSM_LANDING_H
+
+#include "nuksm.h"
+
+/* Pages a landing holds in buffers at once, waiting for the agent. */
+#define NUKSM_LANDING_PAGES 1024
+
+/* Counters of a landing, in pages, since the object was created. */
+typedef struct NuksmLandingStats {
+    uint64_t offered;           /* read into a buffer and offered */
+    uint64_t landed;            /* ... mapped onto a copy the host held */
+    uint64_t written;           /* ... written into guest RAM instead */
+    uint64_t passed;            /* read straight into guest RAM: no */
+                                /* buffer free, or not offered */
+} NuksmLandingStats;
+
+/* Main loop (BQL), all of them. */
+NuksmLanding *nuksm_landing_new(Nuksm *s);
+void nuksm_landing_free(NuksmLanding *l);
+
+/*
+ * The loading thread, while nuksm_may_land(): where to read the page at
+ * @offset of @rb, which nuksm may deduplicate: a buffer, or NULL to read
+ * it into guest RAM.  A page sent again while it waits gets its buffer.
+ */
+void *nuksm_landing_buffer(NuksmLanding *l, RAMBlock *rb, uint64_t offset);
+/*
+ * The page was read into @buf: offer it.  True when a batch of offers
+ * went to the agent, whose answers are then worth reading.
+ */
+bool nuksm_landing_arrived(NuksmLanding *l, RAMBlock *rb, uint64_t offset,
+                           uint8_t gnode, void *buf);
+/* Is every buffer taken? */
+bool nuksm_landing_full(NuksmLanding *l);
+/* The page at @offset of @rb is loaded otherwise: write what waits. */
+void nuksm_landing_touch(NuksmLanding *l, RAMBlock *rb, uint64_t offset);
+/* Send the offers not sent yet; do pages wait for an answer? */
+bool nuksm_landing_send(NuksmLanding *l);
+/* Write every page still waiting into guest RAM; free the buffers. */
+void nuksm_landing_settle(NuksmLanding *l);
+/* Do pages wait in buffers? */
+bool nuksm_landing_waiting(NuksmLanding *l);
+
+/*
+ * The agent's answers, while the migration is the only writer of guest
+ * RAM (runstate inmigrate): MERGE (map each page onto its slot if its
+ * content is the slot's, answering MERGED) and RETRY (write the page).
+ */
+void nuksm_landing_merge(NuksmLanding *l, uint32_t epoch,
+                         const NuksmMsgBatch *batch);
+void nuksm_landing_retry(NuksmLanding *l, const NuksmMsgBatch *batch);
+
+void nuksm_landing_get_stats(NuksmLanding *l, NuksmLandingStats *stats);
+
+#endif /* HW_MEM_NUKSM_LANDING_H */
