@@ -83,16 +83,19 @@ class Sampler:
 
     def __init__(self, agent, pids):
         self.agent, self.pids = agent, list(pids)
-        self.samples = []       # (monotonic time, MiB)
+        self.samples = []       # (monotonic time, [MiB of each pid, store])
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def parts(self):
+        return [rss_anon_mib(p) for p in self.pids] + [store_mib(self.agent)]
+
     def spent(self):
-        return sum(rss_anon_mib(p) for p in self.pids) + store_mib(self.agent)
+        return sum(self.parts())
 
     def _run(self):
         while not self._stop.is_set():
-            self.samples.append((time.monotonic(), self.spent()))
+            self.samples.append((time.monotonic(), self.parts()))
             time.sleep(SAMPLE_S)
 
     def start(self):
@@ -103,10 +106,15 @@ class Sampler:
         self._thread.join()
 
 
+def pseudo_random(rng, mib):
+    """@mib MiB from @rng (randbytes() takes at most 256 MiB at once)."""
+    return b"".join(rng.randbytes(MIB) for _ in range(mib))
+
+
 def run_round(scenario, side, workdir, seed):
     rng = random.Random(seed)
-    shared = rng.randbytes(SHARED_MIB * MIB)
-    own = rng.randbytes(OWN_MIB * MIB)
+    shared = pseudo_random(rng, SHARED_MIB)
+    own = pseudo_random(rng, OWN_MIB)
     args = ["--forget-after", str(FORGET_AFTER_S)] \
         if scenario == "forgotten" else []
     agent = BenchAgent(workdir, *args)
@@ -146,7 +154,7 @@ def run_round(scenario, side, workdir, seed):
             time.sleep(3 * FORGET_AFTER_S)
 
         sampler = Sampler(agent, [x.pid, d.pid])
-        before = sampler.spent()
+        before = sampler.parts()
         sampler.start()
         sock = workdir / "mig.sock"
         d.cmd("migrate-incoming", uri=f"unix:{sock}")
@@ -164,8 +172,11 @@ def run_round(scenario, side, workdir, seed):
         assert read_big(q, SHARED_AT, len(shared)) == shared, "C lost"
         assert read_big(q, OWN_AT, len(own)) == own, "y's own lost"
         q.close()
-        timeline = [(round(t - done, 3), round(m - before, 1))
-                    for t, m in sampler.samples]
+        # The rise of x, of the destination and of the store, and in all.
+        parts = [(round(t - done, 3),
+                  [round(m - b, 1) for m, b in zip(ms, before)])
+                 for t, ms in sampler.samples]
+        timeline = [(t, round(sum(p), 1)) for t, p in parts]
         back = next((t for t, rise in timeline
                      if t >= 0 and rise <= GOAL_RISE_MIB), None)
         land = d.nuksm()["landing"] if objects else None
@@ -175,7 +186,10 @@ def run_round(scenario, side, workdir, seed):
             "end_rise_mib": timeline[-1][1],
             "wire_mib": mig["ram"]["transferred"] / MIB,
             "total_s": mig["total-time"] / 1000,
-            "back_s": back, "landing": land, "timeline": timeline}
+            "back_s": back, "landing": land, "timeline": timeline,
+            "parts": parts}
+        log(f"{scenario} {side}: x, destination, store "
+            f"{parts[-1][1]} MiB at the end")
         log(f"{scenario} {side}: peak +{result['peak_rise_mib']:.0f} MiB, "
             f"end +{result['end_rise_mib']:.0f} MiB, wire "
             f"{result['wire_mib']:.0f} MiB, {result['total_s']:.2f} s, "

@@ -782,50 +782,6 @@ static void nuksm_commit_merge(NuksmCommit *c, NuksmWork *w)
     nuksm_commit_post_refs(c, w->epoch, NUKSM_MSG_MERGED, r, b->count);
 }
 
-NuksmSlotStatus nuksm_commit_land(NuksmCommit *c, const NuksmSlotRef *r,
-                                  const uint8_t *content)
-{
-    g_autofree uint8_t *now = NULL;
-    NuksmBlockState *bs;
-    RAMBlock *rb;
-    uint64_t idx;
-    int64_t edges;
-    uint8_t *host;
-    int err;
-
-    RCU_READ_LOCK_GUARD();
-    QEMU_LOCK_GUARD(&c->pages->lock);
-    if (!nuksm_commit_find_page(c, r->page, &rb, &bs, &idx) ||
-        nuksm_page_flags(bs, idx) & (NUKSM_PAGE_REMAPPED | NUKSM_PAGE_ZERO) ||
-        !nuksm_commit_slot_valid(c, r, 1)) {
-        return NUKSM_STATUS_GONE;
-    }
-    host = rb->host + idx * NUKSM_PAGE_SIZE;
-    if (!content) {
-        /* The guest page itself: compared after the slot replaced it. */
-        content = now = g_memdup2(host, NUKSM_PAGE_SIZE);
-    }
-    nuksm_maps_tick(c, false);
-    if (!nuksm_maps_afford(c, nuksm_maps_cost(bs, idx, 1, false, r->node,
-                                              r->slot), 1)) {
-        return NUKSM_STATUS_FAILED;
-    }
-    edges = nuksm_maps_window(bs, idx, 1);
-    if (!nuksm_remap_land(host, c->stores[r->node].fd, r->slot, content,
-                          &err)) {
-        trace_nuksm_commit_land_failed(r->page, err);
-        if (err == ENOMEM) {
-            nuksm_maps_exhausted(c);
-            return NUKSM_STATUS_FAILED;
-        }
-        return NUKSM_STATUS_CHANGED;
-    }
-    nuksm_pages_merged(c->pages, bs, idx, r);
-    nuksm_reads_merged(c->s->reads, bs, idx);
-    nuksm_maps_account(c, nuksm_maps_window(bs, idx, 1) - edges);
-    return NUKSM_STATUS_MERGED;
-}
-
 /*
  * How many moves from @m on form one run: consecutive pages of @bs from
  * @idx, each mapping the next slot of one run and moving to the next
@@ -1174,20 +1130,77 @@ static void nuksm_commit_restore_block(NuksmBlockState *bs, void *opaque)
 
 /*
  * A new connection, @epoch: what the old one did not send is moot, and
- * the agent (maybe restarted) learns which slots we still map.
+ * the agent (maybe restarted) learns which slots we still map, once per
+ * connection, before anything merges in it.  page_lock held.
  */
-void nuksm_commit_start(NuksmCommit *c, uint32_t epoch)
+static void nuksm_commit_restore(NuksmCommit *c, uint32_t epoch)
 {
     g_autoptr(GArray) refs = g_array_new(false, false, sizeof(NuksmSlotRef));
     NuksmRestore restore = { .refs = refs };
 
-    qemu_mutex_lock(&c->pages->lock);
+    if (c->restored && c->restored_epoch == epoch) {
+        return;
+    }
     nuksm_pages_foreach(c->pages, nuksm_commit_restore_block, &restore);
     g_array_set_size(c->unmerged, 0);
-    qemu_mutex_unlock(&c->pages->lock);
-
     nuksm_commit_post_refs(c, epoch, NUKSM_MSG_RESTORE,
                            (NuksmSlotRef *)refs->data, refs->len);
+    c->restored = true;
+    c->restored_epoch = epoch;
+}
+
+void nuksm_commit_start(NuksmCommit *c, uint32_t epoch)
+{
+    qemu_mutex_lock(&c->pages->lock);
+    nuksm_commit_restore(c, epoch);
+    qemu_mutex_unlock(&c->pages->lock);
+}
+
+NuksmSlotStatus nuksm_commit_land(NuksmCommit *c, uint32_t epoch,
+                                  const NuksmSlotRef *r,
+                                  const uint8_t *content)
+{
+    g_autofree uint8_t *now = NULL;
+    NuksmBlockState *bs;
+    RAMBlock *rb;
+    uint64_t idx;
+    int64_t edges;
+    uint8_t *host;
+    int err;
+
+    RCU_READ_LOCK_GUARD();
+    QEMU_LOCK_GUARD(&c->pages->lock);
+    /* Landed before the scanner ever ran for this connection. */
+    nuksm_commit_restore(c, epoch);
+    if (!nuksm_commit_find_page(c, r->page, &rb, &bs, &idx) ||
+        nuksm_page_flags(bs, idx) & (NUKSM_PAGE_REMAPPED | NUKSM_PAGE_ZERO) ||
+        !nuksm_commit_slot_valid(c, r, 1)) {
+        return NUKSM_STATUS_GONE;
+    }
+    host = rb->host + idx * NUKSM_PAGE_SIZE;
+    if (!content) {
+        /* The guest page itself: compared after the slot replaced it. */
+        content = now = g_memdup2(host, NUKSM_PAGE_SIZE);
+    }
+    nuksm_maps_tick(c, false);
+    if (!nuksm_maps_afford(c, nuksm_maps_cost(bs, idx, 1, false, r->node,
+                                              r->slot), 1)) {
+        return NUKSM_STATUS_FAILED;
+    }
+    edges = nuksm_maps_window(bs, idx, 1);
+    if (!nuksm_remap_land(host, c->stores[r->node].fd, r->slot, content,
+                          &err)) {
+        trace_nuksm_commit_land_failed(r->page, err);
+        if (err == ENOMEM) {
+            nuksm_maps_exhausted(c);
+            return NUKSM_STATUS_FAILED;
+        }
+        return NUKSM_STATUS_CHANGED;
+    }
+    nuksm_pages_merged(c->pages, bs, idx, r);
+    nuksm_reads_merged(c->s->reads, bs, idx);
+    nuksm_maps_account(c, nuksm_maps_window(bs, idx, 1) - edges);
+    return NUKSM_STATUS_MERGED;
 }
 
 /*

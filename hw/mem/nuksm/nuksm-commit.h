@@ -67,6 +67,8 @@ struct NuksmCommit {
     NuksmWrites *writes;        /* its write-fault thread, or NULL */
     NuksmStore stores[NUKSM_MAX_NODES];
     GArray *unmerged;           /* NuksmSlotRef, to send */
+    bool restored;              /* RESTORE sent for @restored_epoch */
+    uint32_t restored_epoch;
     NuksmMaps maps;
 };
 
@@ -86,12 +88,14 @@ void nuksm_commit_reoffer(NuksmCommit *c);
 void nuksm_commit_get_stats(NuksmCommit *c, NuksmStats *stats);
 
 /*
- * Map guest page @r->page onto the slot @r names if it holds @content,
- * the page as an incoming migration sent it (NULL: as it is in guest
- * RAM), and the mapping budget allows: MERGED, else why not.  Main loop,
- * while the migration is the only writer of guest RAM (nuksm-landing.c).
+ * Map guest page @r->page onto the slot @r names (a MERGE of connection
+ * @epoch) if it holds @content, the page as an incoming migration sent
+ * it (NULL: as it is in guest RAM), and the mapping budget allows:
+ * MERGED, else why not.  Main loop, while the migration is the only
+ * writer of guest RAM (nuksm-landing.c).
  */
-NuksmSlotStatus nuksm_commit_land(NuksmCommit *c, const NuksmSlotRef *r,
+NuksmSlotStatus nuksm_commit_land(NuksmCommit *c, uint32_t epoch,
+                                  const NuksmSlotRef *r,
                                   const uint8_t *content);
 
 /* nuksm-commit.c: any thread */

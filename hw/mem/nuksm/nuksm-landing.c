@@ -252,7 +252,7 @@ void nuksm_landing_merge(NuksmLanding *l, uint32_t epoch,
             continue;
         }
         /* A page written already lands as it is now in guest RAM. */
-        out[i].status = nuksm_commit_land(l->s->commit, &out[i],
+        out[i].status = nuksm_commit_land(l->s->commit, epoch, &out[i],
                                           p ? p->buf : NULL);
         if (!p) {
             continue;
