@@ -1424,8 +1424,18 @@ bool nuksm_commit_rebuild_huge(NuksmCommit *c, RAMBlock *rb,
         return false;
     }
     for (unsigned i = 0; i < NUKSM_TRACK_STRETCH; i++) {
+        bool hinted = nuksm_page_flags(bs, first + i) & NUKSM_PAGE_HINTED;
+
         nuksm_commit_forget(c, bs, first + i, NUKSM_STATUS_REBUILT);
         nuksm_pages_discarded(c->pages, bs, first + i);
+        /*
+         * Its content, unchanged, still came with a disk transfer: its
+         * pair may come after the rebuild (another VM's walk finds it
+         * later), and that merge is the hint's.
+         */
+        if (hinted) {
+            nuksm_page_update(bs, first + i, 0, NUKSM_PAGE_HINTED);
+        }
     }
     /* The anonymous mapping gives back the mappings it replaced. */
     nuksm_maps_account(c, nuksm_maps_window(bs, first, NUKSM_TRACK_STRETCH) -

@@ -615,11 +615,23 @@ static Nuksm *nuksm_landing_owner(void *host, bool landing,
     return f->s;
 }
 
+/*
+ * The page being read into a landing buffer: one at a time, as one
+ * thread loads the stream.  Its object cannot go meanwhile
+ * (nuksm_can_be_deleted()).
+ */
+static struct {
+    Nuksm *s;
+    NuksmLandingFind f;
+    ram_addr_t offset;
+} nuksm_landing_reading;
+
 static void *nuksm_landing_buffer_hook(void *host)
 {
     NuksmLandingFind f;
     ram_addr_t offset;
     Nuksm *s = nuksm_landing_owner(host, true, &f, &offset);
+    void *buf;
 
     if (!s) {
         return NULL;
@@ -628,18 +640,24 @@ static void *nuksm_landing_buffer_hook(void *host)
     if (nuksm_landing_full(s->landing)) {
         nuksm_agent_pump(s, 0);
     }
-    return nuksm_landing_buffer(s->landing, f.rb, offset);
+    buf = nuksm_landing_buffer(s->landing, f.rb, offset);
+    if (buf) {
+        nuksm_landing_reading.s = s;
+        nuksm_landing_reading.f = f;
+        nuksm_landing_reading.offset = offset;
+    }
+    return buf;
 }
 
 static void nuksm_landing_arrived_hook(void *host, void *buf)
 {
-    NuksmLandingFind f;
-    ram_addr_t offset;
-    Nuksm *s = nuksm_landing_owner(host, false, &f, &offset);
+    Nuksm *s = nuksm_landing_reading.s;
+    NuksmLandingFind *f = &nuksm_landing_reading.f;
 
-    /* The object holding the buffer cannot go (nuksm_can_be_deleted()). */
-    g_assert(s);
-    if (nuksm_landing_arrived(s->landing, f.rb, offset, f.gnode, buf)) {
+    g_assert(s && f->rb->host + nuksm_landing_reading.offset == host);
+    nuksm_landing_reading.s = NULL;
+    if (nuksm_landing_arrived(s->landing, f->rb,
+                              nuksm_landing_reading.offset, f->gnode, buf)) {
         nuksm_agent_pump(s, 0);
     }
 }
