@@ -213,6 +213,7 @@ def test_priority_split_written_while_merging(numa_pair, priorities,
     wait_until(lambda: all(sum(locality(vm)) >= pages for vm in vms), 120,
                f"all {pages} written pages to merge in both VMs")
     drawn = priority_node0(content, *priorities)
+    merged_at = time.monotonic()
     # Twice the bound: this machine may be slow, never by that much.
     wait_until(lambda: store_nodes(vms[0]).get(0, 0) == drawn and
                harness.status(agent)["moves_pending"] == 0,
@@ -221,6 +222,9 @@ def test_priority_split_written_while_merging(numa_pair, priorities,
                f"node 0 once the writers' warmth ended (now "
                f"{store_nodes(vms[0])})")
     shares = [local_share(vm) for vm in vms]
+    print(f"priorities {priorities[0]}:{priorities[1]}: local shares "
+          f"{shares[0]:.1f} / {shares[1]:.1f} after "
+          f"{time.monotonic() - merged_at:.1f} s (bound {WARMTH_BOUND_S:.1f} s)")
     assert abs(shares[0] - expected) <= 3, shares
     assert abs(shares[1] - (100 - expected)) <= 3, shares
 

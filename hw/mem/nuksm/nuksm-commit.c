@@ -1158,9 +1158,10 @@ void nuksm_commit_start(NuksmCommit *c, uint32_t epoch)
 
 NuksmSlotStatus nuksm_commit_land(NuksmCommit *c, uint32_t epoch,
                                   const NuksmSlotRef *r,
-                                  const uint8_t *content)
+                                  const NuksmLandCheck *check)
 {
     g_autofree uint8_t *now = NULL;
+    NuksmLandCheck as_now;
     NuksmBlockState *bs;
     RAMBlock *rb;
     uint64_t idx;
@@ -1178,9 +1179,12 @@ NuksmSlotStatus nuksm_commit_land(NuksmCommit *c, uint32_t epoch,
         return NUKSM_STATUS_GONE;
     }
     host = rb->host + idx * NUKSM_PAGE_SIZE;
-    if (!content) {
+    if (!check) {
         /* The guest page itself: compared after the slot replaced it. */
-        content = now = g_memdup2(host, NUKSM_PAGE_SIZE);
+        as_now = (NuksmLandCheck) {
+            .content = now = g_memdup2(host, NUKSM_PAGE_SIZE),
+        };
+        check = &as_now;
     }
     nuksm_maps_tick(c, false);
     if (!nuksm_maps_afford(c, nuksm_maps_cost(bs, idx, 1, false, r->node,
@@ -1188,7 +1192,7 @@ NuksmSlotStatus nuksm_commit_land(NuksmCommit *c, uint32_t epoch,
         return NUKSM_STATUS_FAILED;
     }
     edges = nuksm_maps_window(bs, idx, 1);
-    if (!nuksm_remap_land(host, c->stores[r->node].fd, r->slot, content,
+    if (!nuksm_remap_land(host, c->stores[r->node].fd, r->slot, check,
                           &err)) {
         trace_nuksm_commit_land_failed(r->page, err);
         if (err == ENOMEM) {

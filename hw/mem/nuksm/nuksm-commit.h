@@ -19,6 +19,7 @@
 #include "nuksm.h"
 #include "nuksm-maps.h"
 #include "nuksm-pages.h"
+#include "nuksm-remap.h"
 #include "nuksm-writes.h"
 
 /* A node's store, as the agent handed it over (read-only). */
@@ -89,14 +90,14 @@ void nuksm_commit_get_stats(NuksmCommit *c, NuksmStats *stats);
 
 /*
  * Map guest page @r->page onto the slot @r names (a MERGE of connection
- * @epoch) if it holds @content, the page as an incoming migration sent
- * it (NULL: as it is in guest RAM), and the mapping budget allows:
- * MERGED, else why not.  Main loop, while the migration is the only
- * writer of guest RAM (nuksm-landing.c).
+ * @epoch) if it passes @check, what an incoming migration sent of it
+ * (NULL: the page as it is in guest RAM), and the mapping budget
+ * allows: MERGED, else why not.  Main loop, while the migration is the
+ * only writer of guest RAM (nuksm-landing.c).
  */
 NuksmSlotStatus nuksm_commit_land(NuksmCommit *c, uint32_t epoch,
                                   const NuksmSlotRef *r,
-                                  const uint8_t *content);
+                                  const NuksmLandCheck *check);
 
 /* nuksm-commit.c: any thread */
 void nuksm_commit_release_uffd(NuksmCommit *c);

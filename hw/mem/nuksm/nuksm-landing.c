@@ -15,6 +15,14 @@
  * page not in place.  A page sent again while it waits takes its
  * buffer: whatever answer comes is checked against the content then.
  *
+ * A page that came as a digest (capability nuksm-digests) waits with
+ * no buffer: there is nothing to write.  A copy the agent names lands
+ * once its salted SHA-256 is the digest's; a page the agent has no copy
+ * of, or that waits still at the end of its section, is answered to the
+ * source as lacking (nuksm-digests.c), which sends it again in full.  A
+ * page sent again in full, or loaded otherwise, answers its digest as
+ * held: the source need not send it, the stream now says what it is.
+ *
  * Only the loading thread writes guest RAM while the VM is incoming,
  * and it runs this unit: the agent's answers are handled in it too
  * (the loading thread reads them between pages, nuksm.c), so a page
@@ -30,6 +38,7 @@
 #include "exec/ramblock.h"
 #include "libnuksm/nuksm-digest.h"
 #include "nuksm-commit.h"
+#include "nuksm-digests.h"
 #include "nuksm-landing.h"
 #include "nuksm-outbox.h"
 #include "trace.h"
@@ -39,13 +48,16 @@
 
 #define NUKSM_LANDING_ARENA ((size_t)NUKSM_LANDING_PAGES * NUKSM_PAGE_SIZE)
 
-/* A page that waits for the agent in a buffer. */
+/* A page that waits for the agent, in a buffer or as a digest. */
 typedef struct NuksmLandingPage {
     uint64_t page;              /* in the VM's RAM address space */
     uint8_t *host;              /* where it goes in guest RAM */
-    uint8_t *buf;               /* its content as sent, in the arena */
+    uint8_t *buf;               /* its content as sent, in the arena; */
+                                /* NULL if it came as a digest */
     bool reading;               /* the stream is filling @buf: the */
                                 /* loading coroutine may yield meanwhile */
+    uint64_t seq;               /* a digest: its record, and what */
+    uint8_t strong[NUKSM_DIGEST_STRONG];    /* the copy must match */
 } NuksmLandingPage;
 
 struct NuksmLanding {
@@ -106,36 +118,68 @@ bool nuksm_landing_waiting(NuksmLanding *l)
     return g_hash_table_size(l->waiting) > 0;
 }
 
+/* The page waits no more: its buffer, if any, is free for the next. */
+static void nuksm_landing_done(NuksmLanding *l, NuksmLandingPage *p)
+{
+    if (p->buf) {
+        g_ptr_array_add(l->spare, p->buf);
+    }
+    g_hash_table_remove(l->waiting, &p->page);
+}
+
+/* A digest that waits is answered: the page landed, or it @lacks. */
+static void nuksm_landing_answer(NuksmLanding *l, NuksmLandingPage *p,
+                                 bool lacks)
+{
+    nuksm_digests_answered(p->seq, lacks);
+    if (lacks) {
+        l->stats.digests_lacking++;
+    }
+    nuksm_landing_done(l, p);
+}
+
+/* The page waiting for @page, created if none waits. */
+static NuksmLandingPage *nuksm_landing_page(NuksmLanding *l, RAMBlock *rb,
+                                            uint64_t offset)
+{
+    uint64_t page = nuksm_landing_page_of(rb, offset);
+    NuksmLandingPage *p = g_hash_table_lookup(l->waiting, &page);
+
+    if (!p) {
+        p = g_new0(NuksmLandingPage, 1);
+        p->page = page;
+        p->host = rb->host + offset;
+        g_hash_table_insert(l->waiting, &p->page, p);
+    }
+    return p;
+}
+
 void *nuksm_landing_buffer(NuksmLanding *l, RAMBlock *rb, uint64_t offset)
 {
     uint64_t page = nuksm_landing_page_of(rb, offset);
     NuksmLandingPage *p = g_hash_table_lookup(l->waiting, &page);
 
+    /* Its digest waits: this version of the page replaces it. */
+    if (p && !p->buf) {
+        nuksm_landing_answer(l, p, false);
+        p = NULL;
+    }
     if (!p && nuksm_landing_full(l)) {
         l->stats.passed++;
         return NULL;
     }
-    if (!p) {
-        p = g_new(NuksmLandingPage, 1);
-        p->page = page;
-        p->host = rb->host + offset;
+    p = nuksm_landing_page(l, rb, offset);
+    if (!p->buf) {
         p->buf = l->spare->len ?
                  g_ptr_array_steal_index_fast(l->spare, l->spare->len - 1) :
                  l->arena + (size_t)--l->nr_spare * NUKSM_PAGE_SIZE;
-        g_hash_table_insert(l->waiting, &p->page, p);
     }
     p->reading = true;
     return p->buf;
 }
 
-/* The page waits no more: its buffer is free for the next one. */
-static void nuksm_landing_done(NuksmLanding *l, NuksmLandingPage *p)
-{
-    g_ptr_array_add(l->spare, p->buf);
-    g_hash_table_remove(l->waiting, &p->page);
-}
-
-/* Put page @p into guest RAM, as the migration would have. */
+/* Put page @p, which waits in a buffer, into guest RAM, as the
+ * migration would have. */
 static void nuksm_landing_put(NuksmLanding *l, NuksmLandingPage *p)
 {
     /* A zero page over a page never written takes no memory. */
@@ -147,9 +191,16 @@ static void nuksm_landing_put(NuksmLanding *l, NuksmLandingPage *p)
     nuksm_landing_done(l, p);
 }
 
-/* ... a page offered, which did not land. */
+/*
+ * ... a page offered, which did not land; or answer its digest as
+ * lacking.
+ */
 static void nuksm_landing_write(NuksmLanding *l, NuksmLandingPage *p)
 {
+    if (!p->buf) {
+        nuksm_landing_answer(l, p, true);
+        return;
+    }
     l->stats.written++;
     nuksm_landing_put(l, p);
 }
@@ -165,6 +216,17 @@ bool nuksm_landing_send(NuksmLanding *l)
         g_array_set_size(l->offers, 0);
     }
     return nuksm_landing_waiting(l);
+}
+
+/* Offer @c, sending a full batch: true if one went. */
+static bool nuksm_landing_offer(NuksmLanding *l, const NuksmCandidate *c)
+{
+    g_array_append_val(l->offers, *c);
+    if (l->offers->len < NUKSM_LANDING_BATCH) {
+        return false;
+    }
+    nuksm_landing_send(l);
+    return true;
 }
 
 bool nuksm_landing_arrived(NuksmLanding *l, RAMBlock *rb, uint64_t offset,
@@ -190,13 +252,39 @@ bool nuksm_landing_arrived(NuksmLanding *l, RAMBlock *rb, uint64_t offset,
         return false;
     }
     c.digest = nuksm_page_digest(buf, NUKSM_PAGE_SIZE);
-    g_array_append_val(l->offers, c);
     l->stats.offered++;
-    if (l->offers->len < NUKSM_LANDING_BATCH) {
+    return nuksm_landing_offer(l, &c);
+}
+
+bool nuksm_landing_digest(NuksmLanding *l, RAMBlock *rb, uint64_t offset,
+                          uint8_t gnode, uint64_t seq, uint64_t key,
+                          const uint8_t *strong)
+{
+    uint64_t page = nuksm_landing_page_of(rb, offset);
+    NuksmLandingPage *p = g_hash_table_lookup(l->waiting, &page);
+    NuksmCandidate c = {
+        .page = page,
+        .digest = key,
+        .gnode = gnode,
+        .idle = NUKSM_IDLE_NEVER,
+        .flags = NUKSM_CANDIDATE_LANDING,
+    };
+
+    l->stats.digests++;
+    /* An older version waits: this one replaces it. */
+    if (p && p->buf) {
+        nuksm_landing_done(l, p);
+    } else if (p) {
+        nuksm_landing_answer(l, p, false);
+    }
+    p = nuksm_landing_page(l, rb, offset);
+    p->seq = seq;
+    memcpy(p->strong, strong, NUKSM_DIGEST_STRONG);
+    if (!l->s->conn.ready) {
+        nuksm_landing_answer(l, p, true);
         return false;
     }
-    nuksm_landing_send(l);
-    return true;
+    return nuksm_landing_offer(l, &c);
 }
 
 void nuksm_landing_touch(NuksmLanding *l, RAMBlock *rb, uint64_t offset)
@@ -204,7 +292,10 @@ void nuksm_landing_touch(NuksmLanding *l, RAMBlock *rb, uint64_t offset)
     uint64_t page = nuksm_landing_page_of(rb, offset);
     NuksmLandingPage *p = g_hash_table_lookup(l->waiting, &page);
 
-    if (p) {
+    if (p && !p->buf) {
+        /* Loaded otherwise now: the digest is moot. */
+        nuksm_landing_answer(l, p, false);
+    } else if (p) {
         nuksm_landing_write(l, p);
     }
 }
@@ -228,6 +319,7 @@ void nuksm_landing_settle(NuksmLanding *l)
         g_hash_table_iter_init(&it, l->waiting);
     }
     g_array_set_size(l->offers, 0);
+    nuksm_digests_flush();
     /* Nothing waits: the buffers' memory goes back to the host. */
     if (l->arena && !g_hash_table_size(l->waiting) &&
         l->nr_spare < NUKSM_LANDING_PAGES) {
@@ -235,6 +327,21 @@ void nuksm_landing_settle(NuksmLanding *l)
         l->nr_spare = NUKSM_LANDING_PAGES;
         g_ptr_array_set_size(l->spare, 0);
     }
+}
+
+/* Land the page of @r, which waits as @p (NULL if it does not). */
+static NuksmSlotStatus nuksm_landing_check(NuksmLanding *l, uint32_t epoch,
+                                          const NuksmSlotRef *r,
+                                          NuksmLandingPage *p)
+{
+    NuksmLandCheck check = {
+        .content = p ? p->buf : NULL,
+        .match = nuksm_digests_match,
+        .strong = p ? p->strong : NULL,
+    };
+
+    /* A page written already lands as it is now in guest RAM. */
+    return nuksm_commit_land(l->s->commit, epoch, r, p ? &check : NULL);
 }
 
 void nuksm_landing_merge(NuksmLanding *l, uint32_t epoch,
@@ -251,19 +358,25 @@ void nuksm_landing_merge(NuksmLanding *l, uint32_t epoch,
             out[i].status = NUKSM_STATUS_CHANGED;
             continue;
         }
-        /* A page written already lands as it is now in guest RAM. */
-        out[i].status = nuksm_commit_land(l->s->commit, epoch, &out[i],
-                                          p ? p->buf : NULL);
+        out[i].status = nuksm_landing_check(l, epoch, &out[i], p);
         if (!p) {
             continue;
         }
-        if (out[i].status == NUKSM_STATUS_MERGED) {
+        if (out[i].status == NUKSM_STATUS_MERGED && !p->buf) {
+            l->stats.digests_landed++;
+            nuksm_landing_answer(l, p, false);
+        } else if (out[i].status == NUKSM_STATUS_MERGED) {
             l->stats.landed++;
             nuksm_landing_done(l, p);
-        } else {
+        } else if (p->buf) {
             nuksm_landing_write(l, p);
         }
+        /*
+         * A digest that this copy did not match waits on: the MERGE may
+         * answer an older version's offer.  The section's end settles it.
+         */
     }
+    nuksm_digests_flush();
     nuksm_outbox_post_batches(&l->s->outbox, epoch, NUKSM_MSG_MERGED, out,
                               sizeof(*out), batch->count, NUKSM_SLOTREFS_MAX);
 }
@@ -279,6 +392,7 @@ void nuksm_landing_retry(NuksmLanding *l, const NuksmMsgBatch *batch)
             nuksm_landing_write(l, p);
         }
     }
+    nuksm_digests_flush();
 }
 
 void nuksm_landing_get_stats(NuksmLanding *l, NuksmLandingStats *stats)

@@ -21,6 +21,9 @@ typedef struct NuksmLandingStats {
     uint64_t written;           /* ... written into guest RAM instead */
     uint64_t passed;            /* read straight into guest RAM: no */
                                 /* buffer free, or not offered */
+    uint64_t digests;           /* came as digests (nuksm-digests.c) */
+    uint64_t digests_landed;    /* ... mapped onto a copy the host held */
+    uint64_t digests_lacking;   /* ... answered as lacking */
 } NuksmLandingStats;
 
 /* Main loop (BQL), all of them. */
@@ -39,13 +42,24 @@ void *nuksm_landing_buffer(NuksmLanding *l, RAMBlock *rb, uint64_t offset);
  */
 bool nuksm_landing_arrived(NuksmLanding *l, RAMBlock *rb, uint64_t offset,
                            uint8_t gnode, void *buf);
+/*
+ * The page at @offset of @rb came as digest record @seq (nuksm-digests.c):
+ * the content key @key and salted SHA-256 @strong.  Offer it; true when
+ * a batch of offers went to the agent.
+ */
+bool nuksm_landing_digest(NuksmLanding *l, RAMBlock *rb, uint64_t offset,
+                          uint8_t gnode, uint64_t seq, uint64_t key,
+                          const uint8_t *strong);
 /* Is every buffer taken? */
 bool nuksm_landing_full(NuksmLanding *l);
 /* The page at @offset of @rb is loaded otherwise: write what waits. */
 void nuksm_landing_touch(NuksmLanding *l, RAMBlock *rb, uint64_t offset);
 /* Send the offers not sent yet; do pages wait for an answer? */
 bool nuksm_landing_send(NuksmLanding *l);
-/* Write every page still waiting into guest RAM; free the buffers. */
+/*
+ * Write every page still waiting into guest RAM, answer every digest
+ * still waiting as lacking; free the buffers.
+ */
 void nuksm_landing_settle(NuksmLanding *l);
 /* Do pages wait in buffers? */
 bool nuksm_landing_waiting(NuksmLanding *l);
@@ -53,7 +67,8 @@ bool nuksm_landing_waiting(NuksmLanding *l);
 /*
  * The agent's answers, while the migration is the only writer of guest
  * RAM (runstate inmigrate): MERGE (map each page onto its slot if its
- * content is the slot's, answering MERGED) and RETRY (write the page).
+ * content is the slot's, answering MERGED) and RETRY (write the page,
+ * or answer its digest as lacking).
  */
 void nuksm_landing_merge(NuksmLanding *l, uint32_t epoch,
                          const NuksmMsgBatch *batch);

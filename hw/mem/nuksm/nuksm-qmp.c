@@ -19,6 +19,7 @@
 #include "nuksm-governor.h"
 #include "nuksm-hints.h"
 #include "nuksm-hot.h"
+#include "nuksm-digests.h"
 #include "nuksm-landing.h"
 #include "nuksm-numa.h"
 #include "nuksm-pages.h"
@@ -104,6 +105,19 @@ static NuksmColocation *nuksm_get_colocation(const NuksmMsgColocation *co)
     return info;
 }
 
+static NuksmDigestsInfo *nuksm_qmp_digests(Nuksm *s)
+{
+    NuksmDigestsInfo *info = g_new0(NuksmDigestsInfo, 1);
+    NuksmDigestStats stats;
+
+    nuksm_digests_get_stats(s, &stats);
+    info->sent = stats.sent;
+    info->held = stats.held;
+    info->lacked = stats.lacked;
+    info->unanswered = stats.unanswered;
+    return info;
+}
+
 static NuksmInfo *nuksm_get_info(Nuksm *s)
 {
     NuksmInfo *info = g_new0(NuksmInfo, 1);
@@ -160,7 +174,11 @@ static NuksmInfo *nuksm_get_info(Nuksm *s)
         info->landing->landed = landing.landed;
         info->landing->written = landing.written;
         info->landing->passed = landing.passed;
+        info->landing->digests = landing.digests;
+        info->landing->digests_landed = landing.digests_landed;
+        info->landing->digests_lacking = landing.digests_lacking;
     }
+    info->digests = nuksm_qmp_digests(s);
     tail = &info->merged_per_node;
     for (uint32_t node = 0; node < NUKSM_MAX_NODES; node++) {
         NuksmNodePages *np;
@@ -445,6 +463,19 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
                            " passed\n", i->landing->offered,
                            i->landing->landed, i->landing->written,
                            i->landing->passed);
+        }
+        if (i->landing->digests) {
+            monitor_printf(mon, "  landing digests: %" PRIu64 " received, %"
+                           PRIu64 " landed, %" PRIu64 " lacking\n",
+                           i->landing->digests, i->landing->digests_landed,
+                           i->landing->digests_lacking);
+        }
+        if (i->digests->sent) {
+            monitor_printf(mon, "  migration digests: %" PRIu64 " sent, %"
+                           PRIu64 " held there, %" PRIu64 " lacked, %"
+                           PRIu64 " unanswered\n", i->digests->sent,
+                           i->digests->held, i->digests->lacked,
+                           i->digests->unanswered);
         }
         monitor_printf(mon, "  hashing %s %" PRIu32 " bytes: %" PRIu64
                        " pages sampled, %" PRIu64 " hashed in full, %"

@@ -280,6 +280,24 @@ static ssize_t nuksm_remap_compare(const uint8_t *host, size_t pages,
     return equal;
 }
 
+/*
+ * Does slot @slot of @store_fd pass @check's match?  Read with pread(),
+ * as nuksm_remap_compare() says why.  Returns 1 if so, 0 if not, or
+ * -errno.
+ */
+static ssize_t nuksm_remap_match(const NuksmLandCheck *check, int store_fd,
+                                 uint64_t slot)
+{
+    uint8_t buf[NUKSM_PAGE_SIZE];
+    ssize_t got = pread(store_fd, buf, sizeof(buf), slot * sizeof(buf));
+
+    if (got < 0) {
+        return -errno;
+    }
+    return got == sizeof(buf) && nuksm_remap_slot_filled(buf) &&
+           check->match(buf, check->strong);
+}
+
 /* How many of the @pages flags from @i on equal flags[@i]. */
 static size_t nuksm_remap_stretch(const bool *flags, size_t i, size_t pages)
 {
@@ -409,16 +427,17 @@ size_t nuksm_remap_merge_run(int uffd, uint8_t *host, size_t pages,
 
 /*
  * Land a page of an incoming migration: map slot @slot of @store_fd
- * privately at a place of its own, compare it with @content, the page
- * as sent, and if equal and filled move it over the guest page at
- * @host, whatever that holds (nothing yet, or an older version).  No
+ * privately at a place of its own, check it (compare it with the page
+ * as sent, or match it with the digest sent), and if it passes and is
+ * filled move it over the guest page at @host, whatever that holds
+ * (nothing yet, or an older version).  No
  * write protection: only the caller, the thread loading the migration,
  * writes guest RAM then.  The slot is mapped before it is compared,
  * for the reason nuksm_remap_merge_run() gives.  False leaves @host as
  * it was, with *err set if a call failed.
  */
 bool nuksm_remap_land(uint8_t *host, int store_fd, uint64_t slot,
-                      const uint8_t *content, int *err)
+                      const NuksmLandCheck *check, int *err)
 {
     const size_t psz = NUKSM_PAGE_SIZE;
     uint8_t *slots;
@@ -432,7 +451,12 @@ bool nuksm_remap_land(uint8_t *host, int store_fd, uint64_t slot,
         *err = errno;
         return false;
     }
-    got = nuksm_remap_compare(content, 1, store_fd, slot, NULL, &equal);
+    if (check->content) {
+        got = nuksm_remap_compare(check->content, 1, store_fd, slot, NULL,
+                                  &equal);
+    } else {
+        got = nuksm_remap_match(check, store_fd, slot);
+    }
     if (got < 0) {
         *err = -got;
     }

@@ -80,13 +80,24 @@ size_t nuksm_remap_merge_window(int uffd, uint8_t *host, size_t pages,
                                 bool *merged, int *err);
 
 /*
- * Map slot @slot of @store_fd over the guest page at @host if it holds
- * @content, with no write protection: a page of an incoming migration,
+ * What a page of an incoming migration must be to land on a slot: the
+ * page as sent (@content), or if it came as a digest, a page of which
+ * @match(page, @strong) is true.
+ */
+typedef struct NuksmLandCheck {
+    const uint8_t *content;
+    bool (*match)(const void *page, const uint8_t *strong);
+    const uint8_t *strong;
+} NuksmLandCheck;
+
+/*
+ * Map slot @slot of @store_fd over the guest page at @host if it passes
+ * @check, with no write protection: a page of an incoming migration,
  * which only the caller writes.  True if it did; *err says why not, if
  * a call failed.
  */
 bool nuksm_remap_land(uint8_t *host, int store_fd, uint64_t slot,
-                      const uint8_t *content, int *err);
+                      const NuksmLandCheck *check, int *err);
 
 /* What became of a page nuksm_remap_probe_reads() was asked to probe. */
 typedef enum NuksmReadProbe {

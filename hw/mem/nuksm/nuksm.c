@@ -36,6 +36,7 @@
 #include "nuksm-hints.h"
 #include "nuksm-hot.h"
 #include "nuksm-huge.h"
+#include "nuksm-digests.h"
 #include "nuksm-landing.h"
 #include "nuksm-report.h"
 #include "nuksm-numa.h"
@@ -698,11 +699,54 @@ static void nuksm_landing_settle_hook(void)
                          NULL);
 }
 
+static int nuksm_landing_may_one(Object *obj, void *opaque)
+{
+    Nuksm *s = (Nuksm *)object_dynamic_cast(obj, TYPE_NUKSM);
+
+    return s && s->completed && nuksm_may_land(s);
+}
+
+static void nuksm_landing_begin_hook(void)
+{
+    nuksm_digests_begin(object_child_foreach(object_get_objects_root(),
+                                             nuksm_landing_may_one, NULL));
+}
+
+static void nuksm_landing_digest_hook(void *host, const uint8_t *record)
+{
+    uint8_t strong[NUKSM_DIGEST_STRONG];
+    NuksmLandingFind f;
+    ram_addr_t offset;
+    uint64_t key, seq = nuksm_digests_arrived(record, &key, strong);
+    Nuksm *s = nuksm_landing_owner(host, true, &f, &offset);
+
+    if (!s) {
+        /* Nothing here may land it: the source sends it in full. */
+        nuksm_digests_answered(seq, true);
+        return;
+    }
+    if (nuksm_landing_digest(s->landing, f.rb, offset, f.gnode, seq, key,
+                             strong)) {
+        nuksm_agent_pump(s, 0);
+    }
+}
+
 static const RAMLoadLanding nuksm_ram_load_landing = {
     .buffer = nuksm_landing_buffer_hook,
     .arrived = nuksm_landing_arrived_hook,
     .touch = nuksm_landing_touch_hook,
     .settle = nuksm_landing_settle_hook,
+    .begin = nuksm_landing_begin_hook,
+    .digest = nuksm_landing_digest_hook,
+};
+
+/* The source's side of capability nuksm-digests (nuksm-digests.c). */
+static const RAMSaveDigests nuksm_ram_save_digests = {
+    .digest = nuksm_digests_send,
+    .answer = nuksm_digests_answer,
+    .outstanding = nuksm_digests_outstanding,
+    .complete = nuksm_digests_complete,
+    .end = nuksm_digests_end,
 };
 
 /* RAM blocks come and go under the BQL: resolve eligible RAM after. */
@@ -794,6 +838,7 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     nuksm_live++;
     ram_block_discard_remapped = nuksm_discard_remapped;
     ram_load_landing = &nuksm_ram_load_landing;
+    ram_save_digests = &nuksm_ram_save_digests;
     s->ram_bh = qemu_bh_new(nuksm_ram_changed_bh, s);
     s->ram_notifier.ram_block_added = nuksm_ram_block_added;
     s->ram_notifier.ram_block_removed = nuksm_ram_changed;
@@ -813,6 +858,7 @@ static void nuksm_complete(UserCreatable *uc, Error **errp)
     s->commit = nuksm_commit_new(s, s->pages);
     s->hints = nuksm_hints_new();
     s->landing = nuksm_landing_new(s);
+    nuksm_digests_join(s);
     nuksm_hints_set_enabled(s->hints, s->io_hints);
     s->scanner = nuksm_scanner_new(s);
     nuksm_control_set_hash_strength(s->control, s->hash_strength);
@@ -869,7 +915,9 @@ static void nuksm_instance_finalize(Object *obj)
         if (!--nuksm_live) {
             ram_block_discard_remapped = NULL;
             ram_load_landing = NULL;
+            ram_save_digests = NULL;
         }
+        nuksm_digests_leave(s);
         migration_remove_notifier(&s->migration_notifier);
         timer_free(s->incoming_timer);
         qemu_del_vm_change_state_handler(s->vm_state);
