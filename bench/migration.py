@@ -15,7 +15,11 @@ new QEMU, one side at a time:
 - after: nuksm with landing=off, which merges once the migration is done
   (nuksm before landing);
 - landing: nuksm at its defaults, whose pages land on copies as they
-  arrive.
+  arrive;
+- digests: both hosts run nuksm, with migration capability
+  nuksm-digests: a source agent and a VM z on it stand for the source
+  host, where y's copy of C merged with z's, and y's merged pages go as
+  digests; only what the destination lacks follows in full.
 
 Two scenarios: C seen (x offered its pages moments before) and C
 forgotten (the agent forgot x's pages, which paired with none, and holds
@@ -56,7 +60,7 @@ SHARED_AT = 64 * MIB    # above the low RAM the firmware uses
 OWN_AT = SHARED_AT + SHARED_MIB * MIB
 Y_MIB = 1024
 X_MIB = 512
-SIDES = ("stock", "after", "landing")
+SIDES = ("stock", "after", "landing", "digests")
 SCENARIOS = ("seen", "forgotten")
 FORGET_AFTER_S = 5      # the forgotten scenario's --forget-after
 SAMPLE_S = 0.02
@@ -111,6 +115,30 @@ def pseudo_random(rng, mib):
     return b"".join(rng.randbytes(MIB) for _ in range(mib))
 
 
+def merged_source(workdir, shared, own, vms):
+    """y on a source agent of its own, its copy of @shared merged with
+    z's; the agent, which the caller stops."""
+    source = workdir / "source"
+    source.mkdir()
+    agent = BenchAgent(source, "--scan-budget", "0")
+    objects = {}
+    for name in ("z", "y"):
+        objects[name] = Vm(source, name, harness.qtest_args(
+            source / f"{name}.qtest", harness.nuksm_object(
+                id="dedup0", agent=agent.sock, max_cpu=100),
+            mem=f"{Y_MIB if name == 'y' else X_MIB}M")).start()
+        vms.append(objects[name])
+        q = Qtest(objects[name].qtest_path)
+        write_big(q, SHARED_AT, shared)
+        if name == "y":
+            write_big(q, OWN_AT, own)
+        q.close()
+    pages = len(shared) // PAGE
+    objects["y"].wait_nuksm(lambda i: i["merged-pages"] >= pages,
+                            "y's copy of C to merge with z's", timeout=300)
+    return agent, objects["y"]
+
+
 def run_round(scenario, side, workdir, seed):
     rng = random.Random(seed)
     shared = pseudo_random(rng, SHARED_MIB)
@@ -118,6 +146,7 @@ def run_round(scenario, side, workdir, seed):
     args = ["--forget-after", str(FORGET_AFTER_S)] \
         if scenario == "forgotten" else []
     agent = BenchAgent(workdir, *args)
+    source_agent = None
     vms = []
     try:
         x = Vm(workdir, "x", harness.qtest_args(
@@ -131,18 +160,21 @@ def run_round(scenario, side, workdir, seed):
         scans = x.nuksm()["full-scans"]
         x.wait_nuksm(lambda i: i["full-scans"] >= scans + 3,
                      "three full scans of x", timeout=120)
-        y = Vm(workdir, "y", harness.qtest_args(
-            workdir / "y.qtest", mem=f"{Y_MIB}M")).start()
-        vms.append(y)
-        q = Qtest(y.qtest_path)
-        write_big(q, SHARED_AT, shared)
-        write_big(q, OWN_AT, own)
-        q.close()
+        if side == "digests":
+            source_agent, y = merged_source(workdir, shared, own, vms)
+        else:
+            y = Vm(workdir, "y", harness.qtest_args(
+                workdir / "y.qtest", mem=f"{Y_MIB}M")).start()
+            vms.append(y)
+            q = Qtest(y.qtest_path)
+            write_big(q, SHARED_AT, shared)
+            write_big(q, OWN_AT, own)
+            q.close()
         objects = []
         if side != "stock":
             objects = [harness.nuksm_object(
                 id="dedup0", agent=agent.sock,
-                landing="on" if side == "landing" else "off")]
+                landing="off" if side == "after" else "on")]
         d = Vm(workdir, "dest", [*harness.qtest_args(
             workdir / "dest.qtest", *objects, mem=f"{Y_MIB}M"),
             "-incoming", "defer"]).start()
@@ -157,6 +189,11 @@ def run_round(scenario, side, workdir, seed):
         before = sampler.parts()
         sampler.start()
         sock = workdir / "mig.sock"
+        if side == "digests":
+            for vm in (y, d):
+                vm.cmd("migrate-set-capabilities", capabilities=[
+                    {"capability": c, "state": True}
+                    for c in ("return-path", "nuksm-digests")])
         d.cmd("migrate-incoming", uri=f"unix:{sock}")
         y.cmd("migrate", uri=f"unix:{sock}")
         wait_until(lambda: y.cmd("query-migrate")["status"] == "completed",
@@ -180,8 +217,9 @@ def run_round(scenario, side, workdir, seed):
         back = next((t for t, rise in timeline
                      if t >= 0 and rise <= GOAL_RISE_MIB), None)
         land = d.nuksm()["landing"] if objects else None
+        sent = y.nuksm()["digests"] if side == "digests" else None
         result = {
-            "scenario": scenario, "side": side,
+            "scenario": scenario, "side": side, "digests": sent,
             "peak_rise_mib": max(rise for _, rise in timeline),
             "end_rise_mib": timeline[-1][1],
             "wire_mib": mig["ram"]["transferred"] / MIB,
@@ -193,12 +231,14 @@ def run_round(scenario, side, workdir, seed):
         log(f"{scenario} {side}: peak +{result['peak_rise_mib']:.0f} MiB, "
             f"end +{result['end_rise_mib']:.0f} MiB, wire "
             f"{result['wire_mib']:.0f} MiB, {result['total_s']:.2f} s, "
-            f"saving back {back} s after; {land}")
+            f"saving back {back} s after; {land}; {sent}")
         return result
     finally:
         for vm in vms:
             vm.kill()
         agent.stop()
+        if source_agent:
+            source_agent.stop()
 
 
 def summary(rounds):
@@ -220,7 +260,8 @@ def summary(rounds):
                 statistics.median(backs)
             if runs[0]["landing"]:
                 row["landed"] = statistics.median(
-                    r["landing"]["landed"] for r in runs)
+                    r["landing"]["landed"] + r["landing"]["digests-landed"]
+                    for r in runs)
             out.append(row)
     return out
 
@@ -235,9 +276,10 @@ def plot(results, path):
     fig, axes = plt.subplots(1, len(scenarios), figsize=(6 * len(scenarios),
                                                          3.8), squeeze=False)
     colours = {"stock": "tab:gray", "after": "tab:blue",
-               "landing": "tab:orange"}
+               "landing": "tab:orange", "digests": "tab:red"}
     labels = {"stock": "stock QEMU", "after": "nuksm, landing=off",
-              "landing": "nuksm, landing"}
+              "landing": "nuksm, landing",
+              "digests": "nuksm at both ends, nuksm-digests"}
     for ax, scenario in zip(axes[0], scenarios):
         seen = set()
         for r in results["rounds"]:

@@ -158,6 +158,7 @@ def test_landing_off(agent, qtest_vm, start_vm, workdir, contents):
     path = workdir / "y.migration"
     save(y, path)
     d = dest_vm(start_vm, workdir, agent, landing="off")
+    assert landing(d)["blocked"] == "landing=off"
 
     load(d, path)
 
@@ -222,6 +223,9 @@ def test_postcopy_keeps_every_page(agent, qtest_vm, start_vm, workdir,
                         bandwidth=8 * MIB)
     wait_until(lambda: y.cmd("query-migrate")["status"] == "active", 10,
                "the migration to start")
+    # Said while the VM waits for its pages, not only in a log.
+    wait_until(lambda: "postcopy" in landing(d).get("blocked", ""), 10,
+               "query-nuksm to say why nothing lands")
     y.cmd("migrate-start-postcopy")
     wait_until(lambda: y.cmd("query-migrate")["status"] == "completed", 60,
                "the postcopy migration to complete")

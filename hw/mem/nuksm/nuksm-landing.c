@@ -178,12 +178,15 @@ void *nuksm_landing_buffer(NuksmLanding *l, RAMBlock *rb, uint64_t offset)
     return p->buf;
 }
 
-/* Put page @p, which waits in a buffer, into guest RAM, as the
- * migration would have. */
-static void nuksm_landing_put(NuksmLanding *l, NuksmLandingPage *p)
+/*
+ * Put page @p, which waits in a buffer, into guest RAM, as the
+ * migration would have; @zero: the buffer holds zeros.
+ */
+static void nuksm_landing_put(NuksmLanding *l, NuksmLandingPage *p,
+                              bool zero)
 {
     /* A zero page over a page never written takes no memory. */
-    if (!buffer_is_zero(p->buf, NUKSM_PAGE_SIZE)) {
+    if (!zero) {
         memcpy(p->host, p->buf, NUKSM_PAGE_SIZE);
     } else if (!buffer_is_zero(p->host, NUKSM_PAGE_SIZE)) {
         memset(p->host, 0, NUKSM_PAGE_SIZE);
@@ -202,7 +205,8 @@ static void nuksm_landing_write(NuksmLanding *l, NuksmLandingPage *p)
         return;
     }
     l->stats.written++;
-    nuksm_landing_put(l, p);
+    /* Zero pages are never offered (nuksm_landing_arrived()). */
+    nuksm_landing_put(l, p, false);
 }
 
 bool nuksm_landing_send(NuksmLanding *l)
@@ -240,6 +244,7 @@ bool nuksm_landing_arrived(NuksmLanding *l, RAMBlock *rb, uint64_t offset,
         .idle = NUKSM_IDLE_NEVER,
         .flags = NUKSM_CANDIDATE_LANDING,
     };
+    bool zero;
 
     g_assert(p && p->buf == buf && p->reading);
     p->reading = false;
@@ -247,8 +252,9 @@ bool nuksm_landing_arrived(NuksmLanding *l, RAMBlock *rb, uint64_t offset,
      * Zero pages merge locally, never through the agent; and with the
      * agent gone no answer would come.
      */
-    if (buffer_is_zero(buf, NUKSM_PAGE_SIZE) || !l->s->conn.ready) {
-        nuksm_landing_put(l, p);
+    zero = buffer_is_zero(buf, NUKSM_PAGE_SIZE);
+    if (zero || !l->s->conn.ready) {
+        nuksm_landing_put(l, p, zero);
         return false;
     }
     c.digest = nuksm_page_digest(buf, NUKSM_PAGE_SIZE);

@@ -178,6 +178,9 @@ static NuksmInfo *nuksm_get_info(Nuksm *s)
         info->landing->digests_landed = landing.digests_landed;
         info->landing->digests_lacking = landing.digests_lacking;
     }
+    if (s->enabled && nuksm_incoming() && nuksm_landing_blocker(s)) {
+        info->landing->blocked = g_strdup(nuksm_landing_blocker(s));
+    }
     info->digests = nuksm_qmp_digests(s);
     tail = &info->merged_per_node;
     for (uint32_t node = 0; node < NUKSM_MAX_NODES; node++) {
@@ -463,6 +466,10 @@ void hmp_info_nuksm(Monitor *mon, const QDict *qdict)
                            " passed\n", i->landing->offered,
                            i->landing->landed, i->landing->written,
                            i->landing->passed);
+        }
+        if (i->landing->blocked) {
+            monitor_printf(mon, "  landing blocked: %s\n",
+                           i->landing->blocked);
         }
         if (i->landing->digests) {
             monitor_printf(mon, "  landing digests: %" PRIu64 " received, %"

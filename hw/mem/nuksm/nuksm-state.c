@@ -17,7 +17,9 @@
 #include "qapi/qapi-events-nuksm.h"
 #include "qemu/error-report.h"
 #include "system/runstate.h"
+#include "migration/colo.h"
 #include "migration/misc.h"
+#include "migration/options.h"
 #include "nuksm-commit.h"
 #include "nuksm-control.h"
 #include "nuksm-huge.h"
@@ -91,11 +93,30 @@ bool nuksm_is_running(Nuksm *s)
     return state == NUKSM_STATE_ACTIVE || state == NUKSM_STATE_LIMITED;
 }
 
+const char *nuksm_landing_blocker(Nuksm *s)
+{
+    if (!s->landing_on) {
+        return "landing=off";
+    }
+    if (!s->conn.ready) {
+        return "the agent is not connected";
+    }
+    if (migration_incoming_postcopy_advised()) {
+        return "postcopy-ram: postcopy places the pages";
+    }
+    if (migrate_multifd()) {
+        return "multifd: its threads load the pages";
+    }
+    if (migration_incoming_colo_enabled()) {
+        return "x-colo: its cache takes the pages";
+    }
+    return NULL;
+}
+
 bool nuksm_may_land(Nuksm *s)
 {
-    return s->enabled && s->landing_on && s->conn.ready &&
-           runstate_check(RUN_STATE_INMIGRATE) &&
-           !migration_incoming_postcopy_advised();
+    return s->enabled && runstate_check(RUN_STATE_INMIGRATE) &&
+           !nuksm_landing_blocker(s);
 }
 
 void nuksm_update_activity(Nuksm *s)

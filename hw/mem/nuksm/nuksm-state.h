@@ -21,11 +21,14 @@ bool nuksm_incoming(void);
 /* Scanning and merging, maybe held back by a limit. */
 bool nuksm_is_running(Nuksm *s);
 /*
- * May the pages of an incoming migration land on copies the host holds
- * (nuksm-landing.c)?  While the VM waits for a precopy migration, the
- * object is enabled, with landing=on, and its agent is ready: not once
- * postcopy was advised, whose userfaultfd places pages itself.
+ * Why the pages of an incoming migration may not land on copies the
+ * host holds (nuksm-landing.c), if they may not: landing=off, no agent,
+ * or a migration that loads them its own way (postcopy, whose
+ * userfaultfd places pages; multifd, whose threads load them; COLO,
+ * whose cache takes them).  NULL if they may.
  */
+const char *nuksm_landing_blocker(Nuksm *s);
+/* ... and may they, now: is the enabled object's VM waiting for them? */
 bool nuksm_may_land(Nuksm *s);
 /*
  * Start or stop the scanner to match the object's state: call it after
