@@ -429,6 +429,11 @@ void nuksm_digests_begin(bool landing)
     dst.ready = migrate_send_rp_nuksm(hello, sizeof(hello)) == 0;
 }
 
+bool nuksm_digests_taken(void)
+{
+    return dst.ready;
+}
+
 uint64_t nuksm_digests_arrived(const uint8_t *record, uint64_t *key,
                                uint8_t *strong)
 {

@@ -47,6 +47,8 @@ void nuksm_digests_end(void);
  * salt it is to use, if @landing (some object may land pages), or not.
  */
 void nuksm_digests_begin(bool landing);
+/* Did the destination ask for digests (HELLO)? */
+bool nuksm_digests_taken(void);
 /*
  * A record arrived: its number in the stream, and what it says: the
  * content's key (nuksm_page_digest()) and its salted SHA-256.

@@ -575,6 +575,8 @@ static bool nuksm_discard_remapped(RAMBlock *rb, void *host, size_t length)
 
 /* How long a section's end waits for answers that stopped coming. */
 #define NUKSM_LANDING_QUIET_MS 20
+/* How long a page waits for a buffer to free, while answers come. */
+#define NUKSM_LANDING_FULL_MS 10
 /* ... and at most in all. */
 #define NUKSM_LANDING_SETTLE_MS 1000
 
@@ -627,6 +629,9 @@ static struct {
     ram_addr_t offset;
 } nuksm_landing_reading;
 
+/* The last wait for a buffer to free was for nothing: the agent lags. */
+static bool nuksm_landing_lagging;
+
 static void *nuksm_landing_buffer_hook(void *host)
 {
     NuksmLandingFind f;
@@ -637,9 +642,13 @@ static void *nuksm_landing_buffer_hook(void *host)
     if (!s) {
         return NULL;
     }
-    /* Every buffer waits: answers that came may free some. */
+    /*
+     * Every buffer waits: the answers under way free some soon, unless
+     * the agent lags, when the page is read straight into guest RAM.
+     */
     if (nuksm_landing_full(s->landing)) {
-        nuksm_agent_pump(s, 0);
+        nuksm_landing_lagging = !nuksm_agent_pump(
+            s, nuksm_landing_lagging ? 0 : NUKSM_LANDING_FULL_MS);
     }
     buf = nuksm_landing_buffer(s->landing, f.rb, offset);
     if (buf) {
@@ -720,8 +729,8 @@ static void nuksm_landing_digest_hook(void *host, const uint8_t *record)
     uint64_t key, seq = nuksm_digests_arrived(record, &key, strong);
     Nuksm *s = nuksm_landing_owner(host, true, &f, &offset);
 
-    if (!s) {
-        /* Nothing here may land it: the source sends it in full. */
+    /* Nothing here may land it (or none was asked): sent in full. */
+    if (!s || !nuksm_digests_taken()) {
         nuksm_digests_answered(seq, true);
         return;
     }
