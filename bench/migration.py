@@ -149,6 +149,10 @@ def run_round(scenario, side, workdir, seed):
     source_agent = None
     vms = []
     try:
+        # The source first: merging y's copy takes longer than the agent
+        # remembers x's pages seen (--forget-after), which C seen needs.
+        if side == "digests":
+            source_agent, y = merged_source(workdir, shared, own, vms)
         x = Vm(workdir, "x", harness.qtest_args(
             workdir / "x.qtest", harness.nuksm_object(id="dedup0",
                                                       agent=agent.sock),
@@ -160,9 +164,7 @@ def run_round(scenario, side, workdir, seed):
         scans = x.nuksm()["full-scans"]
         x.wait_nuksm(lambda i: i["full-scans"] >= scans + 3,
                      "three full scans of x", timeout=120)
-        if side == "digests":
-            source_agent, y = merged_source(workdir, shared, own, vms)
-        else:
+        if side != "digests":
             y = Vm(workdir, "y", harness.qtest_args(
                 workdir / "y.qtest", mem=f"{Y_MIB}M")).start()
             vms.append(y)

@@ -196,16 +196,30 @@ def test_nothing_lands_across_domains(domain_agent, qtest_vm, start_vm,
     check_content(x, shared)
 
 
-def migrate_over_socket(y, d, sock, postcopy=False, bandwidth=None):
-    """Start migrating y into d over unix socket @sock."""
-    caps = [{"capability": "postcopy-ram", "state": True}] if postcopy else []
+def migrate_over_socket(y, d, sock, postcopy=False, bandwidth=None,
+                        caps=(), **incoming):
+    """Start migrating y into d over unix socket @sock, with capabilities
+    @caps (and postcopy-ram if @postcopy) at both ends; @incoming: more
+    arguments of migrate-incoming."""
+    caps = [*caps, *(["postcopy-ram"] if postcopy else [])]
     for vm in (y, d):
         if caps:
-            vm.cmd("migrate-set-capabilities", capabilities=caps)
-    d.cmd("migrate-incoming", uri=f"unix:{sock}")
+            vm.cmd("migrate-set-capabilities", capabilities=[
+                {"capability": c, "state": True} for c in caps])
+    d.cmd("migrate-incoming", uri=f"unix:{sock}", **incoming)
     if bandwidth:
         y.cmd("migrate-set-parameters", **{"max-bandwidth": bandwidth})
     y.cmd("migrate", uri=f"unix:{sock}")
+
+
+def complete_in_postcopy(y, d):
+    """Switch y's migration into d to postcopy once it runs; wait until
+    both ends say it completed."""
+    y.cmd("migrate-start-postcopy")
+    wait_until(lambda: y.cmd("query-migrate")["status"] == "completed", 90,
+               "the postcopy migration to complete")
+    wait_until(lambda: d.cmd("query-migrate").get("status") == "completed",
+               60, "the incoming migration to complete")
 
 
 def test_postcopy_keeps_every_page(agent, qtest_vm, start_vm, workdir,
@@ -226,11 +240,7 @@ def test_postcopy_keeps_every_page(agent, qtest_vm, start_vm, workdir,
     # Said while the VM waits for its pages, not only in a log.
     wait_until(lambda: "postcopy" in landing(d).get("blocked", ""), 10,
                "query-nuksm to say why nothing lands")
-    y.cmd("migrate-start-postcopy")
-    wait_until(lambda: y.cmd("query-migrate")["status"] == "completed", 60,
-               "the postcopy migration to complete")
-    wait_until(lambda: d.cmd("query-migrate").get("status") == "completed",
-               60, "the incoming migration to complete")
+    complete_in_postcopy(y, d)
 
     # Most pages came after the switch.
     assert y.cmd("query-migrate")["ram"]["postcopy-bytes"] >= 16 * MIB

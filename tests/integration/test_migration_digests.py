@@ -15,7 +15,8 @@ import pytest
 import harness
 from harness import Qtest, wait_until, write_big
 from test_migration import (MIB, OWN_AT, PAGE, SHARED_AT, check_content,
-                            dest_vm, landing, start_holder)
+                            complete_in_postcopy, dest_vm, landing,
+                            migrate_over_socket, start_holder)
 from test_migration import contents  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.full_throttle
@@ -47,16 +48,10 @@ def set_caps(vm, *names, state=True):
            capabilities=[{"capability": c, "state": state} for c in names])
 
 
-def migrate(y, d, sock, caps=CAPS, bandwidth=None):
-    """Migrate y into d over unix socket @sock, with @caps on both
-    sides, until both say it completed; y's migration figures."""
-    for vm in (y, d):
-        if caps:
-            set_caps(vm, *caps)
-    d.cmd("migrate-incoming", uri=f"unix:{sock}")
-    if bandwidth:
-        y.cmd("migrate-set-parameters", **{"max-bandwidth": bandwidth})
-    y.cmd("migrate", uri=f"unix:{sock}")
+def migrate(y, d, sock):
+    """Migrate y into d over unix socket @sock, with nuksm-digests at
+    both ends, until both say it completed; y's migration figures."""
+    migrate_over_socket(y, d, sock, caps=CAPS)
     wait_until(lambda: y.cmd("query-migrate")["status"] in
                ("completed", "failed"), 90, "the migration to end")
     info = y.cmd("query-migrate")
@@ -189,19 +184,11 @@ def test_postcopy_sends_pages_in_full(hosts, qtest_vm, start_vm, workdir,
     y = merged_source(qtest_vm, here, shared, own)
     start_holder(qtest_vm, there, shared)
     d = dest_vm(start_vm, workdir, there)
-    sock = workdir / "mig.sock"
-    for vm in (y, d):
-        set_caps(vm, "postcopy-ram", *CAPS)
-    d.cmd("migrate-incoming", uri=f"unix:{sock}")
-    y.cmd("migrate-set-parameters", **{"max-bandwidth": 8 * MIB})
-    y.cmd("migrate", uri=f"unix:{sock}")
+    migrate_over_socket(y, d, workdir / "mig.sock", postcopy=True,
+                        bandwidth=8 * MIB, caps=CAPS)
     wait_until(lambda: y.cmd("query-migrate")["status"] == "active", 10,
                "the migration to start")
-    y.cmd("migrate-start-postcopy")
-    wait_until(lambda: y.cmd("query-migrate")["status"] == "completed", 90,
-               "the postcopy migration to complete")
-    wait_until(lambda: d.cmd("query-migrate").get("status") == "completed",
-               60, "the incoming migration to complete")
+    complete_in_postcopy(y, d)
 
     assert y.cmd("query-migrate")["ram"]["postcopy-bytes"] >= 16 * MIB
     assert y.nuksm()["digests"]["sent"] == 0
@@ -219,12 +206,8 @@ def test_cancelled_then_migrated_again(hosts, qtest_vm, start_vm, workdir,
     y = merged_source(qtest_vm, here, shared, own)
     start_holder(qtest_vm, there, shared)
     d = dest_vm(start_vm, workdir, there)
-    sock = workdir / "mig.sock"
-    for vm in (y, d):
-        set_caps(vm, *CAPS)
-    d.cmd("migrate-incoming", uri=f"unix:{sock}", **{"exit-on-error": False})
-    y.cmd("migrate-set-parameters", **{"max-bandwidth": 4 * MIB})
-    y.cmd("migrate", uri=f"unix:{sock}")
+    migrate_over_socket(y, d, workdir / "mig.sock", bandwidth=4 * MIB,
+                        caps=CAPS, **{"exit-on-error": False})
     y.wait_nuksm(lambda i: i["digests"]["sent"] >= 512,
                  "digests to be sent", timeout=30)
     y.cmd("migrate_cancel")

@@ -115,7 +115,7 @@ static void nuksm_agent_disconnect(Nuksm *s, const char *reason)
     c->ready = false;
     /* No answer will come for the pages that wait to land. */
     if (s->landing) {
-        nuksm_landing_settle(s->landing);
+        nuksm_landing_settle(s->landing, true);
     }
     /* The next agent says what holds then, and where it puts us. */
     c->conditions = 0;

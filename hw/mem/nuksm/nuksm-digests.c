@@ -234,6 +234,23 @@ static void nuksm_digests_resend_lacking(void)
     g_array_set_size(src.lacking, 0);
 }
 
+/*
+ * Before the first merged page: the destination's word (HELLO or
+ * DECLINE) is a round trip away from the stream's start.
+ */
+static void nuksm_digests_wait_word(void)
+{
+    int64_t end = qemu_clock_get_ms(QEMU_CLOCK_REALTIME) +
+                  NUKSM_DIGESTS_HELLO_MS;
+    int64_t left;
+
+    while (!src.waited &&
+           (left = end - qemu_clock_get_ms(QEMU_CLOCK_REALTIME)) > 0) {
+        qemu_cond_timedwait(&src.said, &src.lock, left);
+    }
+    src.waited = true;
+}
+
 bool nuksm_digests_send(RAMBlock *rb, uint64_t offset, const void *host,
                         uint8_t *record)
 {
@@ -243,28 +260,17 @@ bool nuksm_digests_send(RAMBlock *rb, uint64_t offset, const void *host,
     unsigned long *full;
 
     QEMU_LOCK_GUARD(&src.lock);
-    /* The destination's word is a round trip away from the stream's start. */
-    if (!src.waited) {
-        int64_t end = qemu_clock_get_ms(QEMU_CLOCK_REALTIME) +
-                      NUKSM_DIGESTS_HELLO_MS;
-        int64_t left;
-
-        while (!src.waited &&
-               (left = end - qemu_clock_get_ms(QEMU_CLOCK_REALTIME)) > 0) {
-            qemu_cond_timedwait(&src.said, &src.lock, left);
-        }
-        src.waited = true;
+    d.m = nuksm_digests_merged(rb, idx);
+    if (!d.m) {
+        return false;
     }
+    nuksm_digests_wait_word();
     if (!src.ready) {
         return false;
     }
     nuksm_digests_resend_lacking();
     full = g_hash_table_lookup(src.full, rb);
     if (full && test_bit(idx, full)) {
-        return false;
-    }
-    d.m = nuksm_digests_merged(rb, idx);
-    if (!d.m) {
         return false;
     }
     /* One version of the page for both digests, whatever writes it now. */

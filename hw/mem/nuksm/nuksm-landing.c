@@ -16,12 +16,14 @@
  * buffer: whatever answer comes is checked against the content then.
  *
  * A page that came as a digest (capability nuksm-digests) waits with
- * no buffer: there is nothing to write.  A copy the agent names lands
- * once its salted SHA-256 is the digest's; a page the agent has no copy
- * of, or that waits still at the end of its section, is answered to the
- * source as lacking (nuksm-digests.c), which sends it again in full.  A
- * page sent again in full, or loaded otherwise, answers its digest as
- * held: the source need not send it, the stream now says what it is.
+ * no buffer: there is nothing to write, and no section's end need wait
+ * for it, since the source sends it in full in its last stage unless it
+ * landed.  A copy the agent names lands once its salted SHA-256 is the
+ * digest's; a page the agent has no copy of, or whose copy does not
+ * match, is answered to the source as lacking (nuksm-digests.c), which
+ * sends it again in full.  A page sent again in full, or loaded
+ * otherwise, answers its digest as held: the source need not send it,
+ * the stream now says what it is.
  *
  * Only the loading thread writes guest RAM while the VM is incoming,
  * and it runs this unit: the agent's answers are handled in it too
@@ -70,6 +72,7 @@ struct NuksmLanding {
     uint8_t *arena;
     unsigned nr_spare;          /* buffers never used since given back */
     GPtrArray *spare;           /* buffers used and free again */
+    unsigned nr_digests;        /* pages waiting that came as digests */
     GArray *offers;             /* NuksmCandidate, not yet sent */
     NuksmLandingStats stats;
 };
@@ -113,6 +116,17 @@ bool nuksm_landing_full(NuksmLanding *l)
     return !l->nr_spare && !l->spare->len;
 }
 
+/* Pages waiting in buffers. */
+static unsigned nuksm_landing_buffered(NuksmLanding *l)
+{
+    return l->arena ? NUKSM_LANDING_PAGES - l->nr_spare - l->spare->len : 0;
+}
+
+bool nuksm_landing_digests_full(NuksmLanding *l)
+{
+    return l->nr_digests >= NUKSM_LANDING_DIGESTS;
+}
+
 bool nuksm_landing_waiting(NuksmLanding *l)
 {
     return g_hash_table_size(l->waiting) > 0;
@@ -123,6 +137,8 @@ static void nuksm_landing_done(NuksmLanding *l, NuksmLandingPage *p)
 {
     if (p->buf) {
         g_ptr_array_add(l->spare, p->buf);
+    } else {
+        l->nr_digests--;
     }
     g_hash_table_remove(l->waiting, &p->page);
 }
@@ -219,13 +235,22 @@ bool nuksm_landing_send(NuksmLanding *l)
                                   NUKSM_CANDIDATES_MAX);
         g_array_set_size(l->offers, 0);
     }
-    return nuksm_landing_waiting(l);
+    return nuksm_landing_buffered(l) > 0;
 }
 
-/* Offer @c, sending a full batch: true if one went. */
-static bool nuksm_landing_offer(NuksmLanding *l, const NuksmCandidate *c)
+/* Offer @page, of content @key, sending a full batch: true if one went. */
+static bool nuksm_landing_offer(NuksmLanding *l, uint64_t page, uint8_t gnode,
+                                uint64_t key)
 {
-    g_array_append_val(l->offers, *c);
+    NuksmCandidate c = {
+        .page = page,
+        .digest = key,
+        .gnode = gnode,
+        .idle = NUKSM_IDLE_NEVER,
+        .flags = NUKSM_CANDIDATE_LANDING,
+    };
+
+    g_array_append_val(l->offers, c);
     if (l->offers->len < NUKSM_LANDING_BATCH) {
         return false;
     }
@@ -238,12 +263,6 @@ bool nuksm_landing_arrived(NuksmLanding *l, RAMBlock *rb, uint64_t offset,
 {
     uint64_t page = nuksm_landing_page_of(rb, offset);
     NuksmLandingPage *p = g_hash_table_lookup(l->waiting, &page);
-    NuksmCandidate c = {
-        .page = page,
-        .gnode = gnode,
-        .idle = NUKSM_IDLE_NEVER,
-        .flags = NUKSM_CANDIDATE_LANDING,
-    };
     bool zero;
 
     g_assert(p && p->buf == buf && p->reading);
@@ -257,9 +276,9 @@ bool nuksm_landing_arrived(NuksmLanding *l, RAMBlock *rb, uint64_t offset,
         nuksm_landing_put(l, p, zero);
         return false;
     }
-    c.digest = nuksm_page_digest(buf, NUKSM_PAGE_SIZE);
     l->stats.offered++;
-    return nuksm_landing_offer(l, &c);
+    return nuksm_landing_offer(l, page, gnode,
+                               nuksm_page_digest(buf, NUKSM_PAGE_SIZE));
 }
 
 bool nuksm_landing_digest(NuksmLanding *l, RAMBlock *rb, uint64_t offset,
@@ -268,13 +287,6 @@ bool nuksm_landing_digest(NuksmLanding *l, RAMBlock *rb, uint64_t offset,
 {
     uint64_t page = nuksm_landing_page_of(rb, offset);
     NuksmLandingPage *p = g_hash_table_lookup(l->waiting, &page);
-    NuksmCandidate c = {
-        .page = page,
-        .digest = key,
-        .gnode = gnode,
-        .idle = NUKSM_IDLE_NEVER,
-        .flags = NUKSM_CANDIDATE_LANDING,
-    };
 
     l->stats.digests++;
     /* An older version waits: this one replaces it. */
@@ -286,11 +298,12 @@ bool nuksm_landing_digest(NuksmLanding *l, RAMBlock *rb, uint64_t offset,
     p = nuksm_landing_page(l, rb, offset);
     p->seq = seq;
     memcpy(p->strong, strong, NUKSM_DIGEST_STRONG);
-    if (!l->s->conn.ready) {
+    l->nr_digests++;
+    if (!l->s->conn.ready || l->nr_digests > NUKSM_LANDING_DIGESTS) {
         nuksm_landing_answer(l, p, true);
         return false;
     }
-    return nuksm_landing_offer(l, &c);
+    return nuksm_landing_offer(l, page, gnode, key);
 }
 
 void nuksm_landing_touch(NuksmLanding *l, RAMBlock *rb, uint64_t offset)
@@ -306,28 +319,31 @@ void nuksm_landing_touch(NuksmLanding *l, RAMBlock *rb, uint64_t offset)
     }
 }
 
-void nuksm_landing_settle(NuksmLanding *l)
+void nuksm_landing_settle(NuksmLanding *l, bool all)
 {
+    g_autoptr(GPtrArray) due = g_ptr_array_new();
     GHashTableIter it;
     gpointer value;
 
-    trace_nuksm_landing_settle(l->s->id, g_hash_table_size(l->waiting));
     g_hash_table_iter_init(&it, l->waiting);
     while (g_hash_table_iter_next(&it, NULL, &value)) {
         NuksmLandingPage *p = value;
 
         /* Still being read (the agent went meanwhile): arrives later. */
-        if (p->reading) {
-            continue;
+        if (!p->reading && (p->buf || all)) {
+            g_ptr_array_add(due, p);
         }
-        nuksm_landing_write(l, p);
-        /* nuksm_landing_done() removed it: the iterator is stale. */
-        g_hash_table_iter_init(&it, l->waiting);
     }
-    g_array_set_size(l->offers, 0);
+    trace_nuksm_landing_settle(l->s->id, due->len);
+    for (guint i = 0; i < due->len; i++) {
+        nuksm_landing_write(l, g_ptr_array_index(due, i));
+    }
+    if (all) {
+        g_array_set_size(l->offers, 0);
+    }
     nuksm_digests_flush();
-    /* Nothing waits: the buffers' memory goes back to the host. */
-    if (l->arena && !g_hash_table_size(l->waiting) &&
+    /* No buffer waits: their memory goes back to the host. */
+    if (l->arena && !nuksm_landing_buffered(l) &&
         l->nr_spare < NUKSM_LANDING_PAGES) {
         qemu_madvise(l->arena, NUKSM_LANDING_ARENA, QEMU_MADV_DONTNEED);
         l->nr_spare = NUKSM_LANDING_PAGES;
@@ -374,13 +390,10 @@ void nuksm_landing_merge(NuksmLanding *l, uint32_t epoch,
         } else if (out[i].status == NUKSM_STATUS_MERGED) {
             l->stats.landed++;
             nuksm_landing_done(l, p);
-        } else if (p->buf) {
+        } else {
+            /* Written, or for a digest the copy did not match: lacking. */
             nuksm_landing_write(l, p);
         }
-        /*
-         * A digest that this copy did not match waits on: the MERGE may
-         * answer an older version's offer.  The section's end settles it.
-         */
     }
     nuksm_digests_flush();
     nuksm_outbox_post_batches(&l->s->outbox, epoch, NUKSM_MSG_MERGED, out,

@@ -13,6 +13,8 @@
 
 /* Pages a landing holds in buffers at once, waiting for the agent. */
 #define NUKSM_LANDING_PAGES 1024
+/* ... and pages that came as digests (about 100 bytes each). */
+#define NUKSM_LANDING_DIGESTS 16384
 
 /* Counters of a landing, in pages, since the object was created. */
 typedef struct NuksmLandingStats {
@@ -44,23 +46,29 @@ bool nuksm_landing_arrived(NuksmLanding *l, RAMBlock *rb, uint64_t offset,
                            uint8_t gnode, void *buf);
 /*
  * The page at @offset of @rb came as digest record @seq (nuksm-digests.c):
- * the content key @key and salted SHA-256 @strong.  Offer it; true when
- * a batch of offers went to the agent.
+ * the content key @key and salted SHA-256 @strong.  Offer it, or if
+ * NUKSM_LANDING_DIGESTS wait already, answer it as lacking; true when a
+ * batch of offers went to the agent.
  */
 bool nuksm_landing_digest(NuksmLanding *l, RAMBlock *rb, uint64_t offset,
                           uint8_t gnode, uint64_t seq, uint64_t key,
                           const uint8_t *strong);
 /* Is every buffer taken? */
 bool nuksm_landing_full(NuksmLanding *l);
+/* Do NUKSM_LANDING_DIGESTS pages that came as digests wait? */
+bool nuksm_landing_digests_full(NuksmLanding *l);
 /* The page at @offset of @rb is loaded otherwise: write what waits. */
 void nuksm_landing_touch(NuksmLanding *l, RAMBlock *rb, uint64_t offset);
-/* Send the offers not sent yet; do pages wait for an answer? */
+/* Send the offers not sent yet; do pages wait in buffers? */
 bool nuksm_landing_send(NuksmLanding *l);
 /*
- * Write every page still waiting into guest RAM, answer every digest
- * still waiting as lacking; free the buffers.
+ * Write every page still waiting in a buffer into guest RAM, and free
+ * the buffers.  Pages that came as digests wait on, for the source
+ * sends them in full in its last stage unless they landed; with @all
+ * (the stream ended, or the agent went: no answer will come), they are
+ * answered as lacking too.
  */
-void nuksm_landing_settle(NuksmLanding *l);
+void nuksm_landing_settle(NuksmLanding *l, bool all);
 /* Do pages wait in buffers? */
 bool nuksm_landing_waiting(NuksmLanding *l);
 

@@ -577,6 +577,12 @@ static bool nuksm_discard_remapped(RAMBlock *rb, void *host, size_t length)
 #define NUKSM_LANDING_QUIET_MS 20
 /* How long a page waits for a buffer to free, while answers come. */
 #define NUKSM_LANDING_FULL_MS 10
+/*
+ * ... and a digest, for the digests waiting to make room: their answers
+ * may wait for other VMs' uploads, and one not waited for is sent again
+ * in full.
+ */
+#define NUKSM_LANDING_DIGESTS_MS 1000
 /* ... and at most in all. */
 #define NUKSM_LANDING_SETTLE_MS 1000
 
@@ -629,8 +635,11 @@ static struct {
     ram_addr_t offset;
 } nuksm_landing_reading;
 
-/* The last wait for a buffer to free was for nothing: the agent lags. */
-static bool nuksm_landing_lagging;
+/*
+ * The last wait for a buffer to free, or for room for a digest, was for
+ * nothing: the agent lags.
+ */
+static bool nuksm_landing_lagging, nuksm_landing_digests_lagging;
 
 static void *nuksm_landing_buffer_hook(void *host)
 {
@@ -686,6 +695,7 @@ static void nuksm_landing_touch_hook(void *host)
 static int nuksm_landing_settle_one(Object *obj, void *opaque)
 {
     Nuksm *s = (Nuksm *)object_dynamic_cast(obj, TYPE_NUKSM);
+    bool *last = opaque;
     int64_t deadline = qemu_clock_get_ms(QEMU_CLOCK_REALTIME) +
                        NUKSM_LANDING_SETTLE_MS;
 
@@ -698,14 +708,14 @@ static int nuksm_landing_settle_one(Object *obj, void *opaque)
            nuksm_agent_pump(s, NUKSM_LANDING_QUIET_MS)) {
         continue;
     }
-    nuksm_landing_settle(s->landing);
+    nuksm_landing_settle(s->landing, *last);
     return 0;
 }
 
-static void nuksm_landing_settle_hook(void)
+static void nuksm_landing_settle_hook(bool last)
 {
     object_child_foreach(object_get_objects_root(), nuksm_landing_settle_one,
-                         NULL);
+                         &last);
 }
 
 static int nuksm_landing_may_one(Object *obj, void *opaque)
@@ -733,6 +743,11 @@ static void nuksm_landing_digest_hook(void *host, const uint8_t *record)
     if (!s || !nuksm_digests_taken()) {
         nuksm_digests_answered(seq, true);
         return;
+    }
+    /* As many wait as may: the answers under way let more wait soon. */
+    if (nuksm_landing_digests_full(s->landing)) {
+        nuksm_landing_digests_lagging = !nuksm_agent_pump(
+            s, nuksm_landing_digests_lagging ? 0 : NUKSM_LANDING_DIGESTS_MS);
     }
     if (nuksm_landing_digest(s->landing, f.rb, offset, f.gnode, seq, key,
                              strong)) {
