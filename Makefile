@@ -7,7 +7,7 @@
 #                   handling, 10 minutes per target (FUZZ_SECONDS=)
 #   make demo       ... and boot two small VMs attached to a live agent
 #   make bench      ... and benchmark nuksm against kernel KSM (root,
-#                   nearly three hours; docs/benchmarks.rst)
+#                   about three and a half hours; docs/benchmarks.rst)
 #   make bench-quick  the same, smaller and fewer workloads (about 8 minutes)
 #   make bench-placement  where merged copies live under each policy,
 #                   counted in sampled reads, and what read sampling
@@ -177,7 +177,7 @@ soak: all
 .PHONY: bench bench-quick bench-placement bench-scheme bench-fleet \
 	bench-many-vms bench-pressure bench-huge-pages bench-migration
 bench: all guest
-	@echo "==> benchmarks: nuksm and kernel KSM side by side (nearly three hours)"
+	@echo "==> benchmarks: nuksm and kernel KSM side by side (about three and a half hours)"
 	@$(VENV)/bin/python bench/run.py
 	@$(MAKE) --no-print-directory bench-placement
 	@$(MAKE) --no-print-directory bench-scheme
@@ -197,7 +197,7 @@ bench-huge-pages: all
 	@$(VENV)/bin/python bench/huge_pages.py
 	@$(VENV)/bin/python bench/huge_rebuild.py
 bench-migration: all
-	@echo "==> a VM migrating to a host that holds half of its content, landing merged (about 15 min)"
+	@echo "==> a VM migrating to a host that holds half of its content, landing merged (about 45 min)"
 	@$(VENV)/bin/python bench/migration.py
 bench-scheme: all
 	@echo "==> co-location and the adaptive scheme on AdaptMD's mirrored deployment (about 15 min)"
