@@ -575,6 +575,8 @@ static bool nuksm_discard_remapped(RAMBlock *rb, void *host, size_t length)
 
 /* How long a section's end waits for answers that stopped coming. */
 #define NUKSM_LANDING_QUIET_MS 20
+/* ... and at most in all. */
+#define NUKSM_LANDING_SETTLE_MS 1000
 /* How long a page waits for a buffer to free, while answers come. */
 #define NUKSM_LANDING_FULL_MS 10
 /*
@@ -583,8 +585,6 @@ static bool nuksm_discard_remapped(RAMBlock *rb, void *host, size_t length)
  * in full.
  */
 #define NUKSM_LANDING_DIGESTS_MS 1000
-/* ... and at most in all. */
-#define NUKSM_LANDING_SETTLE_MS 1000
 
 typedef struct NuksmLandingFind {
     RAMBlock *rb;
