@@ -158,6 +158,18 @@ static NuksmDigestMember *nuksm_digests_member(Nuksm *s)
     return NULL;
 }
 
+/* The records of @records that count for @m count for nobody now. */
+static void nuksm_digests_disown(GArray *records, NuksmDigestMember *m)
+{
+    for (guint i = 0; i < records->len; i++) {
+        NuksmDigestSent *d = &g_array_index(records, NuksmDigestSent, i);
+
+        if (d->m == m) {
+            d->m = NULL;
+        }
+    }
+}
+
 void nuksm_digests_leave(Nuksm *s)
 {
     NuksmDigestMember *m;
@@ -165,20 +177,8 @@ void nuksm_digests_leave(Nuksm *s)
     QEMU_LOCK_GUARD(&src.lock);
     m = nuksm_digests_member(s);
     /* A record of its RAM not in place yet: its RAM is going too. */
-    for (guint i = 0; i < src.sent->len; i++) {
-        NuksmDigestSent *d = &g_array_index(src.sent, NuksmDigestSent, i);
-
-        if (d->m == m) {
-            d->m = NULL;
-        }
-    }
-    for (guint i = 0; i < src.lacking->len; i++) {
-        NuksmDigestSent *d = &g_array_index(src.lacking, NuksmDigestSent, i);
-
-        if (d->m == m) {
-            d->m = NULL;
-        }
-    }
+    nuksm_digests_disown(src.sent, m);
+    nuksm_digests_disown(src.lacking, m);
     g_ptr_array_remove(src.members, m);
 }
 
