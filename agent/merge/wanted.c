@@ -13,7 +13,7 @@
 
 /*
  * Send each VM its WANTED; with @second, a second is over: each VM may
- * make WANTED_CAUSED_MAX contents wanted again.  Whether any was sent.
+ * make contents wanted again, up to its limit (wanted.h).  Whether any was sent.
  */
 static bool send_wanted(NuksmAgent *agent, bool second)
 {
@@ -154,6 +154,7 @@ WantedOutcome wanted_unseen(NuksmAgent *agent, NuksmClient *v,
                             size_t n)
 {
     bool forgotten = false;
+    bool landing;
 
     /* Offered again because its fragment was wanted: it only pairs. */
     if (c->flags & NUKSM_CANDIDATE_WANTED) {
@@ -165,13 +166,14 @@ WantedOutcome wanted_unseen(NuksmAgent *agent, NuksmClient *v,
     if (!forgotten) {
         return WANTED_NOT;
     }
-    if (v->wanted.caused >= WANTED_CAUSED_MAX) {
+    landing = c->flags & NUKSM_CANDIDATE_LANDING;
+    if (v->wanted.caused >= (landing ? WANTED_LANDING_MAX
+                                     : WANTED_CAUSED_MAX)) {
         outbox_add_retry(agent, v, c->page);
         return WANTED_LATER;
     }
     v->wanted.caused++;
     agent->wanted.wanted_total++;
-    want(agent, v->domain_id, nuksm_digest_fragment(c->digest),
-         c->flags & NUKSM_CANDIDATE_LANDING);
+    want(agent, v->domain_id, nuksm_digest_fragment(c->digest), landing);
     return WANTED_ASKED;
 }

@@ -16,8 +16,9 @@
  * round.
  *
  * A VM's candidates make at most WANTED_CAUSED_MAX contents wanted a
- * second; past that, a candidate whose content is wanted is offered
- * again later (RETRY), not remembered.  When the filter holds
+ * second, or WANTED_LANDING_MAX while they land a migration; past that,
+ * a candidate whose content is wanted is offered again later (RETRY),
+ * not remembered.  When the filter holds
  * FORGOTTEN_PER_SEEN keys per page seen the content table may hold, it
  * is cleared: the pages forgotten until then merge only when offered
  * again for another reason.
@@ -40,6 +41,13 @@
 struct NuksmAgent;
 
 #define WANTED_CAUSED_MAX 4096u
+/*
+ * A migration's pages arrive at the stream's pace, and each waits for
+ * its content while a VM holding it offers it again: at most as many
+ * contents wanted a second as there are fragments, so that the VMs of
+ * the domain offer again about all their pages at most once a second.
+ */
+#define WANTED_LANDING_MAX 65536u
 
 /* How soon the contents a landing page wants are asked for. */
 #define WANTED_LANDING_MS 10u

@@ -114,6 +114,35 @@ def test_all_held_goes_as_digests(hosts, qtest_vm, start_vm, workdir,
     check_content(d, shared, own)
 
 
+def test_forgotten_content_lands(start_agent, qtest_vm, start_vm, workdir,
+                                 contents):
+    """x's copy of C paired with nothing at the destination, whose agent
+    forgot it: the digests make it wanted all at once, x offers its pages
+    again, and all of C lands as the stream arrives, not a few thousand
+    contents a second."""
+    metrics = workdir / "textfile"
+    metrics.mkdir()
+    here = start_agent(name="source")
+    there = start_agent("--forget-after", "1", "--metrics-dir", str(metrics),
+                        "--metrics-interval", "1", name="destination")
+    shared, own = contents
+    pages = len(shared) // PAGE
+    y = merged_source(qtest_vm, here, shared, own)
+    start_holder(qtest_vm, there, shared)
+    wait_until(lambda: (harness.agent_metric(
+        metrics, "nuksm_pages_forgotten") or 0) >= pages, 30,
+        "the destination's agent to forget x's pages")
+    d = dest_vm(start_vm, workdir, there)
+
+    info = migrate(y, d, workdir / "mig.sock")
+
+    land = landing(d)
+    assert land["digests-landed"] >= 0.99 * pages, land
+    assert info["ram"]["transferred"] / MIB <= len(own) / MIB + 4, \
+        info["ram"]
+    check_content(d, shared, own)
+
+
 def test_nothing_crosses_a_domain(start_agent, qtest_vm, start_vm, workdir,
                                   contents):
     """x holds C in domain blue; y lands in red: every digest is
