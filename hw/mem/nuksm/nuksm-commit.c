@@ -699,6 +699,46 @@ static unsigned nuksm_commit_stretch_entries(NuksmBlockState *bs,
     return j - i;
 }
 
+/*
+ * Offer again at once, hashed now, the pages @released of @bs (in @rb)
+ * that its huge page held back until it split, into @candidates: the
+ * agent forgot them, and their twins may wait in the store, so they
+ * merge beside this batch rather than a pass later.  A page written
+ * since (no longer stable, or its digest's fragment not the one kept)
+ * or zero (the scanner drops it) waits for the scanner.
+ */
+static void nuksm_commit_offer_released(RAMBlock *rb, NuksmBlockState *bs,
+                                        GArray *released,
+                                        GArray *candidates)
+{
+    for (guint k = 0; k < released->len; k++) {
+        uint64_t i = g_array_index(released, uint64_t, k);
+        const uint8_t *host = rb->host + i * NUKSM_PAGE_SIZE;
+        uint8_t f = nuksm_page_flags(bs, i);
+        NuksmCandidate cand;
+
+        if (!(f & NUKSM_PAGE_STABLE) ||
+            (f & (NUKSM_PAGE_OFFERED | NUKSM_PAGE_MERGED | NUKSM_PAGE_ZERO)) ||
+            buffer_is_zero(host, NUKSM_PAGE_SIZE)) {
+            continue;
+        }
+        cand = (NuksmCandidate) {
+            .page = bs->first_page + i,
+            .digest = nuksm_page_digest(host, NUKSM_PAGE_SIZE),
+            .gnode = bs->gnode,
+            .idle = nuksm_page_idle(bs, i),
+        };
+        if (nuksm_digest_fragment(cand.digest) !=
+            NUKSM_D32_FULL(nuksm_page_digest32(bs, i))) {
+            continue;
+        }
+        nuksm_page_update(bs, i, 0, NUKSM_PAGE_OFFERED);
+        nuksm_huge_offered(bs, i);
+        g_array_append_val(candidates, cand);
+    }
+    g_array_set_size(released, 0);
+}
+
 static void nuksm_commit_merge(NuksmCommit *c, NuksmWork *w)
 {
     const NuksmMsgBatch *b = (const NuksmMsgBatch *)w->payload;
@@ -709,6 +749,9 @@ static void nuksm_commit_merge(NuksmCommit *c, NuksmWork *w)
     NuksmBlockState *floor_bs = NULL, *huge_bs = NULL;
     uint64_t floor = 0, huge_stretch = 0;
     bool huge_hold = false;
+    g_autoptr(GArray) released = g_array_new(FALSE, FALSE, sizeof(uint64_t));
+    g_autoptr(GArray) candidates = g_array_new(FALSE, FALSE,
+                                               sizeof(NuksmCandidate));
 
     /* In page order, so that scattered merges in line share windows. */
     qsort(r, b->count, sizeof(*r), nuksm_commit_ref_cmp);
@@ -731,7 +774,8 @@ static void nuksm_commit_merge(NuksmCommit *c, NuksmWork *w)
             huge_stretch = idx / NUKSM_TRACK_STRETCH;
             huge_hold = !nuksm_huge_may_split(
                 c->s->huge, qatomic_read(&c->s->huge_split), rb, bs, idx,
-                nuksm_commit_stretch_entries(bs, r, i, b->count));
+                nuksm_commit_stretch_entries(bs, r, i, b->count), released);
+            nuksm_commit_offer_released(rb, bs, released, candidates);
         }
         if (huge_hold) {
             nuksm_commit_hold(bs, idx, &r[i++]);
@@ -780,6 +824,9 @@ static void nuksm_commit_merge(NuksmCommit *c, NuksmWork *w)
     }
     qemu_mutex_unlock(&c->pages->lock);
     nuksm_commit_post_refs(c, w->epoch, NUKSM_MSG_MERGED, r, b->count);
+    nuksm_outbox_post_batches(&c->s->outbox, w->epoch, NUKSM_MSG_CANDIDATES,
+                              candidates->data, sizeof(NuksmCandidate),
+                              candidates->len, NUKSM_CANDIDATES_MAX);
 }
 
 /*

@@ -105,14 +105,20 @@ static void nuksm_huge_stretch(NuksmBlockState *bs, uint64_t idx,
     *end = MIN(*first + NUKSM_TRACK_STRETCH, bs->nr_pages);
 }
 
-/* Let the pages held back in the stretch of page @idx of @bs go. */
+/*
+ * Let the pages held back in the stretch of page @idx of @bs go; their
+ * indexes are appended to @released if not NULL.
+ */
 static void nuksm_huge_release(NuksmHuge *h, NuksmBlockState *bs,
-                               uint64_t idx)
+                               uint64_t idx, GArray *released)
 {
     uint64_t first, end;
 
     nuksm_huge_stretch(bs, idx, &first, &end);
     for (uint64_t i = first; i < end; i++) {
+        if (released && (nuksm_page_flags(bs, i) & NUKSM_PAGE_HELD)) {
+            g_array_append_val(released, i);
+        }
         nuksm_page_update(bs, i, NUKSM_PAGE_HELD, 0);
     }
     nuksm_region_of(bs, idx)->huge_held = 0;
@@ -132,7 +138,8 @@ static uint8_t *nuksm_huge_stretch_host(RAMBlock *rb, NuksmBlockState *bs,
 }
 
 bool nuksm_huge_may_split(NuksmHuge *h, uint32_t split, RAMBlock *rb,
-                          NuksmBlockState *bs, uint64_t idx, unsigned fresh)
+                          NuksmBlockState *bs, uint64_t idx, unsigned fresh,
+                          GArray *released)
 {
     NuksmRegion *r = nuksm_region_of(bs, idx);
     uint8_t *host = nuksm_huge_stretch_host(rb, bs, idx);
@@ -140,14 +147,14 @@ bool nuksm_huge_may_split(NuksmHuge *h, uint32_t split, RAMBlock *rb,
 
     if (!host || !nuksm_huge_is_huge(h, host)) {
         if (r->huge_held) {
-            nuksm_huge_release(h, bs, idx);
+            nuksm_huge_release(h, bs, idx, released);
         }
         r->huge_busy = true;
         return true;
     }
     if (held >= split) {
         trace_nuksm_huge_split(bs->first_page + idx, held);
-        nuksm_huge_release(h, bs, idx);
+        nuksm_huge_release(h, bs, idx, released);
         r->huge_split = r->huge_busy = true;
         h->splits++;
         return true;
@@ -204,9 +211,8 @@ bool nuksm_huge_walked(NuksmHuge *h, uint32_t split, RAMBlock *rb,
 
         /* Merges that break and form again (a page written with the
          * same content) are no end of merging, nor is an offer whose
-         * answer may not have come (the pages a split released are
-         * offered again by the next pass): not before a walk without
-         * any. */
+         * answer may not have come (the pages a split released,
+         * offered again): not before a walk without any. */
         r->huge_busy = false;
         return !busy && nuksm_huge_to_rebuild(h, split, rb, bs, idx);
     }
@@ -215,7 +221,7 @@ bool nuksm_huge_walked(NuksmHuge *h, uint32_t split, RAMBlock *rb,
     }
     host = nuksm_huge_stretch_host(rb, bs, idx);
     if (!host || !nuksm_huge_is_huge(h, host)) {
-        nuksm_huge_release(h, bs, idx);
+        nuksm_huge_release(h, bs, idx, NULL);
         return false;
     }
     nuksm_huge_stretch(bs, idx, &first, &end);

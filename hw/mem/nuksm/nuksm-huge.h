@@ -67,10 +67,12 @@ void nuksm_huge_free(NuksmHuge *h);
  * would go now: may they, splitting its huge page if it is one, at a
  * threshold of @split pages?  False: hold them back (the caller marks
  * them NUKSM_PAGE_HELD); true: they go, and so may those held before,
- * released here.
+ * released here, their indexes (uint64_t) appended to @released if
+ * not NULL.
  */
 bool nuksm_huge_may_split(NuksmHuge *h, uint32_t split, RAMBlock *rb,
-                          NuksmBlockState *bs, uint64_t idx, unsigned fresh);
+                          NuksmBlockState *bs, uint64_t idx, unsigned fresh,
+                          GArray *released);
 
 /* Is the stretch at @host (of a huge page's size and alignment) one? */
 bool nuksm_huge_is_huge(NuksmHuge *h, const uint8_t *host);

@@ -740,7 +740,7 @@ static unsigned nuksm_scan_pages(NuksmScanner *sc, RAMBlock *rb,
     /* Dropping them would split a huge page that they do not pay for. */
     if (nr_zero &&
         !nuksm_huge_may_split(sc->s->huge, qatomic_read(&sc->s->huge_split),
-                              rb, bs, first, nr_zero)) {
+                              rb, bs, first, nr_zero, NULL)) {
         for (unsigned i = 0; i < nr_zero; i++) {
             nuksm_page_update(bs, first + zero[i], NUKSM_PAGE_OFFERED,
                               NUKSM_PAGE_HELD);
