@@ -222,34 +222,56 @@ def complete_in_postcopy(y, d):
                60, "the incoming migration to complete")
 
 
-def test_postcopy_keeps_every_page(agent, qtest_vm, start_vm, workdir,
-                                   contents):
-    """Postcopy places pages with its own userfaultfd: nothing lands
-    (nuksm steps aside once postcopy is advised), every page arrives,
-    and the VM merges once the migration is done."""
+def test_postcopy_lands_until_the_switch(agent, qtest_vm, start_vm,
+                                        workdir, contents):
+    """With postcopy-ram, pages land while the migration is precopy.  y
+    rewrites the first MiB of C once it landed, and the migration then
+    switches to postcopy: the destination discards those pages, which
+    must not keep the copy they landed on, and postcopy's userfaultfd
+    brings y's new content; nothing lands after the switch, every page
+    arrives, and the VM merges once the migration is done."""
     shared, own = contents
     start_holder(qtest_vm, agent, shared)
     y = source_vm(start_vm, workdir, shared, own)
     d = dest_vm(start_vm, workdir, agent)
+    rewritten = pseudo_random(3, MIB)
+    final = rewritten + shared[MIB:]
 
     # Slow enough that most pages go after the switch to postcopy.
     migrate_over_socket(y, d, workdir / "mig.sock", postcopy=True,
                         bandwidth=8 * MIB)
-    wait_until(lambda: y.cmd("query-migrate")["status"] == "active", 10,
-               "the migration to start")
-    # Said while the VM waits for its pages, not only in a log.
+    y.cmd("migrate-set-parameters", **{"max-postcopy-bandwidth": 8 * MIB})
+    wait_until(lambda: landing(d)["landed"] >= 2 * MIB // PAGE, 30,
+               "C's first 2 MiB to land before the switch")
+    assert "blocked" not in landing(d)
+    q = Qtest(y.qtest_path)
+    write_big(q, SHARED_AT, rewritten)
+    q.close()
+    y.cmd("migrate-start-postcopy")
+    # Said while the VM runs and waits for pages, not only in a log.
     wait_until(lambda: "postcopy" in landing(d).get("blocked", ""), 10,
-               "query-nuksm to say why nothing lands")
-    complete_in_postcopy(y, d)
+               "query-nuksm to say that nothing lands after the switch")
+    offered = landing(d)["offered"]
+    # Read at once, before postcopy's own pass brings them: a discarded
+    # page that still mapped its copy would read C, not fault.
+    check_content(d, rewritten)
+    assert y.cmd("query-migrate")["status"] == "postcopy-active"
+    wait_until(lambda: y.cmd("query-migrate")["status"] == "completed", 90,
+               "the postcopy migration to complete")
+    wait_until(lambda: d.cmd("query-migrate").get("status") == "completed",
+               60, "the incoming migration to complete")
 
-    # Most pages came after the switch.
-    assert y.cmd("query-migrate")["ram"]["postcopy-bytes"] >= 16 * MIB
-    assert landing(d)["offered"] == 0
-    check_content(d, shared, own)
+    # Most pages came after the switch, and none of them landed.
+    info = y.cmd("query-migrate")
+    assert info["ram"]["postcopy-bytes"] >= 16 * MIB, info["ram"]
+    land = landing(d)
+    assert land["offered"] == offered, land
+    assert land["landed"] + land["written"] == land["offered"], land
+    check_content(d, final, own)
     d.wait_state("active")
-    d.wait_nuksm(lambda i: i["merged-pages"] >= len(shared) // PAGE * 0.99,
+    d.wait_nuksm(lambda i: i["merged-pages"] >= len(shared[MIB:]) // PAGE,
                  "C to merge after the migration", timeout=60)
-    check_content(d, shared, own)
+    check_content(d, final, own)
 
 
 def test_pages_sent_again_win(agent, qtest_vm, start_vm, workdir, contents):

@@ -101,8 +101,12 @@ const char *nuksm_landing_blocker(Nuksm *s)
     if (!s->conn.ready) {
         return "the agent is not connected";
     }
-    if (migration_incoming_postcopy_advised()) {
-        return "postcopy-ram: postcopy places the pages";
+    /*
+     * Pages that landed before the switch, and that the source discards
+     * then (dirtied since sent), go through nuksm_commit_discard().
+     */
+    if (migration_in_incoming_postcopy()) {
+        return "postcopy: its userfaultfd places the pages";
     }
     if (migrate_multifd()) {
         return "multifd: its threads load the pages";

@@ -725,9 +725,15 @@ static int nuksm_landing_may_one(Object *obj, void *opaque)
     return s && s->completed && nuksm_may_land(s);
 }
 
+/*
+ * Digests wait past the end of their section for an answer, which the
+ * switch to postcopy cannot: with postcopy advised, the destination
+ * declines them.
+ */
 static void nuksm_landing_begin_hook(void)
 {
-    nuksm_digests_begin(object_child_foreach(object_get_objects_root(),
+    nuksm_digests_begin(!migration_incoming_postcopy_advised() &&
+                        object_child_foreach(object_get_objects_root(),
                                              nuksm_landing_may_one, NULL));
 }
 
