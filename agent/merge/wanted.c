@@ -13,7 +13,8 @@
 
 /*
  * Send each VM its WANTED; with @second, a second is over: each VM may
- * make contents wanted again, up to its limit (wanted.h).  Whether any was sent.
+ * make contents wanted again, up to its limit (wanted.h).  Whether any
+ * was sent.
  */
 static bool send_wanted(NuksmAgent *agent, bool second)
 {

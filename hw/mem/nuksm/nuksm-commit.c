@@ -718,7 +718,8 @@ static void nuksm_commit_offer_released(RAMBlock *rb, NuksmBlockState *bs,
         NuksmCandidate cand;
 
         if (!(f & NUKSM_PAGE_STABLE) ||
-            (f & (NUKSM_PAGE_OFFERED | NUKSM_PAGE_MERGED | NUKSM_PAGE_ZERO)) ||
+            (f & (NUKSM_PAGE_OFFERED | NUKSM_PAGE_MERGED |
+                  NUKSM_PAGE_ZERO)) ||
             buffer_is_zero(host, NUKSM_PAGE_SIZE)) {
             continue;
         }
