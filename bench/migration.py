@@ -3,13 +3,14 @@
 """A VM migrating to a host that holds half of its content
 (docs/benchmarks.rst, "Migration").
 
-    bench/migration.py [--rounds N] [--scenario S] [--side S] [--out DIR]
-                       [--no-docs]
+    bench/migration.py [--rounds N] [--scenario S] [--side S]
+                       [--bandwidth MIB] [--out DIR] [--no-docs]
 
 On one host, a destination agent and a VM x on it stand for the
 destination host: x holds 256 MiB of content C.  A qtest VM y of 1 GiB
 holds C and 256 MiB of its own, and migrates over a unix socket into a
-new QEMU, one side at a time:
+new QEMU, at the bandwidth libvirt sets by default (unlimited; QEMU's
+own default is 128 MiB/s: --bandwidth 128), one side at a time:
 
 - stock: a QEMU without nuksm, as QEMU loads any VM;
 - after: nuksm with landing=off, which merges once the migration is done
@@ -139,7 +140,7 @@ def merged_source(workdir, shared, own, vms):
     return agent, objects["y"]
 
 
-def run_round(scenario, side, workdir, seed):
+def run_round(scenario, side, workdir, seed, bandwidth):
     rng = random.Random(seed)
     shared = pseudo_random(rng, SHARED_MIB)
     own = pseudo_random(rng, OWN_MIB)
@@ -197,6 +198,8 @@ def run_round(scenario, side, workdir, seed):
                     {"capability": c, "state": True}
                     for c in ("return-path", "nuksm-digests")])
         d.cmd("migrate-incoming", uri=f"unix:{sock}")
+        y.cmd("migrate-set-parameters",
+              **{"max-bandwidth": bandwidth * MIB})
         y.cmd("migrate", uri=f"unix:{sock}")
         wait_until(lambda: y.cmd("query-migrate")["status"] == "completed",
                    300, "the migration to complete")
@@ -306,6 +309,12 @@ def seconds(value):
     return f"> {TAIL_S}" if value is None else f"{value:.1f}"
 
 
+def bandwidth_words(mib):
+    if not mib:
+        return "unlimited bandwidth (libvirt's default)"
+    return f"{mib} MiB/s" + (" (QEMU's default)" if mib == 128 else "")
+
+
 def rst(meta, results, image, docs_dir):
     rows = [[s["scenario"], s["side"], str(s["rounds"]),
              f"{s['peak_rise_mib']:.0f}", f"{s['end_rise_mib']:.0f}",
@@ -316,8 +325,9 @@ def rst(meta, results, image, docs_dir):
     lines = [f"``bench/migration.py`` on commit ``{meta['commit']}``, "
              f"{meta['date']}: a qtest VM of {Y_MIB} MiB holding "
              f"{SHARED_MIB} MiB of content C and {OWN_MIB} MiB of its own "
-             "migrates over a unix socket to a QEMU beside a VM that holds "
-             f"C (median of the rounds; the rise is the destination host's "
+             "migrates over a unix socket, at "
+             f"{bandwidth_words(results['bandwidth_mib'])}, to a QEMU "
+             f"beside a VM that holds C (median of the rounds; the rise is the destination host's "
              "memory, both QEMUs' anonymous memory and the store; the "
              f"saving is back once the rise is at most {GOAL_RISE_MIB:.0f} "
              "MiB):", ""]
@@ -336,6 +346,9 @@ def main():
                         help="run only this scenario (may repeat)")
     parser.add_argument("--side", choices=SIDES, action="append",
                         help="run only this side (may repeat)")
+    parser.add_argument("--bandwidth", type=int, default=0,
+                        help="the source's max-bandwidth, MiB/s (0: "
+                        "unlimited, libvirt's default)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "full")
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
@@ -350,8 +363,10 @@ def main():
                 with tempfile.TemporaryDirectory(
                         prefix="nuksm-migration-") as d:
                     rounds.append(run_round(scenario, side, Path(d),
-                                            seed=n))
-    results = {"goal_rise_mib": GOAL_RISE_MIB, "rounds": rounds,
+                                            seed=n,
+                                            bandwidth=args.bandwidth))
+    results = {"goal_rise_mib": GOAL_RISE_MIB,
+               "bandwidth_mib": args.bandwidth, "rounds": rounds,
                "summary": summary(rounds)}
     report.publish(args.out, "migration", results, started, plot,
                    lambda meta, image, docs: rst(meta, results, image,

@@ -1145,7 +1145,15 @@ void nuksm_commit_queue(NuksmCommit *c, NuksmMsgType type, uint32_t epoch,
     w->len = len;
     memcpy(w->payload, payload, len);
     qemu_mutex_lock(&c->lock);
-    g_queue_push_tail(&c->work, w);
+    /*
+     * WANTED first: pages of an incoming migration may wait for the
+     * pages it offers again, and merges queued before it need not.
+     */
+    if (type == NUKSM_MSG_WANTED) {
+        g_queue_push_head(&c->work, w);
+    } else {
+        g_queue_push_tail(&c->work, w);
+    }
     qemu_mutex_unlock(&c->lock);
     nuksm_control_wake(c->s->control);
 }
