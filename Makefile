@@ -197,7 +197,7 @@ bench-huge-pages: all
 	@$(VENV)/bin/python bench/huge_pages.py
 	@$(VENV)/bin/python bench/huge_rebuild.py
 bench-migration: all
-	@echo "==> a VM migrating to a host that holds half of its content, landing merged (about 45 min)"
+	@echo "==> a VM migrating to a host that holds half of its content, landing merged (about 35 min)"
 	@$(VENV)/bin/python bench/migration.py
 bench-scheme: all
 	@echo "==> co-location and the adaptive scheme on AdaptMD's mirrored deployment (about 15 min)"
