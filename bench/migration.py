@@ -327,8 +327,9 @@ def rst(meta, results, image, docs_dir):
              f"{SHARED_MIB} MiB of content C and {OWN_MIB} MiB of its own "
              "migrates over a unix socket, at "
              f"{bandwidth_words(results['bandwidth_mib'])}, to a QEMU "
-             f"beside a VM that holds C (median of the rounds; the rise is the destination host's "
-             "memory, both QEMUs' anonymous memory and the store; the "
+             "beside a VM that holds C (median of the rounds; the rise is "
+             "the destination host's memory, both QEMUs' anonymous memory "
+             "and the store; the "
              f"saving is back once the rise is at most {GOAL_RISE_MIB:.0f} "
              "MiB):", ""]
     lines += report.list_table(
