@@ -773,9 +773,16 @@ static void nuksm_commit_merge(NuksmCommit *c, NuksmWork *w)
                              idx / NUKSM_TRACK_STRETCH != huge_stretch)) {
             huge_bs = bs;
             huge_stretch = idx / NUKSM_TRACK_STRETCH;
+            /*
+             * At the mapping limit, the pages held back include those
+             * refused for lack of mappings, which would be refused
+             * again at once: those a split releases wait for the
+             * scanner.
+             */
             huge_hold = !nuksm_huge_may_split(
                 c->s->huge, qatomic_read(&c->s->huge_split), rb, bs, idx,
-                nuksm_commit_stretch_entries(bs, r, i, b->count), released);
+                nuksm_commit_stretch_entries(bs, r, i, b->count),
+                qatomic_read(&c->maps.limited) ? NULL : released);
             nuksm_commit_offer_released(rb, bs, released, candidates);
         }
         if (huge_hold) {
